@@ -1,0 +1,138 @@
+//! Attaching to the CPython runtime of the current process, if there is one.
+//!
+//! Facts (shared/design/cpython.md §4): the library constructor runs before Python
+//! initialises; `PySys_AddAuditHook` (3.8+) may be called then and keeps the hook across
+//! runtime initialisation; the first audit event that has a thread state is raised before
+//! any Python frame runs. Every symbol is resolved with `dlsym` at run time, so that a
+//! process that is not Python (`/bin/sh`, `/bin/true`, which inherit `LD_PRELOAD`) is left
+//! alone.
+//!
+//! What the sampler needs from the attachment is the thread-specific-storage key under which
+//! CPython binds each thread's `PyThreadState*` (`PyGILState_GetThisThreadState()` is
+//! `pthread_getspecific` on `_PyRuntime`'s `autoTSSkey`). Rather than reading the key's
+//! offset inside `_PyRuntime` (which changes with every version), the audit hook finds the
+//! key whose value for the current thread is the current thread state: a signal handler can
+//! then call `pthread_getspecific(key)`, a lock-free read of the calling thread's own slot.
+
+use libc::{c_char, c_int, c_void};
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+
+/// `dlsym(RTLD_DEFAULT, name)`, as an address; 0 when the process has no such symbol.
+pub fn symbol(name: &CStr) -> usize {
+    // SAFETY: dlsym with a valid NUL-terminated name.
+    unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) as usize }
+}
+
+/// The CPython version of this process as `(major, minor, micro)`, read from
+/// `Py_GetVersion()` (callable before initialisation in every version, 2.7 included).
+/// `None` when the process has no Python runtime.
+pub fn version() -> Option<(u8, u8, u8)> {
+    let get = symbol(c"Py_GetVersion");
+    if get == 0 || symbol(c"Py_Initialize") == 0 {
+        return None;
+    }
+    // SAFETY: Py_GetVersion has the signature `const char *Py_GetVersion(void)` and returns a
+    // static NUL-terminated string.
+    let text = unsafe {
+        let f: extern "C" fn() -> *const c_char = std::mem::transmute(get);
+        CStr::from_ptr(f())
+    };
+    parse_version(text.to_bytes())
+}
+
+/// Parses the leading `X.Y.Z` of a `Py_GetVersion()` string such as
+/// `3.11.7 (main, Jan  1 2024, 00:00:00) [GCC 12.2.0]` or `3.13.0rc1+ (…)`.
+pub fn parse_version(text: &[u8]) -> Option<(u8, u8, u8)> {
+    let head = text.split(|&b| b == b' ').next()?;
+    let mut parts = head.split(|&b| b == b'.');
+    let number = |part: Option<&[u8]>| -> Option<u8> {
+        let digits: Vec<u8> = part?.iter().copied().take_while(u8::is_ascii_digit).collect();
+        std::str::from_utf8(&digits).ok()?.parse().ok()
+    };
+    let major = number(parts.next())?;
+    let minor = number(parts.next())?;
+    let micro = number(parts.next()).unwrap_or(0);
+    Some((major, minor, micro))
+}
+
+/// What the sampler learns when it attaches.
+#[derive(Clone, Copy, Debug)]
+pub struct Attached {
+    /// The `pthread_key_t` under which CPython keeps each thread's `PyThreadState*`.
+    pub tss_key: libc::pthread_key_t,
+}
+
+static ON_ATTACH: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+static ATTACHED: AtomicBool = AtomicBool::new(false);
+
+type AuditHook = extern "C" fn(*const c_char, *mut c_void, *mut c_void) -> c_int;
+
+/// Registers the audit hook; `on_attach` is called once, from the first audit event raised
+/// by a thread that has a thread state (with the GIL held). Returns `false` when this
+/// CPython has no audit hooks (before 3.8) or the registration failed.
+pub fn attach_by_audit_hook(on_attach: fn(Attached)) -> bool {
+    let add = symbol(c"PySys_AddAuditHook");
+    if add == 0 {
+        return false;
+    }
+    ON_ATTACH.store(on_attach as *mut (), Ordering::Release);
+    // SAFETY: `int PySys_AddAuditHook(Py_AuditHookFunction hook, void *userData)`; CPython
+    // documents that it may be called before Py_Initialize.
+    let rc = unsafe {
+        let f: extern "C" fn(AuditHook, *mut c_void) -> c_int = std::mem::transmute(add);
+        f(audit_hook, std::ptr::null_mut())
+    };
+    rc == 0
+}
+
+extern "C" fn audit_hook(_event: *const c_char, _args: *mut c_void, _data: *mut c_void) -> c_int {
+    if ATTACHED.load(Ordering::Relaxed) {
+        return 0;
+    }
+    if let Some(key) = find_thread_state_key() {
+        if !ATTACHED.swap(true, Ordering::AcqRel) {
+            let cb = ON_ATTACH.load(Ordering::Acquire);
+            if !cb.is_null() {
+                // SAFETY: stored from a `fn(Attached)` in attach_by_audit_hook.
+                let cb: fn(Attached) = unsafe { std::mem::transmute(cb) };
+                cb(Attached { tss_key: key });
+            }
+        }
+    }
+    0
+}
+
+/// Finds the TSS key that holds the calling thread's `PyThreadState*`. Must be called by a
+/// thread that has a Python thread state (with the GIL held, e.g. from an audit hook).
+pub fn find_thread_state_key() -> Option<libc::pthread_key_t> {
+    let get = symbol(c"PyGILState_GetThisThreadState");
+    if get == 0 {
+        return None;
+    }
+    // SAFETY: `PyThreadState *PyGILState_GetThisThreadState(void)` returns NULL when the
+    // thread has no thread state.
+    let tstate = unsafe {
+        let f: extern "C" fn() -> *mut c_void = std::mem::transmute(get);
+        f()
+    };
+    if tstate.is_null() {
+        return None;
+    }
+    // glibc's PTHREAD_KEYS_MAX is 1024; pthread_getspecific returns NULL for keys that were
+    // never created.
+    (0..1024u32).find(|&key| unsafe { libc::pthread_getspecific(key) } == tstate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_version;
+
+    #[test]
+    fn parses_release_and_prerelease_versions() {
+        assert_eq!(parse_version(b"3.11.7 (main, Jan  1 2024) [GCC]"), Some((3, 11, 7)));
+        assert_eq!(parse_version(b"3.13.0rc1+ (heads/3.13:abc)"), Some((3, 13, 0)));
+        assert_eq!(parse_version(b"2.7.18 (default, Apr 20 2020)"), Some((2, 7, 18)));
+        assert_eq!(parse_version(b"garbage"), None);
+    }
+}

@@ -1,0 +1,54 @@
+//! Everything pyigprof interposes on in the profiled process.
+//!
+//! The preloaded library (`libpyigprof.so`, crate `pyigprof-preload`) owns the sampler; this
+//! crate owns the ways into the process:
+//!
+//! - [`cpython`]: attaching to the CPython runtime through an audit hook registered from the
+//!   library constructor (facts: `shared/design/cpython.md` §4);
+//! - [`threads`]: `pthread_create`, so that every thread registers its stack bounds and
+//!   unwinding cache before it runs user code;
+//! - [`dl`]: `dlopen`/`dlclose`, so that the unwinder's module list follows the code that
+//!   is mapped.
+//!
+//! The interposed C symbols are exported from the cdylib because they are `#[no_mangle]`.
+//! They forward to the next definition (`dlsym(RTLD_NEXT, …)`) and call back into the sampler
+//! through the function pointers given to [`install`]. Until [`install`] is called (and in a
+//! process that is not being profiled) they only forward.
+
+pub mod cpython;
+pub mod dl;
+mod next;
+pub mod threads;
+
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// What the sampler wants to hear about. Every callback runs outside any signal handler, in
+/// the thread named in its description, and may allocate and lock.
+#[derive(Clone, Copy)]
+pub struct Callbacks {
+    /// A new thread is about to run its start routine (runs in that thread).
+    pub thread_started: fn(),
+    /// A thread's start routine returned (runs in that thread, before it exits).
+    pub thread_finished: fn(),
+    /// `dlopen` returned a handle: the set of mapped objects may have grown.
+    pub objects_added: fn(),
+    /// `dlclose` is about to run on `handle`: stop reading the object's memory first.
+    pub object_closing: fn(handle: *mut libc::c_void),
+    /// `dlclose` has run: the set of mapped objects may have shrunk.
+    pub objects_removed: fn(),
+}
+
+static CALLBACKS: AtomicPtr<Callbacks> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Starts delivering events to `callbacks`. Called once, from the library constructor.
+pub fn install(callbacks: Callbacks) {
+    let leaked = Box::into_raw(Box::new(callbacks));
+    CALLBACKS.store(leaked, Ordering::Release);
+}
+
+/// The installed callbacks, if any.
+pub(crate) fn callbacks() -> Option<&'static Callbacks> {
+    let ptr = CALLBACKS.load(Ordering::Acquire);
+    // SAFETY: set once from a leaked Box and never freed.
+    unsafe { ptr.as_ref() }
+}

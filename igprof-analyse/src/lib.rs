@@ -1,0 +1,34 @@
+//! Reading IgProf-format profiles (written by pyigprof or by IgProf itself) and
+//! printing reports from them.
+//!
+//! The file format is described in docs/dump-format.md of this repository and in
+//! IgProf's doc/dump-format. The pieces:
+//! - [`parse`]: streaming reader of dumps, plain or gzip, HEX or decimal variant, into
+//! - [`profile`]: one merged call tree with its tables of functions, files, counters;
+//! - [`report`]: reports on a profile, one module each ([`report::top`]);
+//! - [`symbol`]: how functions are named in reports (demangling, Python locations);
+//! - [`error`]: the one-line errors the command prints before exiting with status 2.
+//!
+//! ```
+//! use igprof_analyse::{parse, report::top};
+//!
+//! let dump = b"P=(HEX ID=4d2 N=(python3 x.py) T=0.004000)
+//! C1 FN0=(F0=(/work/x.py)+1 N=(<module>))+2 V0=(PERF_TICKS):(3,5,5)
+//! ";
+//! let mut profile = igprof_analyse::Profile::new();
+//! parse::load_reader(&mut profile, "x.txt", &dump[..]).unwrap();
+//! let report = top::compute(&profile, &top::Options::default()).unwrap();
+//! assert_eq!(report.total.amount, 5); // ticks, i.e. 5 × 4 ms = 0.020 s
+//! assert_eq!(report.rows[0].label.line(), "<module> (/work/x.py:1)");
+//! ```
+
+pub mod error;
+pub mod escape;
+pub mod parse;
+pub mod profile;
+pub mod report;
+pub mod symbol;
+
+pub use error::Error;
+pub use parse::read_profiles;
+pub use profile::Profile;

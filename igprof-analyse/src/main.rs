@@ -1,0 +1,88 @@
+//! `pyigprof-analyse`: prints reports from IgProf-format profiles written by pyigprof
+//! or IgProf (docs/dump-format.md, IgProf doc/dump-format).
+//!
+//! Exit status: 0 on success, 2 when a profile cannot be read or the report cannot be
+//! computed (one line on stderr: `pyigprof-analyse: <file>[:<line>]: ...`) and for
+//! command-line errors.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use igprof_analyse::report::{self, top};
+
+/// Reads IgProf-format profiles (from pyigprof or IgProf, plain or gzip) and prints
+/// reports. Several profiles are merged into one.
+#[derive(Debug, Parser)]
+#[command(name = "pyigprof-analyse", version)]
+struct Cli {
+    /// Print the N functions with the most cost (default 20; --top=0 prints all). This
+    /// is the report printed when none is asked for. N must be attached with "=".
+    #[arg(long, value_name = "N", num_args = 0..=1, require_equals = true, default_missing_value = "20")]
+    top: Option<usize>,
+
+    /// The counter to report on, e.g. PERF_TICKS (CPU time) or, for IgProf memory
+    /// profiles, MEM_TOTAL.
+    #[arg(short = 'r', long = "report", value_name = "COUNTER", default_value = report::DEFAULT_COUNTER)]
+    counter: String,
+
+    /// Sort the rows by self cost or by cumulative (inclusive) cost.
+    #[arg(long, value_enum, default_value_t = OrderArg::SelfCost)]
+    order: OrderArg,
+
+    /// The profiles to read (plain or gzip-compressed dumps).
+    #[arg(value_name = "PROFILE", required = true)]
+    profiles: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OrderArg {
+    /// Self (exclusive) cost first.
+    #[value(name = "self")]
+    SelfCost,
+    /// Cumulative (inclusive) cost first.
+    #[value(name = "cumulative")]
+    Cumulative,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let profile = match igprof_analyse::read_profiles(&cli.profiles) {
+        Ok(profile) => profile,
+        Err(error) => return fail(&error),
+    };
+    let options = top::Options {
+        counter: cli.counter,
+        limit: cli.top.unwrap_or(top::Options::default().limit),
+        order: match cli.order {
+            OrderArg::SelfCost => top::Order::SelfAmount,
+            OrderArg::Cumulative => top::Order::Cumulative,
+        },
+    };
+    let report = match top::compute(&profile, &options) {
+        Ok(report) => report,
+        Err(error) => return fail(&error),
+    };
+    let mut text = Vec::new();
+    // Writing into a Vec cannot fail.
+    let _ = top::write(&profile, &report, &mut text);
+    let mut stdout = io::stdout().lock();
+    match stdout.write_all(&text).and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // `pyigprof-analyse ... | head` is fine.
+        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!(
+                "{}: cannot write the report: {error}",
+                igprof_analyse::error::PROGRAM
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn fail(error: &igprof_analyse::Error) -> ExitCode {
+    eprintln!("{error}");
+    ExitCode::from(2)
+}

@@ -1,0 +1,408 @@
+//! The in-memory profile: one merged call tree (the IgProf *trace tree*) plus the tables
+//! of files, functions and counters it refers to.
+//!
+//! Everything is stored once per distinct item, so memory is proportional to the number
+//! of distinct call-tree nodes and functions, never to the size of the dump files.
+//! Several dumps (and the per-thread trees inside one dump) are merged: two nodes with
+//! the same parent, the same function and the same offset are one node whose counter
+//! values are summed. See docs/dump-format.md and IgProf doc/dump-format.
+
+use std::collections::HashMap;
+
+/// Index of a node in [`Profile::nodes`].
+pub type NodeId = u32;
+/// Index of a function in [`Profile::functions`].
+pub type FunctionId = u32;
+/// Index of a file (ELF object or Python source) in [`Profile::files`].
+pub type FileId = u32;
+/// Index of a counter name in [`Profile::counters`].
+pub type CounterId = u32;
+
+/// One input dump, as described by its `P=(...)` header line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Source {
+    /// The path given on the command line.
+    pub path: String,
+    /// The profiled command line (`N=` of the header), unescaped.
+    pub program: String,
+    /// The profiled process id (`ID=` of the header).
+    pub pid: u64,
+    /// The tick period `T`, in seconds per tick: seconds = ticks × `tick_period`.
+    pub tick_period: f64,
+    /// Whether the dump uses the `HEX` variant (integers in hexadecimal) rather than the
+    /// older decimal one.
+    pub hex: bool,
+}
+
+/// A function: one `FN` of a dump. Functions are deduplicated by (name, file) across
+/// all dumps, so the same function reached at several offsets or from several call
+/// paths is one [`FunctionId`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Function {
+    /// The name as written in the dump (`N=`), unescaped: a possibly mangled symbol,
+    /// `@?0x<address>` for native code without a symbol, or a Python qualified name.
+    pub name: String,
+    /// The file the function belongs to.
+    pub file: FileId,
+    /// The number after the file (`F<fid>+<start>`): the function's ELF virtual address
+    /// for native code, its first line (`co_firstlineno`) for Python code. The value of
+    /// the first definition seen.
+    pub start: i64,
+}
+
+/// The values of one counter: `V<cid>:(<count>,<amount>,<peak>)`.
+///
+/// For `PERF_TICKS`, `count` is the number of samples (signals) and `amount` the CPU
+/// time they stand for, in ticks of [`Source::tick_period`] seconds. For IgProf memory
+/// counters, `count` is a number of calls and `amount` a number of bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Values {
+    /// Number of events (samples, calls).
+    pub count: i64,
+    /// Sum of their amounts (ticks, bytes).
+    pub amount: i64,
+    /// The largest value seen (kept as a maximum when merging).
+    pub peak: i64,
+}
+
+impl Values {
+    /// Adds `other` into `self`: counts and amounts are summed (saturating), peaks are
+    /// the maximum of both.
+    pub fn merge(&mut self, other: Values) {
+        self.count = self.count.saturating_add(other.count);
+        self.amount = self.amount.saturating_add(other.amount);
+        self.peak = self.peak.max(other.peak);
+    }
+}
+
+/// One node of the merged call tree: a function at an offset, called from `parent`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// The caller, `None` for an outermost frame (depth 1 in the dump). A parent always
+    /// has a smaller index than its children.
+    pub parent: Option<NodeId>,
+    /// The function this frame is in.
+    pub function: FunctionId,
+    /// The offset from the function's start: bytes for native frames, lines for Python
+    /// frames (docs/dump-format.md, "What a function is").
+    pub offset: i64,
+    /// The node's *self* values per counter (at most one entry per counter; empty for a
+    /// node without samples of its own).
+    pub values: Vec<(CounterId, Values)>,
+}
+
+impl Node {
+    /// The node's self values for `counter`, zero if it has none.
+    pub fn value(&self, counter: CounterId) -> Values {
+        self.values
+            .iter()
+            .find(|(id, _)| *id == counter)
+            .map(|(_, values)| *values)
+            .unwrap_or_default()
+    }
+}
+
+/// A table is full: more than `u32::MAX` items of one kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapacityError;
+
+/// A merged profile: the call tree of all the dumps read into it and its tables.
+#[derive(Debug, Default, Clone)]
+pub struct Profile {
+    /// The dumps read, in the order they were read.
+    pub sources: Vec<Source>,
+    files: Vec<String>,
+    file_index: HashMap<String, FileId>,
+    functions: Vec<Function>,
+    function_index: HashMap<(String, FileId), FunctionId>,
+    counters: Vec<String>,
+    counter_index: HashMap<String, CounterId>,
+    nodes: Vec<Node>,
+    child_index: HashMap<(Option<NodeId>, FunctionId, i64), NodeId>,
+}
+
+fn next_id(len: usize) -> Result<u32, CapacityError> {
+    u32::try_from(len).map_err(|_| CapacityError)
+}
+
+impl Profile {
+    /// An empty profile.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The file paths (unescaped), indexed by [`FileId`].
+    pub fn files(&self) -> &[String] {
+        &self.files
+    }
+
+    /// The functions, indexed by [`FunctionId`].
+    pub fn functions(&self) -> &[Function] {
+        &self.functions
+    }
+
+    /// The counter names (e.g. `PERF_TICKS`), indexed by [`CounterId`].
+    pub fn counters(&self) -> &[String] {
+        &self.counters
+    }
+
+    /// The call-tree nodes, indexed by [`NodeId`]; parents come before their children.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The path of file `id`.
+    ///
+    /// # Panics
+    /// If `id` was not returned by this profile.
+    pub fn file(&self, id: FileId) -> &str {
+        &self.files[id as usize]
+    }
+
+    /// Function `id`.
+    ///
+    /// # Panics
+    /// If `id` was not returned by this profile.
+    pub fn function(&self, id: FunctionId) -> &Function {
+        &self.functions[id as usize]
+    }
+
+    /// The id of the counter called `name` (e.g. `PERF_TICKS`), if any dump defined it.
+    pub fn counter_id(&self, name: &str) -> Option<CounterId> {
+        self.counter_index.get(name).copied()
+    }
+
+    /// The id of file `path`, adding it if new.
+    pub fn intern_file(&mut self, path: &str) -> Result<FileId, CapacityError> {
+        if let Some(&id) = self.file_index.get(path) {
+            return Ok(id);
+        }
+        let id = next_id(self.files.len())?;
+        self.files.push(path.to_string());
+        self.file_index.insert(path.to_string(), id);
+        Ok(id)
+    }
+
+    /// The id of function (`name`, `file`), adding it with `start` if new; an existing
+    /// function keeps the start it was first given.
+    pub fn intern_function(
+        &mut self,
+        name: &str,
+        file: FileId,
+        start: i64,
+    ) -> Result<FunctionId, CapacityError> {
+        let key = (name.to_string(), file);
+        if let Some(&id) = self.function_index.get(&key) {
+            return Ok(id);
+        }
+        let id = next_id(self.functions.len())?;
+        self.functions.push(Function {
+            name: name.to_string(),
+            file,
+            start,
+        });
+        self.function_index.insert(key, id);
+        Ok(id)
+    }
+
+    /// The id of counter `name`, adding it if new.
+    pub fn intern_counter(&mut self, name: &str) -> Result<CounterId, CapacityError> {
+        if let Some(&id) = self.counter_index.get(name) {
+            return Ok(id);
+        }
+        let id = next_id(self.counters.len())?;
+        self.counters.push(name.to_string());
+        self.counter_index.insert(name.to_string(), id);
+        Ok(id)
+    }
+
+    /// The child of `parent` (`None`: a root) for `function` at `offset`, created
+    /// without values if there is none yet. This is where trees merge.
+    pub fn child(
+        &mut self,
+        parent: Option<NodeId>,
+        function: FunctionId,
+        offset: i64,
+    ) -> Result<NodeId, CapacityError> {
+        let key = (parent, function, offset);
+        if let Some(&id) = self.child_index.get(&key) {
+            return Ok(id);
+        }
+        let id = next_id(self.nodes.len())?;
+        self.nodes.push(Node {
+            parent,
+            function,
+            offset,
+            values: Vec::new(),
+        });
+        self.child_index.insert(key, id);
+        Ok(id)
+    }
+
+    /// Adds `values` of `counter` to node `node`'s self values.
+    ///
+    /// # Panics
+    /// If `node` was not returned by this profile.
+    pub fn add_values(&mut self, node: NodeId, counter: CounterId, values: Values) {
+        let slots = &mut self.nodes[node as usize].values;
+        match slots.iter_mut().find(|(id, _)| *id == counter) {
+            Some((_, slot)) => slot.merge(values),
+            None => slots.push((counter, values)),
+        }
+    }
+
+    /// The sum of `counter` over all nodes: the profile's total.
+    pub fn total(&self, counter: CounterId) -> Values {
+        let mut total = Values::default();
+        for node in &self.nodes {
+            total.merge(node.value(counter));
+        }
+        total
+    }
+
+    /// The cumulative (inclusive) amount of `counter` of every node: its self amount
+    /// plus its descendants', indexed by [`NodeId`].
+    pub fn subtree_amounts(&self, counter: CounterId) -> Vec<i64> {
+        let mut amounts: Vec<i64> = self
+            .nodes
+            .iter()
+            .map(|node| node.value(counter).amount)
+            .collect();
+        // Children always have larger indices than their parents, so one backward pass
+        // has added every child's whole subtree before its parent is added to.
+        for index in (0..self.nodes.len()).rev() {
+            if let Some(parent) = self.nodes[index].parent {
+                let amount = amounts[index];
+                let slot = &mut amounts[parent as usize];
+                *slot = slot.saturating_add(amount);
+            }
+        }
+        amounts
+    }
+
+    /// The children of every node, for walks from the roots down.
+    pub fn children(&self) -> Children {
+        Children::new(&self.nodes)
+    }
+}
+
+/// Children lists of all nodes in one flat array (compressed sparse rows).
+#[derive(Debug, Clone)]
+pub struct Children {
+    /// `starts[n]..starts[n + 1]` is the range of node `n`'s children in `list`.
+    starts: Vec<usize>,
+    list: Vec<NodeId>,
+    roots: Vec<NodeId>,
+}
+
+impl Children {
+    fn new(nodes: &[Node]) -> Self {
+        let mut starts = vec![0usize; nodes.len() + 1];
+        for node in nodes {
+            if let Some(parent) = node.parent {
+                starts[parent as usize + 1] += 1;
+            }
+        }
+        for index in 1..starts.len() {
+            starts[index] += starts[index - 1];
+        }
+        let mut fill = starts.clone();
+        let mut list = vec![0; starts[nodes.len()]];
+        let mut roots = Vec::new();
+        for (index, node) in nodes.iter().enumerate() {
+            // Node counts fit in u32: Profile::child refuses more.
+            let id = index as NodeId;
+            match node.parent {
+                Some(parent) => {
+                    let slot = &mut fill[parent as usize];
+                    list[*slot] = id;
+                    *slot += 1;
+                }
+                None => roots.push(id),
+            }
+        }
+        Children {
+            starts,
+            list,
+            roots,
+        }
+    }
+
+    /// The outermost nodes (depth 1).
+    pub fn roots(&self) -> &[NodeId] {
+        &self.roots
+    }
+
+    /// The children of `node`, in creation order.
+    pub fn of(&self, node: NodeId) -> &[NodeId] {
+        let index = node as usize;
+        &self.list[self.starts[index]..self.starts[index + 1]]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ticks(count: i64, amount: i64) -> Values {
+        Values {
+            count,
+            amount,
+            peak: amount,
+        }
+    }
+
+    #[test]
+    fn same_function_and_offset_under_same_parent_merge() {
+        let mut profile = Profile::new();
+        let file = profile.intern_file("/lib/libc.so.6").unwrap();
+        let main = profile.intern_function("main", file, 0x10).unwrap();
+        let work = profile.intern_function("work", file, 0x20).unwrap();
+        let ticks_id = profile.intern_counter("PERF_TICKS").unwrap();
+        let root = profile.child(None, main, 4).unwrap();
+        let a = profile.child(Some(root), work, 1).unwrap();
+        let b = profile.child(Some(root), work, 1).unwrap();
+        let c = profile.child(Some(root), work, 2).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(profile.child(None, main, 4).unwrap(), root);
+        profile.add_values(a, ticks_id, ticks(1, 2));
+        profile.add_values(b, ticks_id, ticks(3, 5));
+        profile.add_values(c, ticks_id, ticks(1, 1));
+        assert_eq!(
+            profile.nodes()[a as usize].value(ticks_id),
+            Values {
+                count: 4,
+                amount: 7,
+                peak: 5
+            }
+        );
+        assert_eq!(
+            profile.total(ticks_id),
+            Values {
+                count: 5,
+                amount: 8,
+                peak: 5
+            }
+        );
+        assert_eq!(profile.subtree_amounts(ticks_id), vec![8, 7, 1]);
+        let children = profile.children();
+        assert_eq!(children.roots(), &[root]);
+        assert_eq!(children.of(root), &[a, c]);
+        assert!(children.of(a).is_empty());
+    }
+
+    #[test]
+    fn functions_are_deduplicated_by_name_and_file() {
+        let mut profile = Profile::new();
+        let x = profile.intern_file("x.py").unwrap();
+        let y = profile.intern_file("y.py").unwrap();
+        assert_eq!(profile.intern_file("x.py").unwrap(), x);
+        let f = profile.intern_function("f", x, 3).unwrap();
+        assert_eq!(profile.intern_function("f", x, 9).unwrap(), f);
+        assert_eq!(profile.function(f).start, 3);
+        assert_ne!(profile.intern_function("f", y, 3).unwrap(), f);
+        assert_ne!(profile.intern_function("g", x, 3).unwrap(), f);
+        assert_eq!(profile.functions().len(), 3);
+    }
+}

@@ -1,0 +1,303 @@
+//! Runs the `pyigprof-analyse` binary on hand-written dumps (docs/dump-format.md) and
+//! checks what a user sees: the report on stdout, errors on stderr, the exit status.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A directory of its own for one test, removed when the test ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(test: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "pyigprof-analyse-cli-{}-{test}",
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn write(&self, name: &str, content: &[u8]) -> PathBuf {
+        let path = self.0.join(name);
+        fs::write(&path, content).unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn gzip(text: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(text).unwrap();
+    encoder.finish().unwrap()
+}
+
+fn run(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pyigprof-analyse"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+/// Python `fib` recursing three deep under `<module>`, calling into libz; a C++ function;
+/// a second thread tree rooted in a Rust function. Ticks of 4 ms.
+///
+/// By hand (amounts are ticks; total 3+1+4+8+4+4 = 24 ticks = 0.096 s, 13 samples):
+/// - fib: self 3+1+4 = 8 (33.33 %, 0.032 s); cumulative = the outermost fib subtree
+///   only, 8 + 8 (deflate_slow) = 16 (66.67 %, 0.064 s), not 16 + 13 + 12;
+/// - deflate_slow: 8 / 8; foo::bar(): 4 / 4; deflate: 4 / 4;
+/// - <module> and __libc_start_main: 0 / 20 (83.33 %); std::rt::lang_start: 0 / 4.
+const RECURSIVE: &[u8] = b"P=(HEX ID=4d2 N=(python3 rec.py) T=0.004000)
+C1 FN0=(F0=(/usr/lib/libc.so.6)+271c0 N=(__libc_start_main))+8a
+C2 FN1=(F1=(/work/rec.py)+1 N=(<module>))+4
+C3 FN2=(F1+a N=(fib))+2 V0=(PERF_TICKS):(2,3,3)
+C4 FN2+3 V0:(1,1,1)
+C5 FN2+2 V0:(3,4,4)
+C6 FN3=(F2=(/usr/lib/libz.so.1)+2a40 N=(deflate_slow))+1f V0:(4,8,8)
+C3 FN4=(F0+9a0 N=(_ZN3foo3barEv))+10 V0:(2,4,4)
+C1 FN5=(F3=(/work/target/app)+1000 N=(_ZN3std2rt10lang_start17h0123456789abcdefE))+0
+C2 FN6=(F2+100 N=(deflate))+4 V0:(1,4,4)
+";
+
+#[test]
+fn top_of_recursive_hex_dump() {
+    let dir = TempDir::new("top_of_recursive_hex_dump");
+    dir.write("rec.txt", RECURSIVE);
+    let output = run(&["rec.txt"], &dir.0);
+    assert_eq!(stderr(&output), "");
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        stdout(&output),
+        "\
+pyigprof-analyse: rec.txt: python3 rec.py (pid 1234)
+PERF_TICKS: 13 samples, 24 ticks of 4.000 ms = 0.096 s
+   self %    self s    cum %     cum s  function  (file)
+    33.33     0.032    66.67     0.064  fib (/work/rec.py:10)
+    33.33     0.032    33.33     0.032  deflate_slow  (/usr/lib/libz.so.1)
+    16.67     0.016    16.67     0.016  deflate  (/usr/lib/libz.so.1)
+    16.67     0.016    16.67     0.016  foo::bar()  (/usr/lib/libc.so.6)
+     0.00     0.000    83.33     0.080  <module> (/work/rec.py:1)
+     0.00     0.000    83.33     0.080  __libc_start_main  (/usr/lib/libc.so.6)
+     0.00     0.000    16.67     0.016  std::rt::lang_start  (/work/target/app)
+"
+    );
+}
+
+#[test]
+fn top_flag_without_value_then_limit_and_cumulative_order() {
+    let dir = TempDir::new("top_flag_without_value");
+    dir.write("rec.gz", &gzip(RECURSIVE));
+    // `--top` takes its value only with "=", so the profile is not taken for N.
+    let plain = run(&["--top", "rec.gz"], &dir.0);
+    assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
+    assert_eq!(stdout(&plain).lines().count(), 3 + 7);
+
+    let output = run(
+        &[
+            "--top=3",
+            "--order",
+            "cumulative",
+            "-r",
+            "PERF_TICKS",
+            "rec.gz",
+        ],
+        &dir.0,
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "\
+pyigprof-analyse: rec.gz: python3 rec.py (pid 1234)
+PERF_TICKS: 13 samples, 24 ticks of 4.000 ms = 0.096 s
+   self %    self s    cum %     cum s  function  (file)
+     0.00     0.000    83.33     0.080  <module> (/work/rec.py:1)
+     0.00     0.000    83.33     0.080  __libc_start_main  (/usr/lib/libc.so.6)
+    33.33     0.032    66.67     0.064  fib (/work/rec.py:10)
+"
+    );
+}
+
+#[test]
+fn plain_and_gzip_profiles_merge() {
+    let dir = TempDir::new("plain_and_gzip_profiles_merge");
+    dir.write("a.txt", RECURSIVE);
+    // Named .txt although compressed: gzip is recognised by its content.
+    dir.write("b.txt", &gzip(RECURSIVE));
+    let output = run(&["--top=2", "a.txt", "b.txt"], &dir.0);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    // Same percentages, twice the ticks and seconds.
+    assert_eq!(
+        stdout(&output),
+        "\
+pyigprof-analyse: a.txt, b.txt: python3 rec.py (pid 1234)
+PERF_TICKS: 26 samples, 48 ticks of 4.000 ms = 0.192 s
+   self %    self s    cum %     cum s  function  (file)
+    33.33     0.064    66.67     0.128  fib (/work/rec.py:10)
+    33.33     0.064    33.33     0.064  deflate_slow  (/usr/lib/libz.so.1)
+"
+    );
+}
+
+/// The example of IgProf's doc/dump-format: the older decimal variant, FN5 recursing.
+const IGPROF_DECIMAL: &[u8] = b"P=(ID=32365 N=(ls) T=0.010000)
+C1 FN0=(F0=(/lib/tls/libc.so.6)+87962 N=(__libc_start_main))+218
+C2 FN1=(F1=(ls)+8661 N=(strcoll))+2753
+C3 FN2=(F1+14168 N=(strftime))+8740
+C4 FN3=(F1+19717 N=(@?0x804cd05))+0
+C5 FN4=(F0+171919 N=(qsort))+143
+C6 FN5=(F0+171435 N=(@?0x13adab))+0
+C7 FN5+0
+C8 FN5+0
+C9 FN6=(F0+171396 N=(@?0x13ad84))+0
+C10 FN5+0
+C11 FN5+0
+C12 FN7=(F0+171552 N=(@?0x13ae20))+0
+C13 FN8=(F1+19068 N=(@?0x804ca7c))+0
+C14 FN9=(F1+17715 N=(@?0x804c533))+0 V0=(PERF_TICKS):(1,1,1)
+C3 FN2+8334 V0:(1,1,1)
+C3 FN2+8538
+";
+
+#[test]
+fn top_of_igprof_decimal_dump() {
+    let dir = TempDir::new("top_of_igprof_decimal_dump");
+    dir.write("igprof.ls.txt", IGPROF_DECIMAL);
+    let output = run(&["igprof.ls.txt"], &dir.0);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    // 2 ticks of 10 ms. strftime has one tick itself and one below it (under FN2+8740);
+    // the recursive @?0x13adab counts its tick once.
+    assert_eq!(
+        stdout(&output),
+        "\
+pyigprof-analyse: igprof.ls.txt: ls (pid 32365)
+PERF_TICKS: 2 samples, 2 ticks of 10.000 ms = 0.020 s
+   self %    self s    cum %     cum s  function  (file)
+    50.00     0.010   100.00     0.020  strftime  (ls)
+    50.00     0.010    50.00     0.010  @?0x804c533  (ls)
+     0.00     0.000   100.00     0.020  __libc_start_main  (/lib/tls/libc.so.6)
+     0.00     0.000   100.00     0.020  strcoll  (ls)
+     0.00     0.000    50.00     0.010  @?0x13ad84  (/lib/tls/libc.so.6)
+     0.00     0.000    50.00     0.010  @?0x13adab  (/lib/tls/libc.so.6)
+     0.00     0.000    50.00     0.010  @?0x13ae20  (/lib/tls/libc.so.6)
+     0.00     0.000    50.00     0.010  @?0x804ca7c  (ls)
+     0.00     0.000    50.00     0.010  @?0x804cd05  (ls)
+     0.00     0.000    50.00     0.010  qsort  (/lib/tls/libc.so.6)
+"
+    );
+}
+
+#[test]
+fn truncated_gzip_is_an_error() {
+    let dir = TempDir::new("truncated_gzip_is_an_error");
+    let data = gzip(RECURSIVE);
+    dir.write("cut.gz", &data[..data.len() / 2]);
+    let output = run(&["cut.gz"], &dir.0);
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(stdout(&output), "");
+    assert_eq!(
+        stderr(&output),
+        "pyigprof-analyse: cut.gz: not a valid gzip stream: incomplete deflate stream\n"
+    );
+}
+
+#[test]
+fn corrupt_dump_is_an_error_with_file_and_line() {
+    let dir = TempDir::new("corrupt_dump_is_an_error");
+    let mut text = RECURSIVE.to_vec();
+    text.extend_from_slice(b"C4 FN2+1\n"); // line 11: C4 after a C2
+    dir.write("bad.txt", &text);
+    dir.write("good.txt", RECURSIVE);
+    let output = run(&["good.txt", "bad.txt"], &dir.0);
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(stdout(&output), "");
+    assert_eq!(
+        stderr(&output),
+        "pyigprof-analyse: bad.txt:11: expected a depth from 1 to 3 (one more than the previous line at most), found \"C4\"\n"
+    );
+}
+
+#[test]
+fn empty_and_missing_files_are_errors() {
+    let dir = TempDir::new("empty_and_missing_files_are_errors");
+    dir.write("empty.gz", b"");
+    let output = run(&["empty.gz"], &dir.0);
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        stderr(&output),
+        "pyigprof-analyse: empty.gz: empty file, expected a profile starting with P=(\n"
+    );
+
+    let output = run(&["missing.gz"], &dir.0);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).starts_with("pyigprof-analyse: missing.gz: cannot read: "),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(stderr(&output).lines().count(), 1);
+}
+
+#[test]
+fn unknown_counter_is_an_error_listing_the_counters() {
+    let dir = TempDir::new("unknown_counter_is_an_error");
+    dir.write("rec.txt", RECURSIVE);
+    let output = run(&["-r", "MEM_TOTAL", "rec.txt"], &dir.0);
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(stdout(&output), "");
+    assert_eq!(
+        stderr(&output),
+        "pyigprof-analyse: rec.txt: no counter MEM_TOTAL in the profile; its counters: PERF_TICKS\n"
+    );
+}
+
+#[test]
+fn memory_counter_of_igprof_dump_with_leaks() {
+    let dir = TempDir::new("memory_counter_of_igprof_dump");
+    dir.write(
+        "mem.txt",
+        b"P=(HEX ID=7 N=(app) T=0.010000)
+C1 FN0=(F0=(/work/app)+100 N=(main))+5 V0=(MEM_TOTAL):(1,64,64)
+C2 FN1=(F0+200 N=(_Z5allocm))+0 V0:(2,2d2,267) V1=(MEM_LIVE):(2,2d2,2d2);LK=(0x91441c8,267);LK=(0x91633c0,6b)
+",
+    );
+    let output = run(&["--report", "MEM_TOTAL", "mem.txt"], &dir.0);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "\
+pyigprof-analyse: mem.txt: app (pid 7)
+MEM_TOTAL: 3 calls, 822 total
+   self %      self    cum %       cum  function  (file)
+    87.83       722    87.83       722  alloc(unsigned long)  (/work/app)
+    12.17       100   100.00       822  main  (/work/app)
+"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = TempDir::new("usage_errors_exit_2");
+    let output = run(&[], &dir.0);
+    assert_eq!(output.status.code(), Some(2));
+    let output = run(&["--order", "sideways", "x.gz"], &dir.0);
+    assert_eq!(output.status.code(), Some(2));
+    let output = run(&["--help"], &dir.0);
+    assert_eq!(output.status.code(), Some(0));
+    assert!(stdout(&output).contains("--top"));
+}

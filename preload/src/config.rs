@@ -1,0 +1,148 @@
+//! Settings, read once from `PYIGPROF_*` environment variables by the library constructor.
+//!
+//! A malformed value gets one line on stderr that names the variable and what was expected,
+//! and the default is used: the profiled program always runs.
+
+use std::ffi::OsString;
+
+/// Default sampling rate, in samples per second of CPU time. 250 Hz is the finest rate at
+/// which every kernel tick of a `CONFIG_HZ=250` kernel (this machine's, and Debian's
+/// default) is its own signal: faster rates only merge expirations (counted, see
+/// `shared/design/timers.md`) and cost more per second of CPU.
+pub const DEFAULT_HZ: u32 = 250;
+
+/// Highest accepted `PYIGPROF_HZ`: one sample every 10 µs of CPU.
+pub const MAX_HZ: u32 = 100_000;
+
+/// Default profile path; `%p` becomes the process id.
+pub const DEFAULT_OUTPUT: &str = "pyigprof.%p.gz";
+
+/// The profiler's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Sampling rate in samples per second of CPU time (`PYIGPROF_HZ`).
+    pub hz: u32,
+    /// Profile path template (`PYIGPROF_OUTPUT`); `%p` is the pid, `%%` a literal `%`.
+    /// A name ending in `.gz` is gzip-compressed, any other is plain text.
+    pub output: OsString,
+    /// No summary line on stderr at exit (`PYIGPROF_QUIET` set to anything but `0` or empty).
+    pub quiet: bool,
+}
+
+impl Config {
+    /// Reads the settings from the process environment, reporting malformed values on
+    /// stderr.
+    pub fn from_env() -> Config {
+        let (config, complaints) = Config::parse(|name| std::env::var_os(name));
+        for line in complaints {
+            eprintln!("{line}");
+        }
+        config
+    }
+
+    /// Parses settings from `lookup` (a stand-in for the environment). Returns the settings
+    /// and one message per malformed variable.
+    pub fn parse(lookup: impl Fn(&str) -> Option<OsString>) -> (Config, Vec<String>) {
+        let mut complaints = Vec::new();
+        let hz = match lookup("PYIGPROF_HZ") {
+            None => DEFAULT_HZ,
+            Some(raw) => match raw.to_str().and_then(|s| s.trim().parse::<u32>().ok()) {
+                Some(hz) if (1..=MAX_HZ).contains(&hz) => hz,
+                _ => {
+                    complaints.push(format!(
+                        "pyigprof: PYIGPROF_HZ={:?} is not a whole number of samples per second \
+                         from 1 to {MAX_HZ}; using the default {DEFAULT_HZ}",
+                        raw
+                    ));
+                    DEFAULT_HZ
+                }
+            },
+        };
+        let output = match lookup("PYIGPROF_OUTPUT") {
+            Some(raw) if !raw.is_empty() => raw,
+            Some(_) => {
+                complaints.push(format!(
+                    "pyigprof: PYIGPROF_OUTPUT is empty, expected a file path (with %p for the \
+                     pid); using the default {DEFAULT_OUTPUT}"
+                ));
+                DEFAULT_OUTPUT.into()
+            }
+            None => DEFAULT_OUTPUT.into(),
+        };
+        let quiet = lookup("PYIGPROF_QUIET").is_some_and(|v| !v.is_empty() && v != "0");
+        (Config { hz, output, quiet }, complaints)
+    }
+
+    /// The tick period in nanoseconds (the CPU time one timer expiration stands for).
+    pub fn period_ns(&self) -> u64 {
+        1_000_000_000 / u64::from(self.hz)
+    }
+
+    /// The profile path for process `pid`: `%p` replaced by the pid, `%%` by `%`.
+    pub fn output_path(&self, pid: u32) -> OsString {
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        let raw = self.output.as_bytes();
+        let mut out = Vec::with_capacity(raw.len() + 8);
+        let mut i = 0;
+        while i < raw.len() {
+            match (raw[i], raw.get(i + 1)) {
+                (b'%', Some(b'p')) => {
+                    out.extend_from_slice(pid.to_string().as_bytes());
+                    i += 2;
+                }
+                (b'%', Some(b'%')) => {
+                    out.push(b'%');
+                    i += 2;
+                }
+                (b, _) => {
+                    out.push(b);
+                    i += 1;
+                }
+            }
+        }
+        OsString::from_vec(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
+        let vars: Vec<(String, OsString)> =
+            vars.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
+        Config::parse(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn defaults_when_nothing_is_set() {
+        let (c, complaints) = parse(&[]);
+        assert_eq!(c.hz, DEFAULT_HZ);
+        assert_eq!(c.output, DEFAULT_OUTPUT);
+        assert!(!c.quiet);
+        assert!(complaints.is_empty());
+        assert_eq!(c.period_ns(), 4_000_000);
+    }
+
+    #[test]
+    fn malformed_rate_names_the_variable_and_falls_back() {
+        for bad in ["fast", "0", "-5", "1000000", "2.5"] {
+            let (c, complaints) = parse(&[("PYIGPROF_HZ", bad)]);
+            assert_eq!(c.hz, DEFAULT_HZ, "{bad}");
+            assert_eq!(complaints.len(), 1);
+            assert!(complaints[0].contains("PYIGPROF_HZ"), "{}", complaints[0]);
+            assert!(complaints[0].contains("from 1 to 100000"), "{}", complaints[0]);
+        }
+        let (c, complaints) = parse(&[("PYIGPROF_HZ", "1000")]);
+        assert_eq!((c.hz, complaints.len()), (1000, 0));
+    }
+
+    #[test]
+    fn output_template_expands_pid() {
+        let (c, _) = parse(&[("PYIGPROF_OUTPUT", "/tmp/run-%p.%%.gz")]);
+        assert_eq!(c.output_path(42), "/tmp/run-42.%.gz");
+        let (c, complaints) = parse(&[("PYIGPROF_OUTPUT", "")]);
+        assert_eq!(c.output, DEFAULT_OUTPUT);
+        assert!(complaints[0].contains("PYIGPROF_OUTPUT"));
+    }
+}

@@ -1,0 +1,306 @@
+//! Writing the profile: every thread's trace tree merged into one tree of functions and
+//! written in IgProf's text format (docs/dump-format.md; IgProf `doc/dump-format`, `HEX`
+//! variant). Runs after sampling stopped (at exit), so it may allocate and read files.
+
+use crate::frames::{decode, Frame};
+use crate::modules::{self, ObjectInfo};
+use crate::python::lines::line_for_offset;
+use crate::sampler::Sampler;
+use crate::symbols::table_for;
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
+
+/// A function of the profile: where it is, where it starts, what it is called.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Function {
+    /// The `F` file: an object's path or a Python source file.
+    pub file: Vec<u8>,
+    /// Function start inside the file: ELF virtual address, or Python first line.
+    pub start: u64,
+    /// The name: a symbol, a Python qualified name, `@?0x…`, or a marker.
+    pub name: Vec<u8>,
+}
+
+/// A node of the merged tree.
+struct OutNode {
+    function: u32,
+    offset: u64,
+    children: Vec<u32>,
+    samples: u64,
+    ticks: u64,
+}
+
+/// The merged profile, ready to be written.
+pub struct Profile {
+    functions: Vec<Function>,
+    nodes: Vec<OutNode>,
+    /// Tick period in nanoseconds.
+    pub period_ns: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Program command line.
+    pub program: Vec<u8>,
+}
+
+/// Turns trace-tree keys into (function, offset) pairs, caching per key.
+struct Resolver<'a> {
+    sampler: &'a Sampler,
+    objects: Vec<ObjectInfo>,
+    functions: Vec<Function>,
+    function_ids: HashMap<Function, u32>,
+    by_key: HashMap<u64, (u32, u64)>,
+}
+
+impl<'a> Resolver<'a> {
+    fn new(sampler: &'a Sampler) -> Self {
+        Resolver {
+            sampler,
+            objects: modules::history(),
+            functions: Vec::new(),
+            function_ids: HashMap::new(),
+            by_key: HashMap::new(),
+        }
+    }
+
+    fn intern(&mut self, f: Function) -> u32 {
+        if let Some(&id) = self.function_ids.get(&f) {
+            return id;
+        }
+        let id = self.functions.len() as u32;
+        self.functions.push(f.clone());
+        self.function_ids.insert(f, id);
+        id
+    }
+
+    fn resolve(&mut self, key: u64) -> (u32, u64) {
+        if let Some(&hit) = self.by_key.get(&key) {
+            return hit;
+        }
+        let (function, offset) = match decode(key) {
+            Frame::Native(pc) => self.native(pc),
+            Frame::Python { record, instr } => self.python(record, instr),
+            Frame::Marker(m) => (Function { file: b"[pyigprof]".to_vec(), start: 0, name: m.name().into() }, 0),
+        };
+        let resolved = (self.intern(function), offset);
+        self.by_key.insert(key, resolved);
+        resolved
+    }
+
+    fn native(&mut self, pc: u64) -> (Function, u64) {
+        // The newest object that covered the address (an address range can be reused after
+        // dlclose).
+        let Some(index) = self.objects.iter().rposition(|o| o.range.0 <= pc && pc < o.range.1) else {
+            let name = format!("@?{pc:#x}").into_bytes();
+            return (Function { file: b"[unknown]".to_vec(), start: pc, name }, 0);
+        };
+        let object = &self.objects[index];
+        let svma = pc - object.bias;
+        let table = table_for(object, index == 0);
+        let file = object.path.as_os_str().as_bytes().to_vec();
+        match table.lookup(svma) {
+            Some(sym) => (Function { file, start: sym.start, name: sym.name.clone().into_bytes() }, svma - sym.start),
+            None => (Function { file, start: svma, name: format!("@?{svma:#x}").into_bytes() }, 0),
+        }
+    }
+
+    fn python(&mut self, record: u32, instr: Option<u32>) -> (Function, u64) {
+        let Some(rt) = &self.sampler.python else {
+            return (Function { file: b"[python]".to_vec(), start: 0, name: b"<unknown code>".to_vec() }, 0);
+        };
+        let Some(code) = self.sampler.codes.get(record) else {
+            return (Function { file: b"[python]".to_vec(), start: 0, name: b"<unknown code>".to_vec() }, 0);
+        };
+        let first = code.first_line.max(0);
+        let line = instr.and_then(|offset| line_for_offset(rt.layout.line_table, code.line_table, code.first_line, offset));
+        let offset = line.map_or(0, |l| (l - first).max(0) as u64);
+        (Function { file: code.file.to_vec(), start: first as u64, name: code.name.to_vec() }, offset)
+    }
+}
+
+impl Profile {
+    /// Merges the trace trees of every thread of `sampler` (sampling must have stopped).
+    pub fn collect(sampler: &Sampler) -> Profile {
+        let mut resolver = Resolver::new(sampler);
+        let mut nodes = vec![OutNode { function: u32::MAX, offset: 0, children: Vec::new(), samples: 0, ticks: 0 }];
+        let mut edges: HashMap<(u32, u32, u64), u32> = HashMap::new();
+        for root in sampler.slots.roots() {
+            // path[d] = merged node at depth d (path[0] = root).
+            let mut path: Vec<u32> = vec![0];
+            sampler.trees.walk(root, &mut |depth, node| {
+                path.truncate(depth);
+                let parent = path[depth - 1];
+                let (function, offset) = resolver.resolve(node.key.load(Ordering::Relaxed));
+                let index = *edges.entry((parent, function, offset)).or_insert_with(|| {
+                    nodes.push(OutNode { function, offset, children: Vec::new(), samples: 0, ticks: 0 });
+                    let index = (nodes.len() - 1) as u32;
+                    nodes[parent as usize].children.push(index);
+                    index
+                });
+                let out = &mut nodes[index as usize];
+                out.samples += node.samples.load(Ordering::Relaxed);
+                out.ticks += node.ticks.load(Ordering::Relaxed);
+                path.push(index);
+            });
+        }
+        Profile {
+            functions: resolver.functions,
+            nodes,
+            period_ns: sampler.period_ns,
+            pid: std::process::id(),
+            program: command_line(),
+        }
+    }
+
+    /// Total samples and ticks in the profile.
+    pub fn totals(&self) -> (u64, u64) {
+        self.nodes.iter().fold((0, 0), |(s, t), n| (s + n.samples, t + n.ticks))
+    }
+
+    /// Writes the profile in IgProf's text format.
+    pub fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let mut header = b"P=(HEX ID=".to_vec();
+        header.extend_from_slice(format!("{:x} N=(", self.pid).as_bytes());
+        escape_into(&self.program, &mut header);
+        header.extend_from_slice(format!(") T={:.6})\n", self.period_ns as f64 / 1e9).as_bytes());
+        out.write_all(&header)?;
+
+        let mut function_written = vec![false; self.functions.len()];
+        let mut files: HashMap<&[u8], usize> = HashMap::new();
+        let mut counter_defined = false;
+        let mut line = Vec::with_capacity(256);
+        // Depth-first, children in the order they were first seen.
+        let mut stack: Vec<(u32, usize)> = self.nodes[0].children.iter().rev().map(|&c| (c, 1)).collect();
+        while let Some((index, depth)) = stack.pop() {
+            let node = &self.nodes[index as usize];
+            line.clear();
+            line.extend_from_slice(format!("C{depth:x} FN{:x}", node.function).as_bytes());
+            let f = &self.functions[node.function as usize];
+            if !function_written[node.function as usize] {
+                function_written[node.function as usize] = true;
+                line.extend_from_slice(b"=(F");
+                let next_file = files.len();
+                match files.get(f.file.as_slice()) {
+                    Some(&id) => line.extend_from_slice(format!("{id:x}").as_bytes()),
+                    None => {
+                        files.insert(&f.file, next_file);
+                        line.extend_from_slice(format!("{next_file:x}=(").as_bytes());
+                        escape_into(&f.file, &mut line);
+                        line.push(b')');
+                    }
+                }
+                line.extend_from_slice(format!("+{:x} N=(", f.start).as_bytes());
+                escape_into(&f.name, &mut line);
+                line.push(b')');
+                line.push(b')');
+            }
+            line.extend_from_slice(format!("+{:x}", node.offset).as_bytes());
+            if node.samples > 0 {
+                if counter_defined {
+                    line.extend_from_slice(b" V0:(");
+                } else {
+                    line.extend_from_slice(b" V0=(PERF_TICKS):(");
+                    counter_defined = true;
+                }
+                line.extend_from_slice(format!("{:x},{:x},{:x})", node.samples, node.ticks, node.ticks).as_bytes());
+            }
+            line.push(b'\n');
+            out.write_all(&line)?;
+            stack.extend(node.children.iter().rev().map(|&c| (c, depth + 1)));
+        }
+        Ok(())
+    }
+}
+
+/// Appends `text` to `out` escaped as docs/dump-format.md says: `%`, `(`, `)`, bytes below
+/// 0x20, 0x7f and bytes from 0x80 become `%XX`.
+pub fn escape_into(text: &[u8], out: &mut Vec<u8>) {
+    for &b in text {
+        if b == b'%' || b == b'(' || b == b')' || b < 0x20 || b >= 0x7f {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        } else {
+            out.push(b);
+        }
+    }
+}
+
+/// The process's command line, arguments joined by single spaces.
+fn command_line() -> Vec<u8> {
+    let raw = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let mut args: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
+    while args.last().is_some_and(|a| a.is_empty()) {
+        args.pop();
+    }
+    args.join(&b' ')
+}
+
+/// Creates the profile file at `path` without following a symlink and without replacing an
+/// existing file; writes gzip when the name ends in `.gz`.
+pub fn write_file(profile: &Profile, path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(0o666)
+        .open(path)
+        .map_err(|e| format!("cannot create the profile {}: {e}", path.display()))?;
+    let buffered = std::io::BufWriter::with_capacity(1 << 16, file);
+    let result = if path.as_os_str().as_bytes().ends_with(b".gz") {
+        let mut gz = flate2::write::GzEncoder::new(buffered, flate2::Compression::new(6));
+        profile.write(&mut gz).and_then(|_| gz.finish()).and_then(|mut w| w.flush())
+    } else {
+        let mut w = buffered;
+        profile.write(&mut w).and_then(|_| w.flush())
+    };
+    result.map_err(|e| format!("cannot write the profile {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_follows_the_documented_rule() {
+        let mut out = Vec::new();
+        escape_into("f(ü) 100%\n<lambda>".as_bytes(), &mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), "f%28%C3%BC%29 100%25%0A<lambda>");
+        let mut out = Vec::new();
+        escape_into(b"/tmp/a (1).py", &mut out);
+        assert_eq!(out, b"/tmp/a %281%29.py");
+    }
+
+    fn sample_profile() -> Profile {
+        let functions = vec![
+            Function { file: b"/lib/libc.so.6".to_vec(), start: 0x271c0, name: b"__libc_start_main".to_vec() },
+            Function { file: b"/x/app.py".to_vec(), start: 1, name: b"<module>".to_vec() },
+            Function { file: b"/x/app.py".to_vec(), start: 7, name: b"squeeze".to_vec() },
+        ];
+        let node = |function, offset, children: Vec<u32>, samples, ticks| OutNode { function, offset, children, samples, ticks };
+        let nodes = vec![
+            node(u32::MAX, 0, vec![1], 0, 0),
+            node(0, 0x8a, vec![2], 0, 0),
+            node(1, 0x1b, vec![3, 4], 0, 0),
+            node(2, 3, vec![], 5, 20),
+            node(2, 4, vec![], 1, 1),
+        ];
+        Profile { functions, nodes, period_ns: 4_000_000, pid: 0x4d2, program: b"python3 app (1).py".to_vec() }
+    }
+
+    #[test]
+    fn writes_igprof_hex_text_with_each_definition_once() {
+        let mut out = Vec::new();
+        sample_profile().write(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "P=(HEX ID=4d2 N=(python3 app %281%29.py) T=0.004000)\n\
+             C1 FN0=(F0=(/lib/libc.so.6)+271c0 N=(__libc_start_main))+8a\n\
+             C2 FN1=(F1=(/x/app.py)+1 N=(<module>))+1b\n\
+             C3 FN2=(F1+7 N=(squeeze))+3 V0=(PERF_TICKS):(5,14,14)\n\
+             C3 FN2+4 V0:(1,1,1)\n"
+        );
+        assert_eq!(sample_profile().totals(), (6, 21));
+    }
+}

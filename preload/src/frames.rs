@@ -1,0 +1,85 @@
+//! What a trace-tree key means. A key is a `u64`:
+//!
+//! | bits | meaning |
+//! |---|---|
+//! | bit 63 clear, bit 62 clear | a native frame: the instruction address. The interrupted frame keeps its exact address; a caller's return address is stored minus one, so that it points inside the call instruction (the right function and line even when the call is the last instruction of a function). |
+//! | bit 63 set | a Python frame: bits 32–62 the code record ([`crate::python::code`]), bits 0–31 the instruction index plus one (0 = the frame has not started executing). |
+//! | bit 62 set, bit 63 clear | a marker frame ([`Marker`]), e.g. where a too-deep stack was cut. |
+//!
+//! User-space addresses on x86-64 are below 2^47, so the three never collide.
+
+/// Bit that marks a Python frame key.
+pub const PYTHON_BIT: u64 = 1 << 63;
+/// Bit that marks a marker frame key.
+pub const MARKER_BIT: u64 = 1 << 62;
+
+/// Frames that stand for something other than code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum Marker {
+    /// The call stack was deeper than the profiler records; its outermost frames were cut
+    /// and this marker stands for them.
+    Truncated = 1,
+}
+
+impl Marker {
+    /// The name written to the profile for this marker.
+    pub fn name(self) -> &'static str {
+        match self {
+            Marker::Truncated => "<truncated stack>",
+        }
+    }
+}
+
+/// The key of a Python frame running code record `record` at instruction index `instr`
+/// (`None` when the frame has not started).
+#[inline(always)]
+pub fn python_key(record: u32, instr: Option<u32>) -> u64 {
+    let pos = instr.map_or(0, |i| u64::from(i.saturating_add(1)));
+    PYTHON_BIT | (u64::from(record & 0x7fff_ffff) << 32) | pos
+}
+
+/// The key of a marker frame.
+pub fn marker_key(marker: Marker) -> u64 {
+    MARKER_BIT | marker as u64
+}
+
+/// A decoded key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// A native instruction address.
+    Native(u64),
+    /// A Python frame: code record and instruction index (`None`: not started).
+    Python { record: u32, instr: Option<u32> },
+    /// A marker.
+    Marker(Marker),
+}
+
+/// Decodes a key written by this module.
+pub fn decode(key: u64) -> Frame {
+    if key & PYTHON_BIT != 0 {
+        let pos = (key & 0xffff_ffff) as u32;
+        Frame::Python { record: ((key >> 32) & 0x7fff_ffff) as u32, instr: pos.checked_sub(1) }
+    } else if key & MARKER_BIT != 0 {
+        Frame::Marker(Marker::Truncated)
+    } else {
+        Frame::Native(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip() {
+        assert_eq!(decode(0x7fff_1234_5678), Frame::Native(0x7fff_1234_5678));
+        assert_eq!(decode(python_key(7, Some(0))), Frame::Python { record: 7, instr: Some(0) });
+        assert_eq!(decode(python_key(7, None)), Frame::Python { record: 7, instr: None });
+        assert_eq!(
+            decode(python_key(0x7fff_ffff, Some(123_456))),
+            Frame::Python { record: 0x7fff_ffff, instr: Some(123_456) }
+        );
+        assert_eq!(decode(marker_key(Marker::Truncated)), Frame::Marker(Marker::Truncated));
+    }
+}

@@ -1,0 +1,208 @@
+//! `libpyigprof.so`: an in-process sampling profiler for CPython programs that records
+//! *mixed* call stacks — Python functions and lines together with the native (C, C++,
+//! Rust) frames they call — and writes an IgProf-format profile at exit.
+//!
+//! ```text
+//! LD_PRELOAD=libpyigprof.so python3 app.py     # writes pyigprof.<pid>.gz
+//! ```
+//!
+//! Start-up ([`init`], run from `.init_array`): in a process that is not Python nothing
+//! happens. Otherwise the constructor reads the settings ([`config`]), finds the
+//! interpreter's evaluator and layout ([`python`]), maps all sampler memory, installs the
+//! `SIGPROF` handler and a CPU-time timer ([`sampler`]), and registers an audit hook that
+//! attaches to the runtime once it exists. Each sample unwinds the interrupted thread
+//! ([`unwind`]), splices in its Python frames ([`mixed`]) and counts the stack into the
+//! thread's trace tree ([`trace`]). At exit the trees are merged, symbolized and written
+//! ([`dump`]).
+
+pub mod config;
+pub mod dump;
+pub mod frames;
+pub mod mem;
+pub mod mixed;
+pub mod modules;
+pub mod python;
+pub mod sampler;
+pub mod symbols;
+pub mod threads;
+pub mod trace;
+pub mod unwind;
+
+use config::Config;
+use pyigprof_hooks::{cpython, Callbacks};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+static DUMPED: AtomicBool = AtomicBool::new(false);
+
+/// The library constructor. Runs before `main` (and so before Python initialises).
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+/// Starts profiling if this process is a CPython interpreter (see the crate docs).
+pub extern "C" fn init() {
+    // Tests link this crate as an rlib into ordinary binaries: never start there.
+    let Some(version) = cpython::version() else { return };
+    let config = Config::from_env();
+    modules::rescan();
+    let runtime = python_runtime(version);
+    let Some(sampler) = sampler::Sampler::new(config.period_ns(), runtime) else {
+        eprintln!("pyigprof: cannot map the profiler's memory; not profiling");
+        return;
+    };
+    let sampler = match sampler.install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("pyigprof: {e}; not profiling");
+            return;
+        }
+    };
+    let _ = CONFIG.set(config);
+    sampler.slots.register_current();
+    pyigprof_hooks::install(Callbacks {
+        thread_started: || with_sampler(|s| s.slots.register_current()),
+        thread_finished: || with_sampler(|s| s.slots.unregister_current()),
+        objects_added: modules::rescan,
+        object_closing: modules::forget_handle,
+        objects_removed: modules::rescan,
+    });
+    if sampler.python.is_some() && !cpython::attach_by_audit_hook(on_attach) {
+        eprintln!(
+            "pyigprof: Python {}.{} has no audit hooks to attach with; recording native frames only",
+            version.0, version.1
+        );
+    }
+    // SAFETY: registering plain extern "C" functions.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(after_fork_in_child));
+        libc::atexit(at_exit);
+    }
+    if let Err(e) = sampler.start_timer() {
+        eprintln!("pyigprof: {e}; not profiling");
+    }
+}
+
+fn with_sampler(f: impl FnOnce(&'static sampler::Sampler)) {
+    if let Some(s) = sampler::get() {
+        f(s)
+    }
+}
+
+/// Describes the CPython runtime of this process, or says on stderr why Python frames will
+/// be missing.
+fn python_runtime(version: (u8, u8, u8)) -> Option<python::Runtime> {
+    let (major, minor, micro) = version;
+    if python::layout::Layout::for_version(major, minor).is_none() {
+        eprintln!(
+            "pyigprof: Python {major}.{minor}.{micro} is not a version pyigprof knows; \
+             recording native frames only"
+        );
+        return None;
+    }
+    let evaluator_name = if major == 2 { "PyEval_EvalFrameEx" } else { "_PyEval_EvalFrameDefault" };
+    let evaluator = evaluator_ranges(evaluator_name);
+    let sym = |name: &std::ffi::CStr| cpython::symbol(name) as u64;
+    let types = if major == 2 {
+        python::code::Types { code: sym(c"PyCode_Type"), text: sym(c"PyString_Type"), bytes: sym(c"PyString_Type") }
+    } else {
+        python::code::Types { code: sym(c"PyCode_Type"), text: sym(c"PyUnicode_Type"), bytes: sym(c"PyBytes_Type") }
+    };
+    let runtime = python::Runtime::new(version, &evaluator, types);
+    if runtime.is_none() {
+        eprintln!(
+            "pyigprof: cannot find {evaluator_name} or the type objects of Python {major}.{minor}.{micro}; \
+             recording native frames only"
+        );
+    }
+    runtime
+}
+
+/// Run-time address ranges of every part of the evaluator function: the symbol table of the
+/// object that defines it (`.symtab` has the `.cold` parts), or its dynamic symbol's size.
+fn evaluator_ranges(name: &str) -> Vec<(u64, u64)> {
+    let Ok(cname) = std::ffi::CString::new(name) else { return Vec::new() };
+    let addr = cpython::symbol(&cname) as u64;
+    if addr == 0 {
+        return Vec::new();
+    }
+    if let Some(snapshot) = modules::current() {
+        if let Some((index, object)) =
+            snapshot.objects.iter().enumerate().find(|(_, o)| o.range.0 <= addr && addr < o.range.1)
+        {
+            let table = symbols::table_for(object, index == 0);
+            let ranges: Vec<(u64, u64)> =
+                table.ranges_of(name).into_iter().map(|(lo, hi)| (lo + object.bias, hi + object.bias)).collect();
+            if ranges.iter().any(|&(lo, hi)| lo <= addr && addr < hi) {
+                return ranges;
+            }
+        }
+    }
+    // Fall back to the dynamic symbol's size.
+    // SAFETY: dladdr1 with RTLD_DL_SYMENT stores a pointer to the ELF symbol.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        let mut sym: *const libc::Elf64_Sym = std::ptr::null();
+        let found = libc::dladdr1(
+            addr as *const libc::c_void,
+            &mut info,
+            (&mut sym as *mut *const libc::Elf64_Sym).cast(),
+            RTLD_DL_SYMENT,
+        );
+        if found != 0 && !sym.is_null() && (*sym).st_size > 0 {
+            return vec![(addr, addr + (*sym).st_size)];
+        }
+    }
+    Vec::new()
+}
+
+/// `dladdr1` request for the ELF symbol (`<dlfcn.h>`).
+const RTLD_DL_SYMENT: libc::c_int = 1;
+
+fn on_attach(attached: cpython::Attached) {
+    with_sampler(|s| {
+        if let Some(rt) = &s.python {
+            rt.attach(attached.tss_key);
+        }
+    });
+}
+
+extern "C" fn after_fork_in_child() {
+    with_sampler(|s| s.restart_after_fork());
+}
+
+extern "C" fn at_exit() {
+    write_profile();
+}
+
+/// Stops sampling and writes the profile (once per process), then prints the summary line
+/// unless `PYIGPROF_QUIET` is set.
+pub fn write_profile() {
+    if DUMPED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let (Some(sampler), Some(config)) = (sampler::get(), CONFIG.get()) else { return };
+    sampler.stop();
+    let profile = dump::Profile::collect(sampler);
+    let path = std::path::PathBuf::from(config.output_path(std::process::id()));
+    match dump::write_file(&profile, &path) {
+        Ok(()) if !config.quiet => {
+            let stats = &sampler.stats;
+            let samples = stats.samples.load(Ordering::Relaxed);
+            let percent = |n: u64| if samples == 0 { 0.0 } else { 100.0 * n as f64 / samples as f64 };
+            let (recorded, ticks) = profile.totals();
+            eprintln!(
+                "pyigprof: wrote {}: {recorded} samples, {:.3} s of CPU time ({ticks} ticks of {:.3} ms); \
+                 {:.1}% with Python frames, {:.1}% complete native stacks",
+                path.display(),
+                ticks as f64 * sampler.period_ns as f64 / 1e9,
+                sampler.period_ns as f64 / 1e6,
+                percent(stats.with_python.load(Ordering::Relaxed)),
+                percent(stats.complete.load(Ordering::Relaxed)),
+            );
+        }
+        Ok(()) => {}
+        Err(e) => eprintln!("pyigprof: {e}"),
+    }
+}

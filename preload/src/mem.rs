@@ -1,0 +1,128 @@
+//! Memory mapped before sampling starts, handed out without locks inside the signal handler.
+//!
+//! Regions are reserved with `mmap(MAP_NORESERVE)`: address space is cheap, and only the
+//! pages that are written become resident. Allocation is a single `fetch_add`; nothing is
+//! ever freed while the process profiles (a fork child resets the regions it inherits).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Maps `bytes` of zeroed, private, read-write memory that is not backed by swap
+/// reservation. Returns `None` when the kernel refuses.
+pub fn map_region(bytes: usize) -> Option<*mut u8> {
+    // SAFETY: anonymous private mapping; the result is checked.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    (ptr != libc::MAP_FAILED).then_some(ptr.cast())
+}
+
+/// A fixed-capacity array of `T` in a reserved region, allocated by bumping an index.
+/// Index 0 is never handed out, so that 0 can mean "none" in links between elements.
+pub struct Pool<T> {
+    base: *mut T,
+    capacity: usize,
+    next: AtomicUsize,
+}
+
+// SAFETY: elements are only written by the thread that allocated them (or after all
+// writers have stopped); the allocation index is atomic.
+unsafe impl<T> Sync for Pool<T> {}
+unsafe impl<T> Send for Pool<T> {}
+
+impl<T> Pool<T> {
+    /// Reserves room for `capacity` elements. `T` must be valid when all-zero.
+    pub fn new(capacity: usize) -> Option<Self> {
+        let base = map_region(capacity * std::mem::size_of::<T>())?.cast::<T>();
+        Some(Pool { base, capacity, next: AtomicUsize::new(1) })
+    }
+
+    /// Allocates one zeroed element and returns its index, or `None` when the pool is full.
+    /// Async-signal-safe.
+    pub fn alloc(&self) -> Option<u32> {
+        let index = self.next.fetch_add(1, Ordering::Relaxed);
+        if index >= self.capacity {
+            self.next.store(self.capacity, Ordering::Relaxed);
+            return None;
+        }
+        Some(index as u32)
+    }
+
+    /// A pointer to element `index` (which must have been allocated).
+    #[inline(always)]
+    pub fn at(&self, index: u32) -> *mut T {
+        debug_assert!((index as usize) < self.capacity);
+        // SAFETY: index is within the reserved region.
+        unsafe { self.base.add(index as usize) }
+    }
+
+    /// How many elements have been handed out (plus the unused index 0).
+    pub fn len(&self) -> usize {
+        self.next.load(Ordering::Acquire).min(self.capacity)
+    }
+
+    /// Whether nothing was allocated yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() <= 1
+    }
+
+    /// Forgets every element (a fork child starts afresh). Elements handed out after a
+    /// reset hold stale data: the caller initialises every field. Not zeroing keeps the
+    /// child from copying every page the parent used. Only safe when no other thread uses
+    /// the pool.
+    pub fn reset(&self) {
+        self.next.store(1, Ordering::Release);
+    }
+}
+
+/// A byte arena for text captured in the handler (Python names, file names, line tables).
+pub struct Bytes {
+    base: *mut u8,
+    capacity: usize,
+    next: AtomicUsize,
+}
+
+// SAFETY: as for Pool: bytes are written once by the allocating thread before publication.
+unsafe impl Sync for Bytes {}
+unsafe impl Send for Bytes {}
+
+impl Bytes {
+    /// Reserves `capacity` bytes.
+    pub fn new(capacity: usize) -> Option<Self> {
+        Some(Bytes { base: map_region(capacity)?, capacity, next: AtomicUsize::new(0) })
+    }
+
+    /// Allocates `len` bytes and returns their offset, or `None` when full.
+    /// Async-signal-safe.
+    pub fn alloc(&self, len: usize) -> Option<u32> {
+        let offset = self.next.fetch_add(len, Ordering::Relaxed);
+        if offset + len > self.capacity || offset + len > u32::MAX as usize {
+            return None;
+        }
+        Some(offset as u32)
+    }
+
+    /// The writable bytes at `offset..offset+len`, which the caller allocated.
+    #[allow(clippy::mut_from_ref)]
+    pub fn slice_mut(&self, offset: u32, len: usize) -> &mut [u8] {
+        // SAFETY: callers only pass ranges they allocated; each range has one writer.
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(offset as usize), len) }
+    }
+
+    /// The bytes at `offset..offset+len`.
+    pub fn slice(&self, offset: u32, len: usize) -> &[u8] {
+        // SAFETY: as slice_mut; read after the writer published the range.
+        unsafe { std::slice::from_raw_parts(self.base.add(offset as usize), len) }
+    }
+
+    /// Forgets every allocation (fork child). Only safe when no other thread writes.
+    pub fn reset(&self) {
+        self.next.store(0, Ordering::Release);
+    }
+}

@@ -1,0 +1,253 @@
+//! The objects mapped into the process (executable, shared libraries, the vDSO) and the
+//! unwinder built from their CFI.
+//!
+//! Facts (shared/design/unwinding.md): `dl_iterate_phdr` takes the loader lock and
+//! allocates, and `framehop`'s `Module::new`/`add_module` allocate, so the module list is
+//! rebuilt outside the handler — at start-up and after every `dlopen`/`dlclose` — and
+//! published as an immutable [`Snapshot`] through an atomic pointer. Snapshots are never
+//! freed: a handler may still be reading an old one. Unwind data points into the mapped
+//! images (`PT_GNU_EH_FRAME`); before `dlclose` can unmap an object, its module is removed
+//! and the samples in flight are waited for.
+
+use framehop::x86_64::UnwinderX86_64;
+use framehop::{ExplicitModuleSectionInfo, Module, MustNotAllocateDuringUnwind, Unwinder};
+use std::ffi::CStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Mutex;
+
+/// The unwinder type used in the handler: module data borrowed from the mapped images,
+/// no allocation during unwinding.
+pub type NativeUnwinder = UnwinderX86_64<&'static [u8], MustNotAllocateDuringUnwind>;
+
+/// One mapped object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Path of the file (the executable's real path for the main program), or the name the
+    /// loader gives for objects without a file (`linux-vdso.so.1`).
+    pub path: PathBuf,
+    /// Load bias: run-time address minus the ELF virtual address.
+    pub bias: u64,
+    /// `[start, end)` run-time addresses covered by its `PT_LOAD` segments.
+    pub range: (u64, u64),
+    /// Whether the object has no file and must be read from memory (the vDSO).
+    pub in_memory: bool,
+}
+
+/// An immutable view of the mapped objects, read by the handler.
+pub struct Snapshot {
+    /// CFI unwinder over every object with unwind tables.
+    pub unwinder: NativeUnwinder,
+    /// The objects, in `dl_iterate_phdr` order.
+    pub objects: Vec<ObjectInfo>,
+}
+
+static CURRENT: AtomicPtr<Snapshot> = AtomicPtr::new(std::ptr::null_mut());
+static UPDATE: Mutex<()> = Mutex::new(());
+/// Every object ever seen, for naming frames of objects that have since been closed.
+static HISTORY: Mutex<Vec<ObjectInfo>> = Mutex::new(Vec::new());
+
+/// The current snapshot (`None` before the first scan). Async-signal-safe.
+#[inline(always)]
+pub fn current() -> Option<&'static Snapshot> {
+    // SAFETY: snapshots are leaked boxes, never freed.
+    unsafe { CURRENT.load(Ordering::Acquire).as_ref() }
+}
+
+/// Every object seen since start-up (or since the last fork), newest last.
+pub fn history() -> Vec<ObjectInfo> {
+    HISTORY.lock().map(|h| h.clone()).unwrap_or_default()
+}
+
+/// A module as found by `dl_iterate_phdr`, with what framehop needs.
+struct Found {
+    info: ObjectInfo,
+    eh_frame_hdr: Option<(u64, u64)>,
+    text: Option<(u64, u64)>,
+    segments: Vec<(u64, u64)>,
+}
+
+/// Re-reads the list of mapped objects and publishes a snapshot with the new ones added and
+/// the vanished ones removed. Not async-signal-safe (called after dlopen/dlclose and at
+/// start-up).
+pub fn rescan() {
+    let Ok(_guard) = UPDATE.lock() else { return };
+    let found = enumerate();
+    let old = current();
+    let mut unwinder = old.map(|s| s.unwinder.clone()).unwrap_or_default();
+    let old_objects: &[ObjectInfo] = old.map(|s| &s.objects[..]).unwrap_or(&[]);
+    for gone in old_objects.iter().filter(|o| !found.iter().any(|f| f.info == **o)) {
+        unwinder.remove_module(gone.range.0);
+    }
+    let mut history = HISTORY.lock().ok();
+    for f in &found {
+        if old_objects.contains(&f.info) {
+            continue;
+        }
+        if let Some(module) = build_module(f) {
+            unwinder.add_module(module);
+        }
+        if let Some(h) = history.as_mut() {
+            if !h.contains(&f.info) {
+                h.push(f.info.clone());
+            }
+        }
+    }
+    let objects = found.into_iter().map(|f| f.info).collect();
+    publish(Snapshot { unwinder, objects });
+}
+
+/// Removes the object that `handle` (from `dlopen`) refers to from the unwinder, so that
+/// no sample reads its tables once `dlclose` may unmap it. Waits for samples in flight.
+pub fn forget_handle(handle: *mut libc::c_void) {
+    let mut map: *mut LinkMap = std::ptr::null_mut();
+    // SAFETY: dlinfo with RTLD_DI_LINKMAP stores a `struct link_map *` into `map`.
+    let rc = unsafe { libc::dlinfo(handle, libc::RTLD_DI_LINKMAP, (&mut map as *mut *mut LinkMap).cast()) };
+    if rc != 0 || map.is_null() {
+        return;
+    }
+    // SAFETY: glibc returned a valid link map.
+    let bias = unsafe { (*map).l_addr };
+    let Ok(_guard) = UPDATE.lock() else { return };
+    let Some(old) = current() else { return };
+    let doomed: Vec<&ObjectInfo> = old.objects.iter().filter(|o| o.bias == bias as u64 && !o.in_memory).collect();
+    if doomed.is_empty() {
+        return;
+    }
+    let mut unwinder = old.unwinder.clone();
+    for o in &doomed {
+        unwinder.remove_module(o.range.0);
+    }
+    let objects = old.objects.iter().filter(|o| !doomed.contains(o)).cloned().collect();
+    publish(Snapshot { unwinder, objects });
+    crate::sampler::wait_for_handlers();
+}
+
+/// glibc's `struct link_map` (public part, `<link.h>`).
+#[repr(C)]
+struct LinkMap {
+    l_addr: usize,
+    l_name: *const libc::c_char,
+    l_ld: *mut libc::c_void,
+    l_next: *mut LinkMap,
+    l_prev: *mut LinkMap,
+}
+
+fn publish(snapshot: Snapshot) {
+    let fresh = Box::into_raw(Box::new(snapshot));
+    // The previous snapshot is leaked on purpose: a handler may still hold it.
+    CURRENT.store(fresh, Ordering::Release);
+}
+
+/// Forgets the history (fork child keeps the current mappings only).
+pub fn reset_history() {
+    if let Ok(mut h) = HISTORY.lock() {
+        h.clear();
+    }
+    if let Ok(_guard) = UPDATE.lock() {
+        if let (Some(snapshot), Ok(mut h)) = (current(), HISTORY.lock()) {
+            h.extend(snapshot.objects.iter().cloned());
+        }
+    }
+}
+
+fn enumerate() -> Vec<Found> {
+    let mut found: Vec<Found> = Vec::new();
+    unsafe extern "C" fn callback(info: *mut libc::dl_phdr_info, _size: usize, data: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our Vec.
+        let (info, found) = unsafe { (&*info, &mut *data.cast::<Vec<Found>>()) };
+        if let Some(f) = describe(info) {
+            found.push(f);
+        }
+        0
+    }
+    // SAFETY: the callback matches the expected signature and only uses `found`.
+    unsafe { libc::dl_iterate_phdr(Some(callback), (&mut found as *mut Vec<Found>).cast()) };
+    found
+}
+
+fn describe(info: &libc::dl_phdr_info) -> Option<Found> {
+    let bias = info.dlpi_addr;
+    // SAFETY: the loader's program headers for this object.
+    let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
+    let mut segments = Vec::new();
+    let mut eh_frame_hdr = None;
+    let mut text = None;
+    for ph in phdrs {
+        match ph.p_type {
+            libc::PT_LOAD => {
+                segments.push((ph.p_vaddr, ph.p_vaddr + ph.p_memsz));
+                if ph.p_flags & libc::PF_X != 0 && text.is_none() {
+                    text = Some((ph.p_vaddr, ph.p_vaddr + ph.p_memsz));
+                }
+            }
+            libc::PT_GNU_EH_FRAME => eh_frame_hdr = Some((ph.p_vaddr, ph.p_vaddr + ph.p_memsz)),
+            _ => {}
+        }
+    }
+    let start = segments.iter().map(|s| s.0).min()? + bias;
+    let end = segments.iter().map(|s| s.1).max()? + bias;
+    let name = if info.dlpi_name.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: NUL-terminated name owned by the loader.
+        unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes()
+    };
+    let (path, in_memory) = if name.is_empty() {
+        (std::fs::read_link("/proc/self/exe").ok()?, false)
+    } else {
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(name));
+        let in_memory = !path.is_absolute() && !path.exists();
+        (path, in_memory)
+    };
+    Some(Found {
+        info: ObjectInfo { path, bias, range: (start, end), in_memory },
+        eh_frame_hdr,
+        text,
+        segments,
+    })
+}
+
+/// Memory of the mapped image at ELF virtual addresses `[lo, hi)` of object `f`.
+fn image(f: &Found, lo: u64, hi: u64) -> &'static [u8] {
+    // SAFETY: the range lies inside a PT_LOAD segment of a mapped object; the module using
+    // it is removed before the object is unmapped (forget_handle).
+    unsafe { std::slice::from_raw_parts((f.info.bias + lo) as *const u8, (hi - lo) as usize) }
+}
+
+fn build_module(f: &Found) -> Option<Module<&'static [u8]>> {
+    let (hdr_lo, hdr_hi) = f.eh_frame_hdr?;
+    let hdr = image(f, hdr_lo, hdr_hi);
+    // .eh_frame_hdr: version 1, eh_frame_ptr encoding, fde count encoding, table encoding,
+    // then the encoded eh_frame_ptr.
+    if hdr.len() < 8 || hdr[0] != 1 {
+        return None;
+    }
+    let field = i32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
+    let eh_frame_lo = match hdr[1] {
+        0x1b => (hdr_lo + 4).wrapping_add(field as i64 as u64), // DW_EH_PE_pcrel | sdata4
+        0x03 => field as u32 as u64,                             // DW_EH_PE_udata4
+        0x0b => field as i64 as u64,                             // DW_EH_PE_sdata4
+        _ => return None,
+    };
+    let &(_, eh_frame_hi) = f.segments.iter().find(|s| s.0 <= eh_frame_lo && eh_frame_lo < s.1)?;
+    let mut section_info = ExplicitModuleSectionInfo::<&'static [u8]> {
+        base_svma: 0,
+        eh_frame_hdr_svma: Some(hdr_lo..hdr_hi),
+        eh_frame_hdr: Some(hdr),
+        eh_frame_svma: Some(eh_frame_lo..eh_frame_hi),
+        eh_frame: Some(image(f, eh_frame_lo, eh_frame_hi)),
+        ..Default::default()
+    };
+    if let Some((lo, hi)) = f.text {
+        section_info.text_svma = Some(lo..hi);
+        section_info.text = Some(image(f, lo, hi));
+    }
+    Some(Module::new(
+        f.info.path.to_string_lossy().into_owned(),
+        f.info.range.0..f.info.range.1,
+        f.info.bias,
+        section_info,
+    ))
+}

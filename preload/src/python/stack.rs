@@ -1,0 +1,135 @@
+//! Reading one thread's Python call stack from its signal handler: walk CPython's own
+//! per-thread frame chain (its shadow stack) from the current frame outwards, capture each
+//! frame's code, and cut the chain into the groups that each native evaluator activation
+//! runs (shared/design/cpython.md §1).
+
+use super::code::{is_shim, CodeError, Codes, Types};
+use super::layout::{FrameModel, Layout, Position};
+use super::read;
+use crate::frames::python_key;
+
+/// Where the frames of a thread's Python stack were put, innermost first.
+pub struct PyStack<'a> {
+    /// Trace-tree keys of the Python frames, innermost first.
+    pub keys: &'a mut [u64],
+    /// `group_ends[g]` is the index in `keys` one past the last (outermost) frame of group
+    /// `g`; group 0 is run by the innermost evaluator activation. Groups may be empty.
+    pub group_ends: &'a mut [u16],
+}
+
+/// The result of a walk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Walked {
+    /// Frames written to `keys`.
+    pub frames: usize,
+    /// Groups written to `group_ends`.
+    pub groups: usize,
+    /// The chain was longer than `keys` (or had more groups than `group_ends`): only the
+    /// innermost part was read.
+    pub truncated: bool,
+}
+
+/// Why a thread's Python stack could not be read; the sample keeps its native frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WalkError {
+    /// A frame or code object failed validation.
+    BadRead,
+    /// Memory for captured names ran out.
+    Full,
+}
+
+/// Walks the frame chain that starts at thread state `tstate`. Async-signal-safe.
+pub fn walk(
+    tstate: u64,
+    layout: &Layout,
+    types: &Types,
+    codes: &Codes,
+    out: PyStack<'_>,
+    scratch: &mut [u8],
+) -> Result<Walked, WalkError> {
+    let mut frame = current_frame(tstate, layout).ok_or(WalkError::BadRead)?;
+    let mut frames = 0usize;
+    let mut groups = 0usize;
+    let mut truncated = false;
+    let close_group = |groups: &mut usize, frames: usize, ends: &mut [u16]| -> bool {
+        if *groups >= ends.len() {
+            return false;
+        }
+        ends[*groups] = frames as u16;
+        *groups += 1;
+        true
+    };
+    while frame != 0 {
+        if !read::plausible(frame, 80, 8) {
+            return Err(WalkError::BadRead);
+        }
+        let code = read::word(frame + u64::from(layout.frame_code)).ok_or(WalkError::BadRead)?;
+        let back = read::word(frame + u64::from(layout.frame_back)).ok_or(WalkError::BadRead)?;
+        match layout.frame {
+            FrameModel::CStackOwner { offset, value } => {
+                if read::byte(frame + u64::from(offset)) == Some(value) {
+                    // The entry frame of an activation: ends its group, is not Python code.
+                    if !close_group(&mut groups, frames, out.group_ends) {
+                        truncated = true;
+                        break;
+                    }
+                    frame = back;
+                    continue;
+                }
+            }
+            FrameModel::IsEntry { .. } | FrameModel::FrameObject => {}
+        }
+        if frames >= out.keys.len() {
+            truncated = true;
+            break;
+        }
+        if !(is_shim(code, layout) && read::has_type(code, types.code)) {
+            let record = codes.record_for(code, layout, types, scratch).map_err(|e| match e {
+                CodeError::Full => WalkError::Full,
+                CodeError::NotCode | CodeError::BadField => WalkError::BadRead,
+            })?;
+            out.keys[frames] = python_key(record, position(frame, code, layout));
+            frames += 1;
+        }
+        let ends_group = match layout.frame {
+            FrameModel::FrameObject => true,
+            FrameModel::IsEntry { offset } => read::byte(frame + u64::from(offset)).is_some_and(|b| b != 0),
+            FrameModel::CStackOwner { .. } => false,
+        };
+        if ends_group && !close_group(&mut groups, frames, out.group_ends) {
+            truncated = true;
+            break;
+        }
+        frame = back;
+    }
+    // Frames after the last marker belong to the outermost activation.
+    let last_end = if groups == 0 { 0 } else { out.group_ends[groups - 1] as usize };
+    if frames > last_end && !close_group(&mut groups, frames, out.group_ends) {
+        truncated = true;
+    }
+    Ok(Walked { frames, groups, truncated })
+}
+
+/// The thread's innermost frame (0 when it runs no Python code).
+fn current_frame(tstate: u64, layout: &Layout) -> Option<u64> {
+    let field = read::word(tstate + u64::from(layout.thread_frame))?;
+    match layout.cframe_current {
+        None => Some(field),
+        Some(_) if field == 0 => Some(0),
+        Some(offset) => read::word(field + u64::from(offset)),
+    }
+}
+
+/// The byte offset of the frame's current instruction in its code's bytecode; `None`
+/// before the first instruction.
+fn position(frame: u64, code: u64, layout: &Layout) -> Option<u32> {
+    let bytes: i64 = match layout.position {
+        Position::LastiBytes { offset } => i64::from(read::int(frame + u64::from(offset))?),
+        Position::LastiCodeUnits { offset } => 2 * i64::from(read::int(frame + u64::from(offset))?),
+        Position::Pointer { offset, code_start } => {
+            let ptr = read::word(frame + u64::from(offset))?;
+            ptr as i64 - (code + u64::from(code_start)) as i64
+        }
+    };
+    u32::try_from(bytes).ok()
+}

@@ -1,0 +1,361 @@
+//! The sampler: a CPU-time timer that sends `SIGPROF`, and the handler that turns each
+//! signal into one counted call stack.
+//!
+//! Timer (shared/design/timers.md): `timer_create(CLOCK_PROCESS_CPUTIME_ID)`. The kernel
+//! checks CPU timers on its scheduler tick, so at rates above the tick rate several
+//! expirations merge into one signal; a POSIX timer reports how many in `si_overrun`, and
+//! each sample counts `1 + si_overrun` ticks. Profile time = ticks × period therefore
+//! matches the CPU time used, whatever the rate.
+//!
+//! Handler rules: no allocation, no locks, no C-API calls; memory comes from regions mapped
+//! before sampling; every read of the interrupted program's memory is checked; `errno` is
+//! preserved.
+
+use crate::mixed::{compose, Native, Python};
+use crate::modules;
+use crate::python::code::Codes;
+use crate::python::stack::{walk, PyStack};
+use crate::python::Runtime;
+use crate::threads::Slots;
+use crate::trace::Trees;
+use crate::unwind::{unwind, Regs};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+/// `sigev_value` our timer's signals carry, to tell them from anybody else's `SIGPROF`.
+const TIMER_COOKIE: usize = 0x7079_6967_7072_6f66; // "pyigprof"
+
+/// Counters of the sampler's own work, all in samples unless named otherwise.
+#[derive(Default)]
+pub struct Stats {
+    /// Signals handled.
+    pub samples: AtomicU64,
+    /// Ticks counted (1 + merged expirations per signal).
+    pub ticks: AtomicU64,
+    /// Samples recorded with Python frames spliced in.
+    pub with_python: AtomicU64,
+    /// Samples whose native stack reached its outermost frame.
+    pub complete: AtomicU64,
+    /// Samples dropped because the thread had no slot or the trace tree was full.
+    pub dropped: AtomicU64,
+    /// Ticks of those dropped samples.
+    pub dropped_ticks: AtomicU64,
+    /// Samples whose Python part was dropped after a failed read.
+    pub python_bad_reads: AtomicU64,
+    /// Samples whose evaluator frames and Python groups did not pair one to one.
+    pub python_mismatches: AtomicU64,
+    /// Deepest recorded call stack, in frames.
+    pub deepest: AtomicU64,
+    /// Time spent in the handler, in nanoseconds of thread CPU time.
+    pub handler_ns: AtomicU64,
+}
+
+/// Everything the handler uses, built by the constructor before the timer starts.
+pub struct Sampler {
+    /// Tick period in nanoseconds.
+    pub period_ns: u64,
+    /// All trace trees.
+    pub trees: Trees,
+    /// Per-thread state.
+    pub slots: Slots,
+    /// Captured code objects.
+    pub codes: Codes,
+    /// The CPython runtime, when the process is Python.
+    pub python: Option<Runtime>,
+    /// Counters of the sampler's own work.
+    pub stats: Stats,
+    restorer: AtomicU64,
+    timer: AtomicUsize,
+}
+
+const OFF: u8 = 0;
+const SAMPLING: u8 = 1;
+
+static SAMPLER: AtomicPtr<Sampler> = AtomicPtr::new(std::ptr::null_mut());
+static STATE: AtomicU8 = AtomicU8::new(OFF);
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// The installed sampler, if any.
+pub fn get() -> Option<&'static Sampler> {
+    // SAFETY: set once from a leaked Box.
+    unsafe { SAMPLER.load(Ordering::Acquire).as_ref() }
+}
+
+impl Sampler {
+    /// Maps the sampler's memory. `None` when the kernel refuses the mappings.
+    pub fn new(period_ns: u64, python: Option<Runtime>) -> Option<Sampler> {
+        Some(Sampler {
+            period_ns,
+            trees: Trees::new(1 << 24)?,
+            slots: Slots::new()?,
+            codes: Codes::new(1 << 20, 256 << 20)?,
+            python,
+            stats: Stats::default(),
+            restorer: AtomicU64::new(0),
+            timer: AtomicUsize::new(0),
+        })
+    }
+
+    /// Installs `self` as the process's sampler and the `SIGPROF` handler. Returns an error
+    /// message when the handler cannot be installed.
+    pub fn install(self) -> Result<&'static Sampler, String> {
+        let sampler: &'static Sampler = Box::leak(Box::new(self));
+        SAMPLER.store(sampler as *const Sampler as *mut Sampler, Ordering::Release);
+        // SAFETY: installing a SA_SIGINFO handler with a valid function.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_sigprof as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            if libc::sigaction(libc::SIGPROF, &action, std::ptr::null_mut()) != 0 {
+                return Err(format!("cannot install the SIGPROF handler: {}", std::io::Error::last_os_error()));
+            }
+            // glibc fills in its signal trampoline (`__restore_rt`) as sa_restorer.
+            let mut installed: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(libc::SIGPROF, std::ptr::null(), &mut installed);
+            sampler.restorer.store(installed.sa_restorer.map_or(0, |f| f as usize as u64), Ordering::Relaxed);
+        }
+        Ok(sampler)
+    }
+
+    /// Creates and arms the CPU-time timer. Returns an error message on failure.
+    pub fn start_timer(&self) -> Result<(), String> {
+        // SAFETY: plain timer_create/timer_settime calls with initialised structures.
+        unsafe {
+            let mut event: libc::sigevent = std::mem::zeroed();
+            event.sigev_notify = libc::SIGEV_SIGNAL;
+            event.sigev_signo = libc::SIGPROF;
+            event.sigev_value = libc::sigval { sival_ptr: TIMER_COOKIE as *mut libc::c_void };
+            let mut timer: libc::timer_t = std::ptr::null_mut();
+            if libc::timer_create(libc::CLOCK_PROCESS_CPUTIME_ID, &mut event, &mut timer) != 0 {
+                return Err(format!("cannot create the CPU-time timer: {}", std::io::Error::last_os_error()));
+            }
+            let period = libc::timespec {
+                tv_sec: (self.period_ns / 1_000_000_000) as libc::time_t,
+                tv_nsec: (self.period_ns % 1_000_000_000) as libc::c_long,
+            };
+            let spec = libc::itimerspec { it_interval: period, it_value: period };
+            if libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) != 0 {
+                let err = std::io::Error::last_os_error();
+                libc::timer_delete(timer);
+                return Err(format!("cannot arm the CPU-time timer: {err}"));
+            }
+            self.timer.store(timer as usize, Ordering::Release);
+        }
+        STATE.store(SAMPLING, Ordering::Release);
+        Ok(())
+    }
+
+    /// Stops sampling: deletes the timer and waits for handlers in flight. Afterwards the
+    /// trees can be read safely.
+    pub fn stop(&self) {
+        STATE.store(OFF, Ordering::Release);
+        let timer = self.timer.swap(0, Ordering::AcqRel);
+        if timer != 0 {
+            // SAFETY: a timer we created.
+            unsafe { libc::timer_delete(timer as libc::timer_t) };
+        }
+        wait_for_handlers();
+    }
+
+    /// In a fork child: forget the parent's samples and threads, and start a timer of our
+    /// own (timers are not inherited by `fork`).
+    pub fn restart_after_fork(&self) {
+        STATE.store(OFF, Ordering::Release);
+        self.timer.store(0, Ordering::Release);
+        self.trees.reset();
+        self.slots.reset_after_fork();
+        let stats = &self.stats;
+        for counter in [
+            &stats.samples,
+            &stats.ticks,
+            &stats.with_python,
+            &stats.complete,
+            &stats.dropped,
+            &stats.dropped_ticks,
+            &stats.python_bad_reads,
+            &stats.python_mismatches,
+            &stats.deepest,
+            &stats.handler_ns,
+        ] {
+            counter.store(0, Ordering::Relaxed);
+        }
+        modules::reset_history();
+        if let Err(e) = self.start_timer() {
+            eprintln!("pyigprof: {e}; the child process is not profiled");
+        }
+    }
+
+    /// Handles one signal (called from [`on_sigprof`]).
+    fn sample(&self, info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
+        let weight = ticks_of(info);
+        let stats = &self.stats;
+        stats.samples.fetch_add(1, Ordering::Relaxed);
+        stats.ticks.fetch_add(weight, Ordering::Relaxed);
+        let drop_sample = || {
+            stats.dropped.fetch_add(1, Ordering::Relaxed);
+            stats.dropped_ticks.fetch_add(weight, Ordering::Relaxed);
+        };
+        // SAFETY: pthread_self only reads the thread pointer.
+        let thread = unsafe { libc::pthread_self() } as usize;
+        // SAFETY: this is the owner thread and SIGPROF is blocked while the handler runs.
+        let Some(slot) = (unsafe { self.slots.find_or_claim(thread) }) else {
+            return drop_sample();
+        };
+        let mut root = slot.root.load(Ordering::Relaxed);
+        if root == 0 {
+            let Some(fresh) = self.trees.new_root() else { return drop_sample() };
+            slot.root.store(fresh, Ordering::Release);
+            root = fresh;
+        }
+        // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
+        let regs = unsafe { Regs::from_ucontext(uc) };
+
+        // Native frames.
+        let cache = slot.cache.load(Ordering::Acquire);
+        let (native_len, complete) = match (modules::current(), slot.ready.load(Ordering::Acquire), cache.is_null()) {
+            (Some(snapshot), true, false) => {
+                let bounds = (slot.stack.0.load(Ordering::Relaxed), slot.stack.1.load(Ordering::Relaxed));
+                // SAFETY: the cache belongs to this slot, used only by its owner thread.
+                let cache = unsafe { &mut *cache };
+                let restorer = self.restorer.load(Ordering::Relaxed);
+                let u = unwind(snapshot, cache, regs, bounds, restorer, &mut slot.native);
+                (u.frames, u.complete)
+            }
+            _ => {
+                slot.native[0] = regs.ip;
+                (1, false)
+            }
+        };
+        if complete {
+            stats.complete.fetch_add(1, Ordering::Relaxed);
+        }
+
+        // Python frames.
+        let mut python = None;
+        if let Some(rt) = &self.python {
+            let has_evaluator = slot.native[..native_len].iter().any(|&pc| rt.is_evaluator(pc));
+            let tstate = if has_evaluator { rt.current_thread_state() } else { 0 };
+            if tstate != 0 {
+                let out = PyStack { keys: &mut slot.python, group_ends: &mut slot.groups };
+                match walk(tstate, &rt.layout, &rt.types, &self.codes, out, &mut slot.text) {
+                    Ok(w) => python = Some(w),
+                    Err(_) => {
+                        stats.python_bad_reads.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+
+        let native = Native { frames: &slot.native[..native_len], complete };
+        let composed = match (&self.python, python) {
+            (Some(rt), Some(w)) => {
+                let py = Python {
+                    keys: &slot.python[..w.frames],
+                    group_ends: &slot.groups[..w.groups],
+                    truncated: w.truncated,
+                };
+                let c = compose(&native, Some(&py), |pc| rt.is_evaluator(pc), &mut slot.out);
+                if c.paired > 0 {
+                    stats.with_python.fetch_add(1, Ordering::Relaxed);
+                }
+                if c.evaluators != w.groups {
+                    stats.python_mismatches.fetch_add(1, Ordering::Relaxed);
+                }
+                c
+            }
+            _ => compose(&native, None, |_| false, &mut slot.out),
+        };
+        stats.deepest.fetch_max(composed.len as u64, Ordering::Relaxed);
+        if !self.trees.record(root, &slot.out[..composed.len], weight) {
+            drop_sample();
+        }
+    }
+}
+
+/// How many ticks a signal stands for: 1 plus the expirations the kernel merged into it.
+fn ticks_of(info: *const libc::siginfo_t) -> u64 {
+    // SAFETY: the kernel passes a valid siginfo; for SI_TIMER signals si_overrun is the int
+    // at offset 20 (after si_signo, si_errno, si_code, padding, si_tid).
+    unsafe {
+        if (*info).si_code == libc::SI_TIMER {
+            let overrun = *(info as *const u8).add(20).cast::<i32>();
+            1 + overrun.max(0) as u64
+        } else {
+            1
+        }
+    }
+}
+
+/// Whether the signal was sent by our timer (si_value carries our cookie).
+fn is_ours(info: *const libc::siginfo_t) -> bool {
+    // SAFETY: for SI_TIMER signals si_value is at offset 24 (after si_tid, si_overrun).
+    unsafe { (*info).si_code == libc::SI_TIMER && *(info as *const u8).add(24).cast::<usize>() == TIMER_COOKIE }
+}
+
+extern "C" fn on_sigprof(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    // SAFETY: __errno_location is the calling thread's errno.
+    let errno = unsafe { *libc::__errno_location() };
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    if STATE.load(Ordering::Acquire) == SAMPLING && is_ours(info) {
+        if let Some(sampler) = get() {
+            let started = thread_cpu_ns();
+            sampler.sample(info, uc.cast());
+            sampler.stats.handler_ns.fetch_add(thread_cpu_ns().saturating_sub(started), Ordering::Relaxed);
+        }
+    }
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// The calling thread's CPU time in nanoseconds (`clock_gettime` is async-signal-safe).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid timespec pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Waits (up to about a second) until no signal handler is running. Not for use inside the
+/// handler.
+pub fn wait_for_handlers() {
+    for _ in 0..100_000 {
+        if IN_FLIGHT.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Blocks `SIGPROF` in the calling thread while alive.
+pub struct BlockSampling {
+    old: libc::sigset_t,
+}
+
+impl BlockSampling {
+    /// Blocks `SIGPROF` until the guard is dropped.
+    pub fn new() -> BlockSampling {
+        // SAFETY: plain signal-mask calls on initialised sets.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGPROF);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            BlockSampling { old }
+        }
+    }
+}
+
+impl Default for BlockSampling {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for BlockSampling {
+    fn drop(&mut self) {
+        // SAFETY: restoring the mask saved in new().
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}

@@ -1,0 +1,157 @@
+//! Per-thread sampler state: a slot per thread, found from the signal handler by the
+//! thread's `pthread_t`, holding its stack bounds, its unwinding cache, its trace tree and
+//! scratch buffers, all mapped before the thread is sampled.
+//!
+//! A thread registers itself when it starts (through the `pthread_create` interposition)
+//! or, for the main thread, in the library constructor; registration may allocate. A
+//! thread the handler meets unregistered gets a slot claimed by compare-and-swap, without
+//! stack bounds: its samples keep only the interrupted instruction. Slots are never freed;
+//! a new thread whose `pthread_t` equals that of a finished one (glibc reuses thread
+//! descriptors and their stacks) takes over its slot and adds to its tree.
+
+use crate::mem::map_region;
+use framehop::x86_64::CacheX86_64;
+use framehop::MustNotAllocateDuringUnwind;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// Most native frames unwound per sample; a deeper stack is cut (outermost frames lost)
+/// and a `<truncated stack>` marker stands for the rest.
+pub const MAX_NATIVE_FRAMES: usize = 1024;
+/// Most Python frames read per sample.
+pub const MAX_PYTHON_FRAMES: usize = 1024;
+/// Most frames in one recorded call stack.
+pub const MAX_STACK: usize = MAX_NATIVE_FRAMES + MAX_PYTHON_FRAMES + 1;
+/// Most threads with a slot; further threads' samples are counted as dropped.
+pub const MAX_THREADS: usize = 4096;
+
+/// The unwinding cache type (about 33 KB, no allocation during unwinding).
+pub type UnwindCache = CacheX86_64<MustNotAllocateDuringUnwind>;
+
+/// One thread's state. All-zero is a free slot.
+#[repr(C)]
+pub struct Slot {
+    /// `pthread_t` of the owner; 0 = free.
+    pub owner: AtomicUsize,
+    /// Root of the thread's trace tree (0 = none yet).
+    pub root: AtomicU32,
+    /// Set once `stack` and `cache` are valid.
+    pub ready: AtomicBool,
+    /// `[low, high)` of the thread's stack.
+    pub stack: (AtomicU64, AtomicU64),
+    /// The thread's unwinding cache.
+    pub cache: AtomicPtr<UnwindCache>,
+    /// Scratch: native frame addresses, innermost first.
+    pub native: [u64; MAX_NATIVE_FRAMES],
+    /// Scratch: Python frame keys, innermost first.
+    pub python: [u64; MAX_PYTHON_FRAMES],
+    /// Scratch: Python group ends (see `python::stack`).
+    pub groups: [u16; MAX_NATIVE_FRAMES],
+    /// Scratch: the call stack being recorded, outermost first.
+    pub out: [u64; MAX_STACK],
+    /// Scratch for text captured from the interpreter.
+    pub text: [u8; crate::python::code::MAX_TEXT],
+}
+
+/// All slots.
+pub struct Slots {
+    base: *mut Slot,
+}
+
+// SAFETY: a slot's scratch buffers are only used by its owner thread; shared fields are
+// atomics.
+unsafe impl Sync for Slots {}
+unsafe impl Send for Slots {}
+
+impl Slots {
+    /// Reserves [`MAX_THREADS`] slots (about 45 KB each, resident only when used).
+    pub fn new() -> Option<Slots> {
+        let base = map_region(MAX_THREADS * std::mem::size_of::<Slot>())?.cast::<Slot>();
+        Some(Slots { base })
+    }
+
+    fn at(&self, i: usize) -> &Slot {
+        // SAFETY: i < MAX_THREADS; the mapping is zeroed, which is a valid free Slot.
+        unsafe { &*self.base.add(i) }
+    }
+
+    /// The calling thread's slot, mutable. Async-signal-safe.
+    ///
+    /// # Safety
+    /// Only the owner thread may hold the returned reference, and not twice at once (the
+    /// SIGPROF handler is not re-entered while it runs).
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn find_or_claim(&self, thread: usize) -> Option<&mut Slot> {
+        let home = thread.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52;
+        for probe in 0..MAX_THREADS {
+            let i = (home + probe) % MAX_THREADS;
+            let slot = self.at(i);
+            let owner = slot.owner.load(Ordering::Acquire);
+            if owner == thread
+                || (owner == 0
+                    && slot.owner.compare_exchange(0, thread, Ordering::AcqRel, Ordering::Acquire).is_ok())
+            {
+                // SAFETY: see the function contract.
+                return Some(unsafe { &mut *self.base.add(i) });
+            }
+        }
+        None
+    }
+
+    /// Registers the calling thread: stack bounds and an unwinding cache. Not
+    /// async-signal-safe (allocates); call at thread start.
+    pub fn register_current(&self) {
+        // SAFETY: pthread_self is always valid.
+        let thread = unsafe { libc::pthread_self() } as usize;
+        let bounds = pyigprof_hooks::threads::current_stack_bounds();
+        // Block SIGPROF while the slot is being filled, so the handler never sees it half
+        // written.
+        let guard = crate::sampler::BlockSampling::new();
+        // SAFETY: we are the owner thread and SIGPROF is blocked.
+        if let Some(slot) = unsafe { self.find_or_claim(thread) } {
+            if slot.cache.load(Ordering::Acquire).is_null() {
+                slot.cache.store(Box::into_raw(Box::new(UnwindCache::new_in())), Ordering::Release);
+            }
+            if let Some((lo, hi)) = bounds {
+                slot.stack.0.store(lo, Ordering::Relaxed);
+                slot.stack.1.store(hi, Ordering::Relaxed);
+                slot.ready.store(true, Ordering::Release);
+            }
+        }
+        drop(guard);
+    }
+
+    /// Marks the calling thread's stack as no longer valid (its start routine returned).
+    pub fn unregister_current(&self) {
+        // SAFETY: pthread_self is always valid.
+        let thread = unsafe { libc::pthread_self() } as usize;
+        let guard = crate::sampler::BlockSampling::new();
+        // SAFETY: owner thread, SIGPROF blocked.
+        if let Some(slot) = unsafe { self.find_or_claim(thread) } {
+            slot.ready.store(false, Ordering::Release);
+        }
+        drop(guard);
+    }
+
+    /// Roots of every thread's trace tree.
+    pub fn roots(&self) -> Vec<u32> {
+        (0..MAX_THREADS)
+            .map(|i| self.at(i).root.load(Ordering::Acquire))
+            .filter(|&r| r != 0)
+            .collect()
+    }
+
+    /// After `fork`: only the calling thread exists. Frees every other slot and forgets all
+    /// trees. Only safe while no other thread runs (the fork child).
+    pub fn reset_after_fork(&self) {
+        // SAFETY: pthread_self is always valid.
+        let me = unsafe { libc::pthread_self() } as usize;
+        for i in 0..MAX_THREADS {
+            let slot = self.at(i);
+            slot.root.store(0, Ordering::Relaxed);
+            if slot.owner.load(Ordering::Relaxed) != me {
+                slot.ready.store(false, Ordering::Relaxed);
+                slot.owner.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+}
