@@ -3,7 +3,7 @@
 //! start-up (to find every part of the evaluator); never in the signal handler.
 
 use crate::modules::ObjectInfo;
-use object::{Object, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -31,9 +31,14 @@ impl SymbolTable {
     /// executable is, stripped or not).
     pub fn from_elf(data: &[u8], name_entry: bool) -> Option<SymbolTable> {
         let file = object::File::parse(data).ok()?;
-        // (start, size, rank, name): rank prefers global over weak over local names for
-        // aliases at the same address.
-        let mut raw: Vec<(u64, u64, u8, String)> = Vec::new();
+        let section_end = |index: Option<object::SectionIndex>| -> u64 {
+            index
+                .and_then(|i| file.section_by_index(i).ok())
+                .map_or(u64::MAX, |sec| sec.address() + sec.size())
+        };
+        // (start, size, rank, name, end of its section): rank prefers global over weak over
+        // local names for aliases at the same address.
+        let mut raw: Vec<(u64, u64, u8, String, u64)> = Vec::new();
         for sym in file.symbols().chain(file.dynamic_symbols()) {
             if sym.kind() != SymbolKind::Text || sym.address() == 0 || sym.is_undefined() {
                 continue;
@@ -49,26 +54,41 @@ impl SymbolTable {
             } else {
                 2
             };
-            raw.push((sym.address(), sym.size(), rank, name.to_string()));
+            raw.push((sym.address(), sym.size(), rank, name.to_string(), section_end(sym.section_index())));
+        }
+        let entry = file.entry();
+        if name_entry && entry != 0 {
+            raw.push((entry, 0, 3, "_start".into(), u64::MAX));
+        }
+        // Where no symbol covers a function that has unwind information (stripped objects,
+        // static functions of a library without .symtab), the FDE's start is the function's
+        // start: name it `@?0x<start>` so that one function stays one entry.
+        let fdes = fde_starts(&file);
+        raw.sort_by(|a, b| (a.0, a.2, &a.3).cmp(&(b.0, b.2, &b.3)));
+        raw.dedup_by_key(|s| s.0);
+        let sized: Vec<(u64, u64)> = raw.iter().filter(|s| s.1 > 0).map(|s| (s.0, s.0 + s.1)).collect();
+        let covered = |addr: u64| {
+            let at = sized.partition_point(|r| r.0 <= addr);
+            at > 0 && addr < sized[at - 1].1
+        };
+        for (i, &start) in fdes.iter().enumerate() {
+            if !covered(start) && raw.binary_search_by_key(&start, |s| s.0).is_err() {
+                let end = fdes.get(i + 1).copied().unwrap_or(u64::MAX);
+                raw.push((start, end.saturating_sub(start), 4, format!("@?{start:#x}"), u64::MAX));
+            }
         }
         raw.sort_by(|a, b| (a.0, a.2, &a.3).cmp(&(b.0, b.2, &b.3)));
         raw.dedup_by_key(|s| s.0);
         let starts: Vec<u64> = raw.iter().map(|s| s.0).collect();
-        let mut symbols: Vec<Symbol> = raw
+        let symbols = raw
             .into_iter()
             .enumerate()
-            .map(|(i, (start, size, _, name))| {
+            .map(|(i, (start, size, _, name, section_end))| {
                 let next = starts.get(i + 1).copied().unwrap_or(u64::MAX);
-                let end = if size > 0 { start + size } else { next };
+                let end = if size > 0 { start + size } else { next.min(section_end).max(start + 1) };
                 Symbol { start, end, name }
             })
             .collect();
-        let entry = file.entry();
-        if name_entry && entry != 0 && !symbols.iter().any(|s| s.start <= entry && entry < s.end) {
-            let at = symbols.partition_point(|s| s.start < entry);
-            let end = symbols.get(at).map_or(entry + 1, |s| s.start);
-            symbols.insert(at, Symbol { start: entry, end, name: "_start".into() });
-        }
         Some(SymbolTable { symbols })
     }
 
@@ -98,6 +118,35 @@ impl SymbolTable {
     pub fn is_empty(&self) -> bool {
         self.symbols.is_empty()
     }
+}
+
+/// Start addresses of the functions described by the object's `.eh_frame_hdr` search
+/// table, sorted. Empty when the object has none or it uses an encoding other than the one
+/// GNU ld writes (`DW_EH_PE_datarel | DW_EH_PE_sdata4`).
+fn fde_starts(file: &object::File<'_>) -> Vec<u64> {
+    let Some(section) = file.section_by_name(".eh_frame_hdr") else { return Vec::new() };
+    let (Ok(hdr), base) = (section.data(), section.address()) else { return Vec::new() };
+    // version, eh_frame_ptr encoding, fde_count encoding, table encoding.
+    if hdr.len() < 12 || hdr[0] != 1 || hdr[2] != 0x03 || hdr[3] != 0x3b {
+        return Vec::new();
+    }
+    let pointer_size = match hdr[1] & 0x0f {
+        0x03 | 0x0b => 4,
+        0x04 | 0x0c => 8,
+        _ => return Vec::new(),
+    };
+    let count_at = 4 + pointer_size;
+    let Some(count) = hdr.get(count_at..count_at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])) else {
+        return Vec::new();
+    };
+    let table = &hdr[count_at + 4..];
+    let mut starts: Vec<u64> = table
+        .chunks_exact(8)
+        .take(count as usize)
+        .map(|entry| base.wrapping_add(i32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]) as i64 as u64))
+        .collect();
+    starts.sort_unstable();
+    starts
 }
 
 static LOADED: Mutex<Option<HashMap<(PathBuf, u64), Arc<SymbolTable>>>> = Mutex::new(None);
@@ -157,6 +206,22 @@ mod tests {
         let table = own_executable();
         assert!(table.lookup(0).is_none());
         assert!(table.lookup(u64::MAX - 1).is_none());
+    }
+
+    #[test]
+    fn stripped_functions_are_named_by_their_unwind_entry() {
+        // Debian's libz is stripped of .symtab: static functions such as deflate_slow are only
+        // known from .eh_frame_hdr.
+        let Ok(data) = std::fs::read("/lib/x86_64-linux-gnu/libz.so.1") else { return };
+        let table = SymbolTable::from_elf(&data, false).unwrap();
+        let unnamed: Vec<&Symbol> = table.symbols.iter().filter(|s| s.name.starts_with("@?")).collect();
+        assert!(!unnamed.is_empty());
+        let f = unnamed[0];
+        assert_eq!(f.name, format!("@?{:#x}", f.start));
+        // Every address inside it resolves to the same function.
+        assert_eq!(table.lookup(f.start).unwrap().start, f.start);
+        assert_eq!(table.lookup(f.end - 1).unwrap().start, f.start);
+        assert_eq!(table.ranges_of("deflate").len(), 1);
     }
 
     #[test]

@@ -1,1 +1,255 @@
-pub fn x(){}
+//! Support for pyigprof's end-to-end tests: building the preload library and the analyser,
+//! finding the Python interpreters on the machine, running programs under the profiler,
+//! and reading the profiles they write (with the analyser's own reader).
+
+use igprof_analyse::Profile;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Built artifacts: `libpyigprof.so` and `pyigprof-analyse` (release, as a user builds them).
+pub struct Artifacts {
+    /// Path of `libpyigprof.so`.
+    pub preload: PathBuf,
+    /// Path of the `pyigprof-analyse` binary.
+    pub analyse: PathBuf,
+}
+
+/// Builds the release artifacts once per test process (`cargo build --release`, the
+/// command the README gives) and returns their paths.
+pub fn artifacts() -> &'static Artifacts {
+    static BUILT: OnceLock<Artifacts> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--release", "-p", "pyigprof-preload", "-p", "pyigprof-analyse"])
+            .current_dir(repo())
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "cargo build --release failed");
+        let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
+        let a = Artifacts {
+            preload: target.join("release/libpyigprof.so"),
+            analyse: target.join("release/pyigprof-analyse"),
+        };
+        assert!(a.preload.exists() && a.analyse.exists(), "artifacts missing in {}", target.display());
+        a
+    })
+}
+
+/// A Python interpreter present on this machine.
+#[derive(Clone, Debug)]
+pub struct Interpreter {
+    /// How tests name it, e.g. `pyenv-3.11.7` or `debian-3.11`.
+    pub name: String,
+    /// Executable path.
+    pub path: PathBuf,
+    /// `(major, minor)`.
+    pub version: (u32, u32),
+}
+
+/// Every interpreter the brief lists that is present: pyenv's builds and Debian's static
+/// `/usr/bin/python3.11`, oldest first.
+pub fn interpreters() -> Vec<Interpreter> {
+    let mut found = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/root/.pyenv/versions") {
+        for entry in entries.flatten() {
+            let dir = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path().join("bin/python");
+            if let Some(version) = version_of(&path) {
+                found.push(Interpreter { name: format!("pyenv-{dir}"), path, version });
+            }
+        }
+    }
+    let debian = PathBuf::from("/usr/bin/python3.11");
+    if let Some(version) = version_of(&debian) {
+        found.push(Interpreter { name: "debian-3.11".into(), path: debian, version });
+    }
+    found.sort_by(|a, b| (a.version, &a.name).cmp(&(b.version, &b.name)));
+    found
+}
+
+fn version_of(path: &Path) -> Option<(u32, u32)> {
+    let out = Command::new(path).args(["-c", "import sys; print('%d %d' % sys.version_info[:2])"]).output().ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    let mut parts = text.split_whitespace().map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??))
+}
+
+/// The interpreters whose Python frames pyigprof reads (attaching through audit hooks,
+/// 3.8+), printed so the test log says which ran.
+pub fn interpreters_with_python_frames(test: &str) -> Vec<Interpreter> {
+    let all = interpreters();
+    let (with, without): (Vec<_>, Vec<_>) = all.into_iter().partition(|i| i.version >= (3, 8));
+    let names = |v: &[Interpreter]| v.iter().map(|i| i.name.clone()).collect::<Vec<_>>().join(", ");
+    eprintln!("{test}: interpreters covered: {}", names(&with));
+    if !without.is_empty() {
+        eprintln!("{test}: not covered (no audit hooks): {}", names(&without));
+    }
+    with
+}
+
+/// The 3.11 interpreters issue 2 is about (pyenv's shared build and Debian's static one),
+/// printed.
+pub fn python311(test: &str) -> Vec<Interpreter> {
+    let v: Vec<Interpreter> = interpreters().into_iter().filter(|i| i.version == (3, 11)).collect();
+    eprintln!("{test}: 3.11 interpreters covered: {}", v.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", "));
+    v
+}
+
+/// A fresh, empty directory for one test run.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("pyigprof-test-{tag}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// A finished profiled run.
+pub struct Run {
+    /// The program's stdout, stderr and exit status.
+    pub output: Output,
+    /// The directory it ran in (its working directory).
+    pub dir: PathBuf,
+}
+
+impl Run {
+    /// The program's stdout as text.
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    /// The program's stderr as text.
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+
+    /// Profiles written into the run's directory (`pyigprof.*`), sorted.
+    pub fn profiles(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        v.retain(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("pyigprof.")));
+        v.sort();
+        v
+    }
+
+    /// The single profile the run wrote, read with the analyser's reader.
+    pub fn profile(&self) -> Profile {
+        let paths = self.profiles();
+        assert_eq!(paths.len(), 1, "expected one profile in {}, stderr:\n{}", self.dir.display(), self.stderr());
+        igprof_analyse::read_profiles(&paths).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// Runs `python args…` in a fresh directory with the profiler preloaded and `env` set.
+pub fn run_profiled(python: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let dir = scratch_dir("run");
+    let mut cmd = Command::new(python);
+    cmd.args(args).current_dir(&dir).env("LD_PRELOAD", &artifacts().preload);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let output = cmd.output().expect("run python");
+    Run { output, dir }
+}
+
+/// Path of a file under `examples/`.
+pub fn example(name: &str) -> String {
+    repo().join("examples").join(name).to_string_lossy().into_owned()
+}
+
+/// One recorded call stack: frames outermost first as (function name, file), and its
+/// self amount (ticks) and count (samples).
+#[derive(Clone, Debug)]
+pub struct Stack {
+    /// Frames, outermost first.
+    pub frames: Vec<(String, String)>,
+    /// Ticks that ended here.
+    pub ticks: i64,
+    /// Samples that ended here.
+    pub samples: i64,
+    /// Offset of each frame (bytes for native, lines past the first line for Python).
+    pub offsets: Vec<i64>,
+}
+
+impl Stack {
+    /// Whether a frame named `name` appears.
+    pub fn has(&self, name: &str) -> bool {
+        self.frames.iter().any(|(n, _)| n == name)
+    }
+
+    /// Index of the first frame named `name`.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.frames.iter().position(|(n, _)| n == name)
+    }
+}
+
+/// Every stack of the profile that has samples of its own (PERF_TICKS).
+pub fn stacks(profile: &Profile) -> Vec<Stack> {
+    let counter = profile.counter_id("PERF_TICKS").expect("PERF_TICKS counter");
+    let nodes = profile.nodes();
+    let mut out = Vec::new();
+    for (index, node) in nodes.iter().enumerate() {
+        let v = node.value(counter);
+        if v.count == 0 {
+            continue;
+        }
+        let mut frames = Vec::new();
+        let mut offsets = Vec::new();
+        let mut cursor = Some(index as u32);
+        while let Some(i) = cursor {
+            let n = &nodes[i as usize];
+            let f = profile.function(n.function);
+            frames.push((f.name.clone(), profile.file(f.file).to_string()));
+            offsets.push(n.offset);
+            cursor = n.parent;
+        }
+        frames.reverse();
+        offsets.reverse();
+        out.push(Stack { frames, ticks: v.amount, samples: v.count, offsets });
+    }
+    out
+}
+
+/// Total ticks and samples of the profile.
+pub fn totals(profile: &Profile) -> (i64, i64) {
+    stacks(profile).iter().fold((0, 0), |(t, s), st| (t + st.ticks, s + st.samples))
+}
+
+/// Seconds of CPU time the profile reports (ticks × T).
+pub fn seconds(profile: &Profile) -> f64 {
+    totals(profile).0 as f64 * profile.sources[0].tick_period
+}
+
+/// Share (0–100) of ticks whose stack satisfies `pred`.
+pub fn share(profile: &Profile, pred: impl Fn(&Stack) -> bool) -> f64 {
+    let all = stacks(profile);
+    let total: i64 = all.iter().map(|s| s.ticks).sum();
+    let hit: i64 = all.iter().filter(|s| pred(s)).map(|s| s.ticks).sum();
+    if total == 0 {
+        0.0
+    } else {
+        100.0 * hit as f64 / total as f64
+    }
+}
+
+/// Extracts the number after `"key":` in a flat JSON text (the example programs print
+/// their measurements as JSON on their last line).
+pub fn json_number(text: &str, key: &str) -> f64 {
+    let needle = format!("\"{key}\": ");
+    let at = text.find(&needle).unwrap_or_else(|| panic!("no {key} in {text}")) + needle.len();
+    let end = text[at..].find([',', '}']).map_or(text.len(), |e| at + e);
+    text[at..end].trim().parse().unwrap_or_else(|_| panic!("bad number for {key} in {text}"))
+}
+
+/// Runs the analyser with `args`.
+pub fn analyse(args: &[&str]) -> Output {
+    Command::new(&artifacts().analyse).args(args).output().expect("run pyigprof-analyse")
+}

@@ -1,0 +1,106 @@
+//! A real program profiled end to end: the profile must agree with what the program
+//! measured itself, show native frames under the Python functions that called them, and
+//! report the CPU time the process used.
+
+use pyigprof_suite::*;
+
+/// Runs examples/mixed.py for `seconds` under `python` and checks what a user would check.
+fn check_mixed_program(python: &Interpreter, seconds: &str, env: &[(&str, &str)]) {
+    let run = run_profiled(&python.path, &[&example("mixed.py"), seconds], env);
+    let who = &python.name;
+    assert!(run.output.status.success(), "{who}: exit {:?}\n{}", run.output.status, run.stderr());
+    let stdout = run.stdout();
+    let profile = run.profile();
+
+    // Reported time = ticks × T matches the CPU time the process used (within 10 %).
+    let cpu = json_number(&stdout, "process_cpu_s");
+    let reported = seconds_of(&profile);
+    assert!((reported - cpu).abs() <= 0.10 * cpu, "{who}: profile reports {reported:.3} s, process used {cpu:.3} s");
+
+    // Each phase's cumulative share is within 4 points of what the program measured.
+    for phase in ["python_work", "squeeze", "digest"] {
+        let measured = 100.0 * json_number(&stdout, phase) / cpu;
+        let profiled = share(&profile, |s| s.has(phase));
+        assert!(
+            (profiled - measured).abs() <= 4.0,
+            "{who}: {phase} is {profiled:.1}% of the profile but {measured:.1}% of the CPU time measured"
+        );
+        eprintln!("{who}: {phase}: profile {profiled:.1}%, measured {measured:.1}%");
+    }
+
+    // Native frames sit under the Python function that called them.
+    let below = |caller: &str, lib: &str| {
+        share(&profile, |s| {
+            s.position(caller).is_some_and(|at| s.frames[at + 1..].iter().any(|(_, file)| file.contains(lib)))
+        })
+    };
+    let zlib = below("squeeze", "libz.so");
+    let crypto = below("digest", "libcrypto.so");
+    let squeeze_share = share(&profile, |s| s.has("squeeze"));
+    let digest_share = share(&profile, |s| s.has("digest"));
+    assert!(zlib >= 0.6 * squeeze_share, "{who}: libz under squeeze in {zlib:.1}% (squeeze {squeeze_share:.1}%)");
+    assert!(crypto >= 0.8 * digest_share, "{who}: libcrypto under digest in {crypto:.1}% (digest {digest_share:.1}%)");
+
+    // The evaluator is replaced by the Python frames it runs.
+    let evaluator = share(&profile, |s| s.frames.iter().any(|(n, _)| n.contains("EvalFrameDefault")));
+    assert!(evaluator < 2.0, "{who}: {evaluator:.1}% of samples still show the evaluator");
+
+    // Stacks reach the program's entry point.
+    let rooted = share(&profile, |s| s.frames[0].0 == "_start");
+    assert!(rooted >= 99.0, "{who}: only {rooted:.1}% of samples are rooted at _start");
+
+    // The Python frame carries its line: python_work's time is on its loop (lines 18-20 of
+    // the function starting at line 16, i.e. offsets 2-4).
+    let in_loop = share(&profile, |s| s.position("python_work").is_some_and(|at| (2..=4).contains(&s.offsets[at])));
+    let work = share(&profile, |s| s.has("python_work"));
+    assert!(in_loop >= 0.95 * work, "{who}: python_work loop lines hold {in_loop:.1}% of its {work:.1}%");
+}
+
+fn seconds_of(profile: &igprof_analyse::Profile) -> f64 {
+    seconds(profile)
+}
+
+#[test]
+fn mixed_program_on_every_interpreter_with_python_frames() {
+    let interpreters = interpreters_with_python_frames("mixed_program");
+    assert!(!interpreters.is_empty(), "no Python 3.8+ interpreter found");
+    for python in &interpreters {
+        let seconds = if python.version == (3, 11) { "3" } else { "2" };
+        check_mixed_program(python, seconds, &[]);
+    }
+}
+
+#[test]
+fn reported_time_matches_cpu_time_at_one_kilohertz() {
+    for python in python311("one_kilohertz") {
+        let run = run_profiled(&python.path, &[&example("mixed.py"), "2"], &[("PYIGPROF_HZ", "1000")]);
+        assert!(run.output.status.success(), "{}", run.stderr());
+        let profile = run.profile();
+        assert!((profile.sources[0].tick_period - 0.001).abs() < 1e-9);
+        let cpu = json_number(&run.stdout(), "process_cpu_s");
+        let reported = seconds(&profile);
+        let (ticks, samples) = totals(&profile);
+        eprintln!("{}: 1 kHz: {samples} samples, {ticks} ticks, {reported:.3} s vs {cpu:.3} s CPU", python.name);
+        assert!((reported - cpu).abs() <= 0.10 * cpu, "{}: {reported:.3} s reported, {cpu:.3} s used", python.name);
+    }
+}
+
+#[test]
+fn top_report_lists_python_and_native_functions_hottest_first() {
+    let Some(python) = python311("top_report").into_iter().next() else { return };
+    let run = run_profiled(&python.path, &[&example("mixed.py"), "2"], &[]);
+    let path = run.profiles().pop().expect("a profile");
+    let out = analyse(&[path.to_str().unwrap(), "--top"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[1].starts_with("PERF_TICKS: "), "{text}");
+    assert!(lines[2].contains("self %") && lines[2].contains("cum %") && lines[2].contains("self s"), "{text}");
+    let rows = &lines[3..];
+    assert!(rows.iter().any(|r| r.contains("python_work (") && r.contains("mixed.py:16")), "{text}");
+    assert!(rows.iter().any(|r| r.contains("libz.so")), "{text}");
+    assert!(rows.iter().any(|r| r.contains("libcrypto.so")), "{text}");
+    // Hottest first: the self % column never increases.
+    let selfs: Vec<f64> = rows.iter().map(|r| r.split_whitespace().next().unwrap().parse().unwrap()).collect();
+    assert!(selfs.windows(2).all(|w| w[0] >= w[1]), "{text}");
+}
