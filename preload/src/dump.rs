@@ -125,6 +125,7 @@ impl Profile {
         let mut resolver = Resolver::new(sampler);
         let mut nodes = vec![OutNode { function: u32::MAX, offset: 0, children: Vec::new(), samples: 0, ticks: 0 }];
         let mut edges: HashMap<(u32, u32, u64), u32> = HashMap::new();
+        let own = own_object_path();
         for root in sampler.slots.roots() {
             // path[d] = merged node at depth d (path[0] = root).
             let mut path: Vec<u32> = vec![0];
@@ -132,6 +133,15 @@ impl Profile {
                 path.truncate(depth);
                 let parent = path[depth - 1];
                 let (function, offset) = resolver.resolve(node.key.load(Ordering::Relaxed));
+                if own.as_deref() == Some(resolver.functions[function as usize].file.as_slice()) {
+                    // The profiler's own frames (the thread-start trampoline) are not the
+                    // program's: their callees hang under their caller.
+                    path.push(parent);
+                    let out = &mut nodes[parent as usize];
+                    out.samples += node.samples.load(Ordering::Relaxed);
+                    out.ticks += node.ticks.load(Ordering::Relaxed);
+                    return;
+                }
                 let index = *edges.entry((parent, function, offset)).or_insert_with(|| {
                     nodes.push(OutNode { function, offset, children: Vec::new(), samples: 0, ticks: 0 });
                     let index = (nodes.len() - 1) as u32;
@@ -223,6 +233,16 @@ pub fn escape_into(text: &[u8], out: &mut Vec<u8>) {
             out.push(b);
         }
     }
+}
+
+/// Path of this library (`libpyigprof.so`) as the module list names it.
+fn own_object_path() -> Option<Vec<u8>> {
+    let here = own_object_path as *const () as usize as u64;
+    modules::history()
+        .into_iter()
+        .rev()
+        .find(|o| o.range.0 <= here && here < o.range.1)
+        .map(|o| o.path.as_os_str().as_bytes().to_vec())
 }
 
 /// The process's command line, arguments joined by single spaces.

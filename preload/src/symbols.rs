@@ -30,31 +30,19 @@ impl SymbolTable {
     /// symbol covers the ELF entry point, it is named `_start` (what the entry point of an
     /// executable is, stripped or not).
     pub fn from_elf(data: &[u8], name_entry: bool) -> Option<SymbolTable> {
+        SymbolTable::from_elf_with_debug(data, None, name_entry)
+    }
+
+    /// As [`SymbolTable::from_elf`], adding the symbols of a separate debug file (the
+    /// `.symtab` that a distribution strips from `data` and ships apart, found by build-id).
+    pub fn from_elf_with_debug(data: &[u8], debug: Option<&[u8]>, name_entry: bool) -> Option<SymbolTable> {
         let file = object::File::parse(data).ok()?;
-        let section_end = |index: Option<object::SectionIndex>| -> u64 {
-            index
-                .and_then(|i| file.section_by_index(i).ok())
-                .map_or(u64::MAX, |sec| sec.address() + sec.size())
-        };
         // (start, size, rank, name, end of its section): rank prefers global over weak over
         // local names for aliases at the same address.
         let mut raw: Vec<(u64, u64, u8, String, u64)> = Vec::new();
-        for sym in file.symbols().chain(file.dynamic_symbols()) {
-            if sym.kind() != SymbolKind::Text || sym.address() == 0 || sym.is_undefined() {
-                continue;
-            }
-            let Ok(name) = sym.name() else { continue };
-            if name.is_empty() {
-                continue;
-            }
-            let rank = if sym.is_global() && !sym.is_weak() {
-                0
-            } else if sym.is_weak() {
-                1
-            } else {
-                2
-            };
-            raw.push((sym.address(), sym.size(), rank, name.to_string(), section_end(sym.section_index())));
+        collect_functions(&file, &mut raw);
+        if let Some(debug) = debug.and_then(|d| object::File::parse(d).ok()) {
+            collect_functions(&debug, &mut raw);
         }
         let entry = file.entry();
         if name_entry && entry != 0 {
@@ -120,6 +108,42 @@ impl SymbolTable {
     }
 }
 
+/// Appends the function symbols of `file` (`.symtab` and `.dynsym`) to `raw` as
+/// (start, size, rank, name, end of its section).
+fn collect_functions(file: &object::File<'_>, raw: &mut Vec<(u64, u64, u8, String, u64)>) {
+    let section_end = |index: Option<object::SectionIndex>| -> u64 {
+        index.and_then(|i| file.section_by_index(i).ok()).map_or(u64::MAX, |sec| sec.address() + sec.size())
+    };
+    for sym in file.symbols().chain(file.dynamic_symbols()) {
+        if sym.kind() != SymbolKind::Text || sym.address() == 0 || sym.is_undefined() {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        if name.is_empty() {
+            continue;
+        }
+        let rank = if sym.is_global() && !sym.is_weak() {
+            0
+        } else if sym.is_weak() {
+            1
+        } else {
+            2
+        };
+        raw.push((sym.address(), sym.size(), rank, name.to_string(), section_end(sym.section_index())));
+    }
+}
+
+/// The separate debug file of an object with build-id `id`, where Debian's `-dbg` and
+/// `-dbgsym` packages put it: `/usr/lib/debug/.build-id/<first byte>/<rest>.debug`.
+fn debug_file_for(id: &[u8]) -> Option<memmap2::Mmap> {
+    let (first, rest) = id.split_first()?;
+    let hex: String = rest.iter().map(|b| format!("{b:02x}")).collect();
+    let path = format!("/usr/lib/debug/.build-id/{first:02x}/{hex}.debug");
+    let file = std::fs::File::open(path).ok()?;
+    // SAFETY: read-only private mapping of a file that is not modified while we read it.
+    unsafe { memmap2::Mmap::map(&file) }.ok()
+}
+
 /// Start addresses of the functions described by the object's `.eh_frame_hdr` search
 /// table, sorted. Empty when the object has none or it uses an encoding other than the one
 /// GNU ld writes (`DW_EH_PE_datarel | DW_EH_PE_sdata4`).
@@ -177,7 +201,8 @@ fn load(object: &ObjectInfo, is_main: bool) -> Option<SymbolTable> {
     // SAFETY: a read-only private mapping of a file; shared objects are not rewritten in
     // place while mapped (installers replace them by rename).
     let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    SymbolTable::from_elf(&map, is_main)
+    let debug = object::File::parse(&*map).ok()?.build_id().ok().flatten().and_then(debug_file_for);
+    SymbolTable::from_elf_with_debug(&map, debug.as_deref(), is_main)
 }
 
 #[cfg(test)]

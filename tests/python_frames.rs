@@ -1,0 +1,132 @@
+//! Python frames: names captured while the code object lives (so freed and reused code
+//! objects keep the right names), qualified names, names and files that need escaping, and
+//! threads each with their own stacks.
+
+use pyigprof_suite::*;
+
+/// Code objects are created, run hot and freed one after another, so their memory is reused
+/// by the next ones; every function must still carry its own name and file.
+const FREED: &str = r#"
+import gc
+for i in range(40):
+    src = "def gen_%d():\n    t = 0\n    for k in range(400000):\n        t += k %% 5\n    return t\n" % i
+    ns = {}
+    exec(compile(src, "<gen-%d>" % i, "exec"), ns)
+    ns["gen_%d" % i]()
+    del ns
+    gc.collect()
+"#;
+
+#[test]
+fn freed_code_objects_keep_their_own_names() {
+    for python in interpreters_with_python_frames("freed_code") {
+        let run = run_profiled(&python.path, &["-c", FREED], &[("PYIGPROF_HZ", "1000")]);
+        assert!(run.output.status.success(), "{}", run.stderr());
+        let profile = run.profile();
+        let mut seen = 0;
+        for st in stacks(&profile) {
+            for (name, file) in &st.frames {
+                if let Some(n) = name.strip_prefix("gen_") {
+                    assert_eq!(file, &format!("<gen-{n}>"), "{}: {name} attributed to {file}", python.name);
+                    seen += 1;
+                }
+            }
+        }
+        let distinct = stacks(&profile)
+            .iter()
+            .flat_map(|s| s.frames.iter().filter(|(n, _)| n.starts_with("gen_")).map(|(n, _)| n.clone()))
+            .collect::<std::collections::BTreeSet<_>>();
+        assert!(distinct.len() >= 20, "{}: only {} generated functions seen", python.name, distinct.len());
+        assert!(seen > 0);
+    }
+}
+
+const NAMES: &str = r#"
+class Outer:
+    class Inner:
+        def method(self):
+            return sum(i * i for i in range(400000))
+
+def grüße():
+    return Outer.Inner().method()
+
+for _ in range(8):
+    grüße()
+    (lambda: sum(i % 7 for i in range(200000)))()
+"#;
+
+#[test]
+fn qualified_non_ascii_and_escaped_names_survive() {
+    for python in python311("names") {
+        let dir = scratch_dir("names");
+        let script = dir.join("odd (name) é.py");
+        std::fs::write(&script, NAMES).unwrap();
+        let run = run_profiled(&python.path, &[script.to_str().unwrap()], &[]);
+        assert!(run.output.status.success(), "{}", run.stderr());
+        let raw = run.profiles().pop().unwrap();
+        let profile = run.profile();
+        let file = script.to_string_lossy().into_owned();
+        let in_file = |name: &str| share(&profile, |s| s.frames.iter().any(|(n, f)| n == name && *f == file));
+        assert!(in_file("Outer.Inner.method") > 20.0, "{}", python.name);
+        assert!(in_file("grüße") > 20.0, "{}", python.name);
+        assert!(in_file("<lambda>") > 5.0, "{}", python.name);
+        assert!(in_file("Outer.Inner.method.<locals>.<genexpr>") > 10.0, "{}", python.name);
+        // And IgProf's own parser rule holds: no raw '(' or ')' inside N=() / F=().
+        let mut text = String::new();
+        use std::io::Read;
+        flate2_read(&raw, &mut text);
+        assert!(text.contains("odd %28name%29 %C3%A9.py"), "file name not escaped");
+        assert!(text.contains("N=(gr%C3%BC%C3%9Fe)"), "name not escaped");
+        let _ = std::io::empty().read(&mut [0u8; 0]);
+    }
+}
+
+fn flate2_read(path: &std::path::Path, out: &mut String) {
+    let bytes = std::process::Command::new("gzip").arg("-dc").arg(path).output().expect("gzip").stdout;
+    *out = String::from_utf8(bytes).expect("profile text is ASCII");
+}
+
+const THREADS: &str = r#"
+import threading, zlib, time
+def py_worker(n):
+    t = 0
+    for i in range(n):
+        t += i % 7
+def zlib_worker(data, rounds):
+    for _ in range(rounds):
+        zlib.compress(data, 9)
+data = bytes(range(256)) * 2000
+threads = [threading.Thread(target=py_worker, args=(5000000,)) for _ in range(2)]
+threads.append(threading.Thread(target=zlib_worker, args=(data, 150)))
+for t in threads: t.start()
+for t in threads: t.join()
+print(time.process_time())
+"#;
+
+#[test]
+fn threads_get_their_own_mixed_stacks() {
+    for python in python311("threads") {
+        let run = run_profiled(&python.path, &["-c", THREADS], &[]);
+        assert!(run.output.status.success(), "{}", run.stderr());
+        let cpu: f64 = run.stdout().trim().parse().unwrap();
+        let profile = run.profile();
+        let reported = seconds(&profile);
+        assert!((reported - cpu).abs() <= 0.10 * cpu, "{}: {reported:.3} s vs {cpu:.3} s", python.name);
+        // Worker stacks start at the thread entry, not at _start, and reach the worker.
+        // (Named clone3 where libc has symbols; Debian's stripped libc gives an @? name.)
+        let thread_root = |s: &Stack| s.frames[0].0 != "_start" && s.frames[0].1.contains("libc.so");
+        let py = share(&profile, |s| thread_root(s) && s.has("py_worker") && s.has("Thread.run"));
+        let z = share(&profile, |s| {
+            thread_root(s)
+                && s.position("zlib_worker").is_some_and(|at| s.frames[at..].iter().any(|(_, f)| f.contains("libz")))
+        });
+        assert!(py > 30.0, "{}: py_worker threads {py:.1}%", python.name);
+        assert!(z > 5.0, "{}: zlib thread {z:.1}%", python.name);
+        // No worker frame ever appears under the main thread's stack.
+        // The profiler's own frames (the pthread_create trampoline) are not shown.
+        let own = share(&profile, |s| s.frames.iter().any(|(_, f)| f.contains("libpyigprof")));
+        assert_eq!(own, 0.0, "{}: profiler frames in the profile", python.name);
+        let crossed = share(&profile, |s| s.frames[0].0 == "_start" && (s.has("py_worker") || s.has("zlib_worker")));
+        assert_eq!(crossed, 0.0, "{}", python.name);
+    }
+}
