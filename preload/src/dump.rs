@@ -227,7 +227,7 @@ impl Profile {
 /// 0x20, 0x7f and bytes from 0x80 become `%XX`.
 pub fn escape_into(text: &[u8], out: &mut Vec<u8>) {
     for &b in text {
-        if b == b'%' || b == b'(' || b == b')' || b < 0x20 || b >= 0x7f {
+        if b == b'%' || b == b'(' || b == b')' || !(0x20..0x7f).contains(&b) {
             out.extend_from_slice(format!("%{b:02X}").as_bytes());
         } else {
             out.push(b);

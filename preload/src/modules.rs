@@ -100,7 +100,13 @@ pub fn rescan() {
 
 /// Removes the object that `handle` (from `dlopen`) refers to from the unwinder, so that
 /// no sample reads its tables once `dlclose` may unmap it. Waits for samples in flight.
+/// `handle` is the argument of an interposed `dlclose`: a handle `dlopen` returned (a
+/// program passing anything else to `dlclose` is already undefined behaviour).
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn forget_handle(handle: *mut libc::c_void) {
+    if handle.is_null() {
+        return;
+    }
     let mut map: *mut LinkMap = std::ptr::null_mut();
     // SAFETY: dlinfo with RTLD_DI_LINKMAP stores a `struct link_map *` into `map`.
     let rc = unsafe { libc::dlinfo(handle, libc::RTLD_DI_LINKMAP, (&mut map as *mut *mut LinkMap).cast()) };

@@ -173,7 +173,10 @@ fn fde_starts(file: &object::File<'_>) -> Vec<u64> {
     starts
 }
 
-static LOADED: Mutex<Option<HashMap<(PathBuf, u64), Arc<SymbolTable>>>> = Mutex::new(None);
+/// Tables already read, by (path, load bias).
+type Loaded = HashMap<(PathBuf, u64), Arc<SymbolTable>>;
+
+static LOADED: Mutex<Option<Loaded>> = Mutex::new(None);
 
 /// The symbol table of `object` (read once, then cached). An object without a readable
 /// file (or ELF image in memory, for the vDSO) gets an empty table.

@@ -59,7 +59,7 @@ pub fn unwind(
 ) -> Unwound {
     let (low, high) = (stack.0.max(regs.sp.saturating_sub(256)), stack.1);
     let mut read_stack = |addr: u64| -> Result<u64, ()> {
-        if addr >= low && addr.checked_add(8).is_some_and(|end| end <= high) && addr % 8 == 0 {
+        if addr >= low && addr.checked_add(8).is_some_and(|end| end <= high) && addr.is_multiple_of(8) {
             // SAFETY: inside the thread's stack, below its top and above the interrupted sp.
             Ok(unsafe { std::ptr::read_volatile(addr as *const u64) })
         } else {
