@@ -114,3 +114,50 @@ fn an_unwritable_profile_path_is_reported_and_changes_nothing_else() {
     let stderr = run.stderr();
     assert!(stderr.contains("cannot create the profile /nonexistent-dir/p.gz"), "{stderr}");
 }
+
+#[test]
+fn a_relative_profile_path_is_relative_to_the_start_directory() {
+    let Some(python) = python311("chdir").into_iter().next() else { return };
+    let elsewhere = scratch_dir("elsewhere");
+    let script = format!("import os; os.chdir({:?}); sum(i*i for i in range(1000000))", elsewhere.to_str().unwrap());
+    let run = run_profiled(&python.path, &["-c", &script], &[("PYIGPROF_QUIET", "1")]);
+    assert!(run.output.status.success(), "{}", run.stderr());
+    assert_eq!(run.profiles().len(), 1, "profile not in the start directory");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+}
+
+const FORK: &str = r#"
+import os
+def parent_work():
+    return sum(i * i for i in range(3000000))
+def child_work():
+    return sum(i * i for i in range(3000000))
+pid = os.fork()
+if pid == 0:
+    child_work()
+    raise SystemExit(0)
+parent_work()
+_, status = os.waitpid(pid, 0)
+print("child status", status)
+"#;
+
+#[test]
+fn a_fork_child_writes_its_own_profile_with_only_its_own_work() {
+    let Some(python) = python311("fork").into_iter().next() else { return };
+    let run = run_profiled(&python.path, &["-c", FORK], &[("PYIGPROF_QUIET", "1")]);
+    assert!(run.output.status.success(), "{}", run.stderr());
+    assert_eq!(run.stdout(), "child status 0\n");
+    let paths = run.profiles();
+    assert_eq!(paths.len(), 2, "{paths:?}");
+    let mut saw_parent = false;
+    let mut saw_child = false;
+    for path in paths {
+        let profile = igprof_analyse::read_profiles(&[&path]).unwrap();
+        let parent = share(&profile, |s| s.has("parent_work"));
+        let child = share(&profile, |s| s.has("child_work"));
+        assert!(parent == 0.0 || child == 0.0, "{}: parent {parent:.1}% and child {child:.1}% mixed", path.display());
+        saw_parent |= parent > 30.0;
+        saw_child |= child > 30.0;
+    }
+    assert!(saw_parent && saw_child);
+}

@@ -267,21 +267,14 @@ impl DumpState {
         let parent = self.stack.last().copied();
 
         cursor.expect(b" FN", "\" FN<id>\" after the depth")?;
-        let token = cursor.pos - 2;
-        let local = cursor.unsigned(hex, "the function id after FN")?;
-        let token = &line[token..cursor.pos];
-        let function = if cursor.eat(b"=(") {
-            let function = self.function_definition(profile, &mut cursor)?;
-            define(&mut self.functions, local, function, token)?;
-            function
-        } else {
-            lookup(
-                &self.functions,
-                local,
-                token,
-                "a function defined on an earlier line",
-            )?
-        };
+        let reference = cursor.reference(b"FN", hex, "the function id after FN")?;
+        let function = resolve(
+            &mut self.functions,
+            &mut cursor,
+            &reference,
+            "a function defined on an earlier line",
+            |cursor| function_definition(profile, &mut self.files, hex, cursor),
+        )?;
         cursor.expect(b"+", "\"+<offset>\" after the function")?;
         let offset = cursor.signed(hex, "the offset after \"+\"")?;
         let node = profile.child(parent, function, offset)?;
@@ -289,22 +282,21 @@ impl DumpState {
 
         while !cursor.rest().is_empty() {
             cursor.expect(b" V", "\" V<counter id>\" or end of line")?;
-            let token = cursor.pos - 1;
-            let local = cursor.unsigned(hex, "the counter id after V")?;
-            let token = &line[token..cursor.pos];
+            let reference = cursor.reference(b"V", hex, "the counter id after V")?;
+            // Not resolve(): a counter used without definition must be followed by ":(",
+            // which is checked before the lookup.
             let counter = if cursor.eat(b"=(") {
                 let name = cursor.until_close("\")\" closing the counter name")?;
                 let name = cursor.unescape(name)?;
                 cursor.expect(b"):(", "\"):(\" after the counter name")?;
                 let counter = profile.intern_counter(&name)?;
-                define(&mut self.counters, local, counter, token)?;
+                define(&mut self.counters, &reference, counter)?;
                 counter
             } else {
                 cursor.expect(b":(", "\":(\" or \"=(\" after the counter id")?;
                 lookup(
                     &self.counters,
-                    local,
-                    token,
+                    &reference,
                     "a counter defined on an earlier line",
                 )?
             };
@@ -330,63 +322,86 @@ impl DumpState {
         }
         Ok(())
     }
+}
 
-    /// Parses `F<fid>[=(<path>)]+<start> N=(<name>))` after `FN<id>=(`.
-    fn function_definition(
-        &mut self,
-        profile: &mut Profile,
-        cursor: &mut Cursor,
-    ) -> Result<u32, Fail> {
-        let hex = self.hex;
-        cursor.expect(b"F", "\"F<id>\" (the function's file) after \"=(\"")?;
-        let token = cursor.pos - 1;
-        let local = cursor.unsigned(hex, "the file id after F")?;
-        let token = &cursor.line[token..cursor.pos];
-        let file = if cursor.eat(b"=(") {
+/// Parses `F<fid>[=(<path>)]+<start> N=(<name>))` after `FN<id>=(`; `files` are the
+/// dump's file ids.
+fn function_definition(
+    profile: &mut Profile,
+    files: &mut HashMap<u64, u32>,
+    hex: bool,
+    cursor: &mut Cursor,
+) -> Result<u32, Fail> {
+    cursor.expect(b"F", "\"F<id>\" (the function's file) after \"=(\"")?;
+    let reference = cursor.reference(b"F", hex, "the file id after F")?;
+    let file = resolve(
+        files,
+        cursor,
+        &reference,
+        "a file defined on an earlier line",
+        |cursor| {
             let path = cursor.until_close("\")\" closing the file path")?;
             let path = cursor.unescape(path)?;
             cursor.pos += 1;
-            let file = profile.intern_file(&path)?;
-            define(&mut self.files, local, file, token)?;
-            file
-        } else {
-            lookup(
-                &self.files,
-                local,
-                token,
-                "a file defined on an earlier line",
-            )?
-        };
-        cursor.expect(b"+", "\"+<start>\" after the file")?;
-        let start = cursor.signed(hex, "the function start after \"+\"")?;
-        cursor.expect(b" N=(", "\" N=(\" and the function name")?;
-        let name = cursor.until_close("\")\" closing the function name")?;
-        let name = cursor.unescape(name)?;
-        cursor.expect(b"))", "\"))\" closing the function definition")?;
-        Ok(profile.intern_function(&name, file, start)?)
+            Ok(profile.intern_file(&path)?)
+        },
+    )?;
+    cursor.expect(b"+", "\"+<start>\" after the file")?;
+    let start = cursor.signed(hex, "the function start after \"+\"")?;
+    cursor.expect(b" N=(", "\" N=(\" and the function name")?;
+    let name = cursor.until_close("\")\" closing the function name")?;
+    let name = cursor.unescape(name)?;
+    cursor.expect(b"))", "\"))\" closing the function definition")?;
+    Ok(profile.intern_function(&name, file, start)?)
+}
+
+/// An id as a line refers to it: the dump's own number, and the text naming it in
+/// error messages (e.g. `FN5`).
+struct Reference<'a> {
+    local: u64,
+    token: &'a [u8],
+}
+
+/// The profile's id that `reference` stands for in this dump (`ids`). If the line
+/// continues with `=(`, `definition` parses the definition that follows and its result
+/// is recorded for the rest of the dump; otherwise the id must have been defined on an
+/// earlier line (`expected` tells so in the error).
+fn resolve<'a>(
+    ids: &mut HashMap<u64, u32>,
+    cursor: &mut Cursor<'a>,
+    reference: &Reference,
+    expected: &str,
+    definition: impl FnOnce(&mut Cursor<'a>) -> Result<u32, Fail>,
+) -> Result<u32, Fail> {
+    if cursor.eat(b"=(") {
+        let id = definition(cursor)?;
+        define(ids, reference, id)?;
+        Ok(id)
+    } else {
+        lookup(ids, reference, expected)
     }
 }
 
-/// Records that the dump's `local` id means `id`; a second definition of the same id
-/// is accepted only if it says the same thing.
-fn define(map: &mut HashMap<u64, u32>, local: u64, id: u32, token: &[u8]) -> Result<(), Fail> {
-    match map.insert(local, id) {
+/// Records that `reference` means `id`; a second definition of the same id is
+/// accepted only if it says the same thing.
+fn define(ids: &mut HashMap<u64, u32>, reference: &Reference, id: u32) -> Result<(), Fail> {
+    match ids.insert(reference.local, id) {
         Some(previous) if previous != id => Err(Fail {
             expected: "each id defined once".to_string(),
             found: format!(
                 "a second, different definition of {}",
-                String::from_utf8_lossy(token)
+                String::from_utf8_lossy(reference.token)
             ),
         }),
         _ => Ok(()),
     }
 }
 
-/// The id a reference (`token`, e.g. `FN5`) refers to.
-fn lookup(map: &HashMap<u64, u32>, local: u64, token: &[u8], expected: &str) -> Result<u32, Fail> {
-    map.get(&local).copied().ok_or_else(|| Fail {
+/// The id that `reference`, defined on an earlier line, means.
+fn lookup(ids: &HashMap<u64, u32>, reference: &Reference, expected: &str) -> Result<u32, Fail> {
+    ids.get(&reference.local).copied().ok_or_else(|| Fail {
         expected: expected.to_string(),
-        found: format!("undefined {}", String::from_utf8_lossy(token)),
+        found: format!("undefined {}", String::from_utf8_lossy(reference.token)),
     })
 }
 
@@ -437,6 +452,17 @@ impl<'a> Cursor<'a> {
         } else {
             Err(self.fail(expected))
         }
+    }
+
+    /// The id after `prefix` (e.g. `FN`), which has just been read.
+    fn reference(&mut self, prefix: &[u8], hex: bool, what: &str) -> Result<Reference<'a>, Fail> {
+        let start = self.pos - prefix.len();
+        debug_assert_eq!(&self.line[start..self.pos], prefix);
+        let local = self.unsigned(hex, what)?;
+        Ok(Reference {
+            local,
+            token: &self.line[start..self.pos],
+        })
     }
 
     /// An unsigned integer in hex (`hex`) or decimal, without prefix.
@@ -631,24 +657,9 @@ C5 FN4=(F3=(/usr/lib/x86_64-linux-gnu/libz.so.1.2.13)+2a40 N=(deflate))+1f V0:(2
         assert_eq!(profile.total(0), ticks(7, 0x1c, 0x14));
     }
 
-    const DECIMAL_DUMP: &[u8] = b"P=(ID=32365 N=(ls) T=0.010000)
-C1 FN0=(F0=(/lib/tls/libc.so.6)+87962 N=(__libc_start_main))+218
-C2 FN1=(F1=(ls)+8661 N=(strcoll))+2753
-C3 FN2=(F1+14168 N=(strftime))+8740
-C4 FN3=(F1+19717 N=(@?0x804cd05))+0
-C5 FN4=(F0+171919 N=(qsort))+143
-C6 FN5=(F0+171435 N=(@?0x13adab))+0
-C7 FN5+0
-C8 FN5+0
-C9 FN6=(F0+171396 N=(@?0x13ad84))+0
-C10 FN5+0
-C11 FN5+0
-C12 FN7=(F0+171552 N=(@?0x13ae20))+0
-C13 FN8=(F1+19068 N=(@?0x804ca7c))+0
-C14 FN9=(F1+17715 N=(@?0x804c533))+0 V0=(PERF_TICKS):(1,1,1)
-C3 FN2+8334 V0:(1,1,1)
-C3 FN2+8538
-";
+    /// The example of IgProf's doc/dump-format (decimal variant); the CLI tests
+    /// (tests/cli.rs) read the same file.
+    const DECIMAL_DUMP: &[u8] = include_bytes!("../tests/data/igprof-ls-decimal.txt");
 
     #[test]
     fn decimal_dump_from_igprof_doc() {

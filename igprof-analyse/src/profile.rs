@@ -125,6 +125,22 @@ fn next_id(len: usize) -> Result<u32, CapacityError> {
     u32::try_from(len).map_err(|_| CapacityError)
 }
 
+/// The id of `name` in a table of names (`names`, and `index` from name to id), adding
+/// it if new.
+fn intern_name(
+    names: &mut Vec<String>,
+    index: &mut HashMap<String, u32>,
+    name: &str,
+) -> Result<u32, CapacityError> {
+    if let Some(&id) = index.get(name) {
+        return Ok(id);
+    }
+    let id = next_id(names.len())?;
+    names.push(name.to_string());
+    index.insert(name.to_string(), id);
+    Ok(id)
+}
+
 impl Profile {
     /// An empty profile.
     pub fn new() -> Self {
@@ -174,13 +190,7 @@ impl Profile {
 
     /// The id of file `path`, adding it if new.
     pub fn intern_file(&mut self, path: &str) -> Result<FileId, CapacityError> {
-        if let Some(&id) = self.file_index.get(path) {
-            return Ok(id);
-        }
-        let id = next_id(self.files.len())?;
-        self.files.push(path.to_string());
-        self.file_index.insert(path.to_string(), id);
-        Ok(id)
+        intern_name(&mut self.files, &mut self.file_index, path)
     }
 
     /// The id of function (`name`, `file`), adding it with `start` if new; an existing
@@ -207,13 +217,7 @@ impl Profile {
 
     /// The id of counter `name`, adding it if new.
     pub fn intern_counter(&mut self, name: &str) -> Result<CounterId, CapacityError> {
-        if let Some(&id) = self.counter_index.get(name) {
-            return Ok(id);
-        }
-        let id = next_id(self.counters.len())?;
-        self.counters.push(name.to_string());
-        self.counter_index.insert(name.to_string(), id);
-        Ok(id)
+        intern_name(&mut self.counters, &mut self.counter_index, name)
     }
 
     /// The child of `parent` (`None`: a root) for `function` at `offset`, created

@@ -1,5 +1,6 @@
 //! Runs the `pyigprof-analyse` binary on hand-written dumps (docs/dump-format.md) and
 //! checks what a user sees: the report on stdout, errors on stderr, the exit status.
+//! The dumps and reports that unit tests check too are files in tests/data/.
 
 use std::fs;
 use std::io::Write;
@@ -55,25 +56,28 @@ fn stderr(output: &Output) -> String {
     String::from_utf8(output.stderr.clone()).unwrap()
 }
 
+/// Checks a failed run: exit status 2, nothing on stdout, exactly `message` on stderr.
+#[track_caller]
+fn assert_fails(output: &Output, message: &str) {
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(stdout(output), "");
+    assert_eq!(stderr(output), message);
+}
+
 /// Python `fib` recursing three deep under `<module>`, calling into libz; a C++ function;
-/// a second thread tree rooted in a Rust function. Ticks of 4 ms.
+/// a second thread tree rooted in a Rust function. Ticks of 4 ms. The unit tests of
+/// src/report/top.rs read the same file.
 ///
 /// By hand (amounts are ticks; total 3+1+4+8+4+4 = 24 ticks = 0.096 s, 13 samples):
 /// - fib: self 3+1+4 = 8 (33.33 %, 0.032 s); cumulative = the outermost fib subtree
 ///   only, 8 + 8 (deflate_slow) = 16 (66.67 %, 0.064 s), not 16 + 13 + 12;
 /// - deflate_slow: 8 / 8; foo::bar(): 4 / 4; deflate: 4 / 4;
 /// - <module> and __libc_start_main: 0 / 20 (83.33 %); std::rt::lang_start: 0 / 4.
-const RECURSIVE: &[u8] = b"P=(HEX ID=4d2 N=(python3 rec.py) T=0.004000)
-C1 FN0=(F0=(/usr/lib/libc.so.6)+271c0 N=(__libc_start_main))+8a
-C2 FN1=(F1=(/work/rec.py)+1 N=(<module>))+4
-C3 FN2=(F1+a N=(fib))+2 V0=(PERF_TICKS):(2,3,3)
-C4 FN2+3 V0:(1,1,1)
-C5 FN2+2 V0:(3,4,4)
-C6 FN3=(F2=(/usr/lib/libz.so.1)+2a40 N=(deflate_slow))+1f V0:(4,8,8)
-C3 FN4=(F0+9a0 N=(_ZN3foo3barEv))+10 V0:(2,4,4)
-C1 FN5=(F3=(/work/target/app)+1000 N=(_ZN3std2rt10lang_start17h0123456789abcdefE))+0
-C2 FN6=(F2+100 N=(deflate))+4 V0:(1,4,4)
-";
+const RECURSIVE: &[u8] = include_bytes!("data/recursive-hex.txt");
+
+/// The default `--top` report of `RECURSIVE` read as `rec.txt`; src/report/top.rs
+/// checks the same text.
+const RECURSIVE_TOP: &str = include_str!("data/recursive-top.txt");
 
 #[test]
 fn top_of_recursive_hex_dump() {
@@ -82,21 +86,7 @@ fn top_of_recursive_hex_dump() {
     let output = run(&["rec.txt"], &dir.0);
     assert_eq!(stderr(&output), "");
     assert_eq!(output.status.code(), Some(0));
-    assert_eq!(
-        stdout(&output),
-        "\
-pyigprof-analyse: rec.txt: python3 rec.py (pid 1234)
-PERF_TICKS: 13 samples, 24 ticks of 4.000 ms = 0.096 s
-   self %    self s    cum %     cum s  function  (file)
-    33.33     0.032    66.67     0.064  fib (/work/rec.py:10)
-    33.33     0.032    33.33     0.032  deflate_slow  (/usr/lib/libz.so.1)
-    16.67     0.016    16.67     0.016  deflate  (/usr/lib/libz.so.1)
-    16.67     0.016    16.67     0.016  foo::bar()  (/usr/lib/libc.so.6)
-     0.00     0.000    83.33     0.080  <module> (/work/rec.py:1)
-     0.00     0.000    83.33     0.080  __libc_start_main  (/usr/lib/libc.so.6)
-     0.00     0.000    16.67     0.016  std::rt::lang_start  (/work/target/app)
-"
-    );
+    assert_eq!(stdout(&output), RECURSIVE_TOP);
 }
 
 #[test]
@@ -155,24 +145,8 @@ PERF_TICKS: 26 samples, 48 ticks of 4.000 ms = 0.192 s
 }
 
 /// The example of IgProf's doc/dump-format: the older decimal variant, FN5 recursing.
-const IGPROF_DECIMAL: &[u8] = b"P=(ID=32365 N=(ls) T=0.010000)
-C1 FN0=(F0=(/lib/tls/libc.so.6)+87962 N=(__libc_start_main))+218
-C2 FN1=(F1=(ls)+8661 N=(strcoll))+2753
-C3 FN2=(F1+14168 N=(strftime))+8740
-C4 FN3=(F1+19717 N=(@?0x804cd05))+0
-C5 FN4=(F0+171919 N=(qsort))+143
-C6 FN5=(F0+171435 N=(@?0x13adab))+0
-C7 FN5+0
-C8 FN5+0
-C9 FN6=(F0+171396 N=(@?0x13ad84))+0
-C10 FN5+0
-C11 FN5+0
-C12 FN7=(F0+171552 N=(@?0x13ae20))+0
-C13 FN8=(F1+19068 N=(@?0x804ca7c))+0
-C14 FN9=(F1+17715 N=(@?0x804c533))+0 V0=(PERF_TICKS):(1,1,1)
-C3 FN2+8334 V0:(1,1,1)
-C3 FN2+8538
-";
+/// The unit tests of src/parse.rs read the same file.
+const IGPROF_DECIMAL: &[u8] = include_bytes!("data/igprof-ls-decimal.txt");
 
 #[test]
 fn top_of_igprof_decimal_dump() {
@@ -208,11 +182,9 @@ fn truncated_gzip_is_an_error() {
     let data = gzip(RECURSIVE);
     dir.write("cut.gz", &data[..data.len() / 2]);
     let output = run(&["cut.gz"], &dir.0);
-    assert_eq!(output.status.code(), Some(2));
-    assert_eq!(stdout(&output), "");
-    assert_eq!(
-        stderr(&output),
-        "pyigprof-analyse: cut.gz: not a valid gzip stream: incomplete deflate stream\n"
+    assert_fails(
+        &output,
+        "pyigprof-analyse: cut.gz: not a valid gzip stream: incomplete deflate stream\n",
     );
 }
 
@@ -224,11 +196,9 @@ fn corrupt_dump_is_an_error_with_file_and_line() {
     dir.write("bad.txt", &text);
     dir.write("good.txt", RECURSIVE);
     let output = run(&["good.txt", "bad.txt"], &dir.0);
-    assert_eq!(output.status.code(), Some(2));
-    assert_eq!(stdout(&output), "");
-    assert_eq!(
-        stderr(&output),
-        "pyigprof-analyse: bad.txt:11: expected a depth from 1 to 3 (one more than the previous line at most), found \"C4\"\n"
+    assert_fails(
+        &output,
+        "pyigprof-analyse: bad.txt:11: expected a depth from 1 to 3 (one more than the previous line at most), found \"C4\"\n",
     );
 }
 
@@ -258,11 +228,9 @@ fn unknown_counter_is_an_error_listing_the_counters() {
     let dir = TempDir::new("unknown_counter_is_an_error");
     dir.write("rec.txt", RECURSIVE);
     let output = run(&["-r", "MEM_TOTAL", "rec.txt"], &dir.0);
-    assert_eq!(output.status.code(), Some(2));
-    assert_eq!(stdout(&output), "");
-    assert_eq!(
-        stderr(&output),
-        "pyigprof-analyse: rec.txt: no counter MEM_TOTAL in the profile; its counters: PERF_TICKS\n"
+    assert_fails(
+        &output,
+        "pyigprof-analyse: rec.txt: no counter MEM_TOTAL in the profile; its counters: PERF_TICKS\n",
     );
 }
 

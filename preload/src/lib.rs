@@ -34,6 +34,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
+/// The working directory at start-up: a relative `PYIGPROF_OUTPUT` is relative to it, even
+/// if the program changes directory.
+static START_DIR: OnceLock<std::path::PathBuf> = OnceLock::new();
 static DUMPED: AtomicBool = AtomicBool::new(false);
 
 /// The library constructor. Runs before `main` (and so before Python initialises).
@@ -60,6 +63,9 @@ pub extern "C" fn init() {
         }
     };
     let _ = CONFIG.set(config);
+    if let Ok(dir) = std::env::current_dir() {
+        let _ = START_DIR.set(dir);
+    }
     sampler.slots.register_current();
     pyigprof_hooks::install(Callbacks {
         thread_started: || with_sampler(|s| s.slots.register_current()),
@@ -186,6 +192,10 @@ pub fn write_profile() {
     sampler.stop();
     let profile = dump::Profile::collect(sampler);
     let path = std::path::PathBuf::from(config.output_path(std::process::id()));
+    let path = match START_DIR.get() {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path,
+    };
     match dump::write_file(&profile, &path) {
         Ok(()) if !config.quiet => {
             let stats = &sampler.stats;

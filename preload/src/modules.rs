@@ -146,18 +146,6 @@ fn publish(snapshot: Snapshot) {
     CURRENT.store(fresh, Ordering::Release);
 }
 
-/// Forgets the history (fork child keeps the current mappings only).
-pub fn reset_history() {
-    if let Ok(mut h) = HISTORY.lock() {
-        h.clear();
-    }
-    if let Ok(_guard) = UPDATE.lock() {
-        if let (Some(snapshot), Ok(mut h)) = (current(), HISTORY.lock()) {
-            h.extend(snapshot.objects.iter().cloned());
-        }
-    }
-}
-
 fn enumerate() -> Vec<Found> {
     let mut found: Vec<Found> = Vec::new();
     unsafe extern "C" fn callback(info: *mut libc::dl_phdr_info, _size: usize, data: *mut libc::c_void) -> libc::c_int {

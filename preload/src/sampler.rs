@@ -157,8 +157,8 @@ impl Sampler {
         wait_for_handlers();
     }
 
-    /// In a fork child: forget the parent's samples and threads, and start a timer of our
-    /// own (timers are not inherited by `fork`).
+    /// In a fork child: forget the parent's samples, and start a timer of our own (timers
+    /// are not inherited by `fork`). Takes no lock.
     pub fn restart_after_fork(&self) {
         STATE.store(OFF, Ordering::Release);
         self.timer.store(0, Ordering::Release);
@@ -179,9 +179,11 @@ impl Sampler {
         ] {
             counter.store(0, Ordering::Relaxed);
         }
-        modules::reset_history();
-        if let Err(e) = self.start_timer() {
-            eprintln!("pyigprof: {e}; the child process is not profiled");
+        // No locks here: another thread of the parent may have held one at fork time.
+        if self.start_timer().is_err() {
+            let msg = b"pyigprof: cannot start the CPU-time timer in the fork child; it is not profiled\n";
+            // SAFETY: writing a static buffer to stderr.
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
         }
     }
 

@@ -281,18 +281,13 @@ mod tests {
     use super::*;
     use crate::parse::load_reader;
 
-    /// A tree with direct recursion (fib calls fib calls fib) and two threads.
-    const RECURSIVE: &[u8] = b"P=(HEX ID=4d2 N=(python3 rec.py) T=0.004000)
-C1 FN0=(F0=(/usr/lib/libc.so.6)+271c0 N=(__libc_start_main))+8a
-C2 FN1=(F1=(/work/rec.py)+1 N=(<module>))+4
-C3 FN2=(F1+a N=(fib))+2 V0=(PERF_TICKS):(2,3,3)
-C4 FN2+3 V0:(1,1,1)
-C5 FN2+2 V0:(3,4,4)
-C6 FN3=(F2=(/usr/lib/libz.so.1)+2a40 N=(deflate_slow))+1f V0:(4,8,8)
-C3 FN4=(F0+9a0 N=(_ZN3foo3barEv))+10 V0:(2,4,4)
-C1 FN5=(F3=(/work/target/app)+1000 N=(_ZN3std2rt10lang_start17h0123456789abcdefE))+0
-C2 FN6=(F2+100 N=(deflate))+4 V0:(1,4,4)
-";
+    /// A tree with direct recursion (fib calls fib calls fib) and two threads; the CLI
+    /// tests (tests/cli.rs) read the same file.
+    const RECURSIVE: &[u8] = include_bytes!("../../tests/data/recursive-hex.txt");
+
+    /// The full report of [`RECURSIVE`] read as `rec.txt`, which the CLI tests expect
+    /// too.
+    const RECURSIVE_TOP: &str = include_str!("../../tests/data/recursive-top.txt");
 
     fn profile(text: &[u8]) -> Profile {
         let mut profile = Profile::new();
@@ -363,21 +358,7 @@ C2 FN6=(F2+100 N=(deflate))+4 V0:(1,4,4)
         .unwrap();
         let mut out = Vec::new();
         write(&profile, &top, &mut out).unwrap();
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "\
-pyigprof-analyse: rec.txt: python3 rec.py (pid 1234)
-PERF_TICKS: 13 samples, 24 ticks of 4.000 ms = 0.096 s
-   self %    self s    cum %     cum s  function  (file)
-    33.33     0.032    66.67     0.064  fib (/work/rec.py:10)
-    33.33     0.032    33.33     0.032  deflate_slow  (/usr/lib/libz.so.1)
-    16.67     0.016    16.67     0.016  deflate  (/usr/lib/libz.so.1)
-    16.67     0.016    16.67     0.016  foo::bar()  (/usr/lib/libc.so.6)
-     0.00     0.000    83.33     0.080  <module> (/work/rec.py:1)
-     0.00     0.000    83.33     0.080  __libc_start_main  (/usr/lib/libc.so.6)
-     0.00     0.000    16.67     0.016  std::rt::lang_start  (/work/target/app)
-"
-        );
+        assert_eq!(String::from_utf8(out).unwrap(), RECURSIVE_TOP);
     }
 
     #[test]
