@@ -85,47 +85,70 @@ fn gunzip(path: &std::path::Path) -> String {
     text
 }
 
-const THREADS: &str = r#"
-import threading, zlib, time
-def py_worker(n):
-    t = 0
-    for i in range(n):
-        t += i % 7
-def zlib_worker(data, rounds):
-    for _ in range(rounds):
-        zlib.compress(data, 9)
-data = bytes(range(256)) * 2000
-threads = [threading.Thread(target=py_worker, args=(5000000,)) for _ in range(2)]
-threads.append(threading.Thread(target=zlib_worker, args=(data, 150)))
-for t in threads: t.start()
-for t in threads: t.join()
-print(time.process_time())
-"#;
-
 #[test]
-fn threads_get_their_own_mixed_stacks() {
+fn each_thread_gets_its_own_mixed_stacks_and_its_own_cpu_time() {
     for python in python311("threads") {
-        let run = run_profiled(&python.path, &["-c", THREADS], &[]);
+        let run = run_profiled(&python.path, &[&example("threads.py")], &[]);
         assert!(run.output.status.success(), "{}", run.stderr());
-        let cpu: f64 = run.stdout().trim().parse().unwrap();
+        let stdout = run.stdout();
+        let cpu = json_number(&stdout, "process_cpu_s");
         let profile = run.profile();
         let reported = seconds(&profile);
         assert!((reported - cpu).abs() <= 0.10 * cpu, "{}: {reported:.3} s vs {cpu:.3} s", python.name);
-        // Worker stacks start at the thread entry, not at _start, and reach the worker.
-        // (Named clone3 where libc has symbols; Debian's stripped libc gives an @? name.)
+        // Each thread's share of the profile is the share of CPU time it measured itself.
+        for worker in ["worker_a", "worker_b", "worker_c", "hasher"] {
+            let measured = 100.0 * json_number(&stdout, worker) / cpu;
+            let profiled = share(&profile, |s| s.has(worker));
+            eprintln!("{}: {worker}: profile {profiled:.1}%, measured {measured:.1}%", python.name);
+            assert!((profiled - measured).abs() <= 4.0, "{}: {worker} {profiled:.1}% vs {measured:.1}%", python.name);
+        }
+        // Worker stacks start at the thread entry (named clone3 where libc has symbols;
+        // Debian's stripped libc gives an @? name), and go down into native code.
         let thread_root = |s: &Stack| s.frames[0].0 != "_start" && s.frames[0].1.contains("libc.so");
-        let py = share(&profile, |s| thread_root(s) && s.has("py_worker") && s.has("Thread.run"));
-        let z = share(&profile, |s| {
-            thread_root(s)
-                && s.position("zlib_worker").is_some_and(|at| s.frames[at..].iter().any(|(_, f)| f.contains("libz")))
+        let hashing = share(&profile, |s| {
+            thread_root(s) && s.position("hasher").is_some_and(|at| s.frames[at..].iter().any(|(_, f)| f.contains("libcrypto")))
         });
-        assert!(py > 30.0, "{}: py_worker threads {py:.1}%", python.name);
-        assert!(z > 5.0, "{}: zlib thread {z:.1}%", python.name);
-        // No worker frame ever appears under the main thread's stack.
+        assert!(hashing >= 0.8 * share(&profile, |s| s.has("hasher")), "{}: hasher not in libcrypto", python.name);
+        assert!(share(&profile, |s| thread_root(s) && s.has("spin") && s.has("Thread.run")) > 50.0, "{}", python.name);
         // The profiler's own frames (the pthread_create trampoline) are not shown.
         let own = share(&profile, |s| s.frames.iter().any(|(_, f)| f.contains("libpyigprof")));
         assert_eq!(own, 0.0, "{}: profiler frames in the profile", python.name);
-        let crossed = share(&profile, |s| s.frames[0].0 == "_start" && (s.has("py_worker") || s.has("zlib_worker")));
+        // No worker frame ever appears under the main thread's stack.
+        let crossed = share(&profile, |s| s.frames[0].0 == "_start" && (s.has("spin") || s.has("hasher")));
         assert_eq!(crossed, 0.0, "{}", python.name);
+    }
+}
+
+const WALL: &str = r#"
+import threading, time
+def sleeper():
+    time.sleep(1.0)
+def busy():
+    end = time.monotonic() + 1.0
+    t = 0
+    while time.monotonic() < end:
+        t += 1
+s = threading.Thread(target=sleeper)
+s.start()
+busy()
+s.join()
+"#;
+
+#[test]
+fn wall_clock_mode_shows_time_spent_blocked() {
+    for python in python311("wall_clock") {
+        let run = run_profiled(&python.path, &["-c", WALL], &[("PYIGPROF_CLOCK", "wall")]);
+        assert!(run.output.status.success(), "{}", run.stderr());
+        let profile = run.profile();
+        let sleeping = share(&profile, |s| s.has("sleeper"));
+        let busy = share(&profile, |s| s.has("busy"));
+        eprintln!("{}: wall: sleeper {sleeping:.1}%, busy {busy:.1}%, {:.3} s", python.name, seconds(&profile));
+        // Both threads live about one second of wall time.
+        assert!((35.0..=60.0).contains(&sleeping) && (35.0..=60.0).contains(&busy), "{sleeping:.1} / {busy:.1}");
+        let total = seconds(&profile);
+        assert!((1.8..=2.8).contains(&total), "{}: {total:.3} s of wall time over two threads", python.name);
+        // In CPU mode, the sleeping thread is (almost) absent.
+        let cpu = run_profiled(&python.path, &["-c", WALL], &[]).profile();
+        assert!(share(&cpu, |s| s.has("sleeper")) < 3.0, "{}", python.name);
     }
 }

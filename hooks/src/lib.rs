@@ -28,8 +28,6 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 pub struct Callbacks {
     /// A new thread is about to run its start routine (runs in that thread).
     pub thread_started: fn(),
-    /// A thread's start routine returned (runs in that thread, before it exits).
-    pub thread_finished: fn(),
     /// `dlopen` returned a handle: the set of mapped objects may have grown.
     pub objects_added: fn(),
     /// `dlclose` is about to run on `handle`: stop reading the object's memory first.

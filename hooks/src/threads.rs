@@ -22,11 +22,7 @@ extern "C" fn trampoline(start: *mut c_void) -> *mut c_void {
     if let Some(cb) = crate::callbacks() {
         (cb.thread_started)();
     }
-    let result = routine(arg);
-    if let Some(cb) = crate::callbacks() {
-        (cb.thread_finished)();
-    }
-    result
+    routine(arg)
 }
 
 /// Interposed `pthread_create(3)`: same contract; the thread runs `routine(arg)` after

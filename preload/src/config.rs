@@ -17,6 +17,27 @@ pub const MAX_HZ: u32 = 100_000;
 /// Default profile path; `%p` becomes the process id.
 pub const DEFAULT_OUTPUT: &str = "pyigprof.%p.gz";
 
+/// Which clock drives sampling (`PYIGPROF_CLOCK`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clock {
+    /// Each thread is sampled on its own CPU time (`CLOCK_THREAD_CPUTIME_ID`): the profile
+    /// shows where CPU time goes, attributed to the thread that spent it.
+    Cpu,
+    /// Each thread is sampled on wall-clock time (`CLOCK_MONOTONIC`), running or not: time
+    /// blocked in `sleep`, I/O or a lock shows up too (stackprof's `:wall` mode).
+    Wall,
+}
+
+impl Clock {
+    /// The name used in `PYIGPROF_CLOCK` and in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Clock::Cpu => "cpu",
+            Clock::Wall => "wall",
+        }
+    }
+}
+
 /// The profiler's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -25,6 +46,8 @@ pub struct Config {
     /// Profile path template (`PYIGPROF_OUTPUT`); `%p` is the pid, `%%` a literal `%`.
     /// A name ending in `.gz` is gzip-compressed, any other is plain text.
     pub output: OsString,
+    /// The clock that drives sampling (`PYIGPROF_CLOCK=cpu|wall`, default `cpu`).
+    pub clock: Clock,
     /// No summary line on stderr at exit (`PYIGPROF_QUIET` set to anything but `0` or empty).
     pub quiet: bool,
 }
@@ -69,8 +92,21 @@ impl Config {
             }
             None => DEFAULT_OUTPUT.into(),
         };
+        let clock = match lookup("PYIGPROF_CLOCK") {
+            None => Clock::Cpu,
+            Some(raw) => match raw.to_str().map(str::trim) {
+                Some("cpu") => Clock::Cpu,
+                Some("wall") => Clock::Wall,
+                _ => {
+                    complaints.push(format!(
+                        "pyigprof: PYIGPROF_CLOCK={raw:?} is not \"cpu\" or \"wall\"; using the default cpu"
+                    ));
+                    Clock::Cpu
+                }
+            },
+        };
         let quiet = lookup("PYIGPROF_QUIET").is_some_and(|v| !v.is_empty() && v != "0");
-        (Config { hz, output, quiet }, complaints)
+        (Config { hz, output, clock, quiet }, complaints)
     }
 
     /// The tick period in nanoseconds (the CPU time one timer expiration stands for).
@@ -120,6 +156,7 @@ mod tests {
         assert_eq!(c.hz, DEFAULT_HZ);
         assert_eq!(c.output, DEFAULT_OUTPUT);
         assert!(!c.quiet);
+        assert_eq!(c.clock, Clock::Cpu);
         assert!(complaints.is_empty());
         assert_eq!(c.period_ns(), 4_000_000);
     }
@@ -135,6 +172,16 @@ mod tests {
         }
         let (c, complaints) = parse(&[("PYIGPROF_HZ", "1000")]);
         assert_eq!((c.hz, complaints.len()), (1000, 0));
+    }
+
+    #[test]
+    fn clock_is_cpu_or_wall() {
+        assert_eq!(parse(&[("PYIGPROF_CLOCK", "wall")]).0.clock, Clock::Wall);
+        assert_eq!(parse(&[("PYIGPROF_CLOCK", "cpu")]).0.clock, Clock::Cpu);
+        let (c, complaints) = parse(&[("PYIGPROF_CLOCK", "real")]);
+        assert_eq!(c.clock, Clock::Cpu);
+        assert_eq!(complaints.len(), 1);
+        assert!(complaints[0].contains("PYIGPROF_CLOCK=\"real\"") && complaints[0].contains("\"wall\""), "{}", complaints[0]);
     }
 
     #[test]

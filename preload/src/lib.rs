@@ -51,7 +51,7 @@ pub extern "C" fn init() {
     let config = Config::from_env();
     modules::rescan();
     let runtime = python_runtime(version);
-    let Some(sampler) = sampler::Sampler::new(config.period_ns(), runtime) else {
+    let Some(sampler) = sampler::Sampler::new(config.period_ns(), config.clock, runtime) else {
         eprintln!("pyigprof: cannot map the profiler's memory; not profiling");
         return;
     };
@@ -66,10 +66,8 @@ pub extern "C" fn init() {
     if let Ok(dir) = std::env::current_dir() {
         let _ = START_DIR.set(dir);
     }
-    sampler.slots.register_current();
     pyigprof_hooks::install(Callbacks {
-        thread_started: || with_sampler(|s| s.slots.register_current()),
-        thread_finished: || with_sampler(|s| s.slots.unregister_current()),
+        thread_started: || with_sampler(|s| s.register_current_thread()),
         objects_added: modules::rescan,
         object_closing: modules::forget_handle,
         objects_removed: modules::rescan,
@@ -85,9 +83,8 @@ pub extern "C" fn init() {
         libc::pthread_atfork(None, None, Some(after_fork_in_child));
         libc::atexit(at_exit);
     }
-    if let Err(e) = sampler.start_timer() {
-        eprintln!("pyigprof: {e}; not profiling");
-    }
+    // The main thread's timer; every later thread starts its own.
+    sampler.register_current_thread();
 }
 
 fn with_sampler(f: impl FnOnce(&'static sampler::Sampler)) {
@@ -202,8 +199,12 @@ pub fn write_profile() {
             let samples = stats.samples.load(Ordering::Relaxed);
             let percent = |n: u64| if samples == 0 { 0.0 } else { 100.0 * n as f64 / samples as f64 };
             let (recorded, ticks) = profile.totals();
+            let time = match config.clock {
+                config::Clock::Cpu => "CPU time",
+                config::Clock::Wall => "wall time summed over threads",
+            };
             eprintln!(
-                "pyigprof: wrote {}: {recorded} samples, {:.3} s of CPU time ({ticks} ticks of {:.3} ms); \
+                "pyigprof: wrote {}: {recorded} samples, {:.3} s of {time} ({ticks} ticks of {:.3} ms); \
                  {:.1}% with Python frames, {:.1}% complete native stacks",
                 path.display(),
                 ticks as f64 * sampler.period_ns as f64 / 1e9,

@@ -1,11 +1,14 @@
 //! The sampler: a CPU-time timer that sends `SIGPROF`, and the handler that turns each
 //! signal into one counted call stack.
 //!
-//! Timer (shared/design/timers.md): `timer_create(CLOCK_PROCESS_CPUTIME_ID)`. The kernel
+//! Timers (shared/design/timers.md): one POSIX timer per thread, created by the thread
+//! itself when it registers, on its own CPU clock (`CLOCK_THREAD_CPUTIME_ID`, or
+//! `CLOCK_MONOTONIC` in wall mode), delivering `SIGPROF` to that thread
+//! (`SIGEV_THREAD_ID`). So each thread's time is attributed to that thread. The kernel
 //! checks CPU timers on its scheduler tick, so at rates above the tick rate several
 //! expirations merge into one signal; a POSIX timer reports how many in `si_overrun`, and
 //! each sample counts `1 + si_overrun` ticks. Profile time = ticks × period therefore
-//! matches the CPU time used, whatever the rate.
+//! matches the time used, whatever the rate.
 //!
 //! Handler rules: no allocation, no locks, no C-API calls; memory comes from regions mapped
 //! before sampling; every read of the interrupted program's memory is checked; `errno` is
@@ -16,7 +19,8 @@ use crate::modules;
 use crate::python::code::Codes;
 use crate::python::stack::{walk, PyStack};
 use crate::python::Runtime;
-use crate::threads::Slots;
+use crate::config::Clock;
+use crate::threads::{Slot, Slots};
 use crate::trace::Trees;
 use crate::unwind::{unwind, Regs};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -53,6 +57,8 @@ pub struct Stats {
 pub struct Sampler {
     /// Tick period in nanoseconds.
     pub period_ns: u64,
+    /// The clock each thread is sampled on.
+    pub clock: Clock,
     /// All trace trees.
     pub trees: Trees,
     /// Per-thread state.
@@ -64,7 +70,8 @@ pub struct Sampler {
     /// Counters of the sampler's own work.
     pub stats: Stats,
     restorer: AtomicU64,
-    timer: AtomicUsize,
+    /// `pthread_key_t` whose destructor tells us a registered thread is exiting.
+    exit_key: AtomicUsize,
 }
 
 const OFF: u8 = 0;
@@ -82,16 +89,17 @@ pub fn get() -> Option<&'static Sampler> {
 
 impl Sampler {
     /// Maps the sampler's memory. `None` when the kernel refuses the mappings.
-    pub fn new(period_ns: u64, python: Option<Runtime>) -> Option<Sampler> {
+    pub fn new(period_ns: u64, clock: Clock, python: Option<Runtime>) -> Option<Sampler> {
         Some(Sampler {
             period_ns,
+            clock,
             trees: Trees::new(1 << 24)?,
             slots: Slots::new()?,
             codes: Codes::new(1 << 20, 256 << 20)?,
             python,
             stats: Stats::default(),
             restorer: AtomicU64::new(0),
-            timer: AtomicUsize::new(0),
+            exit_key: AtomicUsize::new(usize::MAX),
         })
     }
 
@@ -113,21 +121,54 @@ impl Sampler {
             let mut installed: libc::sigaction = std::mem::zeroed();
             libc::sigaction(libc::SIGPROF, std::ptr::null(), &mut installed);
             sampler.restorer.store(installed.sa_restorer.map_or(0, |f| f as usize as u64), Ordering::Relaxed);
+            let mut key: libc::pthread_key_t = 0;
+            if libc::pthread_key_create(&mut key, Some(thread_exiting)) == 0 {
+                sampler.exit_key.store(key as usize, Ordering::Relaxed);
+            }
         }
+        STATE.store(SAMPLING, Ordering::Release);
         Ok(sampler)
     }
 
-    /// Creates and arms the CPU-time timer. Returns an error message on failure.
-    pub fn start_timer(&self) -> Result<(), String> {
+    /// Registers the calling thread and starts its timer (at thread start, and for the main
+    /// thread in the constructor). Reports a failure to start the timer on stderr.
+    pub fn register_current_thread(&self) {
+        let mut failure = None;
+        self.slots.register_current(|slot| {
+            if let Err(e) = self.arm(slot) {
+                failure = Some(e);
+            }
+        });
+        let key = self.exit_key.load(Ordering::Relaxed);
+        if key != usize::MAX {
+            // A non-null value makes the key's destructor run when the thread exits.
+            // SAFETY: a key we created.
+            unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, 1 as *const libc::c_void) };
+        }
+        if let Some(e) = failure {
+            eprintln!("pyigprof: {e}; this thread is not sampled");
+        }
+    }
+
+    /// Creates and arms the calling thread's timer and stores it in its `slot`.
+    fn arm(&self, slot: &Slot) -> Result<(), String> {
+        if slot.timer.load(Ordering::Acquire) != 0 {
+            return Ok(());
+        }
+        let clock = match self.clock {
+            Clock::Cpu => libc::CLOCK_THREAD_CPUTIME_ID,
+            Clock::Wall => libc::CLOCK_MONOTONIC,
+        };
         // SAFETY: plain timer_create/timer_settime calls with initialised structures.
         unsafe {
             let mut event: libc::sigevent = std::mem::zeroed();
-            event.sigev_notify = libc::SIGEV_SIGNAL;
+            event.sigev_notify = libc::SIGEV_THREAD_ID;
             event.sigev_signo = libc::SIGPROF;
             event.sigev_value = libc::sigval { sival_ptr: TIMER_COOKIE as *mut libc::c_void };
+            event.sigev_notify_thread_id = libc::gettid();
             let mut timer: libc::timer_t = std::ptr::null_mut();
-            if libc::timer_create(libc::CLOCK_PROCESS_CPUTIME_ID, &mut event, &mut timer) != 0 {
-                return Err(format!("cannot create the CPU-time timer: {}", std::io::Error::last_os_error()));
+            if libc::timer_create(clock, &mut event, &mut timer) != 0 {
+                return Err(format!("cannot create a sampling timer: {}", std::io::Error::last_os_error()));
             }
             let period = libc::timespec {
                 tv_sec: (self.period_ns / 1_000_000_000) as libc::time_t,
@@ -137,23 +178,27 @@ impl Sampler {
             if libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) != 0 {
                 let err = std::io::Error::last_os_error();
                 libc::timer_delete(timer);
-                return Err(format!("cannot arm the CPU-time timer: {err}"));
+                return Err(format!("cannot arm a sampling timer: {err}"));
             }
-            self.timer.store(timer as usize, Ordering::Release);
+            slot.timer.store(timer as usize, Ordering::Release);
         }
-        STATE.store(SAMPLING, Ordering::Release);
         Ok(())
+    }
+
+    /// Deletes the timer stored in `slot`, if any.
+    fn disarm(slot: &Slot) {
+        let timer = slot.timer.swap(0, Ordering::AcqRel);
+        if timer != 0 {
+            // SAFETY: a timer we created and nobody else deletes (the swap took it).
+            unsafe { libc::timer_delete(timer as libc::timer_t) };
+        }
     }
 
     /// Stops sampling: deletes the timer and waits for handlers in flight. Afterwards the
     /// trees can be read safely.
     pub fn stop(&self) {
         STATE.store(OFF, Ordering::Release);
-        let timer = self.timer.swap(0, Ordering::AcqRel);
-        if timer != 0 {
-            // SAFETY: a timer we created.
-            unsafe { libc::timer_delete(timer as libc::timer_t) };
-        }
+        self.slots.for_each(Sampler::disarm);
         wait_for_handlers();
     }
 
@@ -161,7 +206,6 @@ impl Sampler {
     /// are not inherited by `fork`). Takes no lock.
     pub fn restart_after_fork(&self) {
         STATE.store(OFF, Ordering::Release);
-        self.timer.store(0, Ordering::Release);
         self.trees.reset();
         self.slots.reset_after_fork();
         let stats = &self.stats;
@@ -180,8 +224,11 @@ impl Sampler {
             counter.store(0, Ordering::Relaxed);
         }
         // No locks here: another thread of the parent may have held one at fork time.
-        if self.start_timer().is_err() {
-            let msg = b"pyigprof: cannot start the CPU-time timer in the fork child; it is not profiled\n";
+        STATE.store(SAMPLING, Ordering::Release);
+        let mut armed = false;
+        self.slots.register_current(|slot| armed = self.arm(slot).is_ok());
+        if !armed {
+            let msg = b"pyigprof: cannot start a sampling timer in the fork child; it is not profiled\n";
             // SAFETY: writing a static buffer to stderr.
             unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
         }
@@ -271,6 +318,13 @@ impl Sampler {
         if !self.trees.record(root, &slot.out[..composed.len], weight) {
             drop_sample();
         }
+    }
+}
+
+/// Destructor of the exit key: a registered thread is exiting; stop its timer.
+extern "C" fn thread_exiting(_value: *mut libc::c_void) {
+    if let Some(sampler) = get() {
+        sampler.slots.unregister_current(Sampler::disarm);
     }
 }
 

@@ -40,6 +40,8 @@ pub struct Slot {
     pub stack: (AtomicU64, AtomicU64),
     /// The thread's unwinding cache.
     pub cache: AtomicPtr<UnwindCache>,
+    /// The thread's sampling timer (`timer_t`; 0 = none).
+    pub timer: AtomicUsize,
     /// Scratch: native frame addresses, innermost first.
     pub native: [u64; MAX_NATIVE_FRAMES],
     /// Scratch: Python frame keys, innermost first.
@@ -97,9 +99,9 @@ impl Slots {
         None
     }
 
-    /// Registers the calling thread: stack bounds and an unwinding cache. Not
-    /// async-signal-safe (allocates); call at thread start.
-    pub fn register_current(&self) {
+    /// Registers the calling thread: stack bounds, an unwinding cache, then `arm(slot)`
+    /// (which starts its timer). Not async-signal-safe (allocates); call at thread start.
+    pub fn register_current(&self, arm: impl FnOnce(&Slot)) {
         // SAFETY: pthread_self is always valid.
         let thread = unsafe { libc::pthread_self() } as usize;
         let bounds = pyigprof_hooks::threads::current_stack_bounds();
@@ -116,20 +118,28 @@ impl Slots {
                 slot.stack.1.store(hi, Ordering::Relaxed);
                 slot.ready.store(true, Ordering::Release);
             }
+            arm(slot);
         }
         drop(guard);
     }
 
-    /// Marks the calling thread's stack as no longer valid (its start routine returned).
-    pub fn unregister_current(&self) {
+    /// The calling thread is exiting: `disarm(slot)` (stop its timer) and mark its stack as
+    /// no longer valid. Its trace tree stays.
+    pub fn unregister_current(&self, disarm: impl FnOnce(&Slot)) {
         // SAFETY: pthread_self is always valid.
         let thread = unsafe { libc::pthread_self() } as usize;
         let guard = crate::sampler::BlockSampling::new();
         // SAFETY: owner thread, SIGPROF blocked.
         if let Some(slot) = unsafe { self.find_or_claim(thread) } {
+            disarm(slot);
             slot.ready.store(false, Ordering::Release);
         }
         drop(guard);
+    }
+
+    /// Calls `f` on every slot (for stopping every thread's timer).
+    pub fn for_each(&self, mut f: impl FnMut(&Slot)) {
+        (0..MAX_THREADS).for_each(|i| f(self.at(i)));
     }
 
     /// Roots of every thread's trace tree.
@@ -140,17 +150,18 @@ impl Slots {
             .collect()
     }
 
-    /// After `fork`: only the calling thread exists. Frees every other slot and forgets all
-    /// trees. Only safe while no other thread runs (the fork child).
+    /// After `fork`: only the calling thread exists, and no timer (timers are not
+    /// inherited). Forgets every tree, timer and other thread's stack; slots stay claimed
+    /// (a new thread with a reused `pthread_t` takes its slot over). Takes no lock.
     pub fn reset_after_fork(&self) {
         // SAFETY: pthread_self is always valid.
         let me = unsafe { libc::pthread_self() } as usize;
         for i in 0..MAX_THREADS {
             let slot = self.at(i);
             slot.root.store(0, Ordering::Relaxed);
+            slot.timer.store(0, Ordering::Relaxed);
             if slot.owner.load(Ordering::Relaxed) != me {
                 slot.ready.store(false, Ordering::Relaxed);
-                slot.owner.store(0, Ordering::Relaxed);
             }
         }
     }
