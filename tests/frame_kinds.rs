@@ -1,0 +1,117 @@
+//! Python frames of every kind, on every interpreter with Python frames: deep recursion,
+//! generators, coroutines and asyncio tasks, comprehensions, lambdas, methods called from C,
+//! exec/eval code.
+
+use pyigprof_suite::*;
+
+const RECURSION: &str = r#"
+import sys
+sys.setrecursionlimit(10000)
+def leaf():
+    t = 0
+    for i in range(20000):
+        t += i % 3
+    return t
+def down(depth):
+    if depth == 0:
+        return leaf()
+    return down(depth - 1)
+for _ in range(40):
+    down(70)
+"#;
+
+#[test]
+fn deep_recursion_shows_every_python_frame_in_order() {
+    for python in interpreters_with_python_frames("deep_recursion") {
+        let run = run_profiled(&python.path, &["-c", RECURSION], &[]);
+        assert!(run.output.status.success(), "{}", run.stderr());
+        let profile = run.profile();
+        let leaf = stacks(&profile).into_iter().filter(|s| s.has("leaf")).collect::<Vec<_>>();
+        assert!(!leaf.is_empty(), "{}: no sample in leaf", python.name);
+        let mut full = 0;
+        for s in &leaf {
+            let python_frames: Vec<&str> = s
+                .frames
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .filter(|n| *n == "down" || *n == "leaf" || *n == "<module>")
+                .collect();
+            // <module>, 71 × down (depths 70..0), leaf — nothing missing, nothing else between.
+            let expected: Vec<&str> = std::iter::once("<module>")
+                .chain(std::iter::repeat_n("down", 71))
+                .chain(std::iter::once("leaf"))
+                .collect();
+            if python_frames == expected {
+                full += s.ticks;
+            }
+        }
+        let total: i64 = leaf.iter().map(|s| s.ticks).sum();
+        eprintln!("{}: {full} of {total} leaf ticks show all 73 Python frames", python.name);
+        assert!(full as f64 >= 0.95 * total as f64, "{}: {full} of {total}", python.name);
+    }
+}
+
+const KINDS: &str = r#"
+import asyncio
+def work(n):
+    t = 0
+    for i in range(n):
+        t += i % 3
+    return t
+def gen(n):
+    for _ in range(n):
+        yield work(3000)
+def delegate(n):
+    yield from gen(n)
+async def coro(n):
+    for _ in range(n):
+        work(3000)
+        await asyncio.sleep(0)
+async def main():
+    await asyncio.gather(coro(200), coro(200))
+class Key:
+    def __init__(self, v):
+        self.v = v
+def keyfunc(v):
+    work(300)
+    return v
+for _ in range(4):
+    sum(delegate(100))
+    [work(3000) for _ in range(100)]
+    (lambda: work(300000))()
+    sorted(range(1000), key=keyfunc)
+    list(map(keyfunc, range(1000)))
+    exec("def from_exec():\n    return work(300000)\nfrom_exec()")
+    eval("work(300000)")
+asyncio.run(main())
+"#;
+
+#[test]
+fn frames_of_every_kind_are_named() {
+    for python in interpreters_with_python_frames("frame_kinds") {
+        let run = run_profiled(&python.path, &["-c", KINDS], &[("PYIGPROF_HZ", "1000")]);
+        assert!(run.output.status.success(), "{}", run.stderr());
+        let profile = run.profile();
+        let mut checks: Vec<(&str, &str)> = vec![
+            ("gen", "generator"),
+            ("delegate", "yield from"),
+            ("coro", "coroutine in an asyncio task"),
+            ("<lambda>", "lambda"),
+            ("keyfunc", "key function called from C by sorted/map"),
+            ("from_exec", "code from exec"),
+        ];
+        // 3.12+ inlines comprehensions into their function (PEP 709): no frame of their own.
+        if python.version < (3, 12) {
+            checks.push(("<listcomp>", "comprehension"));
+        }
+        for (caller, what) in checks {
+            let hit = share(&profile, |s| {
+                s.position("work").is_some_and(|w| s.frames[..w].iter().any(|(n, _)| n == caller))
+            });
+            assert!(hit > 0.5, "{}: no work() under {caller} ({what}): {hit:.2}%", python.name);
+        }
+        // eval code runs as a frame named <module> from file <string>.
+        let eval = share(&profile, |s| s.frames.iter().any(|(n, f)| n == "<module>" && f == "<string>"));
+        assert!(eval > 1.0, "{}: eval code missing ({eval:.2}%)", python.name);
+    }
+}
