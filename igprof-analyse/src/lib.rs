@@ -5,7 +5,8 @@
 //! IgProf's doc/dump-format. The pieces:
 //! - [`parse`]: streaming reader of dumps, plain or gzip, HEX or decimal variant, into
 //! - [`profile`]: one merged call tree with its tables of functions, files, counters;
-//! - [`report`]: reports on a profile, one module each ([`report::top`]);
+//! - [`report`]: reports on a profile, one module each ([`report::top`],
+//!   [`report::lines`]);
 //! - [`symbol`]: how functions are named in reports (demangling, Python locations);
 //! - [`error`]: the one-line errors the command prints before exiting with status 2.
 //!
@@ -18,8 +19,8 @@
 //! let mut profile = igprof_analyse::Profile::new();
 //! parse::load_reader(&mut profile, "x.txt", &dump[..]).unwrap();
 //! let report = top::compute(&profile, &top::Options::default()).unwrap();
-//! assert_eq!(report.total.amount, 5); // ticks, i.e. 5 × 4 ms = 0.020 s
-//! assert_eq!(report.rows[0].label.line(), "<module> (/work/x.py:1)");
+//! assert_eq!(report.measure.total.amount, 5); // ticks, i.e. 5 × 4 ms = 0.020 s
+//! assert_eq!(report.rows[0].item.label.line(), "<module> (/work/x.py:1)");
 //! ```
 
 pub mod error;

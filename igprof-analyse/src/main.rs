@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
-use igprof_analyse::report::{self, top};
+use igprof_analyse::report::{self, lines, top};
 
 /// Reads IgProf-format profiles (from pyigprof or IgProf, plain or gzip) and prints
 /// reports. Several profiles are merged into one.
@@ -21,6 +21,14 @@ struct Cli {
     /// is the report printed when none is asked for. N must be attached with "=".
     #[arg(long, value_name = "N", num_args = 0..=1, require_equals = true, default_missing_value = "20")]
     top: Option<usize>,
+
+    /// Print the N lines of Python code (file:line) with the most cost (default 20;
+    /// --lines=0 prints all). A line's self cost is that of the samples whose innermost
+    /// Python frame runs it, including the native code it called; its cumulative cost is
+    /// that of the samples with it anywhere on the stack. N must be attached with "=".
+    /// Not with --top.
+    #[arg(long, value_name = "N", num_args = 0..=1, require_equals = true, default_missing_value = "20", conflicts_with = "top")]
+    lines: Option<usize>,
 
     /// The counter to report on, e.g. PERF_TICKS (CPU time) or, for IgProf memory
     /// profiles, MEM_TOTAL.
@@ -52,21 +60,29 @@ fn main() -> ExitCode {
         Ok(profile) => profile,
         Err(error) => return fail(&error),
     };
-    let options = top::Options {
+    let options = report::Options {
         counter: cli.counter,
-        limit: cli.top.unwrap_or(top::Options::default().limit),
+        limit: cli
+            .lines
+            .or(cli.top)
+            .unwrap_or(report::Options::default().limit),
         order: match cli.order {
-            OrderArg::SelfCost => top::Order::SelfAmount,
-            OrderArg::Cumulative => top::Order::Cumulative,
+            OrderArg::SelfCost => report::Order::SelfAmount,
+            OrderArg::Cumulative => report::Order::Cumulative,
         },
     };
-    let report = match top::compute(&profile, &options) {
-        Ok(report) => report,
-        Err(error) => return fail(&error),
-    };
     let mut text = Vec::new();
-    // Writing into a Vec cannot fail.
-    let _ = top::write(&profile, &report, &mut text);
+    let written = if cli.lines.is_some() {
+        lines::compute(&profile, &options)
+            .map(|computed| report::write(&profile, &computed, &mut text))
+    } else {
+        top::compute(&profile, &options)
+            .map(|computed| report::write(&profile, &computed, &mut text))
+    };
+    // Writing into a Vec cannot fail: only computing the report can.
+    if let Err(error) = written {
+        return fail(&error);
+    }
     let mut stdout = io::stdout().lock();
     match stdout.write_all(&text).and_then(|()| stdout.flush()) {
         Ok(()) => ExitCode::SUCCESS,

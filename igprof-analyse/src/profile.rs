@@ -9,6 +9,8 @@
 
 use std::collections::HashMap;
 
+use crate::symbol::{is_python_code_name, is_python_file};
+
 /// Index of a node in [`Profile::nodes`].
 pub type NodeId = u32;
 /// Index of a function in [`Profile::functions`].
@@ -113,6 +115,8 @@ pub struct Profile {
     pub sources: Vec<Source>,
     files: Vec<String>,
     file_index: HashMap<String, FileId>,
+    /// Per file: whether its functions are Python code (see [`Profile::is_python_code`]).
+    python_files: Vec<bool>,
     functions: Vec<Function>,
     function_index: HashMap<(String, FileId), FunctionId>,
     counters: Vec<String>,
@@ -188,13 +192,31 @@ impl Profile {
         self.counter_index.get(name).copied()
     }
 
+    /// Whether the functions of file `id` are Python code, so that their start and
+    /// offsets are lines: its name says so ([`is_python_file`]) or one of its functions
+    /// has a name only Python code has ([`is_python_code_name`], e.g. `<module>` of a
+    /// script without an extension).
+    ///
+    /// # Panics
+    /// If `id` was not returned by this profile.
+    pub fn is_python_code(&self, id: FileId) -> bool {
+        self.python_files[id as usize]
+    }
+
     /// The id of file `path`, adding it if new.
     pub fn intern_file(&mut self, path: &str) -> Result<FileId, CapacityError> {
-        intern_name(&mut self.files, &mut self.file_index, path)
+        let id = intern_name(&mut self.files, &mut self.file_index, path)?;
+        if id as usize == self.python_files.len() {
+            self.python_files.push(is_python_file(path));
+        }
+        Ok(id)
     }
 
     /// The id of function (`name`, `file`), adding it with `start` if new; an existing
     /// function keeps the start it was first given.
+    ///
+    /// # Panics
+    /// If `file` was not returned by this profile.
     pub fn intern_function(
         &mut self,
         name: &str,
@@ -206,6 +228,9 @@ impl Profile {
             return Ok(id);
         }
         let id = next_id(self.functions.len())?;
+        if is_python_code_name(name) {
+            self.python_files[file as usize] = true;
+        }
         self.functions.push(Function {
             name: name.to_string(),
             file,

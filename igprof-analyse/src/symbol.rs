@@ -1,17 +1,38 @@
 //! How functions are shown to users: demangled native symbols and Python locations.
 //!
 //! Native names in a dump are the symbols of `.symtab`/`.dynsym`, mangled for C++ and
-//! Rust (docs/dump-format.md, "What a function is"); they are demangled here. Python
-//! functions are recognised by their file, a Python source (`*.py`, `*.pyw`) or a
-//! pseudo-file such as `<frozen importlib._bootstrap>` or `<string>`.
+//! Rust (docs/dump-format.md, "What a function is"); they are demangled here.
+//!
+//! Python functions are recognised by their file, whose functions are either all Python
+//! code or all native code ([`Profile::is_python_code`]): a file is Python when its name
+//! says so ([`is_python_file`]: a Python source `*.py`, `*.pyw`, or a pseudo-file such as
+//! `<frozen importlib._bootstrap>` or `<string>` of `exec`), or when one of its functions
+//! has a name that only Python code objects have ([`is_python_code_name`]: `<module>`,
+//! `<lambda>`, `f.<locals>.g`, …), as for a script without an extension such as a
+//! virtualenv's `bin/pytest`. Native objects never are: symbols cannot contain `<`.
 
 use crate::profile::{Function, Profile};
 
-/// Whether a function of `file` is Python code (then its start is a line number).
+/// Whether the name of `file` shows that its functions are Python code (then their start
+/// is a line number): it ends in `.py` or `.pyw`, or is a pseudo-file `<…>` (`<string>`
+/// of `exec`, `<frozen importlib._bootstrap>`, `<stdin>`, IPython's `<ipython-input-…>`).
 pub fn is_python_file(file: &str) -> bool {
     file.ends_with(".py")
         || file.ends_with(".pyw")
         || (file.starts_with('<') && file.ends_with('>'))
+}
+
+/// Whether `name` is one that only CPython's compiler gives code objects: a qualified
+/// name whose last part is `<module>`, `<lambda>`, `<genexpr>`, `<listcomp>`,
+/// `<dictcomp>` or `<setcomp>`, or that goes through a function's locals
+/// (`outer.<locals>.inner`). The profiler's own pseudo-functions (`<unknown code>`,
+/// `<truncated stack>`) are not such names.
+pub fn is_python_code_name(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name);
+    matches!(
+        last,
+        "<module>" | "<lambda>" | "<genexpr>" | "<listcomp>" | "<dictcomp>" | "<setcomp>"
+    ) || name.contains(".<locals>.")
 }
 
 /// `name` demangled if it is a Rust (legacy `_ZN...E` or v0 `_R...`) or C++ (`_Z...`)
@@ -45,7 +66,7 @@ impl Label {
     /// How `function` of `profile` is shown.
     pub fn of(profile: &Profile, function: &Function) -> Label {
         let file = profile.file(function.file);
-        if is_python_file(file) {
+        if profile.is_python_code(function.file) {
             Label {
                 name: function.name.clone(),
                 location: format!("{file}:{}", function.start),
@@ -110,6 +131,57 @@ mod tests {
         assert!(is_python_file("<frozen importlib._bootstrap>"));
         assert!(!is_python_file("/usr/lib/x86_64-linux-gnu/libz.so.1"));
         assert!(!is_python_file("ls"));
+        assert!(is_python_file("<string>"));
+        assert!(!is_python_file("[python]"));
+    }
+
+    #[test]
+    fn python_code_names() {
+        for name in [
+            "<module>",
+            "<lambda>",
+            "Klass.<lambda>",
+            "f.<locals>.<genexpr>",
+            "f.<locals>.inner",
+            "<listcomp>",
+            "<dictcomp>",
+            "<setcomp>",
+        ] {
+            assert!(is_python_code_name(name), "{name}");
+        }
+        for name in [
+            "main",
+            "Klass.method",
+            "<unknown code>",
+            "<truncated stack>",
+            "@?0x13adab",
+            "_ZN3foo3barEv",
+            "<locals>",
+        ] {
+            assert!(!is_python_code_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn extensionless_script_with_a_module_is_python() {
+        let mut profile = Profile::new();
+        let script = profile.intern_file("/venv/bin/tool").unwrap();
+        let helper = profile.intern_function("helper", script, 3).unwrap();
+        let binary = profile.intern_file("/usr/bin/python3").unwrap();
+        let main = profile.intern_function("main", binary, 0x1130).unwrap();
+        // Before `<module>` is seen, nothing says the script is Python.
+        assert!(!profile.is_python_code(script));
+        profile.intern_function("<module>", script, 1).unwrap();
+        assert!(profile.is_python_code(script));
+        assert!(!profile.is_python_code(binary));
+        let lines: Vec<String> = [helper, main]
+            .iter()
+            .map(|&id| Label::of(&profile, profile.function(id)).line())
+            .collect();
+        assert_eq!(
+            lines,
+            ["helper (/venv/bin/tool:3)", "main  (/usr/bin/python3)"]
+        );
     }
 
     #[test]

@@ -64,6 +64,14 @@ fn assert_fails(output: &Output, message: &str) {
     assert_eq!(stderr(output), message);
 }
 
+/// Checks a successful run: exit status 0, nothing on stderr, exactly `report` on stdout.
+#[track_caller]
+fn assert_prints(output: &Output, report: &str) {
+    assert_eq!(stderr(output), "");
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(stdout(output), report);
+}
+
 /// Python `fib` recursing three deep under `<module>`, calling into libz; a C++ function;
 /// a second thread tree rooted in a Rust function. Ticks of 4 ms. The unit tests of
 /// src/report/top.rs read the same file.
@@ -83,10 +91,7 @@ const RECURSIVE_TOP: &str = include_str!("data/recursive-top.txt");
 fn top_of_recursive_hex_dump() {
     let dir = TempDir::new("top_of_recursive_hex_dump");
     dir.write("rec.txt", RECURSIVE);
-    let output = run(&["rec.txt"], &dir.0);
-    assert_eq!(stderr(&output), "");
-    assert_eq!(output.status.code(), Some(0));
-    assert_eq!(stdout(&output), RECURSIVE_TOP);
+    assert_prints(&run(&["rec.txt"], &dir.0), RECURSIVE_TOP);
 }
 
 #[test]
@@ -268,4 +273,69 @@ fn usage_errors_exit_2() {
     let output = run(&["--help"], &dir.0);
     assert_eq!(output.status.code(), Some(0));
     assert!(stdout(&output).contains("--top"));
+    assert!(stdout(&output).contains("--lines[=<N>]"));
+}
+
+/// `python3 app.py` with recursion, Python calling native code (and native code calling
+/// back into Python), a generator expression, `exec` code and an extensionless script.
+/// The unit tests of src/report/lines.rs read the same file and explain the amounts.
+const LINES: &[u8] = include_bytes!("data/lines-hex.txt");
+
+/// The `--lines` report of `LINES` read as `lines.txt` (11 rows, all of them);
+/// src/report/lines.rs checks the same text.
+const LINES_REPORT: &str = include_str!("data/lines-report.txt");
+
+/// A directory of its own for test `test`, holding `LINES` as `lines.txt`.
+fn lines_dir(test: &str) -> TempDir {
+    let dir = TempDir::new(test);
+    dir.write("lines.txt", LINES);
+    dir
+}
+
+#[test]
+fn lines_of_python_dump() {
+    let dir = lines_dir("lines_of_python_dump");
+    // `--lines` takes its value only with "=", so the profile is not taken for N.
+    for args in [&["--lines", "lines.txt"][..], &["lines.txt", "--lines=0"]] {
+        assert_prints(&run(args, &dir.0), LINES_REPORT);
+    }
+
+    dir.write("lines.gz", &gzip(LINES));
+    // Line 12 of the recursive walk counts its samples once: 14 ticks, not 14 + 12.
+    assert_prints(
+        &run(&["--lines=3", "--order", "cumulative", "lines.gz"], &dir.0),
+        "\
+pyigprof-analyse: lines.gz: python3 app.py (pid 42)
+PERF_TICKS: 18 samples, 33 ticks of 4.000 ms = 0.132 s
+   self %    self s    cum %     cum s  line  (function)
+     9.09     0.012    42.42     0.056  /work/app.py:12  (walk)
+     0.00     0.000    42.42     0.056  /work/app.py:30  (<module>)
+    33.33     0.044    33.33     0.044  /work/app.py:15  (walk)
+",
+    );
+}
+
+#[test]
+fn lines_and_top_exclude_each_other() {
+    let dir = lines_dir("lines_and_top_exclude_each_other");
+    let output = run(&["--lines=5", "--top", "lines.txt"], &dir.0);
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(stdout(&output), "");
+    assert!(
+        stderr(&output).contains("'--lines[=<N>]' cannot be used with '--top[=<N>]'"),
+        "{}",
+        stderr(&output)
+    );
+    let output = run(&["--lines=x", "lines.txt"], &dir.0);
+    assert_eq!(output.status.code(), Some(2));
+}
+
+#[test]
+fn lines_errors_like_top() {
+    let dir = lines_dir("lines_errors_like_top");
+    let output = run(&["--lines", "-r", "MEM_TOTAL", "lines.txt"], &dir.0);
+    assert_fails(
+        &output,
+        "pyigprof-analyse: lines.txt: no counter MEM_TOTAL in the profile; its counters: PERF_TICKS\n",
+    );
 }

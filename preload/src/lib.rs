@@ -97,13 +97,13 @@ fn with_sampler(f: impl FnOnce(&'static sampler::Sampler)) {
 /// be missing.
 fn python_runtime(version: (u8, u8, u8)) -> Option<python::Runtime> {
     let (major, minor, micro) = version;
-    if python::layout::Layout::for_version(major, minor).is_none() {
+    let Some(layout) = layout_of(major, minor) else {
         eprintln!(
-            "pyigprof: Python {major}.{minor}.{micro} is not a version pyigprof knows; \
-             recording native frames only"
+            "pyigprof: Python {major}.{minor}.{micro} is not a version pyigprof knows \
+             (no layout table, and no plausible _Py_DebugOffsets); recording native frames only"
         );
         return None;
-    }
+    };
     let evaluator_name = if major == 2 { "PyEval_EvalFrameEx" } else { "_PyEval_EvalFrameDefault" };
     let evaluator = evaluator_ranges(evaluator_name);
     let sym = |name: &std::ffi::CStr| cpython::symbol(name) as u64;
@@ -112,7 +112,7 @@ fn python_runtime(version: (u8, u8, u8)) -> Option<python::Runtime> {
     } else {
         python::code::Types { code: sym(c"PyCode_Type"), text: sym(c"PyUnicode_Type"), bytes: sym(c"PyBytes_Type") }
     };
-    let runtime = python::Runtime::new(version, &evaluator, types);
+    let runtime = python::Runtime::new(version, layout, &evaluator, types);
     if runtime.is_none() {
         eprintln!(
             "pyigprof: cannot find {evaluator_name} or the type objects of Python {major}.{minor}.{micro}; \
@@ -120,6 +120,23 @@ fn python_runtime(version: (u8, u8, u8)) -> Option<python::Runtime> {
         );
     }
     runtime
+}
+
+/// The frame layout of CPython `major.minor`: the table up to 3.12, the interpreter's own
+/// `_Py_DebugOffsets` (at the start of `_PyRuntime`, statically initialised, so readable
+/// before Python starts) from 3.13.
+fn layout_of(major: u8, minor: u8) -> Option<python::layout::Layout> {
+    use python::layout::{Layout, DEBUG_OFFSETS_WORDS};
+    if (major, minor) < (3, 13) {
+        return Layout::for_version(major, minor);
+    }
+    let runtime = cpython::symbol(c"_PyRuntime");
+    if runtime == 0 {
+        return None;
+    }
+    // SAFETY: _PyRuntime is a static object larger than its _Py_DebugOffsets header.
+    let words = unsafe { std::slice::from_raw_parts(runtime as *const u64, DEBUG_OFFSETS_WORDS) };
+    Layout::from_debug_offsets(words, major, minor)
 }
 
 /// Run-time address ranges of every part of the evaluator function: the symbol table of the

@@ -1,15 +1,53 @@
 //! Reports computed from a merged [`Profile`]. One module per report; what they share
-//! (choosing the counter, describing the inputs) lives here.
+//! (the options, choosing the counter, the walk that counts each sample once, sorting,
+//! the text table) lives here.
 //!
-//! - [`top`]: the flat list of the functions with the most self or cumulative cost.
+//! - [`top`]: the flat list of the functions with the most self or cumulative cost;
+//! - [`lines`]: the same for the lines of Python code.
 
+pub mod lines;
 pub mod top;
 
+use std::cmp::Ordering;
+use std::fmt::Display;
+use std::io::{self, Write};
+
 use crate::error::Error;
-use crate::profile::{CounterId, Profile};
+use crate::profile::{CounterId, NodeId, Profile, Values};
 
 /// The counter reported when none is asked for: CPU time in ticks.
 pub const DEFAULT_COUNTER: &str = "PERF_TICKS";
+
+/// Which column sorts the rows of a report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Order {
+    /// Self amount descending, then cumulative descending, then the row's name.
+    #[default]
+    SelfAmount,
+    /// Cumulative amount descending, then self descending, then the row's name.
+    Cumulative,
+}
+
+/// What to report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// The counter, e.g. `PERF_TICKS` ([`DEFAULT_COUNTER`]).
+    pub counter: String,
+    /// How many rows to keep; 0 keeps them all.
+    pub limit: usize,
+    /// The sort order.
+    pub order: Order,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            counter: DEFAULT_COUNTER.to_string(),
+            limit: 20,
+            order: Order::SelfAmount,
+        }
+    }
+}
 
 /// What a counter's amount measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,4 +120,285 @@ pub fn find_counter(profile: &Profile, name: &str) -> Result<Option<CounterId>, 
             profile.counters().join(", ")
         ),
     })
+}
+
+/// The counter a report is on and its total over the profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measure {
+    /// The counter's name.
+    pub counter: String,
+    /// What its amounts measure.
+    pub unit: Unit,
+    /// The counter's total over the profile: samples (or calls) and amount.
+    pub total: Values,
+    /// Seconds per tick (of the first dump; all merged dumps have the same).
+    pub tick_period: f64,
+}
+
+impl Measure {
+    /// The measure of counter `name` in `profile`, and the counter's id: `None` when the
+    /// profile has no counter at all, the total then being zero.
+    ///
+    /// # Errors
+    /// Those of [`find_counter`].
+    pub fn select(profile: &Profile, name: &str) -> Result<(Measure, Option<CounterId>), Error> {
+        let id = find_counter(profile, name)?;
+        let measure = Measure {
+            counter: name.to_string(),
+            unit: Unit::of(name),
+            total: id.map_or_else(Values::default, |id| profile.total(id)),
+            tick_period: profile
+                .sources
+                .first()
+                .map_or(0.0, |source| source.tick_period),
+        };
+        Ok((measure, id))
+    }
+}
+
+/// Per key, the amount of `counter` of the samples whose stack holds a node of that key,
+/// each sample counted once however many of its frames have the key (recursion).
+/// `keys[node]` is the key of each node (indexed by [`NodeId`]), `None` for none; keys
+/// are below `key_count`.
+///
+/// A depth-first walk keeps, per key, how many of the current node's ancestors (itself
+/// included) have that key: a subtree counts only for the outermost one.
+pub(crate) fn cumulative_once(
+    profile: &Profile,
+    counter: CounterId,
+    keys: &[Option<u32>],
+    key_count: usize,
+) -> Vec<i64> {
+    let subtrees = profile.subtree_amounts(counter);
+    let children = profile.children();
+    let mut active = vec![0u32; key_count];
+    let mut cumulative = vec![0i64; key_count];
+    let mut stack: Vec<(NodeId, bool)> = children
+        .roots()
+        .iter()
+        .rev()
+        .map(|&root| (root, false))
+        .collect();
+    while let Some((node, leaving)) = stack.pop() {
+        let key = keys[node as usize].map(|key| key as usize);
+        if leaving {
+            if let Some(key) = key {
+                active[key] -= 1;
+            }
+            continue;
+        }
+        if let Some(key) = key {
+            if active[key] == 0 {
+                cumulative[key] = cumulative[key].saturating_add(subtrees[node as usize]);
+            }
+            active[key] += 1;
+            stack.push((node, true));
+        }
+        stack.extend(children.of(node).iter().rev().map(|&child| (child, false)));
+    }
+    cumulative
+}
+
+/// One row of a report: what it is about and its amounts, in the counter's unit (ticks
+/// for `PERF_TICKS`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row<T> {
+    /// What the row is about: a function ([`top::Function`]) or a line of Python code
+    /// ([`lines::Line`]). Its `Display` form ends the row in the text table.
+    pub item: T,
+    /// The self (exclusive) amount.
+    pub self_amount: i64,
+    /// The cumulative (inclusive) amount, each sample counted once even where the item
+    /// recurses.
+    pub cumulative: i64,
+}
+
+/// What the rows of a report are about; the `Display` form ends each row of the text.
+pub trait Item: Display {
+    /// The heading of that last column, e.g. `function  (file)`.
+    const HEADING: &'static str;
+}
+
+/// A computed report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report<T> {
+    /// The counter reported on and its total.
+    pub measure: Measure,
+    /// The rows, sorted and cut to the limit; items with neither self nor cumulative
+    /// amount are left out.
+    pub rows: Vec<Row<T>>,
+}
+
+/// The report on `profile` of `options.counter`, whose rows `rows` computes from the
+/// counter's id; no rows when the profile has no counter at all.
+///
+/// # Errors
+/// Those of [`find_counter`].
+pub(crate) fn report<T>(
+    profile: &Profile,
+    options: &Options,
+    rows: impl FnOnce(CounterId) -> Vec<Row<T>>,
+) -> Result<Report<T>, Error> {
+    let (measure, counter) = Measure::select(profile, &options.counter)?;
+    Ok(Report {
+        measure,
+        rows: counter.map_or_else(Vec::new, rows),
+    })
+}
+
+/// The rows of the keys `0..self_amounts.len()` with some self or cumulative amount
+/// (`item` makes what a key stands for), sorted by `options.order`, ties broken by
+/// `name` (ascending), and cut to `options.limit` (all for 0).
+pub(crate) fn ranked<T>(
+    self_amounts: &[i64],
+    cumulative: &[i64],
+    mut item: impl FnMut(usize) -> T,
+    options: &Options,
+    name: impl Fn(&T, &T) -> Ordering,
+) -> Vec<Row<T>> {
+    let mut rows: Vec<Row<T>> = (0..self_amounts.len())
+        .filter(|&key| self_amounts[key] != 0 || cumulative[key] != 0)
+        .map(|key| Row {
+            item: item(key),
+            self_amount: self_amounts[key],
+            cumulative: cumulative[key],
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        let by_amounts = match options.order {
+            Order::SelfAmount => (b.self_amount, b.cumulative).cmp(&(a.self_amount, a.cumulative)),
+            Order::Cumulative => (b.cumulative, b.self_amount).cmp(&(a.cumulative, a.self_amount)),
+        };
+        by_amounts.then_with(|| name(&a.item, &b.item))
+    });
+    if options.limit != 0 {
+        rows.truncate(options.limit);
+    }
+    rows
+}
+
+/// `part` as a percentage of `total`, 0 when the total is 0.
+fn percent(part: i64, total: i64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        part as f64 / total as f64 * 100.0
+    }
+}
+
+/// The four number columns, right-aligned to `widths`, then two spaces and `text`.
+fn table_line(cells: &[String; 4], widths: &[usize; 4], text: &str) -> String {
+    let mut line = String::new();
+    for (cell, &width) in cells.iter().zip(widths) {
+        line.push_str(&format!("{cell:>width$}"));
+    }
+    line.push_str("  ");
+    line.push_str(text);
+    line
+}
+
+/// Writes `report` as text: the [`header_line`], the counter's total, then a table with
+/// self and cumulative percents and amounts and the rows' items ([`Item::HEADING`]):
+///
+/// ```text
+/// pyigprof-analyse: <file(s)>: <program> (pid <pid>)
+/// PERF_TICKS: 617 samples, 2468 ticks of 4.000 ms = 9.872 s
+///    self %    self s    cum %     cum s  function  (file)
+///     41.23     1.016    41.23     1.016  deflate_slow  (/usr/lib/x86_64-linux-gnu/libz.so.1)
+/// ```
+///
+/// or, for [`lines`]:
+///
+/// ```text
+/// pyigprof-analyse: p.gz: python3 app.py (pid 42)
+/// PERF_TICKS: 513 samples, 513 ticks of 4.000 ms = 2.052 s
+///    self %    self s    cum %     cum s  line  (function)
+///     57.69     1.184    57.69     1.184  /work/app.py:37  (digest)
+/// ```
+///
+/// Percents (of the counter's total) have 2 decimals, seconds 3; columns widen to fit
+/// their values. Counters that are not ticks show raw amounts in `self` and `cum`
+/// columns instead of seconds.
+///
+/// # Errors
+/// Those of `out`.
+pub fn write<T: Item>(
+    profile: &Profile,
+    report: &Report<T>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    writeln!(out, "{}", header_line(profile))?;
+    let measure = &report.measure;
+    let total = measure.total.amount;
+    let (amount_labels, amount_cell): ([&str; 2], Box<dyn Fn(i64) -> String>) = match measure.unit {
+        Unit::Ticks => {
+            writeln!(
+                out,
+                "{}: {} samples, {} ticks of {:.3} ms = {:.3} s",
+                measure.counter,
+                measure.total.count,
+                total,
+                measure.tick_period * 1000.0,
+                total as f64 * measure.tick_period
+            )?;
+            let period = measure.tick_period;
+            (
+                ["self s", "cum s"],
+                Box::new(move |amount| format!("{:.3}", amount as f64 * period)),
+            )
+        }
+        Unit::Amount => {
+            writeln!(
+                out,
+                "{}: {} calls, {} total",
+                measure.counter, measure.total.count, total
+            )?;
+            (["self", "cum"], Box::new(|amount: i64| amount.to_string()))
+        }
+    };
+
+    let labels = ["self %", amount_labels[0], "cum %", amount_labels[1]].map(String::from);
+    let cells: Vec<[String; 4]> = report
+        .rows
+        .iter()
+        .map(|row| {
+            [
+                format!("{:.2}", percent(row.self_amount, total)),
+                amount_cell(row.self_amount),
+                format!("{:.2}", percent(row.cumulative, total)),
+                amount_cell(row.cumulative),
+            ]
+        })
+        .collect();
+    let mut widths = [9usize, 10, 9, 10];
+    for (column, width) in widths.iter_mut().enumerate() {
+        let longest = cells.iter().map(|row| row[column].len()).max().unwrap_or(0);
+        *width = (*width).max(longest + 2).max(labels[column].len() + 2);
+    }
+    writeln!(out, "{}", table_line(&labels, &widths, T::HEADING))?;
+    for (row, cell) in report.rows.iter().zip(&cells) {
+        writeln!(out, "{}", table_line(cell, &widths, &row.item.to_string()))?;
+    }
+    Ok(())
+}
+
+/// What the tests of the reports share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::parse::load_reader;
+    use crate::profile::Profile;
+
+    /// The profile of dump `text`, read as a file called `name`.
+    pub fn load(name: &str, text: &[u8]) -> Profile {
+        let mut profile = Profile::new();
+        load_reader(&mut profile, name, text).unwrap();
+        profile
+    }
+
+    /// `report` on `profile` as [`super::write`] writes it.
+    pub fn text<T: super::Item>(profile: &Profile, report: &super::Report<T>) -> String {
+        let mut out = Vec::new();
+        super::write(profile, report, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
 }

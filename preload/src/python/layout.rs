@@ -1,9 +1,14 @@
 //! Where each CPython version keeps what the sampler reads: the one place that knows
 //! version-specific layouts. Everything else asks a [`Layout`].
 //!
-//! Offsets are bytes on x86-64, read from each version's headers (`Include/cpython/
-//! pystate.h`, `frameobject.h` / `Include/internal/pycore_frame.h`, `code.h`,
-//! `unicodeobject.h`, `bytesobject.h`) and collected in `shared/design/cpython.md` §3.
+//! Offsets are bytes on x86-64. Up to 3.12 they come from a table read from each version's
+//! headers (`Include/cpython/pystate.h`, `frameobject.h` / `Include/internal/
+//! pycore_frame.h`, `code.h`, `unicodeobject.h`, `bytesobject.h`), collected in
+//! `shared/design/cpython.md` §3. From 3.13 the interpreter publishes them itself:
+//! `_PyRuntime` starts with `_Py_DebugOffsets` (`Include/internal/pycore_runtime.h`), read
+//! at start-up by [`Layout::from_debug_offsets`]; only what it lacks is kept here per
+//! version ([`DebugConstants`]). A newer version is tried with the newest known struct
+//! revision and constants, and refused unless the values it yields are plausible.
 
 /// How the frames of one thread are chained and grouped per native evaluator activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,13 +173,138 @@ impl Layout {
                 ..interpreter_frame(56, Some(8))
             }),
             (3, 12) => Some(interpreter_frame(56, Some(0))),
-            (3, 13) => Some(Layout {
-                position: Position::Pointer { offset: 56, code_start: 200 },
-                shim_flag: Some((48, 0x0200_0000)),
-                ..interpreter_frame(72, None)
-            }),
+            // 3.13+: see from_debug_offsets.
             _ => None,
         }
+    }
+
+    /// The layout of CPython `major.minor` (3.13+) from the `_Py_DebugOffsets` at the start of
+    /// its `_PyRuntime`, given as 64-bit words (at least [`DEBUG_OFFSETS_WORDS`]). `None` when
+    /// the cookie is wrong or the offsets are implausible.
+    pub fn from_debug_offsets(words: &[u64], major: u8, minor: u8) -> Option<Layout> {
+        if words.len() < DEBUG_OFFSETS_WORDS || words[0].to_le_bytes() != *b"xdebugpy" {
+            return None;
+        }
+        // `version` is the runtime's PY_VERSION_HEX: it must be the version we were told.
+        let hex = words[1];
+        if (hex >> 24) as u8 != major || ((hex >> 16) & 0xff) as u8 != minor || words[2] != 0 {
+            return None; // other version, or a free-threaded build (different object layout)
+        }
+        let map = DebugOffsetsMap::for_version(major, minor);
+        let constants = DebugConstants::for_version(major, minor);
+        let w = |index: usize| -> Option<u16> { u16::try_from(words[index]).ok() };
+        let frame_size = words[map.frame_size];
+        let code_size = words[map.code_size];
+        let layout = Layout {
+            version: (major, minor),
+            thread_frame: w(map.current_frame)?,
+            cframe_current: None,
+            frame: FrameModel::CStackOwner { offset: w(map.owner)?, value: constants.cstack_owner },
+            frame_code: w(map.executable)?,
+            frame_back: w(map.previous)?,
+            position: Position::Pointer { offset: w(map.instr_ptr)?, code_start: w(map.code_adaptive)? },
+            shim_flag: Some((constants.co_flags, constants.shim_flag)),
+            co_filename: w(map.filename)?,
+            co_name: w(map.name)?,
+            co_qualname: Some(w(map.qualname)?),
+            co_firstlineno: w(map.firstlineno)?,
+            co_linetable: w(map.linetable)?,
+            line_table: LineTable::Locations,
+            bytes_data: w(map.bytes_sval)?,
+            strings: StrModel::Unicode {
+                ascii_data: w(map.ascii_size)?,
+                // PyCompactUnicodeObject adds utf8_length and utf8 to PyASCIIObject.
+                compact_data: w(map.ascii_size)? + 16,
+            },
+        };
+        // Plausibility: every frame field inside the frame, every code field inside the code
+        // object header, pointers aligned.
+        let in_frame = |off: u16, len: u64| u64::from(off) + len <= frame_size;
+        let in_code = |off: u16, len: u64| u64::from(off) + len <= code_size;
+        let plausible = frame_size >= 16
+            && in_frame(layout.frame_code, 8)
+            && in_frame(layout.frame_back, 8)
+            && matches!(layout.position, Position::Pointer { offset, .. } if in_frame(offset, 8))
+            && matches!(layout.frame, FrameModel::CStackOwner { offset, .. } if in_frame(offset, 1))
+            && [layout.co_filename, layout.co_name, layout.co_qualname.unwrap_or(1), layout.co_linetable]
+                .iter()
+                .all(|&o| o % 8 == 0)
+            && in_code(layout.co_filename, 8)
+            && in_code(layout.co_linetable, 8)
+            && in_code(layout.co_firstlineno, 4)
+            && matches!(layout.position, Position::Pointer { code_start, .. } if u64::from(code_start) <= code_size)
+            && layout.thread_frame % 8 == 0;
+        plausible.then_some(layout)
+    }
+}
+
+/// How many 64-bit words of `_Py_DebugOffsets` [`Layout::from_debug_offsets`] reads.
+pub const DEBUG_OFFSETS_WORDS: usize = 72;
+
+/// Word indexes, inside `_Py_DebugOffsets`, of the fields the sampler uses: one revision of
+/// the struct. 3.13's, read from a 3.13.0 build: `cookie, version, free_threaded`, then
+/// `runtime_state` (3 words), `interpreter_state` (13), `thread_state` (9),
+/// `interpreter_frame` (6), `code_object` (10), `pyobject` (2), `type_object` (4),
+/// `tuple_object` (3), `list_object` (3), `dict_object` (3), `float_object` (2),
+/// `long_object` (3), `bytes_object` (3), `unicode_object` (4), each starting with its size.
+#[derive(Clone, Copy, Debug)]
+struct DebugOffsetsMap {
+    current_frame: usize,
+    frame_size: usize,
+    previous: usize,
+    executable: usize,
+    instr_ptr: usize,
+    owner: usize,
+    code_size: usize,
+    filename: usize,
+    name: usize,
+    qualname: usize,
+    linetable: usize,
+    firstlineno: usize,
+    code_adaptive: usize,
+    bytes_sval: usize,
+    ascii_size: usize,
+}
+
+impl DebugOffsetsMap {
+    /// The struct revision of `major.minor`; newer versions get the newest one known.
+    fn for_version(_major: u8, _minor: u8) -> DebugOffsetsMap {
+        DebugOffsetsMap {
+            current_frame: 23,
+            frame_size: 28,
+            previous: 29,
+            executable: 30,
+            instr_ptr: 31,
+            owner: 33,
+            code_size: 34,
+            filename: 35,
+            name: 36,
+            qualname: 37,
+            linetable: 38,
+            firstlineno: 39,
+            code_adaptive: 43,
+            bytes_sval: 66,
+            ascii_size: 70,
+        }
+    }
+}
+
+/// What `_Py_DebugOffsets` does not publish, per version (`Include/internal/pycore_frame.h`,
+/// `Include/cpython/code.h`).
+#[derive(Clone, Copy, Debug)]
+struct DebugConstants {
+    /// `FRAME_OWNED_BY_CSTACK`.
+    cstack_owner: u8,
+    /// Offset of `co_flags` in a code object.
+    co_flags: u16,
+    /// The `co_flags` bit of interpreter shim code (`_Py_InitCleanup`).
+    shim_flag: u32,
+}
+
+impl DebugConstants {
+    /// The constants of `major.minor`; newer versions get the newest ones known.
+    fn for_version(_major: u8, _minor: u8) -> DebugConstants {
+        DebugConstants { cstack_owner: 3, co_flags: 48, shim_flag: 0x0200_0000 }
     }
 }
 
@@ -184,11 +314,12 @@ mod tests {
 
     #[test]
     fn every_supported_version_has_a_layout_and_others_do_not() {
-        for (major, minor) in [(2, 7), (3, 6), (3, 7), (3, 8), (3, 9), (3, 10), (3, 11), (3, 12), (3, 13)] {
+        for (major, minor) in [(2, 7), (3, 6), (3, 7), (3, 8), (3, 9), (3, 10), (3, 11), (3, 12)] {
             let layout = Layout::for_version(major, minor).expect("known version");
             assert_eq!(layout.version, (major, minor));
         }
         assert!(Layout::for_version(3, 5).is_none());
+        assert!(Layout::for_version(3, 13).is_none(), "3.13+ comes from _Py_DebugOffsets");
         assert!(Layout::for_version(4, 0).is_none());
     }
 
@@ -199,12 +330,49 @@ mod tests {
         assert_eq!((l.thread_frame, l.cframe_current, l.frame_code, l.frame_back), (56, Some(8), 32, 48));
         assert_eq!(l.frame, FrameModel::IsEntry { offset: 68 });
         assert_eq!((l.co_firstlineno, l.co_linetable, l.co_qualname), (72, 136, Some(128)));
-        let l = Layout::for_version(3, 13).unwrap();
-        assert_eq!((l.thread_frame, l.cframe_current, l.frame_code), (72, None, 0));
-        assert_eq!(l.position, Position::Pointer { offset: 56, code_start: 200 });
         let l = Layout::for_version(2, 7).unwrap();
         assert_eq!((l.thread_frame, l.co_filename, l.co_name, l.co_firstlineno), (16, 80, 88, 96));
         let l = Layout::for_version(3, 10).unwrap();
         assert_eq!(l.position, Position::LastiCodeUnits { offset: 96 });
+    }
+
+    /// The first 72 words of `_PyRuntime` of the pyenv 3.13.0 build on this machine.
+    const DEBUG_OFFSETS_3_13_0: [u64; 72] = [
+        u64::from_le_bytes(*b"xdebugpy"), 0x030d_00f0, 0,
+        283320, 608, 632,
+        194968, 7272, 7264, 7344, 7400, 7656, 7640, 7648, 16, 7752, 0, 7768, 7760,
+        304, 0, 8, 16, 72, 152, 160, 232, 32,
+        80, 8, 0, 56, 72, 70,
+        208, 112, 120, 128, 136, 68, 52, 96, 104, 200,
+        16, 8, 416, 24, 88, 168, 32, 24, 16, 40, 24, 16, 48, 32, 40, 24, 16, 32, 16, 24,
+        40, 16, 32, 64, 32, 16, 40, 0,
+    ];
+
+    #[test]
+    fn debug_offsets_of_3_13_give_the_measured_layout() {
+        let l = Layout::from_debug_offsets(&DEBUG_OFFSETS_3_13_0, 3, 13).expect("plausible");
+        // shared/design/cpython.md §3, 3.13 column.
+        assert_eq!((l.thread_frame, l.cframe_current, l.frame_code, l.frame_back), (72, None, 0, 8));
+        assert_eq!(l.position, Position::Pointer { offset: 56, code_start: 200 });
+        assert_eq!(l.frame, FrameModel::CStackOwner { offset: 70, value: 3 });
+        assert_eq!((l.co_filename, l.co_name, l.co_qualname), (112, 120, Some(128)));
+        assert_eq!((l.co_firstlineno, l.co_linetable, l.bytes_data), (68, 136, 32));
+        assert_eq!(l.strings, StrModel::Unicode { ascii_data: 40, compact_data: 56 });
+        assert_eq!(l.shim_flag, Some((48, 0x0200_0000)));
+    }
+
+    #[test]
+    fn debug_offsets_are_refused_when_wrong() {
+        let mut words = DEBUG_OFFSETS_3_13_0;
+        assert!(Layout::from_debug_offsets(&words, 3, 14).is_none(), "version mismatch");
+        words[2] = 1;
+        assert!(Layout::from_debug_offsets(&words, 3, 13).is_none(), "free-threaded build");
+        let mut words = DEBUG_OFFSETS_3_13_0;
+        words[0] = 0;
+        assert!(Layout::from_debug_offsets(&words, 3, 13).is_none(), "cookie");
+        let mut words = DEBUG_OFFSETS_3_13_0;
+        words[33] = 4000; // frame owner outside the frame
+        assert!(Layout::from_debug_offsets(&words, 3, 13).is_none(), "implausible");
+        assert!(Layout::from_debug_offsets(&DEBUG_OFFSETS_3_13_0[..10], 3, 13).is_none(), "short");
     }
 }

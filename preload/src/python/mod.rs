@@ -37,10 +37,9 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Builds the runtime description for CPython `version`. `None` when the version has
-    /// no known layout or the evaluator or type objects cannot be found.
-    pub fn new(version: (u8, u8, u8), evaluator: &[(u64, u64)], types: code::Types) -> Option<Runtime> {
-        let layout = Layout::for_version(version.0, version.1)?;
+    /// Builds the runtime description for CPython `version` with `layout`. `None` when the
+    /// evaluator or the type objects cannot be found.
+    pub fn new(version: (u8, u8, u8), layout: Layout, evaluator: &[(u64, u64)], types: code::Types) -> Option<Runtime> {
         if evaluator.is_empty() || types.code == 0 || types.text == 0 || types.bytes == 0 {
             return None;
         }
