@@ -23,9 +23,7 @@ for _ in range(40):
 #[test]
 fn deep_recursion_shows_every_python_frame_in_order() {
     for python in interpreters_with_python_frames("deep_recursion") {
-        let run = run_profiled(&python.path, &["-c", RECURSION], &[]);
-        assert!(run.output.status.success(), "{}", run.stderr());
-        let profile = run.profile();
+        let (_, profile) = profiled_ok(&python, &["-c", RECURSION], &[]);
         let leaf = stacks(&profile).into_iter().filter(|s| s.has("leaf")).collect::<Vec<_>>();
         assert!(!leaf.is_empty(), "{}: no sample in leaf", python.name);
         let mut full = 0;
@@ -89,9 +87,7 @@ asyncio.run(main())
 #[test]
 fn frames_of_every_kind_are_named() {
     for python in interpreters_with_python_frames("frame_kinds") {
-        let run = run_profiled(&python.path, &["-c", KINDS], &[("PYIGPROF_HZ", "1000")]);
-        assert!(run.output.status.success(), "{}", run.stderr());
-        let profile = run.profile();
+        let (_, profile) = profiled_ok(&python, &["-c", KINDS], &[("PYIGPROF_HZ", "1000")]);
         let mut checks: Vec<(&str, &str)> = vec![
             ("gen", "generator"),
             ("delegate", "yield from"),

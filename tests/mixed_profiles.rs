@@ -6,11 +6,9 @@ use pyigprof_suite::*;
 
 /// Runs examples/mixed.py for `seconds` under `python` and checks what a user would check.
 fn check_mixed_program(python: &Interpreter, seconds: &str, env: &[(&str, &str)]) {
-    let run = run_profiled(&python.path, &[&example("mixed.py"), seconds], env);
+    let (run, profile) = profiled_ok(python, &[&example("mixed.py"), seconds], env);
     let who = &python.name;
-    assert!(run.output.status.success(), "{who}: exit {:?}\n{}", run.output.status, run.stderr());
     let stdout = run.stdout();
-    let profile = run.profile();
 
     // Reported time = ticks × T matches the CPU time the process used (within 10 %).
     let cpu = json_number(&stdout, "process_cpu_s");
@@ -73,9 +71,7 @@ fn mixed_program_on_every_interpreter_with_python_frames() {
 #[test]
 fn reported_time_matches_cpu_time_at_one_kilohertz() {
     for python in python311("one_kilohertz") {
-        let run = run_profiled(&python.path, &[&example("mixed.py"), "2"], &[("PYIGPROF_HZ", "1000")]);
-        assert!(run.output.status.success(), "{}", run.stderr());
-        let profile = run.profile();
+        let (run, profile) = profiled_ok(&python, &[&example("mixed.py"), "2"], &[("PYIGPROF_HZ", "1000")]);
         assert!((profile.sources[0].tick_period - 0.001).abs() < 1e-9);
         let cpu = json_number(&run.stdout(), "process_cpu_s");
         let reported = seconds(&profile);

@@ -143,7 +143,7 @@ impl Sampler {
         if key != usize::MAX {
             // A non-null value makes the key's destructor run when the thread exits.
             // SAFETY: a key we created.
-            unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, 1 as *const libc::c_void) };
+            unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, std::ptr::dangling::<libc::c_void>()) };
         }
         if let Some(e) = failure {
             eprintln!("pyigprof: {e}; this thread is not sampled");

@@ -160,6 +160,15 @@ pub fn run_profiled(python: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     Run { output, dir }
 }
 
+/// Runs `python args…` under the profiler like [`run_profiled`], asserts that it exited
+/// successfully, and reads its profile.
+pub fn profiled_ok(python: &Interpreter, args: &[&str], env: &[(&str, &str)]) -> (Run, Profile) {
+    let run = run_profiled(&python.path, args, env);
+    assert!(run.output.status.success(), "{}: exit {:?}\n{}", python.name, run.output.status, run.stderr());
+    let profile = run.profile();
+    (run, profile)
+}
+
 /// Path of a file under `examples/`.
 pub fn example(name: &str) -> String {
     repo().join("examples").join(name).to_string_lossy().into_owned()

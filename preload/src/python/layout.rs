@@ -233,7 +233,7 @@ impl Layout {
             && in_code(layout.co_linetable, 8)
             && in_code(layout.co_firstlineno, 4)
             && matches!(layout.position, Position::Pointer { code_start, .. } if u64::from(code_start) <= code_size)
-            && layout.thread_frame % 8 == 0;
+            && layout.thread_frame.is_multiple_of(8);
         plausible.then_some(layout)
     }
 }
