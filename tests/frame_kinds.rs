@@ -111,3 +111,54 @@ fn frames_of_every_kind_are_named() {
         assert!(eval > 1.0, "{}: eval code missing ({eval:.2}%)", python.name);
     }
 }
+
+/// A thread created by C code (here `pthread_create` called through ctypes) that enters
+/// Python through `PyGILState_Ensure` (ctypes callbacks do), code imported from a zip file,
+/// and a class whose Python `__init__` CPython 3.13 runs through its `_Py_InitCleanup` shim.
+const ENTRIES: &str = r#"
+import ctypes, os, sys, tempfile, zipfile
+def work(n):
+    t = 0
+    for i in range(n):
+        t += i % 3
+    return t
+START = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+def from_c_thread(arg):
+    work(3000000)
+    return None
+start = START(from_c_thread)
+libc = ctypes.CDLL(None)
+tid = ctypes.c_ulong()
+assert libc.pthread_create(ctypes.byref(tid), None, start, None) == 0
+libc.pthread_join(tid, None)
+d = tempfile.mkdtemp()
+z = os.path.join(d, "lib.zip")
+with zipfile.ZipFile(z, "w") as f:
+    f.writestr("zipped.py", "def zipped_work(n):\n    t = 0\n    for i in range(n):\n        t += i % 3\n    return t\n")
+sys.path.insert(0, z)
+import zipped
+zipped.zipped_work(3000000)
+class Made:
+    def __init__(self):
+        work(20000)
+for _ in range(150):
+    Made()
+"#;
+
+#[test]
+fn c_threads_zip_imports_and_init_shims() {
+    for python in interpreters_with_python_frames("entries") {
+        let (_, profile) = profiled_ok(&python, &["-c", ENTRIES], &[]);
+        let c_thread = share(&profile, |s| s.frames[0].0 != "_start" && s.has("from_c_thread") && s.has("work"));
+        assert!(c_thread > 10.0, "{}: C-created thread {c_thread:.1}%", python.name);
+        let zipped = share(&profile, |s| s.frames.iter().any(|(n, f)| n == "zipped_work" && f.ends_with("lib.zip/zipped.py")));
+        assert!(zipped > 10.0, "{}: zip-imported code {zipped:.1}%", python.name);
+        let init = share(&profile, |s| {
+            s.position("work").is_some_and(|w| s.frames[..w].iter().any(|(n, f)| n.ends_with("__init__") && f == "<string>"))
+        });
+        assert!(init > 2.0, "{}: Made.__init__ {init:.1}%", python.name);
+        // Interpreter plumbing is not shown as Python code: the 3.13 shim has no file of its own.
+        let shim = share(&profile, |s| s.frames.iter().any(|(n, f)| n == "__init__" && !f.ends_with(".py") && f != "<string>"));
+        assert_eq!(shim, 0.0, "{}: an __init__ frame that is not user code", python.name);
+    }
+}

@@ -100,3 +100,16 @@ fn top_report_lists_python_and_native_functions_hottest_first() {
     let selfs: Vec<f64> = rows.iter().map(|r| r.split_whitespace().next().unwrap().parse().unwrap()).collect();
     assert!(selfs.windows(2).all(|w| w[0] >= w[1]), "{text}");
 }
+
+#[test]
+fn lines_report_names_the_hot_source_line() {
+    let Some(python) = python311("lines_report").into_iter().next() else { return };
+    let (run, _) = profiled_ok(&python, &[&example("mixed.py"), "2"], &[]);
+    let path = run.profiles().pop().unwrap();
+    let out = analyse(&[path.to_str().unwrap(), "--lines=5"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    // digest's h.update(data) line (36) holds the SHA-256 time; python_work's loop body (20).
+    assert!(text.contains("mixed.py:36  (digest)"), "{text}");
+    assert!(text.contains("mixed.py:20  (python_work)"), "{text}");
+}

@@ -17,9 +17,12 @@ pub const MARKER_BIT: u64 = 1 << 62;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u64)]
 pub enum Marker {
-    /// The call stack was deeper than the profiler records; its outermost frames were cut
-    /// and this marker stands for them.
+    /// The call stack was deeper than the profiler records (1024 native frames); its
+    /// outermost frames were cut and this marker stands for them.
     Truncated = 1,
+    /// Unwinding could not go further (code without unwind information or frame pointers,
+    /// a corrupt stack); the frames outside the ones shown are unknown.
+    Incomplete = 2,
 }
 
 impl Marker {
@@ -27,6 +30,7 @@ impl Marker {
     pub fn name(self) -> &'static str {
         match self {
             Marker::Truncated => "<truncated stack>",
+            Marker::Incomplete => "<incomplete stack>",
         }
     }
 }
@@ -61,7 +65,7 @@ pub fn decode(key: u64) -> Frame {
         let pos = (key & 0xffff_ffff) as u32;
         Frame::Python { record: ((key >> 32) & 0x7fff_ffff) as u32, instr: pos.checked_sub(1) }
     } else if key & MARKER_BIT != 0 {
-        Frame::Marker(Marker::Truncated)
+        Frame::Marker(if key & !MARKER_BIT == Marker::Incomplete as u64 { Marker::Incomplete } else { Marker::Truncated })
     } else {
         Frame::Native(key)
     }
@@ -81,5 +85,6 @@ mod tests {
             Frame::Python { record: 0x7fff_ffff, instr: Some(123_456) }
         );
         assert_eq!(decode(marker_key(Marker::Truncated)), Frame::Marker(Marker::Truncated));
+        assert_eq!(decode(marker_key(Marker::Incomplete)), Frame::Marker(Marker::Incomplete));
     }
 }

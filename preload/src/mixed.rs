@@ -19,6 +19,8 @@ pub struct Native<'a> {
     pub frames: &'a [u64],
     /// Whether unwinding reached the outermost frame (`_start`, a thread's start).
     pub complete: bool,
+    /// Whether the stack was cut at the depth limit (rather than unwinding failing).
+    pub cut: bool,
 }
 
 /// The Python side of a sample (see `python::stack::PyStack`).
@@ -64,8 +66,10 @@ pub fn compose(
             len += 1;
         }
     };
-    if !native.complete {
+    if native.cut {
         push(marker_key(Marker::Truncated), out);
+    } else if !native.complete {
+        push(marker_key(Marker::Incomplete), out);
     }
     let mut paired = 0;
     // Walk the native stack from the outermost frame; `e` counts evaluator frames from the
@@ -108,7 +112,7 @@ mod tests {
     fn run(native: &[u64], complete: bool, keys: &[u64], ends: &[u16], truncated: bool) -> Vec<u64> {
         let mut out = [0u64; 64];
         let py = Python { keys, group_ends: ends, truncated };
-        let c = compose(&Native { frames: native, complete }, Some(&py), is_eval, &mut out);
+        let c = compose(&Native { frames: native, complete, cut: false }, Some(&py), is_eval, &mut out);
         out[..c.len].to_vec()
     }
 
@@ -135,7 +139,15 @@ mod tests {
         // Only the inner evaluator was unwound; the chain has two groups.
         let native = [0x9000, EVAL + 1, 0x7000];
         let out = run(&native, false, &[103, 101], &[1, 2], false);
-        assert_eq!(out, vec![marker_key(Marker::Truncated), 0x7000, 103, 0x9000]);
+        assert_eq!(out, vec![marker_key(Marker::Incomplete), 0x7000, 103, 0x9000]);
+    }
+
+    #[test]
+    fn a_stack_cut_at_the_depth_limit_is_marked_as_truncated() {
+        let mut out = [0u64; 8];
+        let native = Native { frames: &[3, 2, 1], complete: false, cut: true };
+        let c = compose(&native, None, is_eval, &mut out);
+        assert_eq!(&out[..c.len], &[marker_key(Marker::Truncated), 1, 2, 3]);
     }
 
     #[test]
@@ -148,7 +160,7 @@ mod tests {
     #[test]
     fn without_python_the_native_stack_is_recorded_outermost_first() {
         let mut out = [0u64; 8];
-        let c = compose(&Native { frames: &[3, 2, 1], complete: true }, None, is_eval, &mut out);
+        let c = compose(&Native { frames: &[3, 2, 1], complete: true, cut: false }, None, is_eval, &mut out);
         assert_eq!(&out[..c.len], &[1, 2, 3]);
         assert_eq!((c.evaluators, c.paired), (0, 0));
     }

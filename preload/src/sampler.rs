@@ -261,18 +261,18 @@ impl Sampler {
 
         // Native frames.
         let cache = slot.cache.load(Ordering::Acquire);
-        let (native_len, complete) = match (modules::current(), slot.ready.load(Ordering::Acquire), cache.is_null()) {
+        let (native_len, complete, cut) = match (modules::current(), slot.ready.load(Ordering::Acquire), cache.is_null()) {
             (Some(snapshot), true, false) => {
                 let bounds = (slot.stack.0.load(Ordering::Relaxed), slot.stack.1.load(Ordering::Relaxed));
                 // SAFETY: the cache belongs to this slot, used only by its owner thread.
                 let cache = unsafe { &mut *cache };
                 let restorer = self.restorer.load(Ordering::Relaxed);
                 let u = unwind(snapshot, cache, regs, bounds, restorer, &mut slot.native);
-                (u.frames, u.complete)
+                (u.frames, u.complete, u.cut)
             }
             _ => {
                 slot.native[0] = regs.ip;
-                (1, false)
+                (1, false, false)
             }
         };
         if complete {
@@ -295,7 +295,7 @@ impl Sampler {
             }
         }
 
-        let native = Native { frames: &slot.native[..native_len], complete };
+        let native = Native { frames: &slot.native[..native_len], complete, cut };
         let composed = match (&self.python, python) {
             (Some(rt), Some(w)) => {
                 let py = Python {

@@ -42,6 +42,8 @@ pub struct Unwound {
     pub frames: usize,
     /// Whether the outermost frame was reached.
     pub complete: bool,
+    /// Whether unwinding stopped because `out` was full (rather than because it failed).
+    pub cut: bool,
 }
 
 /// Unwinds from `regs` into `out` (innermost first): the interrupted instruction, then each
@@ -71,7 +73,7 @@ pub fn unwind(
     let mut n = 0;
     loop {
         if n == out.len() {
-            return Unwound { frames: n, complete: false };
+            return Unwound { frames: n, complete: false, cut: true };
         }
         out[n] = address.address_for_lookup();
         n += 1;
@@ -86,17 +88,17 @@ pub fn unwind(
                     field(greg_offset(libc::REG_RSP)),
                     field(greg_offset(libc::REG_RBP)),
                 ) else {
-                    return Unwound { frames: n, complete: false };
+                    return Unwound { frames: n, complete: false, cut: false };
                 };
                 uregs = UnwindRegsX86_64::new(ip, sp, bp);
                 address = FrameAddress::from_instruction_pointer(ip);
             }
             Ok(Some(ret)) => match FrameAddress::from_return_address(ret) {
                 Some(next) => address = next,
-                None => return Unwound { frames: n, complete: true },
+                None => return Unwound { frames: n, complete: true, cut: false },
             },
-            Ok(None) => return Unwound { frames: n, complete: true },
-            Err(_) => return Unwound { frames: n, complete: false },
+            Ok(None) => return Unwound { frames: n, complete: true, cut: false },
+            Err(_) => return Unwound { frames: n, complete: false, cut: false },
         }
     }
 }
