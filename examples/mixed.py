@@ -1,16 +1,22 @@
 """A small program with a known profile: pure-Python work, zlib compression (C, libz)
 and SHA-256 hashing (C, libcrypto), each in a function of its own.
 
-It measures the CPU time of each phase itself with time.process_time() and prints the
+It measures the CPU time of each phase itself with process_time() and prints the
 shares as JSON on its last line, so a profile can be checked against it.
 
     python3 examples/mixed.py [SECONDS]
+
+(Runs on Python 2.7 too, where the CPU clock is time.clock.)
 """
+from __future__ import division, print_function
+
 import hashlib
 import json
 import sys
 import time
 import zlib
+
+process_time = getattr(time, "process_time", None) or time.clock
 
 
 def python_work(n):
@@ -38,21 +44,21 @@ def digest(data, rounds):
 
 
 def timed(fn, *args):
-    start = time.process_time()
+    start = process_time()
     fn(*args)
-    return time.process_time() - start
+    return process_time() - start
 
 
 def main():
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
-    data = bytes(range(256)) * 4096 + b"pyigprof" * 50000  # ~1.4 MB, compressible
+    data = bytes(bytearray(range(256)) * 4096) + b"pyigprof" * 50000  # ~1.4 MB, compressible
     spent = {"python_work": 0.0, "squeeze": 0.0, "digest": 0.0}
-    begin = time.process_time()
-    while time.process_time() - begin < seconds:
+    begin = process_time()
+    while process_time() - begin < seconds:
         spent["python_work"] += timed(python_work, 200000)
         spent["squeeze"] += timed(squeeze, data, 1)
         spent["digest"] += timed(digest, data, 20)
-    total = time.process_time()
+    total = process_time()
     print(json.dumps({"process_cpu_s": total, "phases_s": spent}))
 
 

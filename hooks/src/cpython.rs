@@ -87,20 +87,34 @@ pub fn attach_by_audit_hook(on_attach: fn(Attached)) -> bool {
 }
 
 extern "C" fn audit_hook(_event: *const c_char, _args: *mut c_void, _data: *mut c_void) -> c_int {
-    if ATTACHED.load(Ordering::Relaxed) {
-        return 0;
-    }
-    if let Some(key) = find_thread_state_key() {
-        if !ATTACHED.swap(true, Ordering::AcqRel) {
-            let cb = ON_ATTACH.load(Ordering::Acquire);
-            if !cb.is_null() {
-                // SAFETY: stored from a `fn(Attached)` in attach_by_audit_hook.
-                let cb: fn(Attached) = unsafe { std::mem::transmute(cb) };
-                cb(Attached { tss_key: key });
-            }
-        }
-    }
+    try_attach();
     0
+}
+
+/// For interpreters without audit hooks (2.7, 3.6, 3.7): remembers `on_attach`, to be
+/// called by the first [`try_attach`] made from a thread that has a thread state.
+pub fn attach_later(on_attach: fn(Attached)) {
+    ON_ATTACH.store(on_attach as *mut (), Ordering::Release);
+}
+
+/// Attaches if not done yet and the calling thread has a Python thread state (from the
+/// audit hook, or from the `dlopen` interposition: an import runs with the GIL held).
+/// Returns whether the process is attached.
+pub fn try_attach() -> bool {
+    if ATTACHED.load(Ordering::Relaxed) {
+        return true;
+    }
+    let cb = ON_ATTACH.load(Ordering::Acquire);
+    if cb.is_null() {
+        return false;
+    }
+    let Some(key) = find_thread_state_key() else { return false };
+    if !ATTACHED.swap(true, Ordering::AcqRel) {
+        // SAFETY: stored from a `fn(Attached)` by attach_by_audit_hook or attach_later.
+        let cb: fn(Attached) = unsafe { std::mem::transmute(cb) };
+        cb(Attached { tss_key: key });
+    }
+    true
 }
 
 /// Finds the TSS key that holds the calling thread's `PyThreadState*`. Must be called by a

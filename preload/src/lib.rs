@@ -68,15 +68,22 @@ pub extern "C" fn init() {
     }
     pyigprof_hooks::install(Callbacks {
         thread_started: || with_sampler(|s| s.register_current_thread()),
-        objects_added: modules::rescan,
+        objects_added: || {
+            modules::rescan();
+            cpython::try_attach();
+        },
         object_closing: modules::forget_handle,
         objects_removed: modules::rescan,
     });
     if sampler.python.is_some() && !cpython::attach_by_audit_hook(on_attach) {
-        eprintln!(
-            "pyigprof: Python {}.{} has no audit hooks to attach with; recording native frames only",
-            version.0, version.1
-        );
+        if version.0 >= 3 {
+            // 3.6, 3.7: attach from the first extension-module import instead.
+            cpython::attach_later(on_attach);
+        } else {
+            // 2.7 keeps thread states in its own lock-protected TLS, which a signal handler
+            // must not read.
+            eprintln!("pyigprof: Python 2.7 thread states cannot be read safely; recording native frames only");
+        }
     }
     // SAFETY: registering plain extern "C" functions.
     unsafe {
