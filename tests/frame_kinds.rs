@@ -49,13 +49,16 @@ fn deep_recursion_shows_every_python_frame_in_order() {
     }
 }
 
+/// `work(n)`, the hot Python function the programs below call; prepended to them.
+const WORK: &str = "def work(n):\n    t = 0\n    for i in range(n):\n        t += i % 3\n    return t\n";
+
+/// `WORK` followed by `program`.
+fn with_work(program: &str) -> String {
+    format!("{WORK}{program}")
+}
+
 const KINDS: &str = r#"
 import asyncio
-def work(n):
-    t = 0
-    for i in range(n):
-        t += i % 3
-    return t
 def gen(n):
     for _ in range(n):
         yield work(3000)
@@ -87,7 +90,7 @@ asyncio.run(main())
 #[test]
 fn frames_of_every_kind_are_named() {
     for python in interpreters_with_python_frames("frame_kinds") {
-        let (_, profile) = profiled_ok(&python, &["-c", KINDS], &[("PYIGPROF_HZ", "1000")]);
+        let (_, profile) = profiled_ok(&python, &["-c", &with_work(KINDS)], &[("PYIGPROF_HZ", "1000")]);
         let mut checks: Vec<(&str, &str)> = vec![
             ("gen", "generator"),
             ("delegate", "yield from"),
@@ -117,11 +120,6 @@ fn frames_of_every_kind_are_named() {
 /// and a class whose Python `__init__` CPython 3.13 runs through its `_Py_InitCleanup` shim.
 const ENTRIES: &str = r#"
 import ctypes, os, sys, tempfile, zipfile
-def work(n):
-    t = 0
-    for i in range(n):
-        t += i % 3
-    return t
 START = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
 def from_c_thread(arg):
     work(3000000)
@@ -148,7 +146,7 @@ for _ in range(150):
 #[test]
 fn c_threads_zip_imports_and_init_shims() {
     for python in interpreters_with_python_frames("entries") {
-        let (_, profile) = profiled_ok(&python, &["-c", ENTRIES], &[]);
+        let (_, profile) = profiled_ok(&python, &["-c", &with_work(ENTRIES)], &[]);
         let c_thread = share(&profile, |s| s.frames[0].0 != "_start" && s.has("from_c_thread") && s.has("work"));
         assert!(c_thread > 10.0, "{}: C-created thread {c_thread:.1}%", python.name);
         let zipped = share(&profile, |s| s.frames.iter().any(|(n, f)| n == "zipped_work" && f.ends_with("lib.zip/zipped.py")));

@@ -119,7 +119,7 @@ fn python_runtime(version: (u8, u8, u8)) -> Option<python::Runtime> {
     } else {
         python::code::Types { code: sym(c"PyCode_Type"), text: sym(c"PyUnicode_Type"), bytes: sym(c"PyBytes_Type") }
     };
-    let runtime = python::Runtime::new(version, layout, &evaluator, types);
+    let runtime = python::Runtime::new(layout, &evaluator, types);
     if runtime.is_none() {
         eprintln!(
             "pyigprof: cannot find {evaluator_name} or the type objects of Python {major}.{minor}.{micro}; \

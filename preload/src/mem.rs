@@ -120,9 +120,4 @@ impl Bytes {
         // SAFETY: as slice_mut; read after the writer published the range.
         unsafe { std::slice::from_raw_parts(self.base.add(offset as usize), len) }
     }
-
-    /// Forgets every allocation (fork child). Only safe when no other thread writes.
-    pub fn reset(&self) {
-        self.next.store(0, Ordering::Release);
-    }
 }

@@ -49,8 +49,6 @@ pub struct Stats {
     pub python_mismatches: AtomicU64,
     /// Deepest recorded call stack, in frames.
     pub deepest: AtomicU64,
-    /// Time spent in the handler, in nanoseconds of thread CPU time.
-    pub handler_ns: AtomicU64,
 }
 
 /// Everything the handler uses, built by the constructor before the timer starts.
@@ -219,7 +217,6 @@ impl Sampler {
             &stats.python_bad_reads,
             &stats.python_mismatches,
             &stats.deepest,
-            &stats.handler_ns,
         ] {
             counter.store(0, Ordering::Relaxed);
         }
@@ -354,22 +351,12 @@ extern "C" fn on_sigprof(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *
     IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
     if STATE.load(Ordering::Acquire) == SAMPLING && is_ours(info) {
         if let Some(sampler) = get() {
-            let started = thread_cpu_ns();
             sampler.sample(info, uc.cast());
-            sampler.stats.handler_ns.fetch_add(thread_cpu_ns().saturating_sub(started), Ordering::Relaxed);
         }
     }
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
-}
-
-/// The calling thread's CPU time in nanoseconds (`clock_gettime` is async-signal-safe).
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid timespec pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Waits (up to about a second) until no signal handler is running. Not for use inside the

@@ -21,8 +21,6 @@ pub const MAX_EVALUATOR_RANGES: usize = 4;
 
 /// What the sampler knows about the process's CPython runtime.
 pub struct Runtime {
-    /// `(major, minor, micro)` from `Py_GetVersion()`.
-    pub version: (u8, u8, u8),
     /// Where this version keeps things.
     pub layout: Layout,
     /// Type object addresses used to validate reads.
@@ -37,9 +35,9 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Builds the runtime description for CPython `version` with `layout`. `None` when the
-    /// evaluator or the type objects cannot be found.
-    pub fn new(version: (u8, u8, u8), layout: Layout, evaluator: &[(u64, u64)], types: code::Types) -> Option<Runtime> {
+    /// Builds the runtime description for a CPython with `layout`. `None` when the evaluator
+    /// or the type objects cannot be found.
+    pub fn new(layout: Layout, evaluator: &[(u64, u64)], types: code::Types) -> Option<Runtime> {
         if evaluator.is_empty() || types.code == 0 || types.text == 0 || types.bytes == 0 {
             return None;
         }
@@ -47,7 +45,6 @@ impl Runtime {
         let n = evaluator.len().min(MAX_EVALUATOR_RANGES);
         ranges[..n].copy_from_slice(&evaluator[..n]);
         Some(Runtime {
-            version,
             layout,
             types,
             evaluator: ranges,
