@@ -9,7 +9,7 @@ import sys
 sys.setrecursionlimit(10000)
 def leaf():
     t = 0
-    for i in range(20000):
+    for i in range(100000):
         t += i % 3
     return t
 def down(depth):
@@ -23,7 +23,7 @@ for _ in range(40):
 #[test]
 fn deep_recursion_shows_every_python_frame_in_order() {
     for python in interpreters_with_python_frames("deep_recursion") {
-        let (_, profile) = profiled_ok(&python, &["-c", RECURSION], &[]);
+        let (_, profile) = profiled_ok(&python, &["-c", RECURSION], &[("PYIGPROF_HZ", "1000")]);
         let leaf = stacks(&profile).into_iter().filter(|s| s.has("leaf")).collect::<Vec<_>>();
         assert!(!leaf.is_empty(), "{}: no sample in leaf", python.name);
         let mut full = 0;
@@ -57,11 +57,27 @@ fn with_work(program: &str) -> String {
     format!("{WORK}{program}")
 }
 
+/// Kinds of frames every interpreter has, 2.7 included.
 const KINDS: &str = r#"
-import asyncio
 def gen(n):
     for _ in range(n):
         yield work(3000)
+def keyfunc(v):
+    work(300)
+    return v
+for _ in range(4):
+    sum(gen(100))
+    [work(3000) for _ in range(100)]
+    (lambda: work(300000))()
+    sorted(range(1000), key=keyfunc)
+    list(map(keyfunc, range(1000)))
+    exec("def from_exec():\n    return work(300000)\nfrom_exec()")
+    eval("work(300000)")
+"#;
+
+/// Kinds of frames of Python 3: `yield from`, coroutines in asyncio tasks.
+const PY3_KINDS: &str = r#"
+import asyncio
 def delegate(n):
     yield from gen(n)
 async def coro(n):
@@ -70,37 +86,30 @@ async def coro(n):
         await asyncio.sleep(0)
 async def main():
     await asyncio.gather(coro(200), coro(200))
-class Key:
-    def __init__(self, v):
-        self.v = v
-def keyfunc(v):
-    work(300)
-    return v
 for _ in range(4):
     sum(delegate(100))
-    [work(3000) for _ in range(100)]
-    (lambda: work(300000))()
-    sorted(range(1000), key=keyfunc)
-    list(map(keyfunc, range(1000)))
-    exec("def from_exec():\n    return work(300000)\nfrom_exec()")
-    eval("work(300000)")
-asyncio.run(main())
+asyncio.get_event_loop().run_until_complete(main())
 "#;
 
 #[test]
 fn frames_of_every_kind_are_named() {
     for python in interpreters_with_python_frames("frame_kinds") {
-        let (_, profile) = profiled_ok(&python, &["-c", &with_work(KINDS)], &[("PYIGPROF_HZ", "1000")]);
+        let py3 = python.version >= (3, 0);
+        let program = with_work(&format!("{KINDS}{}", if py3 { PY3_KINDS } else { "" }));
+        let (_, profile) = profiled_ok(&python, &["-c", &program], &[("PYIGPROF_HZ", "1000")]);
         let mut checks: Vec<(&str, &str)> = vec![
             ("gen", "generator"),
-            ("delegate", "yield from"),
-            ("coro", "coroutine in an asyncio task"),
             ("<lambda>", "lambda"),
             ("keyfunc", "key function called from C by sorted/map"),
             ("from_exec", "code from exec"),
         ];
-        // 3.12+ inlines comprehensions into their function (PEP 709): no frame of their own.
-        if python.version < (3, 12) {
+        if py3 {
+            checks.push(("delegate", "yield from"));
+            checks.push(("coro", "coroutine in an asyncio task"));
+        }
+        // 3.12+ inlines list comprehensions into their function (PEP 709), and 2.7 always
+        // did: no frame of their own.
+        if (3, 0) <= python.version && python.version < (3, 12) {
             checks.push(("<listcomp>", "comprehension"));
         }
         for (caller, what) in checks {

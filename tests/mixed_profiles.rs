@@ -61,36 +61,12 @@ fn seconds_of(profile: &igprof_analyse::Profile) -> f64 {
 }
 
 #[test]
-fn mixed_program_on_every_interpreter_with_python_frames() {
+fn mixed_program_on_every_interpreter() {
     let interpreters = interpreters_with_python_frames("mixed_program");
-    assert!(!interpreters.is_empty(), "no Python 3.8+ interpreter found");
+    assert!(!interpreters.is_empty(), "no Python interpreter found");
     for python in &interpreters {
         let seconds = if python.version == (3, 11) { "3" } else { "2" };
         check_mixed_program(python, seconds, &[]);
-    }
-}
-
-#[test]
-fn python_frames_from_the_first_extension_import_on_3_6_and_3_7() {
-    // No audit hooks before 3.8: pyigprof attaches when the program first imports an
-    // extension module (mixed.py imports hashlib first thing).
-    let old: Vec<Interpreter> = interpreters().into_iter().filter(|i| i.version == (3, 6) || i.version == (3, 7)).collect();
-    eprintln!("first_extension_import: interpreters covered: {}", old.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", "));
-    for python in &old {
-        check_mixed_program(python, "2", &[]);
-    }
-}
-
-#[test]
-fn python_2_7_is_profiled_natively_and_says_so() {
-    for python in interpreters().into_iter().filter(|i| i.version == (2, 7)) {
-        let run = run_profiled(&python.path, &[&example("mixed.py"), "1"], &[]);
-        assert!(run.output.status.success(), "{}", run.stderr());
-        assert!(run.stderr().contains("Python 2.7 thread states cannot be read safely; recording native frames only"));
-        let profile = run.profile();
-        let cpu = json_number(&run.stdout(), "process_cpu_s");
-        assert!((seconds(&profile) - cpu).abs() <= 0.10 * cpu);
-        assert!(share(&profile, |s| s.frames.iter().any(|(_, f)| f.contains("_sha256") || f.contains("libcrypto"))) > 40.0);
     }
 }
 

@@ -75,15 +75,10 @@ pub extern "C" fn init() {
         object_closing: modules::forget_handle,
         objects_removed: modules::rescan,
     });
-    if sampler.python.is_some() && !cpython::attach_by_audit_hook(on_attach) {
-        if version.0 >= 3 {
-            // 3.6, 3.7: attach from the first extension-module import instead.
-            cpython::attach_later(on_attach);
-        } else {
-            // 2.7 keeps thread states in its own lock-protected TLS, which a signal handler
-            // must not read.
-            eprintln!("pyigprof: Python 2.7 thread states cannot be read safely; recording native frames only");
-        }
+    // 3.8+ (and a stripped 3.6) learn the thread-state key when they attach: from the first
+    // audit event, or without audit hooks from the first extension-module import.
+    if sampler.python.as_ref().is_some_and(|rt| rt.needs_attachment()) && !cpython::attach_by_audit_hook(on_attach) {
+        cpython::attach_later(on_attach);
     }
     // SAFETY: registering plain extern "C" functions.
     unsafe {
@@ -119,7 +114,8 @@ fn python_runtime(version: (u8, u8, u8)) -> Option<python::Runtime> {
     } else {
         python::code::Types { code: sym(c"PyCode_Type"), text: sym(c"PyUnicode_Type"), bytes: sym(c"PyBytes_Type") }
     };
-    let runtime = python::Runtime::new(layout, &evaluator, types);
+    let source = thread_state_source(&layout);
+    let runtime = python::Runtime::new(layout, &evaluator, types, source);
     if runtime.is_none() {
         eprintln!(
             "pyigprof: cannot find {evaluator_name} or the type objects of Python {major}.{minor}.{micro}; \
@@ -127,6 +123,42 @@ fn python_runtime(version: (u8, u8, u8)) -> Option<python::Runtime> {
         );
     }
     runtime
+}
+
+/// Resolves how this CPython's thread states are found to this process's addresses.
+fn thread_state_source(layout: &python::layout::Layout) -> python::ThreadStateSource {
+    use python::{layout::ThreadStateLookup as Lookup, ThreadStateSource as Source};
+    let exported = |name: &str| {
+        std::ffi::CString::new(name).map_or(0, |name| cpython::symbol(&name) as u64)
+    };
+    match layout.thread_state {
+        Lookup::AttachedKey => Source::AttachedKey,
+        Lookup::RuntimeTss { offset } => match exported("_PyRuntime") {
+            0 => Source::AttachedKey,
+            runtime => Source::Tss { at: runtime + u64::from(offset) },
+        },
+        Lookup::StaticKey { symbol } => {
+            // A local symbol of the object that defines the C-API.
+            let api = exported("PyGILState_GetThisThreadState");
+            let at = object_containing(api).and_then(|(_, object)| symbols::data_symbol(&object, symbol));
+            at.map_or(Source::AttachedKey, |at| Source::Key { at })
+        }
+        Lookup::GilHolder { symbol, thread_id, interp } => match exported(symbol) {
+            0 => Source::AttachedKey,
+            current => Source::GilHolder { current, thread_id, interp },
+        },
+    }
+}
+
+/// The loaded object whose segments contain `addr`, with its index in the module list.
+fn object_containing(addr: u64) -> Option<(usize, modules::ObjectInfo)> {
+    let snapshot = modules::current()?;
+    snapshot
+        .objects
+        .iter()
+        .enumerate()
+        .find(|(_, o)| o.range.0 <= addr && addr < o.range.1)
+        .map(|(index, object)| (index, object.clone()))
 }
 
 /// The frame layout of CPython `major.minor`: the table up to 3.12, the interpreter's own
@@ -154,16 +186,12 @@ fn evaluator_ranges(name: &str) -> Vec<(u64, u64)> {
     if addr == 0 {
         return Vec::new();
     }
-    if let Some(snapshot) = modules::current() {
-        if let Some((index, object)) =
-            snapshot.objects.iter().enumerate().find(|(_, o)| o.range.0 <= addr && addr < o.range.1)
-        {
-            let table = symbols::table_for(object, index == 0);
-            let ranges: Vec<(u64, u64)> =
-                table.ranges_of(name).into_iter().map(|(lo, hi)| (lo + object.bias, hi + object.bias)).collect();
-            if ranges.iter().any(|&(lo, hi)| lo <= addr && addr < hi) {
-                return ranges;
-            }
+    if let Some((index, object)) = object_containing(addr) {
+        let table = symbols::table_for(&object, index == 0);
+        let ranges: Vec<(u64, u64)> =
+            table.ranges_of(name).into_iter().map(|(lo, hi)| (lo + object.bias, hi + object.bias)).collect();
+        if ranges.iter().any(|&(lo, hi)| lo <= addr && addr < hi) {
+            return ranges;
         }
     }
     // Fall back to the dynamic symbol's size.

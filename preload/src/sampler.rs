@@ -280,7 +280,7 @@ impl Sampler {
         let mut python = None;
         if let Some(rt) = &self.python {
             let has_evaluator = slot.native[..native_len].iter().any(|&pc| rt.is_evaluator(pc));
-            let tstate = if has_evaluator { rt.current_thread_state() } else { 0 };
+            let tstate = if has_evaluator { rt.current_thread_state(&mut slot.thread_state) } else { 0 };
             if tstate != 0 {
                 let out = PyStack { keys: &mut slot.python, group_ends: &mut slot.groups };
                 match walk(tstate, &rt.layout, &rt.types, &self.codes, out, &mut slot.text) {

@@ -133,6 +133,25 @@ fn collect_functions(file: &object::File<'_>, raw: &mut Vec<(u64, u64, u8, Strin
     }
 }
 
+/// The run-time address of the data symbol `name` of `object` (from `.symtab`, where
+/// `static` variables are listed; or a separate debug file found by build-id), or `None`
+/// when the object is stripped of it.
+pub fn data_symbol(object: &ObjectInfo, name: &str) -> Option<u64> {
+    let file = std::fs::File::open(&object.path).ok()?;
+    // SAFETY: as in `load`.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let elf = object::File::parse(&*map).ok()?;
+    let find = |file: &object::File<'_>| {
+        file.symbols()
+            .find(|s| s.kind() == SymbolKind::Data && !s.is_undefined() && s.name() == Ok(name))
+            .map(|s| s.address() + object.bias)
+    };
+    find(&elf).or_else(|| {
+        let debug = debug_file_for(elf.build_id().ok().flatten()?)?;
+        find(&object::File::parse(&*debug).ok()?)
+    })
+}
+
 /// The separate debug file of an object with build-id `id`, where Debian's `-dbg` and
 /// `-dbgsym` packages put it: `/usr/lib/debug/.build-id/<first byte>/<rest>.debug`.
 fn debug_file_for(id: &[u8]) -> Option<memmap2::Mmap> {

@@ -52,6 +52,9 @@ pub struct Slot {
     pub out: [u64; MAX_STACK],
     /// Scratch for text captured from the interpreter.
     pub text: [u8; crate::python::code::MAX_TEXT],
+    /// The `PyThreadState*` last found for the thread (see
+    /// `python::Runtime::current_thread_state`); 0 = none.
+    pub thread_state: u64,
 }
 
 /// All slots.
@@ -110,6 +113,8 @@ impl Slots {
         let guard = crate::sampler::BlockSampling::new();
         // SAFETY: we are the owner thread and SIGPROF is blocked.
         if let Some(slot) = unsafe { self.find_or_claim(thread) } {
+            // A slot may be reused by a new thread with the same pthread_t.
+            slot.thread_state = 0;
             if slot.cache.load(Ordering::Acquire).is_null() {
                 slot.cache.store(Box::into_raw(Box::new(UnwindCache::new_in())), Ordering::Release);
             }

@@ -82,15 +82,21 @@ fn version_of(path: &Path) -> Option<(u32, u32)> {
     Some((parts.next()??, parts.next()??))
 }
 
-/// The interpreters whose Python frames pyigprof reads (attaching through audit hooks,
-/// 3.8+), printed so the test log says which ran.
+/// Every present interpreter (each gets Python frames: 3.8+ through the audit hook, 3.6/3.7
+/// from the thread-state key in memory, 2.7 from the GIL holder's state), printed so the
+/// test log says which ran.
 pub fn interpreters_with_python_frames(test: &str) -> Vec<Interpreter> {
-    let all = interpreters();
-    let (with, without): (Vec<_>, Vec<_>) = all.into_iter().partition(|i| i.version >= (3, 8));
+    interpreters_since(test, (2, 7), "")
+}
+
+/// The present interpreters of version `min` or later, printed, with the others and
+/// `why_not` (what the test's program needs that they lack).
+pub fn interpreters_since(test: &str, min: (u32, u32), why_not: &str) -> Vec<Interpreter> {
+    let (with, without): (Vec<_>, Vec<_>) = interpreters().into_iter().partition(|i| i.version >= min);
     let names = |v: &[Interpreter]| v.iter().map(|i| i.name.clone()).collect::<Vec<_>>().join(", ");
     eprintln!("{test}: interpreters covered: {}", names(&with));
     if !without.is_empty() {
-        eprintln!("{test}: not covered (no audit hooks): {}", names(&without));
+        eprintln!("{test}: not covered ({why_not}): {}", names(&without));
     }
     with
 }

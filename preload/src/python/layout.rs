@@ -59,6 +59,32 @@ pub enum StrModel {
     Unicode { ascii_data: u16, compact_data: u16 },
 }
 
+/// How the handler finds the interrupted thread's `PyThreadState*`
+/// (shared/design/cpython.md §3–4). Each way reads only memory, without locks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadStateLookup {
+    /// 3.8+: `pthread_getspecific` on the TSS key that the audit hook found when it attached
+    /// (`_PyRuntime.gilstate.autoTSSkey`, whose offset changes with every version).
+    AttachedKey,
+    /// 3.7: the `Py_tss_t` (`int _is_initialized; pthread_key_t _key`) at `offset` bytes into
+    /// the exported `_PyRuntime` (`gilstate.autoTSSkey`, `Include/internal/pystate.h`),
+    /// readable from the first instruction; `_is_initialized` is 0 until `_PyGILState_Init`
+    /// and after `_PyGILState_Fini`.
+    RuntimeTss { offset: u16 },
+    /// 3.6: `static int autoTLSkey` of `Python/pystate.c`, a local symbol (`.symtab` only);
+    /// -1 until `_PyGILState_Init` and after `_PyGILState_Fini`. A stripped 3.6 falls back to
+    /// [`ThreadStateLookup::AttachedKey`], attached at the first extension-module import.
+    StaticKey { symbol: &'static str },
+    /// 2.7: its thread-state TLS takes a mutex (`Python/thread.c` `keymutex`), so it is not
+    /// read. Instead the exported `_PyThreadState_Current` (the GIL holder's state) is used
+    /// when its `thread_id` (at `thread_id` bytes, `pthread_self()` of its thread) is the
+    /// interrupted thread's (`interp` is the offset of `tstate->interp`); a thread that
+    /// released the GIL uses the state last seen for it (checked the same way, and that it
+    /// still points at the interpreter), so it keeps its Python frames once it has been
+    /// sampled holding the GIL.
+    GilHolder { symbol: &'static str, thread_id: u16, interp: u16 },
+}
+
 /// Everything version-specific the sampler reads. All offsets in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
@@ -96,6 +122,8 @@ pub struct Layout {
     pub bytes_data: u16,
     /// How text objects are laid out.
     pub strings: StrModel,
+    /// How the interrupted thread's thread state is found.
+    pub thread_state: ThreadStateLookup,
 }
 
 impl Layout {
@@ -127,6 +155,7 @@ impl Layout {
             },
             bytes_data: 32,
             strings: StrModel::Unicode { ascii_data: 48, compact_data: 72 },
+            thread_state: ThreadStateLookup::AttachedKey,
         };
         let interpreter_frame = |thread_frame: u16, cframe_current: Option<u16>| Layout {
             version: (major, minor),
@@ -145,6 +174,7 @@ impl Layout {
             line_table: LineTable::Locations,
             bytes_data: 32,
             strings: StrModel::Unicode { ascii_data: 40, compact_data: 56 },
+            thread_state: ThreadStateLookup::AttachedKey,
         };
         match (major, minor) {
             (2, 7) => Some(Layout {
@@ -157,10 +187,17 @@ impl Layout {
                 line_table: LineTable::Lnotab { signed_lines: false },
                 bytes_data: 36,
                 strings: StrModel::Bytes { data: 36 },
+                thread_state: ThreadStateLookup::GilHolder { symbol: "_PyThreadState_Current", thread_id: 144, interp: 8 },
                 ..frame_object(0, 0, 0, 0)
             }),
-            (3, 6) => Some(frame_object(120, 96, 36, 112)),
-            (3, 7) => Some(frame_object(104, 96, 36, 112)),
+            (3, 6) => Some(Layout {
+                thread_state: ThreadStateLookup::StaticKey { symbol: "autoTLSkey" },
+                ..frame_object(120, 96, 36, 112)
+            }),
+            (3, 7) => Some(Layout {
+                thread_state: ThreadStateLookup::RuntimeTss { offset: 1504 },
+                ..frame_object(104, 96, 36, 112)
+            }),
             (3, 8) | (3, 9) => Some(frame_object(104, 104, 40, 120)),
             (3, 10) => Some(frame_object(96, 104, 40, 120)),
             (3, 11) => Some(Layout {
@@ -216,6 +253,7 @@ impl Layout {
                 // PyCompactUnicodeObject adds utf8_length and utf8 to PyASCIIObject.
                 compact_data: w(map.ascii_size)? + 16,
             },
+            thread_state: ThreadStateLookup::AttachedKey,
         };
         // Plausibility: every frame field inside the frame, every code field inside the code
         // object header, pointers aligned.

@@ -14,7 +14,22 @@ pub mod read;
 pub mod stack;
 
 use layout::Layout;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// Where the handler finds the interrupted thread's `PyThreadState*`: a
+/// [`layout::ThreadStateLookup`] resolved to this process's addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadStateSource {
+    /// The TSS key given to [`Runtime::attach`]; no Python frames before that.
+    AttachedKey,
+    /// 3.7: a `Py_tss_t` (`int _is_initialized; pthread_key_t _key`) at this address.
+    Tss { at: u64 },
+    /// 3.6: an `int` key at this address, -1 while there is none.
+    Key { at: u64 },
+    /// 2.7: the address of `_PyThreadState_Current`, and the offsets of `thread_id` and
+    /// `interp` in a thread state.
+    GilHolder { current: u64, thread_id: u16, interp: u16 },
+}
 
 /// Most address ranges recorded for the evaluator function (its body and `.cold` parts).
 pub const MAX_EVALUATOR_RANGES: usize = 4;
@@ -30,14 +45,24 @@ pub struct Runtime {
     pub evaluator: [(u64, u64); MAX_EVALUATOR_RANGES],
     /// How many entries of `evaluator` are used.
     pub evaluator_ranges: usize,
+    /// How thread states are found.
+    pub source: ThreadStateSource,
     tss_key: AtomicU32,
     attached: AtomicBool,
+    /// 2.7: the `PyInterpreterState*` of the last GIL holder seen.
+    interpreter: AtomicU64,
 }
 
 impl Runtime {
-    /// Builds the runtime description for a CPython with `layout`. `None` when the evaluator
-    /// or the type objects cannot be found.
-    pub fn new(layout: Layout, evaluator: &[(u64, u64)], types: code::Types) -> Option<Runtime> {
+    /// Builds the runtime description for a CPython with `layout`, whose thread states are
+    /// found through `source`. `None` when the evaluator or the type objects cannot be
+    /// found.
+    pub fn new(
+        layout: Layout,
+        evaluator: &[(u64, u64)],
+        types: code::Types,
+        source: ThreadStateSource,
+    ) -> Option<Runtime> {
         if evaluator.is_empty() || types.code == 0 || types.text == 0 || types.bytes == 0 {
             return None;
         }
@@ -49,21 +74,23 @@ impl Runtime {
             types,
             evaluator: ranges,
             evaluator_ranges: n,
+            source,
             tss_key: AtomicU32::new(0),
             attached: AtomicBool::new(false),
+            interpreter: AtomicU64::new(0),
         })
     }
 
-    /// Records the TSS key under which threads' `PyThreadState*` is kept; from then on
-    /// samples carry Python frames.
+    /// Records the TSS key under which threads' `PyThreadState*` is kept (for
+    /// [`ThreadStateSource::AttachedKey`]); from then on samples carry Python frames.
     pub fn attach(&self, tss_key: u32) {
         self.tss_key.store(tss_key, Ordering::Relaxed);
         self.attached.store(true, Ordering::Release);
     }
 
-    /// Whether Python frames can be read yet.
-    pub fn is_attached(&self) -> bool {
-        self.attached.load(Ordering::Acquire)
+    /// Whether this runtime waits for [`Runtime::attach`] before it can read Python frames.
+    pub fn needs_attachment(&self) -> bool {
+        self.source == ThreadStateSource::AttachedKey
     }
 
     /// Whether `pc` is inside the evaluator.
@@ -72,14 +99,53 @@ impl Runtime {
         self.evaluator[..self.evaluator_ranges].iter().any(|&(lo, hi)| pc >= lo && pc < hi)
     }
 
-    /// The calling thread's `PyThreadState*` (0 when it has none). Async-signal-safe:
-    /// `pthread_getspecific` reads the calling thread's own key slot without locking.
+    /// The calling thread's `PyThreadState*`, 0 when it has none (or none can be found yet).
+    /// `seen` is the calling thread's own memory of the state last found for it (used by
+    /// 2.7, where only the GIL holder's state is published). Async-signal-safe: plain reads
+    /// and `pthread_getspecific`, which reads the calling thread's own key slot without
+    /// locking.
     #[inline(always)]
-    pub fn current_thread_state(&self) -> u64 {
-        if !self.is_attached() {
-            return 0;
+    pub fn current_thread_state(&self, seen: &mut u64) -> u64 {
+        // SAFETY (all arms): reads of the calling thread's own TSS slots.
+        let get = |key: u32| unsafe { libc::pthread_getspecific(key) as u64 };
+        match self.source {
+            ThreadStateSource::AttachedKey if self.attached.load(Ordering::Acquire) => {
+                get(self.tss_key.load(Ordering::Relaxed))
+            }
+            ThreadStateSource::AttachedKey => 0,
+            ThreadStateSource::Tss { at } => match (read::int(at), read::uint(at + 4)) {
+                (Some(1), Some(key)) => get(key),
+                _ => 0,
+            },
+            ThreadStateSource::Key { at } => match read::int(at) {
+                Some(key) if key >= 0 => get(key as u32),
+                _ => 0,
+            },
+            ThreadStateSource::GilHolder { current, thread_id, interp } => {
+                // SAFETY: pthread_self only reads the thread pointer.
+                let me = unsafe { libc::pthread_self() } as u64;
+                let owned_by_me = |tstate: u64| tstate != 0 && read::word(tstate + u64::from(thread_id)) == Some(me);
+                let holder = read::word(current).unwrap_or(0);
+                if owned_by_me(holder) {
+                    if let Some(interpreter) = read::word(holder + u64::from(interp)) {
+                        self.interpreter.store(interpreter, Ordering::Relaxed);
+                    }
+                    *seen = holder;
+                    return holder;
+                }
+                // The state last seen for this thread, if it is still alive: `free` overwrites
+                // the second word of a chunk (glibc's tcache key or free-list link), which is
+                // where `interp` is.
+                let alive = |tstate: u64| {
+                    read::word(tstate + u64::from(interp)) == Some(self.interpreter.load(Ordering::Relaxed))
+                };
+                if owned_by_me(*seen) && alive(*seen) {
+                    *seen
+                } else {
+                    *seen = 0;
+                    0
+                }
+            }
         }
-        // SAFETY: a plain read of the calling thread's TSS slot.
-        unsafe { libc::pthread_getspecific(self.tss_key.load(Ordering::Relaxed)) as u64 }
     }
 }
