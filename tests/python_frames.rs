@@ -197,3 +197,57 @@ fn stripped_3_6_attaches_at_its_first_extension_import() {
         assert!(after > 35.0, "{}: after the import {after:.1}%", python.name);
     }
 }
+
+/// A library whose constructor starts a thread that spins 0.6 s of its own CPU time in
+/// `early_spin`.
+const EARLY_THREAD_C: &str = r#"
+#include <pthread.h>
+#include <time.h>
+static volatile double sink;
+__attribute__((noinline)) void early_spin(void) {
+    struct timespec t;
+    double x = 0;
+    do {
+        for (int i = 0; i < 100000; i++) x += i * 0.5;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    } while (t.tv_sec * 1e9 + t.tv_nsec < 0.6e9);
+    sink = x;
+}
+static void *run(void *arg) { early_spin(); return 0; }
+__attribute__((constructor)) static void start(void) {
+    pthread_t t;
+    pthread_create(&t, 0, run, 0);
+}
+"#;
+
+const SPIN_ONE_SECOND: &str = "import time\nt = time.thread_time()\nwhile time.thread_time() - t < 1.0: pass\n";
+
+#[test]
+fn threads_started_before_and_after_the_constructor_are_sampled() {
+    let dir = scratch_dir("early");
+    let source = dir.join("early.c");
+    std::fs::write(&source, EARLY_THREAD_C).unwrap();
+    let library = dir.join("libearly.so");
+    let gcc = std::process::Command::new("gcc")
+        .args(["-O1", "-g", "-shared", "-fPIC", "-o", library.to_str().unwrap(), source.to_str().unwrap(), "-lpthread"])
+        .status()
+        .expect("gcc");
+    assert!(gcc.success());
+    let ours = artifacts().preload.to_string_lossy().into_owned();
+    let early = library.to_string_lossy().into_owned();
+    // The dynamic loader runs the constructors of LD_PRELOAD objects last-listed first: with
+    // libearly.so listed last its thread exists before pyigprof starts (adopted through the
+    // roll call); listed first, its thread is created through pyigprof's pthread_create.
+    for (when, preload) in [("before", format!("{ours}:{early}")), ("after", format!("{early}:{ours}"))] {
+        let python = &python311("early_threads")[0];
+        let (_, profile) = profiled_ok(python, &["-c", SPIN_ONE_SECOND], &[("LD_PRELOAD", &preload)]);
+        let early_share = share(&profile, |s| s.has("early_spin"));
+        let early_seconds = seconds(&profile) * early_share / 100.0;
+        eprintln!("thread started {when} the constructor: early_spin {early_share:.1}%, {early_seconds:.3} s");
+        assert!((early_seconds - 0.6).abs() < 0.06, "{when}: early_spin {early_seconds:.3} s of 0.6 s");
+        // Its stacks are whole: from the thread's start routine (in libc) down.
+        let rooted = share(&profile, |s| s.has("early_spin") && s.frames[0].1.contains("libc.so"));
+        assert!(rooted >= 0.95 * early_share, "{when}: {rooted:.1}% of {early_share:.1}% rooted");
+        assert!(share(&profile, |s| s.has("<module>")) > 40.0);
+    }
+}

@@ -91,8 +91,9 @@ extern "C" fn audit_hook(_event: *const c_char, _args: *mut c_void, _data: *mut 
     0
 }
 
-/// For interpreters without audit hooks (2.7, 3.6, 3.7): remembers `on_attach`, to be
-/// called by the first [`try_attach`] made from a thread that has a thread state.
+/// For interpreters without audit hooks whose key cannot be read from memory (a 3.6 whose
+/// libpython is stripped of `.symtab`): remembers `on_attach`, to be called by the first
+/// [`try_attach`] made from a thread that has a thread state.
 pub fn attach_later(on_attach: fn(Attached)) {
     ON_ATTACH.store(on_attach as *mut (), Ordering::Release);
 }

@@ -15,6 +15,7 @@
 //! thread's trace tree ([`trace`]). At exit the trees are merged, symbolized and written
 //! ([`dump`]).
 
+pub mod adopt;
 pub mod config;
 pub mod dump;
 pub mod frames;
@@ -85,8 +86,12 @@ pub extern "C" fn init() {
         libc::pthread_atfork(None, None, Some(after_fork_in_child));
         libc::atexit(at_exit);
     }
-    // The main thread's timer; every later thread starts its own.
+    // The main thread's timer; every later thread starts its own, and threads that already
+    // exist are adopted.
     sampler.register_current_thread();
+    for problem in adopt::adopt_existing_threads(sampler).1 {
+        eprintln!("pyigprof: {problem}");
+    }
 }
 
 fn with_sampler(f: impl FnOnce(&'static sampler::Sampler)) {

@@ -132,8 +132,10 @@ impl Sampler {
     /// thread in the constructor). Reports a failure to start the timer on stderr.
     pub fn register_current_thread(&self) {
         let mut failure = None;
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
         self.slots.register_current(|slot| {
-            if let Err(e) = self.arm(slot) {
+            if let Err(e) = self.arm(slot, tid) {
                 failure = Some(e);
             }
         });
@@ -148,13 +150,32 @@ impl Sampler {
         }
     }
 
-    /// Creates and arms the calling thread's timer and stores it in its `slot`.
-    fn arm(&self, slot: &Slot) -> Result<(), String> {
+    /// Registers a thread that existed before the constructor (see [`crate::adopt`]):
+    /// `thread` is its `pthread_t`, `tid` its kernel id, `bounds` its stack. Its timer is
+    /// created here, on that thread's CPU clock; it is deleted when sampling stops (the
+    /// thread's exit is not seen, and a dead thread's CPU clock no longer runs).
+    pub fn register_existing_thread(&self, thread: usize, tid: libc::pid_t, bounds: (u64, u64)) -> Result<(), String> {
+        let mut result = Ok(());
+        // SAFETY: the thread's timer is not armed yet, so the handler does not run for it.
+        unsafe { self.slots.register(thread, Some(bounds), |slot| result = self.arm(slot, tid)) };
+        result
+    }
+
+    /// Creates and arms the timer of thread `tid` (its CPU clock, or the monotonic clock in
+    /// wall mode) and stores it in its `slot`.
+    fn arm(&self, slot: &Slot, tid: libc::pid_t) -> Result<(), String> {
         if slot.timer.load(Ordering::Acquire) != 0 {
-            return Ok(());
+            if slot.tid.load(Ordering::Relaxed) == tid {
+                return Ok(());
+            }
+            // The slot's last owner was an adopted thread that ended, and a new thread got
+            // its pthread_t.
+            Sampler::disarm(slot);
         }
         let clock = match self.clock {
-            Clock::Cpu => libc::CLOCK_THREAD_CPUTIME_ID,
+            // The CPU clock of thread `tid` (`MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)` of
+            // the kernel's posix-timers.h, as glibc's pthread_getcpuclockid computes it).
+            Clock::Cpu => (!tid << 3) | 6,
             Clock::Wall => libc::CLOCK_MONOTONIC,
         };
         // SAFETY: plain timer_create/timer_settime calls with initialised structures.
@@ -163,7 +184,7 @@ impl Sampler {
             event.sigev_notify = libc::SIGEV_THREAD_ID;
             event.sigev_signo = libc::SIGPROF;
             event.sigev_value = libc::sigval { sival_ptr: TIMER_COOKIE as *mut libc::c_void };
-            event.sigev_notify_thread_id = libc::gettid();
+            event.sigev_notify_thread_id = tid;
             let mut timer: libc::timer_t = std::ptr::null_mut();
             if libc::timer_create(clock, &mut event, &mut timer) != 0 {
                 return Err(format!("cannot create a sampling timer: {}", std::io::Error::last_os_error()));
@@ -178,6 +199,7 @@ impl Sampler {
                 libc::timer_delete(timer);
                 return Err(format!("cannot arm a sampling timer: {err}"));
             }
+            slot.tid.store(tid, Ordering::Relaxed);
             slot.timer.store(timer as usize, Ordering::Release);
         }
         Ok(())
@@ -223,7 +245,9 @@ impl Sampler {
         // No locks here: another thread of the parent may have held one at fork time.
         STATE.store(SAMPLING, Ordering::Release);
         let mut armed = false;
-        self.slots.register_current(|slot| armed = self.arm(slot).is_ok());
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        self.slots.register_current(|slot| armed = self.arm(slot, tid).is_ok());
         if !armed {
             let msg = b"pyigprof: cannot start a sampling timer in the fork child; it is not profiled\n";
             // SAFETY: writing a static buffer to stderr.
@@ -353,6 +377,8 @@ extern "C" fn on_sigprof(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *
         if let Some(sampler) = get() {
             sampler.sample(info, uc.cast());
         }
+    } else if crate::adopt::is_roll_call(info) {
+        crate::adopt::answer(uc.cast());
     }
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: as above.

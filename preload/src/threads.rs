@@ -12,7 +12,7 @@
 use crate::mem::map_region;
 use framehop::x86_64::CacheX86_64;
 use framehop::MustNotAllocateDuringUnwind;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Most native frames unwound per sample; a deeper stack is cut (outermost frames lost)
 /// and a `<truncated stack>` marker stands for the rest.
@@ -42,6 +42,8 @@ pub struct Slot {
     pub cache: AtomicPtr<UnwindCache>,
     /// The thread's sampling timer (`timer_t`; 0 = none).
     pub timer: AtomicUsize,
+    /// Kernel thread id the timer signals (0 = none).
+    pub tid: AtomicI32,
     /// Scratch: native frame addresses, innermost first.
     pub native: [u64; MAX_NATIVE_FRAMES],
     /// Scratch: Python frame keys, innermost first.
@@ -112,6 +114,17 @@ impl Slots {
         // written.
         let guard = crate::sampler::BlockSampling::new();
         // SAFETY: we are the owner thread and SIGPROF is blocked.
+        unsafe { self.register(thread, bounds, arm) };
+        drop(guard);
+    }
+
+    /// Registers thread `thread` (a `pthread_t`) with stack `bounds`, then `arm(slot)`.
+    ///
+    /// # Safety
+    /// The handler must not run on `thread` meanwhile: it is the calling thread with
+    /// `SIGPROF` blocked, or a thread whose timer is not armed yet (adopted at start-up).
+    pub unsafe fn register(&self, thread: usize, bounds: Option<(u64, u64)>, arm: impl FnOnce(&Slot)) {
+        // SAFETY: see the function contract.
         if let Some(slot) = unsafe { self.find_or_claim(thread) } {
             // A slot may be reused by a new thread with the same pthread_t.
             slot.thread_state = 0;
@@ -125,7 +138,6 @@ impl Slots {
             }
             arm(slot);
         }
-        drop(guard);
     }
 
     /// The calling thread is exiting: `disarm(slot)` (stop its timer) and mark its stack as

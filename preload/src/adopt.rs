@@ -1,0 +1,136 @@
+//! Threads that existed before the library constructor ran (started by another library's
+//! constructor, or by a program that loads pyigprof late): they never passed through the
+//! `pthread_create` interposition, so nothing registered them.
+//!
+//! The constructor finds them in `/proc/self/task` and holds a roll call: it sends each a
+//! `SIGPROF` carrying [`ROLL_CALL_COOKIE`] (`rt_tgsigqueueinfo`), and the handler, running on
+//! that thread, answers with its `pthread_t` and stack pointer ([`answer`], a few atomic
+//! stores). The constructor then finds the stack mapping that holds the stack pointer in
+//! `/proc/self/maps`, registers the thread with those bounds, and creates its timer on that
+//! thread's CPU clock. A thread that has `SIGPROF` blocked does not answer within
+//! [`WAIT`] and is left unsampled.
+
+use crate::sampler::Sampler;
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Most threads adopted at start-up.
+pub const MAX_ADOPTED: usize = 256;
+/// How long the constructor waits for the answers.
+pub const WAIT: Duration = Duration::from_millis(200);
+/// `si_value` of the roll-call signal ("pyigcall").
+const ROLL_CALL_COOKIE: usize = 0x7079_6967_6361_6c6c;
+
+/// One thread's answer.
+struct Answer {
+    /// Kernel thread id asked (0 = unused).
+    tid: AtomicI32,
+    /// Its `pthread_t` (0 = no answer yet).
+    thread: AtomicUsize,
+    /// Its stack pointer when it answered.
+    sp: AtomicU64,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const NO_ANSWER: Answer = Answer { tid: AtomicI32::new(0), thread: AtomicUsize::new(0), sp: AtomicU64::new(0) };
+static ANSWERS: [Answer; MAX_ADOPTED] = [NO_ANSWER; MAX_ADOPTED];
+
+/// Whether `info` is the roll call (queued by this process with our cookie).
+pub fn is_roll_call(info: *const libc::siginfo_t) -> bool {
+    // SAFETY: the kernel passes a valid siginfo; for SI_QUEUE signals si_value is at offset
+    // 24 (after si_pid, si_uid).
+    unsafe { (*info).si_code == libc::SI_QUEUE && *(info as *const u8).add(24).cast::<usize>() == ROLL_CALL_COOKIE }
+}
+
+/// Answers the roll call from the signal handler. Async-signal-safe.
+pub fn answer(uc: *const libc::ucontext_t) {
+    // SAFETY: gettid and pthread_self have no preconditions; the kernel passes a valid
+    // ucontext to SA_SIGINFO handlers.
+    let (tid, thread, sp) =
+        unsafe { (libc::gettid(), libc::pthread_self() as usize, (*uc).uc_mcontext.gregs[libc::REG_RSP as usize] as u64) };
+    if let Some(a) = ANSWERS.iter().find(|a| a.tid.load(Ordering::Acquire) == tid) {
+        a.sp.store(sp, Ordering::Relaxed);
+        a.thread.store(thread, Ordering::Release);
+    }
+}
+
+/// Finds, registers and starts sampling the threads other than the caller that exist now.
+/// Returns how many were adopted, and messages for those that could not be.
+pub fn adopt_existing_threads(sampler: &Sampler) -> (usize, Vec<String>) {
+    // SAFETY: gettid/getpid have no preconditions.
+    let (me, pid) = unsafe { (libc::gettid(), libc::getpid()) };
+    let Ok(entries) = std::fs::read_dir("/proc/self/task") else { return (0, Vec::new()) };
+    let tids: Vec<libc::pid_t> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|&tid| tid != me)
+        .take(MAX_ADOPTED)
+        .collect();
+    if tids.is_empty() {
+        return (0, Vec::new());
+    }
+    for (answer, &tid) in ANSWERS.iter().zip(&tids) {
+        answer.tid.store(tid, Ordering::Release);
+        // SAFETY: a siginfo for rt_tgsigqueueinfo, zeroed then filled in.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            info.si_signo = libc::SIGPROF;
+            info.si_code = libc::SI_QUEUE;
+            let base = (&mut info as *mut libc::siginfo_t).cast::<u8>();
+            *base.add(16).cast::<libc::pid_t>() = pid; // si_pid
+            *base.add(20).cast::<libc::uid_t>() = libc::getuid(); // si_uid
+            *base.add(24).cast::<usize>() = ROLL_CALL_COOKIE; // si_value
+            libc::syscall(libc::SYS_rt_tgsigqueueinfo, pid, tid, libc::SIGPROF, &info as *const libc::siginfo_t);
+        }
+    }
+    let asked = &ANSWERS[..tids.len()];
+    let deadline = Instant::now() + WAIT;
+    while asked.iter().any(|a| a.thread.load(Ordering::Acquire) == 0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut adopted = 0;
+    let mut problems = Vec::new();
+    for a in asked {
+        let tid = a.tid.load(Ordering::Relaxed);
+        let thread = a.thread.load(Ordering::Acquire);
+        if thread == 0 {
+            problems.push(format!("thread {tid} (started before pyigprof) did not answer; it is not sampled"));
+            continue;
+        }
+        let Some(bounds) = mapping_containing(&maps, a.sp.load(Ordering::Relaxed)) else {
+            problems.push(format!("thread {tid} (started before pyigprof): no stack mapping found; it is not sampled"));
+            continue;
+        };
+        match sampler.register_existing_thread(thread, tid, bounds) {
+            Ok(()) => adopted += 1,
+            Err(e) => problems.push(format!("thread {tid} (started before pyigprof): {e}; it is not sampled")),
+        }
+    }
+    (adopted, problems)
+}
+
+/// The `[start, end)` of the mapping in `maps` (the text of `/proc/self/maps`) that contains
+/// `addr`.
+fn mapping_containing(maps: &str, addr: u64) -> Option<(u64, u64)> {
+    maps.lines().find_map(|line| {
+        let range = line.split_whitespace().next()?;
+        let (lo, hi) = range.split_once('-')?;
+        let (lo, hi) = (u64::from_str_radix(lo, 16).ok()?, u64::from_str_radix(hi, 16).ok()?);
+        (lo <= addr && addr < hi).then_some((lo, hi))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mapping_containing;
+
+    #[test]
+    fn finds_the_mapping_that_holds_an_address() {
+        let maps = "00400000-00452000 r-xp 00000000 08:02 173521 /usr/bin/dbus-daemon\n\
+                    7ffd1c000000-7ffd1c021000 rw-p 00000000 00:00 0 [stack]\n";
+        assert_eq!(mapping_containing(maps, 0x7ffd1c000010), Some((0x7ffd1c000000, 0x7ffd1c021000)));
+        assert_eq!(mapping_containing(maps, 0x00452000), None);
+        assert_eq!(mapping_containing("garbage\n", 5), None);
+    }
+}
