@@ -8,7 +8,11 @@
 //! - [`threads`]: `pthread_create`, so that every thread registers its stack bounds and
 //!   unwinding cache before it runs user code;
 //! - [`dl`]: `dlopen`/`dlclose`, so that the unwinder's module list follows the code that
-//!   is mapped.
+//!   is mapped;
+//! - [`process`]: `_exit`, `exec*`, `kill`/`raise` of the process itself, so that the
+//!   profile is written before the image ends or is replaced;
+//! - [`signals`]: `sigaction`/`signal`, so that pyigprof's own handlers stay invisible to
+//!   the program and give way when it installs its own.
 //!
 //! The interposed C symbols are exported from the cdylib because they are `#[no_mangle]`.
 //! They forward to the next definition (`dlsym(RTLD_NEXT, …)`) and call back into the sampler
@@ -18,6 +22,8 @@
 pub mod cpython;
 pub mod dl;
 mod next;
+pub mod process;
+pub mod signals;
 pub mod threads;
 
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -34,6 +40,15 @@ pub struct Callbacks {
     pub object_closing: fn(handle: *mut libc::c_void),
     /// `dlclose` has run: the set of mapped objects may have shrunk.
     pub objects_removed: fn(),
+    /// `_exit`/`_Exit` is about to end the process (atexit handlers will not run).
+    pub process_ending: fn(),
+    /// An `exec` function is about to replace the process image.
+    pub before_exec: fn(),
+    /// That `exec` failed: the process goes on.
+    pub exec_failed: fn(),
+    /// The process is sending itself `signal` (`kill(getpid(), …)`, `raise`). May run inside
+    /// a signal handler: must be async-signal-safe.
+    pub signalling_self: fn(signal: libc::c_int),
 }
 
 static CALLBACKS: AtomicPtr<Callbacks> = AtomicPtr::new(std::ptr::null_mut());

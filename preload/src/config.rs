@@ -50,6 +50,32 @@ pub struct Config {
     pub clock: Clock,
     /// No summary line on stderr at exit (`PYIGPROF_QUIET` set to anything but `0` or empty).
     pub quiet: bool,
+    /// Signal that writes a snapshot profile on demand (`PYIGPROF_DUMP_SIGNAL=SIGUSR2`, a
+    /// name with or without `SIG`, or a number); `None` = off.
+    pub dump_signal: Option<libc::c_int>,
+    /// Seconds between periodic snapshot profiles (`PYIGPROF_DUMP_INTERVAL`); `None` = off.
+    pub dump_interval_s: Option<u32>,
+    /// Profile processes that are not Python too, native frames only
+    /// (`PYIGPROF_ALL_PROCESSES=1`); by default they are left alone.
+    pub all_processes: bool,
+}
+
+/// Signals `PYIGPROF_DUMP_SIGNAL` may name: those whose default action the program is
+/// unlikely to rely on.
+const DUMP_SIGNALS: [(&str, libc::c_int); 4] =
+    [("USR1", libc::SIGUSR1), ("USR2", libc::SIGUSR2), ("WINCH", libc::SIGWINCH), ("URG", libc::SIGURG)];
+
+/// Parses a signal name (`SIGUSR2`, `USR2`) or number among [`DUMP_SIGNALS`] and the
+/// real-time signals.
+fn parse_signal(text: &str) -> Option<libc::c_int> {
+    let text = text.trim();
+    let name = text.strip_prefix("SIG").unwrap_or(text);
+    if let Some(&(_, number)) = DUMP_SIGNALS.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)) {
+        return Some(number);
+    }
+    let number: libc::c_int = text.parse().ok()?;
+    (DUMP_SIGNALS.iter().any(|&(_, n)| n == number) || (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&number))
+        .then_some(number)
 }
 
 impl Config {
@@ -106,7 +132,30 @@ impl Config {
             },
         };
         let quiet = lookup("PYIGPROF_QUIET").is_some_and(|v| !v.is_empty() && v != "0");
-        (Config { hz, output, clock, quiet }, complaints)
+        let dump_signal = lookup("PYIGPROF_DUMP_SIGNAL").filter(|v| !v.is_empty()).and_then(|raw| {
+            let parsed = raw.to_str().and_then(parse_signal);
+            if parsed.is_none() {
+                complaints.push(format!(
+                    "pyigprof: PYIGPROF_DUMP_SIGNAL={raw:?} is not SIGUSR1, SIGUSR2, SIGWINCH, SIGURG or a \
+                     real-time signal number; no dump signal"
+                ));
+            }
+            parsed
+        });
+        let dump_interval_s = lookup("PYIGPROF_DUMP_INTERVAL").filter(|v| !v.is_empty()).and_then(|raw| {
+            match raw.to_str().and_then(|s| s.trim().parse::<u32>().ok()) {
+                Some(s) if s > 0 => Some(s),
+                _ => {
+                    complaints.push(format!(
+                        "pyigprof: PYIGPROF_DUMP_INTERVAL={raw:?} is not a whole number of seconds \
+                         above 0; no periodic profiles"
+                    ));
+                    None
+                }
+            }
+        });
+        let all_processes = lookup("PYIGPROF_ALL_PROCESSES").is_some_and(|v| !v.is_empty() && v != "0");
+        (Config { hz, output, clock, quiet, dump_signal, dump_interval_s, all_processes }, complaints)
     }
 
     /// The tick period in nanoseconds (the CPU time one timer expiration stands for).

@@ -255,17 +255,49 @@ fn command_line() -> Vec<u8> {
     args.join(&b' ')
 }
 
-/// Creates the profile file at `path` without following a symlink and without replacing an
-/// existing file; writes gzip when the name ends in `.gz`.
-pub fn write_file(profile: &Profile, path: &std::path::Path) -> Result<(), String> {
+/// Writes `profile` to a new file at `path`, or, when a file of that name exists already
+/// (an earlier image of the same process, before an `exec`), at the first free name with
+/// `.1`, `.2`, … inserted before the extension (`pyigprof.42.gz` → `pyigprof.42.1.gz`).
+/// Never follows a symbolic link and never replaces a file. Returns the path written.
+pub fn write_unique(profile: &Profile, path: &std::path::Path) -> Result<std::path::PathBuf, String> {
+    for n in 0..1000u32 {
+        let candidate = if n == 0 { path.to_path_buf() } else { numbered(path, n) };
+        match write_new(profile, &candidate) {
+            Ok(()) => return Ok(candidate),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(format!("cannot write the profile {}: {e}", candidate.display())),
+        }
+    }
+    Err(format!("cannot write the profile {}: 1000 files of that name exist", path.display()))
+}
+
+/// `path` with `.n` inserted before its extension (`.gz`, `.txt`, …) or appended.
+pub fn numbered(path: &std::path::Path, n: u32) -> std::path::PathBuf {
+    tagged(path, &n.to_string())
+}
+
+/// `path` with `.tag` inserted before its extension or appended
+/// (`pyigprof.42.gz` → `pyigprof.42.snapshot1.gz`).
+pub fn tagged(path: &std::path::Path, tag: &str) -> std::path::PathBuf {
+    let name = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let renamed = match name.rfind('.') {
+        Some(dot) if dot > 0 => format!("{}.{tag}{}", &name[..dot], &name[dot..]),
+        _ => format!("{name}.{tag}"),
+    };
+    path.with_file_name(renamed)
+}
+
+/// Creates `path` (never following a symbolic link, never replacing a file; mode 0666
+/// less the umask, as the program's own files) and writes `profile`, gzip-compressed when
+/// the name ends in `.gz`. A file left half-written by an I/O error is removed.
+fn write_new(profile: &Profile, path: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .mode(0o666)
-        .open(path)
-        .map_err(|e| format!("cannot create the profile {}: {e}", path.display()))?;
+        .open(path)?;
     let buffered = std::io::BufWriter::with_capacity(1 << 16, file);
     let result = if path.as_os_str().as_bytes().ends_with(b".gz") {
         let mut gz = flate2::write::GzEncoder::new(buffered, flate2::Compression::new(6));
@@ -274,7 +306,12 @@ pub fn write_file(profile: &Profile, path: &std::path::Path) -> Result<(), Strin
         let mut w = buffered;
         profile.write(&mut w).and_then(|_| w.flush())
     };
-    result.map_err(|e| format!("cannot write the profile {}: {e}", path.display()))
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(path);
+        // Not AlreadyExists: the caller must not try another name for a full disk.
+        return Err(std::io::Error::other(e));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

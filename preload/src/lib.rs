@@ -19,6 +19,7 @@ pub mod adopt;
 pub mod config;
 pub mod dump;
 pub mod frames;
+pub mod lifecycle;
 pub mod mem;
 pub mod mixed;
 pub mod modules;
@@ -31,14 +32,6 @@ pub mod unwind;
 
 use config::Config;
 use pyigprof_hooks::{cpython, Callbacks};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
-
-static CONFIG: OnceLock<Config> = OnceLock::new();
-/// The working directory at start-up: a relative `PYIGPROF_OUTPUT` is relative to it, even
-/// if the program changes directory.
-static START_DIR: OnceLock<std::path::PathBuf> = OnceLock::new();
-static DUMPED: AtomicBool = AtomicBool::new(false);
 
 /// The library constructor. Runs before `main` (and so before Python initialises).
 #[used]
@@ -47,11 +40,16 @@ static INIT: extern "C" fn() = init;
 
 /// Starts profiling if this process is a CPython interpreter (see the crate docs).
 pub extern "C" fn init() {
-    // Tests link this crate as an rlib into ordinary binaries: never start there.
-    let Some(version) = cpython::version() else { return };
+    // Processes that are not Python (a shell, git: children inherit LD_PRELOAD) are left
+    // alone unless PYIGPROF_ALL_PROCESSES asks for them. (Tests link this crate as an rlib
+    // into ordinary binaries: never start there.)
+    let version = cpython::version();
+    if version.is_none() && !std::env::var_os("PYIGPROF_ALL_PROCESSES").is_some_and(|v| !v.is_empty() && v != "0") {
+        return;
+    }
     let config = Config::from_env();
     modules::rescan();
-    let runtime = python_runtime(version);
+    let runtime = version.and_then(python_runtime);
     let Some(sampler) = sampler::Sampler::new(config.period_ns(), config.clock, runtime) else {
         eprintln!("pyigprof: cannot map the profiler's memory; not profiling");
         return;
@@ -63,10 +61,7 @@ pub extern "C" fn init() {
             return;
         }
     };
-    let _ = CONFIG.set(config);
-    if let Ok(dir) = std::env::current_dir() {
-        let _ = START_DIR.set(dir);
-    }
+    lifecycle::start(config);
     pyigprof_hooks::install(Callbacks {
         thread_started: || with_sampler(|s| s.register_current_thread()),
         objects_added: || {
@@ -75,6 +70,10 @@ pub extern "C" fn init() {
         },
         object_closing: modules::forget_handle,
         objects_removed: modules::rescan,
+        process_ending: lifecycle::process_ending,
+        before_exec: lifecycle::before_exec,
+        exec_failed: lifecycle::exec_failed,
+        signalling_self: lifecycle::signalling_self,
     });
     // 3.8+ (and a stripped 3.6) learn the thread-state key when they attach: from the first
     // audit event, or without audit hooks from the first extension-module import.
@@ -83,8 +82,8 @@ pub extern "C" fn init() {
     }
     // SAFETY: registering plain extern "C" functions.
     unsafe {
-        libc::pthread_atfork(None, None, Some(after_fork_in_child));
-        libc::atexit(at_exit);
+        libc::pthread_atfork(None, None, Some(lifecycle::after_fork_in_child));
+        libc::atexit(lifecycle::at_exit);
     }
     // The main thread's timer; every later thread starts its own, and threads that already
     // exist are adopted.
@@ -226,51 +225,4 @@ fn on_attach(attached: cpython::Attached) {
             rt.attach(attached.tss_key);
         }
     });
-}
-
-extern "C" fn after_fork_in_child() {
-    with_sampler(|s| s.restart_after_fork());
-}
-
-extern "C" fn at_exit() {
-    write_profile();
-}
-
-/// Stops sampling and writes the profile (once per process), then prints the summary line
-/// unless `PYIGPROF_QUIET` is set.
-pub fn write_profile() {
-    if DUMPED.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    let (Some(sampler), Some(config)) = (sampler::get(), CONFIG.get()) else { return };
-    sampler.stop();
-    let profile = dump::Profile::collect(sampler);
-    let path = std::path::PathBuf::from(config.output_path(std::process::id()));
-    let path = match START_DIR.get() {
-        Some(dir) if path.is_relative() => dir.join(path),
-        _ => path,
-    };
-    match dump::write_file(&profile, &path) {
-        Ok(()) if !config.quiet => {
-            let stats = &sampler.stats;
-            let samples = stats.samples.load(Ordering::Relaxed);
-            let percent = |n: u64| if samples == 0 { 0.0 } else { 100.0 * n as f64 / samples as f64 };
-            let (recorded, ticks) = profile.totals();
-            let time = match config.clock {
-                config::Clock::Cpu => "CPU time",
-                config::Clock::Wall => "wall time summed over threads",
-            };
-            eprintln!(
-                "pyigprof: wrote {}: {recorded} samples, {:.3} s of {time} ({ticks} ticks of {:.3} ms); \
-                 {:.1}% with Python frames, {:.1}% complete native stacks",
-                path.display(),
-                ticks as f64 * sampler.period_ns as f64 / 1e9,
-                sampler.period_ns as f64 / 1e6,
-                percent(stats.with_python.load(Ordering::Relaxed)),
-                percent(stats.complete.load(Ordering::Relaxed)),
-            );
-        }
-        Ok(()) => {}
-        Err(e) => eprintln!("pyigprof: {e}"),
-    }
 }

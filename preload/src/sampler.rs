@@ -23,6 +23,7 @@ use crate::config::Clock;
 use crate::threads::{Slot, Slots};
 use crate::trace::Trees;
 use crate::unwind::{unwind, Regs};
+use pyigprof_hooks::signals;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// `sigev_value` our timer's signals carry, to tell them from anybody else's `SIGPROF`.
@@ -74,6 +75,8 @@ pub struct Sampler {
 
 const OFF: u8 = 0;
 const SAMPLING: u8 = 1;
+/// The program took `SIGPROF` over: no timer is armed again, not even in fork children.
+const YIELDED: u8 = 2;
 
 static SAMPLER: AtomicPtr<Sampler> = AtomicPtr::new(std::ptr::null_mut());
 static STATE: AtomicU8 = AtomicU8::new(OFF);
@@ -106,18 +109,25 @@ impl Sampler {
     pub fn install(self) -> Result<&'static Sampler, String> {
         let sampler: &'static Sampler = Box::leak(Box::new(self));
         SAMPLER.store(sampler as *const Sampler as *mut Sampler, Ordering::Release);
-        // SAFETY: installing a SA_SIGINFO handler with a valid function.
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_sigprof as *const () as usize;
-            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            libc::sigemptyset(&mut action.sa_mask);
-            if libc::sigaction(libc::SIGPROF, &action, std::ptr::null_mut()) != 0 {
-                return Err(format!("cannot install the SIGPROF handler: {}", std::io::Error::last_os_error()));
+        // The handler, kept invisible to the program while it leaves SIGPROF alone
+        // (hooks::signals); an inherited "ignore" is overridden.
+        if !signals::guard(libc::SIGPROF, on_sigprof, libc::SA_RESTART, true, program_took_sigprof) {
+            // SAFETY: installing a SA_SIGINFO handler with a valid function.
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = on_sigprof as *const () as usize;
+                action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                libc::sigemptyset(&mut action.sa_mask);
+                if signals::real_sigaction(libc::SIGPROF, &action, std::ptr::null_mut()) != 0 {
+                    return Err(format!("cannot install the SIGPROF handler: {}", std::io::Error::last_os_error()));
+                }
             }
+        }
+        // SAFETY: querying the installed action, then creating the exit key.
+        unsafe {
             // glibc fills in its signal trampoline (`__restore_rt`) as sa_restorer.
             let mut installed: libc::sigaction = std::mem::zeroed();
-            libc::sigaction(libc::SIGPROF, std::ptr::null(), &mut installed);
+            signals::real_sigaction(libc::SIGPROF, std::ptr::null(), &mut installed);
             sampler.restorer.store(installed.sa_restorer.map_or(0, |f| f as usize as u64), Ordering::Relaxed);
             let mut key: libc::pthread_key_t = 0;
             if libc::pthread_key_create(&mut key, Some(thread_exiting)) == 0 {
@@ -164,6 +174,9 @@ impl Sampler {
     /// Creates and arms the timer of thread `tid` (its CPU clock, or the monotonic clock in
     /// wall mode) and stores it in its `slot`.
     fn arm(&self, slot: &Slot, tid: libc::pid_t) -> Result<(), String> {
+        if STATE.load(Ordering::Acquire) != SAMPLING {
+            return Ok(());
+        }
         if slot.timer.load(Ordering::Acquire) != 0 {
             if slot.tid.load(Ordering::Relaxed) == tid {
                 return Ok(());
@@ -200,7 +213,8 @@ impl Sampler {
                 return Err(format!("cannot arm a sampling timer: {err}"));
             }
             slot.tid.store(tid, Ordering::Relaxed);
-            slot.timer.store(timer as usize, Ordering::Release);
+            // Kernel timer ids start at 0: the slot keeps id + 1.
+            slot.timer.store(timer as usize + 1, Ordering::Release);
         }
         Ok(())
     }
@@ -209,8 +223,9 @@ impl Sampler {
     fn disarm(slot: &Slot) {
         let timer = slot.timer.swap(0, Ordering::AcqRel);
         if timer != 0 {
-            // SAFETY: a timer we created and nobody else deletes (the swap took it).
-            unsafe { libc::timer_delete(timer as libc::timer_t) };
+            // SAFETY: a timer we created (stored as id + 1) and nobody else deletes (the swap
+            // took it).
+            unsafe { libc::timer_delete((timer - 1) as libc::timer_t) };
         }
     }
 
@@ -222,9 +237,26 @@ impl Sampler {
         wait_for_handlers();
     }
 
+    /// Starts sampling again after [`Sampler::stop`] (an `exec` that failed): re-arms the
+    /// timer of every registered thread.
+    pub fn resume(&self) {
+        if STATE.compare_exchange(OFF, SAMPLING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return;
+        }
+        self.slots.for_each(|slot| {
+            let tid = slot.tid.load(Ordering::Relaxed);
+            if slot.ready.load(Ordering::Acquire) && slot.owner.load(Ordering::Relaxed) != 0 && tid != 0 {
+                let _ = self.arm(slot, tid);
+            }
+        });
+    }
+
     /// In a fork child: forget the parent's samples, and start a timer of our own (timers
     /// are not inherited by `fork`). Takes no lock.
     pub fn restart_after_fork(&self) {
+        if STATE.load(Ordering::Acquire) == YIELDED {
+            return;
+        }
         STATE.store(OFF, Ordering::Release);
         self.trees.reset();
         self.slots.reset_after_fork();
@@ -342,6 +374,19 @@ impl Sampler {
     }
 }
 
+/// The program installed a `SIGPROF` handler of its own: it wins; sampling stops, and the
+/// profile written at exit covers the time before.
+fn program_took_sigprof(_signal: libc::c_int) {
+    if let Some(sampler) = get() {
+        sampler.stop();
+        STATE.store(YIELDED, Ordering::Release);
+        eprintln!(
+            "pyigprof: the program installed its own SIGPROF handler; sampling stopped \
+             (the profile covers the time before)"
+        );
+    }
+}
+
 /// Destructor of the exit key: a registered thread is exiting; stop its timer.
 extern "C" fn thread_exiting(_value: *mut libc::c_void) {
     if let Some(sampler) = get() {
@@ -363,13 +408,18 @@ fn ticks_of(info: *const libc::siginfo_t) -> u64 {
     }
 }
 
-/// Whether the signal was sent by our timer (si_value carries our cookie).
+/// Whether the signal was sent by a sampling timer (si_value carries our cookie).
 fn is_ours(info: *const libc::siginfo_t) -> bool {
-    // SAFETY: for SI_TIMER signals si_value is at offset 24 (after si_tid, si_overrun).
-    unsafe { (*info).si_code == libc::SI_TIMER && *(info as *const u8).add(24).cast::<usize>() == TIMER_COOKIE }
+    is_timer_with(info, TIMER_COOKIE)
 }
 
-extern "C" fn on_sigprof(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+/// Whether the signal was sent by a POSIX timer whose `si_value` is `cookie`.
+fn is_timer_with(info: *const libc::siginfo_t, cookie: usize) -> bool {
+    // SAFETY: for SI_TIMER signals si_value is at offset 24 (after si_tid, si_overrun).
+    unsafe { (*info).si_code == libc::SI_TIMER && *(info as *const u8).add(24).cast::<usize>() == cookie }
+}
+
+pub extern "C" fn on_sigprof(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     // SAFETY: __errno_location is the calling thread's errno.
     let errno = unsafe { *libc::__errno_location() };
     IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
@@ -379,6 +429,8 @@ extern "C" fn on_sigprof(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *
         }
     } else if crate::adopt::is_roll_call(info) {
         crate::adopt::answer(uc.cast());
+    } else if is_timer_with(info, crate::lifecycle::DUMP_COOKIE) {
+        crate::lifecycle::snapshot_from_handler();
     }
     IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
     // SAFETY: as above.

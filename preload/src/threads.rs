@@ -40,7 +40,7 @@ pub struct Slot {
     pub stack: (AtomicU64, AtomicU64),
     /// The thread's unwinding cache.
     pub cache: AtomicPtr<UnwindCache>,
-    /// The thread's sampling timer (`timer_t`; 0 = none).
+    /// The thread's sampling timer (`timer_t` + 1, as kernel timer ids start at 0; 0 = none).
     pub timer: AtomicUsize,
     /// Kernel thread id the timer signals (0 = none).
     pub tid: AtomicI32,

@@ -1,0 +1,361 @@
+//! How a profiled process ends, forks, execs and asks for profiles, and what is written
+//! then.
+//!
+//! - Normal exit (`atexit`), `_exit`/`_Exit`: sampling stops and the profile is written.
+//! - `exec*`: the profile of the image being replaced is written first (when it has
+//!   samples: a `fork` child that execs at once, as `subprocess` does, writes nothing); if
+//!   the exec fails, that file is removed and sampling resumes.
+//! - Signals whose default action ends the process (`SIGTERM`, `SIGINT`, `SIGHUP`,
+//!   `SIGQUIT`, and crashes: `SIGSEGV`, `SIGBUS`, `SIGFPE`, `SIGILL`, `SIGABRT`), while the
+//!   program leaves them at their default action: the handler writes the profile, restores
+//!   the default action and lets the signal end the process as it would have.
+//! - `PYIGPROF_DUMP_SIGNAL` and `PYIGPROF_DUMP_INTERVAL`: snapshot profiles while the
+//!   program runs on.
+//!
+//! Profiles written from a signal handler are written by a child made with `_Fork` (a copy
+//! of the process that has only the handler's thread, and no `atfork` handlers), since
+//! writing allocates and a handler must not: the handler waits for the child at most
+//! [`CHILD_TIMEOUT`] (a child stuck on a lock some other thread held at the fork is
+//! killed), so the process always goes on or ends as it would have.
+//!
+//! A `vfork` child (which shares the parent's memory until it execs) must not touch the
+//! sampler: every entry point first checks that the calling process is the one that owns
+//! the sampler ([`is_owner`]).
+
+use crate::config::{Clock, Config};
+use crate::{dump, sampler};
+use pyigprof_hooks::signals;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// Longest wait for a child writing a profile from a signal handler.
+pub const CHILD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Signals whose default action ends the process, on which the profile is written first.
+pub const FATAL_SIGNALS: [libc::c_int; 9] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+    libc::SIGABRT,
+];
+
+/// `si_value` of the periodic-dump timer's signals ("pyigdump").
+pub const DUMP_COOKIE: usize = 0x7079_6967_6475_6d70;
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+/// The working directory at start-up: a relative `PYIGPROF_OUTPUT` is relative to it, even
+/// if the program changes directory.
+static START_DIR: OnceLock<PathBuf> = OnceLock::new();
+/// The process whose sampler this is (updated in fork children).
+static OWNER: AtomicI32 = AtomicI32::new(0);
+/// The final profile was written (or is being written).
+static DUMPED: AtomicBool = AtomicBool::new(false);
+/// The profile written before an `exec`, removed if the exec fails.
+static BEFORE_EXEC: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// Snapshots written so far.
+static SNAPSHOTS: AtomicU32 = AtomicU32::new(0);
+/// glibc's `_Fork` (2.34+), or 0: then the `fork` system call is used directly.
+static FORK: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets up everything above for the process (from the constructor, after the sampler is
+/// installed): the settings, the fatal-signal handlers, the dump signal and timer.
+pub fn start(config: Config) {
+    // SAFETY: getpid has no preconditions; dlsym with a valid name.
+    unsafe {
+        OWNER.store(libc::getpid(), Ordering::Relaxed);
+        FORK.store(libc::dlsym(libc::RTLD_DEFAULT, c"_Fork".as_ptr()) as usize, Ordering::Relaxed);
+    }
+    if let Ok(dir) = std::env::current_dir() {
+        let _ = START_DIR.set(dir);
+    }
+    for signal in FATAL_SIGNALS {
+        // SA_NODEFER: a crash inside the handler itself ends the process at once.
+        signals::guard(signal, on_fatal_signal, libc::SA_NODEFER, false, |_| {});
+    }
+    if let Some(signal) = config.dump_signal {
+        if !signals::guard(signal, on_dump_signal, libc::SA_RESTART, false, program_took_dump_signal) {
+            eprintln!("pyigprof: PYIGPROF_DUMP_SIGNAL: signal {signal} already has a handler; no dump signal");
+        }
+    }
+    if let Some(seconds) = config.dump_interval_s {
+        if let Err(e) = start_dump_timer(seconds) {
+            eprintln!("pyigprof: PYIGPROF_DUMP_INTERVAL: {e}; no periodic profiles");
+        }
+    }
+    let _ = CONFIG.set(config);
+}
+
+/// Whether the calling process owns the sampler (not a `vfork` child sharing its memory).
+pub fn is_owner() -> bool {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() == OWNER.load(Ordering::Relaxed) }
+}
+
+/// The profile path for process `pid`.
+fn final_path(config: &Config, pid: u32) -> PathBuf {
+    let path = PathBuf::from(config.output_path(pid));
+    match START_DIR.get() {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path,
+    }
+}
+
+/// In a fork child (`pthread_atfork`): the child profiles into a profile of its own.
+pub extern "C" fn after_fork_in_child() {
+    // SAFETY: getpid has no preconditions.
+    OWNER.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+    DUMPED.store(false, Ordering::Relaxed);
+    SNAPSHOTS.store(0, Ordering::Relaxed);
+    if let Some(s) = sampler::get() {
+        s.restart_after_fork();
+    }
+    if let Some(seconds) = CONFIG.get().and_then(|c| c.dump_interval_s) {
+        let _ = start_dump_timer(seconds);
+    }
+}
+
+/// `atexit`: writes the profile.
+pub extern "C" fn at_exit() {
+    block_sigprof_for_good();
+    write_profile();
+}
+
+/// Blocks `SIGPROF` in the calling thread for the rest of its life: while the process
+/// ends, writing the profile takes longer than the program's own exit would, and a
+/// `SIGPROF` of the program's own `ITIMER_PROF` (whose handler Python removes when it
+/// finalizes) must not end the process by its default action meanwhile.
+fn block_sigprof_for_good() {
+    // SAFETY: plain signal-mask calls on an initialised set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPROF);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Stops sampling and writes the profile (once per process image), then prints the
+/// summary line unless `PYIGPROF_QUIET` is set. Returns the path written.
+pub fn write_profile() -> Option<PathBuf> {
+    if !is_owner() || DUMPED.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    let (sampler, config) = (sampler::get()?, CONFIG.get()?);
+    sampler.stop();
+    write(sampler, config, std::process::id(), None)
+}
+
+/// Collects and writes a profile for process `pid`: the final one, or snapshot number
+/// `snapshot`. Prints the summary line unless quiet.
+fn write(sampler: &sampler::Sampler, config: &Config, pid: u32, snapshot: Option<u32>) -> Option<PathBuf> {
+    let mut profile = dump::Profile::collect(sampler);
+    profile.pid = pid;
+    let path = final_path(config, pid);
+    let path = match snapshot {
+        Some(n) => dump::tagged(&path, &format!("snapshot{n}")),
+        None => path,
+    };
+    match dump::write_unique(&profile, &path) {
+        Ok(written) => {
+            if !config.quiet {
+                summary(sampler, config, &profile, &written);
+            }
+            Some(written)
+        }
+        Err(e) => {
+            eprintln!("pyigprof: {e}");
+            None
+        }
+    }
+}
+
+fn summary(sampler: &sampler::Sampler, config: &Config, profile: &dump::Profile, path: &std::path::Path) {
+    let stats = &sampler.stats;
+    let samples = stats.samples.load(Ordering::Relaxed);
+    let percent = |n: u64| if samples == 0 { 0.0 } else { 100.0 * n as f64 / samples as f64 };
+    let (recorded, ticks) = profile.totals();
+    let time = match config.clock {
+        Clock::Cpu => "CPU time",
+        Clock::Wall => "wall time summed over threads",
+    };
+    eprintln!(
+        "pyigprof: wrote {}: {recorded} samples, {:.3} s of {time} ({ticks} ticks of {:.3} ms); \
+         {:.1}% with Python frames, {:.1}% complete native stacks",
+        path.display(),
+        ticks as f64 * sampler.period_ns as f64 / 1e9,
+        sampler.period_ns as f64 / 1e6,
+        percent(stats.with_python.load(Ordering::Relaxed)),
+        percent(stats.complete.load(Ordering::Relaxed)),
+    );
+}
+
+fn has_samples() -> bool {
+    sampler::get().is_some_and(|s| s.stats.samples.load(Ordering::Relaxed) > 0)
+}
+
+/// `_exit`/`_Exit`: writes the profile if there is anything in it (a `fork` child whose
+/// `exec` failed and that ends with `_exit` writes nothing).
+pub fn process_ending() {
+    if is_owner() && has_samples() {
+        block_sigprof_for_good();
+        write_profile();
+    }
+}
+
+/// Before an `exec`: writes the profile of the image about to be replaced.
+pub fn before_exec() {
+    if is_owner() && has_samples() {
+        if let Some(path) = write_profile() {
+            *BEFORE_EXEC.lock().unwrap_or_else(|e| e.into_inner()) = Some(path);
+        }
+    }
+}
+
+/// The `exec` failed: the process goes on; its profile will be written at its end.
+pub fn exec_failed() {
+    if !is_owner() {
+        return;
+    }
+    if let Some(path) = BEFORE_EXEC.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let _ = std::fs::remove_file(path);
+        DUMPED.store(false, Ordering::Release);
+        if let Some(s) = sampler::get() {
+            s.resume();
+        }
+    }
+}
+
+/// The process sends itself `signal` (`kill`, `raise`; Python 3.8+ ends a program
+/// interrupted by Ctrl-C so): when the signal's action is the default one and it ends the
+/// process, the profile is written first. Async-signal-safe.
+pub fn signalling_self(signal: libc::c_int) {
+    if !FATAL_SIGNALS.contains(&signal) || !is_owner() {
+        return;
+    }
+    // SAFETY: querying the disposition and the signal mask.
+    let default_and_deliverable = unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        let mut mask: libc::sigset_t = std::mem::zeroed();
+        signals::real_sigaction(signal, std::ptr::null(), &mut action) == 0
+            && action.sa_sigaction == libc::SIG_DFL
+            && libc::pthread_sigmask(libc::SIG_SETMASK, std::ptr::null(), &mut mask) == 0
+            && libc::sigismember(&mask, signal) == 0
+    };
+    // A guarded signal reaches on_fatal_signal, which writes the profile itself.
+    if default_and_deliverable {
+        write_from_child(None, true);
+    }
+}
+
+/// Handler of the fatal signals while the program leaves them at their default action.
+extern "C" fn on_fatal_signal(signal: libc::c_int, info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {
+    if is_owner() && signals::program_sees_default(signal) {
+        write_from_child(None, true);
+    }
+    signals::restore_default(signal);
+    // SAFETY: the kernel passes a valid siginfo.
+    let code = unsafe { (*info).si_code };
+    let fault = matches!(signal, libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL) && code > 0;
+    if !fault {
+        // Sent (not a fault): send it again; it is delivered, with the default action,
+        // when this handler returns. A fault recurs when the instruction runs again.
+        // SAFETY: raw system calls with valid arguments.
+        unsafe {
+            libc::syscall(libc::SYS_tgkill, libc::getpid(), libc::gettid(), signal);
+        }
+    }
+}
+
+/// Handler of `PYIGPROF_DUMP_SIGNAL`.
+extern "C" fn on_dump_signal(_signal: libc::c_int, _info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {
+    snapshot_from_handler();
+}
+
+/// Writes a snapshot from a signal handler (the dump signal, the dump timer's `SIGPROF`).
+/// Async-signal-safe.
+pub fn snapshot_from_handler() {
+    if is_owner() && !DUMPED.load(Ordering::Acquire) {
+        let n = SNAPSHOTS.fetch_add(1, Ordering::Relaxed) + 1;
+        write_from_child(Some(n), false);
+    }
+}
+
+fn program_took_dump_signal(signal: libc::c_int) {
+    eprintln!("pyigprof: the program installed its own handler for signal {signal}; PYIGPROF_DUMP_SIGNAL no longer writes profiles");
+}
+
+/// Writes the final profile (`snapshot` = `None`, marking it written) or a snapshot from a
+/// child process, and waits for it (at most [`CHILD_TIMEOUT`]). Async-signal-safe in the
+/// calling process: `_Fork`, `waitpid`, `nanosleep`, `kill`.
+fn write_from_child(snapshot: Option<u32>, final_profile: bool) {
+    if final_profile && DUMPED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let (Some(sampler), Some(config)) = (sampler::get(), CONFIG.get()) else { return };
+    // SAFETY: getpid has no preconditions; _Fork/fork create a child that only runs
+    // `child` below and then ends with exit_group.
+    unsafe {
+        let parent = libc::getpid();
+        let fork = FORK.load(Ordering::Relaxed);
+        let child = if fork != 0 {
+            std::mem::transmute::<usize, extern "C" fn() -> libc::pid_t>(fork)()
+        } else {
+            libc::syscall(libc::SYS_fork) as libc::pid_t
+        };
+        if child == 0 {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+            let ok = write(sampler, config, parent as u32, snapshot).is_some();
+            libc::syscall(libc::SYS_exit_group, if ok { 0 } else { 1 });
+        }
+        if child < 0 {
+            return;
+        }
+        let step = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+        let steps = CHILD_TIMEOUT.as_millis() as u64;
+        for _ in 0..steps {
+            let mut status = 0;
+            match libc::waitpid(child, &mut status, libc::WNOHANG) {
+                0 => {
+                    libc::nanosleep(&step, std::ptr::null_mut());
+                }
+                _ => return,
+            }
+        }
+        libc::syscall(libc::SYS_kill, child, libc::SIGKILL);
+        let mut status = 0;
+        libc::waitpid(child, &mut status, 0);
+    }
+}
+
+/// Starts the periodic-dump timer: every `seconds` of wall time, a `SIGPROF` carrying
+/// [`DUMP_COOKIE`] to the process (any thread).
+fn start_dump_timer(seconds: u32) -> Result<(), String> {
+    // SAFETY: plain timer_create/timer_settime calls with initialised structures.
+    unsafe {
+        let mut event: libc::sigevent = std::mem::zeroed();
+        event.sigev_notify = libc::SIGEV_SIGNAL;
+        event.sigev_signo = libc::SIGPROF;
+        event.sigev_value = libc::sigval { sival_ptr: DUMP_COOKIE as *mut libc::c_void };
+        let mut timer: libc::timer_t = std::ptr::null_mut();
+        if libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) != 0 {
+            return Err(format!("cannot create a timer: {}", std::io::Error::last_os_error()));
+        }
+        let period = libc::timespec { tv_sec: seconds as libc::time_t, tv_nsec: 0 };
+        let spec = libc::itimerspec { it_interval: period, it_value: period };
+        if libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) != 0 {
+            let err = std::io::Error::last_os_error();
+            libc::timer_delete(timer);
+            return Err(format!("cannot arm a timer: {err}"));
+        }
+    }
+    Ok(())
+}
