@@ -264,8 +264,9 @@ pub fn write_unique(profile: &Profile, path: &std::path::Path) -> Result<std::pa
         let candidate = if n == 0 { path.to_path_buf() } else { numbered(path, n) };
         match write_new(profile, &candidate) {
             Ok(()) => return Ok(candidate),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(format!("cannot write the profile {}: {e}", candidate.display())),
+            Err(Failed::Create(e)) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(Failed::Create(e)) => return Err(format!("cannot create the profile {}: {e}", candidate.display())),
+            Err(Failed::Write(e)) => return Err(format!("cannot write the profile {}: {e}", candidate.display())),
         }
     }
     Err(format!("cannot write the profile {}: 1000 files of that name exist", path.display()))
@@ -287,17 +288,26 @@ pub fn tagged(path: &std::path::Path, tag: &str) -> std::path::PathBuf {
     path.with_file_name(renamed)
 }
 
+/// Why [`write_new`] failed.
+enum Failed {
+    /// The file could not be created (it exists, the directory is missing or unwritable).
+    Create(std::io::Error),
+    /// Writing it failed (a full disk); the partial file was removed.
+    Write(std::io::Error),
+}
+
 /// Creates `path` (never following a symbolic link, never replacing a file; mode 0666
 /// less the umask, as the program's own files) and writes `profile`, gzip-compressed when
 /// the name ends in `.gz`. A file left half-written by an I/O error is removed.
-fn write_new(profile: &Profile, path: &std::path::Path) -> std::io::Result<()> {
+fn write_new(profile: &Profile, path: &std::path::Path) -> Result<(), Failed> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .mode(0o666)
-        .open(path)?;
+        .open(path)
+        .map_err(Failed::Create)?;
     let buffered = std::io::BufWriter::with_capacity(1 << 16, file);
     let result = if path.as_os_str().as_bytes().ends_with(b".gz") {
         let mut gz = flate2::write::GzEncoder::new(buffered, flate2::Compression::new(6));
@@ -306,12 +316,10 @@ fn write_new(profile: &Profile, path: &std::path::Path) -> std::io::Result<()> {
         let mut w = buffered;
         profile.write(&mut w).and_then(|_| w.flush())
     };
-    if let Err(e) = result {
+    result.map_err(|e| {
         let _ = std::fs::remove_file(path);
-        // Not AlreadyExists: the caller must not try another name for a full disk.
-        return Err(std::io::Error::other(e));
-    }
-    Ok(())
+        Failed::Write(e)
+    })
 }
 
 #[cfg(test)]

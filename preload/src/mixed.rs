@@ -66,7 +66,9 @@ pub fn compose(
             len += 1;
         }
     };
-    if native.cut {
+    // The outermost frames are missing: the native stack or the Python frame chain was
+    // longer than the depth cap.
+    if native.cut || python.is_some_and(|p| p.truncated) {
         push(marker_key(Marker::Truncated), out);
     } else if !native.complete {
         push(marker_key(Marker::Incomplete), out);

@@ -202,11 +202,16 @@ impl Sampler {
             if libc::timer_create(clock, &mut event, &mut timer) != 0 {
                 return Err(format!("cannot create a sampling timer: {}", std::io::Error::last_os_error()));
             }
-            let period = libc::timespec {
-                tv_sec: (self.period_ns / 1_000_000_000) as libc::time_t,
-                tv_nsec: (self.period_ns % 1_000_000_000) as libc::c_long,
+            let timespec = |ns: u64| libc::timespec {
+                tv_sec: (ns / 1_000_000_000) as libc::time_t,
+                tv_nsec: (ns % 1_000_000_000) as libc::c_long,
             };
-            let spec = libc::itimerspec { it_interval: period, it_value: period };
+            // The first expiry at a random point of the first period: a thread that runs
+            // for less than a period (thousands of short-lived threads) is then sampled
+            // with probability (its time / period), so the expected ticks equal its time,
+            // instead of never.
+            let first = 1 + random(tid as u64) % self.period_ns;
+            let spec = libc::itimerspec { it_interval: timespec(self.period_ns), it_value: timespec(first) };
             if libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) != 0 {
                 let err = std::io::Error::last_os_error();
                 libc::timer_delete(timer);
@@ -385,6 +390,18 @@ fn program_took_sigprof(_signal: libc::c_int) {
              (the profile covers the time before)"
         );
     }
+}
+
+/// A pseudo-random number from `seed` and the monotonic clock (splitmix64).
+fn random(seed: u64) -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime with a valid output pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let mut z = seed ^ (now.tv_sec as u64).wrapping_mul(1_000_000_007) ^ now.tv_nsec as u64;
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// Destructor of the exit key: a registered thread is exiting; stop its timer.
