@@ -29,6 +29,7 @@ pub mod parse;
 pub mod profile;
 pub mod report;
 pub mod symbol;
+pub mod view;
 
 pub use error::Error;
 pub use parse::read_profiles;

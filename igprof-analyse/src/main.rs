@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 use igprof_analyse::report::{self, lines, top};
+use igprof_analyse::view::View;
 
 /// Reads IgProf-format profiles (from pyigprof or IgProf, plain or gzip) and prints
 /// reports. Several profiles are merged into one.
@@ -39,6 +40,13 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = OrderArg::SelfCost)]
     order: OrderArg,
 
+    /// Show every frame as the profile has it. By default (the Python view) the native
+    /// frames of the interpreter itself (libpython*.so, the python executable) below a
+    /// Python frame are hidden and their time counts as their caller's, so that stacks
+    /// read Python function -> extension or library function. Applies to every report.
+    #[arg(long)]
+    all_frames: bool,
+
     /// The profiles to read (plain or gzip-compressed dumps).
     #[arg(value_name = "PROFILE", required = true)]
     profiles: Vec<PathBuf>,
@@ -56,8 +64,13 @@ enum OrderArg {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let view = if cli.all_frames {
+        View::AllFrames
+    } else {
+        View::Python
+    };
     let profile = match igprof_analyse::read_profiles(&cli.profiles) {
-        Ok(profile) => profile,
+        Ok(profile) => view.apply(profile),
         Err(error) => return fail(&error),
     };
     let options = report::Options {

@@ -136,6 +136,39 @@ pub struct Measure {
 }
 
 impl Measure {
+    /// `amount` as the reports show it: seconds with 3 decimals for ticks, the raw
+    /// number otherwise.
+    pub fn format_amount(&self, amount: i64) -> String {
+        match self.unit {
+            Unit::Ticks => format!("{:.3}", self.seconds(amount)),
+            Unit::Amount => amount.to_string(),
+        }
+    }
+
+    /// `amount` ticks in seconds (`amount` × [`Measure::tick_period`]); only meaningful
+    /// for [`Unit::Ticks`].
+    pub fn seconds(&self, amount: i64) -> f64 {
+        amount as f64 * self.tick_period
+    }
+
+    /// The line giving the counter's total:
+    /// `PERF_TICKS: 617 samples, 2468 ticks of 4.000 ms = 9.872 s` for ticks,
+    /// `MEM_TOTAL: 3 calls, 822 total` otherwise.
+    pub fn total_line(&self) -> String {
+        let total = self.total.amount;
+        match self.unit {
+            Unit::Ticks => format!(
+                "{}: {} samples, {} ticks of {:.3} ms = {:.3} s",
+                self.counter,
+                self.total.count,
+                total,
+                self.tick_period * 1000.0,
+                self.seconds(total)
+            ),
+            Unit::Amount => format!("{}: {} calls, {} total", self.counter, self.total.count, total),
+        }
+    }
+
     /// The measure of counter `name` in `profile`, and the counter's id: `None` when the
     /// profile has no counter at all, the total then being zero.
     ///
@@ -278,7 +311,7 @@ pub(crate) fn ranked<T>(
 }
 
 /// `part` as a percentage of `total`, 0 when the total is 0.
-fn percent(part: i64, total: i64) -> f64 {
+pub fn percent(part: i64, total: i64) -> f64 {
     if total == 0 {
         0.0
     } else {
@@ -286,8 +319,8 @@ fn percent(part: i64, total: i64) -> f64 {
     }
 }
 
-/// The four number columns, right-aligned to `widths`, then two spaces and `text`.
-fn table_line(cells: &[String; 4], widths: &[usize; 4], text: &str) -> String {
+/// The number columns, right-aligned to `widths`, then two spaces and `text`.
+pub(crate) fn table_line(cells: &[String], widths: &[usize], text: &str) -> String {
     let mut line = String::new();
     for (cell, &width) in cells.iter().zip(widths) {
         line.push_str(&format!("{cell:>width$}"));
@@ -327,36 +360,13 @@ pub fn write<T: Item>(
     report: &Report<T>,
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    writeln!(out, "{}", header_line(profile))?;
     let measure = &report.measure;
+    write_preamble(profile, measure, out)?;
     let total = measure.total.amount;
-    let (amount_labels, amount_cell): ([&str; 2], Box<dyn Fn(i64) -> String>) = match measure.unit {
-        Unit::Ticks => {
-            writeln!(
-                out,
-                "{}: {} samples, {} ticks of {:.3} ms = {:.3} s",
-                measure.counter,
-                measure.total.count,
-                total,
-                measure.tick_period * 1000.0,
-                total as f64 * measure.tick_period
-            )?;
-            let period = measure.tick_period;
-            (
-                ["self s", "cum s"],
-                Box::new(move |amount| format!("{:.3}", amount as f64 * period)),
-            )
-        }
-        Unit::Amount => {
-            writeln!(
-                out,
-                "{}: {} calls, {} total",
-                measure.counter, measure.total.count, total
-            )?;
-            (["self", "cum"], Box::new(|amount: i64| amount.to_string()))
-        }
+    let amount_labels = match measure.unit {
+        Unit::Ticks => ["self s", "cum s"],
+        Unit::Amount => ["self", "cum"],
     };
-
     let labels = ["self %", amount_labels[0], "cum %", amount_labels[1]].map(String::from);
     let cells: Vec<[String; 4]> = report
         .rows
@@ -364,9 +374,9 @@ pub fn write<T: Item>(
         .map(|row| {
             [
                 format!("{:.2}", percent(row.self_amount, total)),
-                amount_cell(row.self_amount),
+                measure.format_amount(row.self_amount),
                 format!("{:.2}", percent(row.cumulative, total)),
-                amount_cell(row.cumulative),
+                measure.format_amount(row.cumulative),
             ]
         })
         .collect();
@@ -381,6 +391,25 @@ pub fn write<T: Item>(
     }
     Ok(())
 }
+
+/// Writes the lines every text report starts with: the [`header_line`], the counter's
+/// total ([`Measure::total_line`]) and, when the Python view hid frames
+/// ([`Profile::hidden_nodes`]), [`VIEW_NOTE`].
+///
+/// # Errors
+/// Those of `out`.
+pub fn write_preamble(profile: &Profile, measure: &Measure, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out, "{}", header_line(profile))?;
+    writeln!(out, "{}", measure.total_line())?;
+    if profile.hidden_nodes > 0 {
+        writeln!(out, "{VIEW_NOTE}")?;
+    }
+    Ok(())
+}
+
+/// The line reports print when the Python view ([`crate::view`]) hid frames.
+pub const VIEW_NOTE: &str =
+    "Python view: interpreter frames below Python code count as their caller's (--all-frames shows them)";
 
 /// What the tests of the reports share.
 #[cfg(test)]
