@@ -28,6 +28,7 @@ pub mod escape;
 pub mod parse;
 pub mod profile;
 pub mod report;
+pub mod stats;
 pub mod symbol;
 pub mod view;
 

@@ -189,7 +189,10 @@ C2 FNe=(F2+700 N=(PyGILState_Ensure))+5 V0:(2,2,2)
         );
         // The hidden functions are not in the view at all.
         let names: Vec<&str> = view.functions().iter().map(|f| f.name.as_str()).collect();
-        assert!(!names.contains(&"l_mod") && !names.contains(&"list_sort"), "{names:?}");
+        assert!(
+            !names.contains(&"l_mod") && !names.contains(&"list_sort"),
+            "{names:?}"
+        );
         assert!(names.contains(&"PyGILState_Ensure"));
     }
 
@@ -199,7 +202,10 @@ C2 FNe=(F2+700 N=(PyGILState_Ensure))+5 V0:(2,2,2)
         let same = View::AllFrames.apply(profile.clone());
         assert_eq!(stacks(&same), stacks(&profile));
         assert_eq!(same.hidden_nodes, 0);
-        assert_eq!(stacks(&View::Python.apply(profile.clone())), stacks(&python(&profile)));
+        assert_eq!(
+            stacks(&View::Python.apply(profile.clone())),
+            stacks(&python(&profile))
+        );
     }
 
     #[test]
