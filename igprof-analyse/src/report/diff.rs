@@ -545,3 +545,65 @@ pub fn write_markdown(diff: &Diff, output: &Output, out: &mut dyn Write) -> io::
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::load;
+    use super::*;
+
+    /// Base: f (app.py, first line 10) 30 samples, g (lib.py) 70; new: f moved to line 12
+    /// with 45 samples, g 50, and a g of another file with 5.
+    const BASE: &[u8] = b"P=(HEX ID=1 N=(python3 app.py) T=0.004000)
+C1 FN0=(F0=(/work/app.py)+a N=(f))+0 V0=(PERF_TICKS):(1e,1e,1)
+C1 FN1=(F1=(/work/lib.py)+1 N=(g))+0 V0:(46,46,1)
+";
+    const NEW: &[u8] = b"P=(HEX ID=2 N=(python3 app.py) T=0.004000)
+C1 FN0=(F0=(/work/app.py)+c N=(f))+0 V0=(PERF_TICKS):(2d,2d,1)
+C1 FN1=(F1=(/work/lib.py)+1 N=(g))+0 V0:(32,32,1)
+C1 FN2=(F2=(/work/other.py)+1 N=(g))+0 V0:(5,5,1)
+";
+
+    #[test]
+    fn functions_match_by_name_and_file() {
+        let diff = compute(
+            &load("base.txt", BASE),
+            &load("new.txt", NEW),
+            &Options::default(),
+        )
+        .unwrap();
+        assert_eq!(diff.tested, 3);
+        let find = |location: &str| {
+            diff.changes
+                .iter()
+                .find(|change| change.label.location.starts_with(location))
+                .unwrap()
+        };
+        // f moved from line 10 to 12: still one function, named as in the new profile.
+        let f = find("/work/app.py");
+        assert_eq!(f.label.location, "/work/app.py:12");
+        assert_eq!((f.base.self_samples, f.new.self_samples), (30, 45));
+        // 30/100 → 45/100: z = 0.15 / √(0.375 × 0.625 × 0.02) = 2.19089, p = 0.0284597
+        // (see stats), Bonferroni over 3: 0.0853792.
+        assert!((f.test.z - 2.1908902300206647).abs() < 1e-12);
+        assert!((f.p_adjusted - 3.0 * 0.02845973691631057).abs() < 1e-7);
+        assert!(!f.significant);
+        assert!((f.change - 15.0).abs() < 1e-9);
+        let other = find("/work/other.py");
+        assert_eq!((other.base.self_samples, other.new.self_samples), (0, 5));
+        assert_eq!(other.base.self_percent, 0.0);
+        assert!(diff.regressions(0.0).is_empty());
+        // At α = 0.1, f's growth is significant.
+        let lenient = Options {
+            alpha: 0.1,
+            ..Options::default()
+        };
+        let diff = compute(&load("base.txt", BASE), &load("new.txt", NEW), &lenient).unwrap();
+        let names: Vec<&str> = diff
+            .regressions(10.0)
+            .iter()
+            .map(|change| change.label.location.as_str())
+            .collect();
+        assert_eq!(names, ["/work/app.py:12"]);
+        assert!(diff.regressions(15.0).is_empty());
+    }
+}
