@@ -11,10 +11,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{run, stderr, stdout, TempDir};
+use common::{data, run, stderr, stdout, TempDir};
 use igprof_analyse::report::{FunctionAmounts, Measure};
 
 /// What mixed.py printed for each run: its process CPU time and that of python_work,
@@ -24,12 +23,6 @@ const MEASURED: [(&str, f64, f64); 3] = [
     ("mixed-base-2.gz", 15.051743536, 4.596696085999989),
     ("mixed-slow.gz", 15.043351793, 5.518549505000016),
 ];
-
-/// The directory of the test profiles; the tests run in it, so that reports name the
-/// files briefly.
-fn data() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
-}
 
 /// The pooled two-proportion z statistic, computed here independently of the crate.
 fn z(x1: f64, n1: f64, x2: f64, n2: f64) -> f64 {

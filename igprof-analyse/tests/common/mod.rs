@@ -71,3 +71,9 @@ pub fn assert_prints(output: &Output, report: &str) {
     assert_eq!(output.status.code(), Some(0));
     assert_eq!(stdout(output), report);
 }
+
+/// The directory of the test profiles (tests/data). Tests on the real profiles run in
+/// it, so that reports name the files briefly; they write nothing there.
+pub fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
+}
