@@ -57,7 +57,7 @@ struct Cli {
     collapsed: bool,
 
     /// Print the profile as JSON: the counter and its total, every function with its
-    /// self and cumulative amounts, and the call tree (docs/analyser-json.md).
+    /// self and cumulative amounts, and the call tree (docs/analyser.md).
     #[arg(long, conflicts_with = "comparison")]
     json: bool,
 

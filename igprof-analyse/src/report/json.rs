@@ -1,5 +1,5 @@
 //! The `--json` report: the profile's functions and call tree as one JSON document, for
-//! scripts. docs/analyser-json.md describes every field; [`Document`] is its Rust form
+//! scripts. docs/analyser.md ("JSON") describes every field; [`Document`] is its Rust form
 //! (it can be read back with serde).
 //!
 //! - `functions`: every function with a value, ranked as `--top` ranks them (by self
