@@ -66,7 +66,7 @@ struct Cli {
     #[arg(long, value_name = "FILE.svg", conflicts_with = "comparison")]
     flamegraph: Option<PathBuf>,
 
-    /// Write the profile in speedscope's format (https://www.speedscope.app) to FILE.
+    /// Write the profile in speedscope's format (for www.speedscope.app) to FILE.
     /// Nothing is printed unless a report is asked for too.
     #[arg(long, value_name = "FILE.json", conflicts_with = "comparison")]
     speedscope: Option<PathBuf>,

@@ -113,12 +113,18 @@ impl Label {
     /// for Python, `name [object file name]` for native code (`deflate [libz.so.1]`).
     /// Stack separators are replaced: `;` by `,` and line breaks and other control
     /// characters by `?`, so that the result is one frame of a `a;b;c 12` line.
+    /// An empty name is shown as `[unnamed]`.
     pub fn frame(&self) -> String {
+        let name = if self.name.is_empty() {
+            "[unnamed]"
+        } else {
+            &self.name
+        };
         let text = if self.python {
-            format!("{} ({})", self.name, self.location)
+            format!("{name} ({})", self.location)
         } else {
             let object = self.location.rsplit('/').next().unwrap_or(&self.location);
-            format!("{} [{object}]", self.name)
+            format!("{name} [{object}]")
         };
         text.chars()
             .map(|c| match c {
@@ -273,10 +279,12 @@ mod tests {
         let f = profile.intern_function("f\nx", py, 3).unwrap();
         let g = profile.intern_function("deflate", so, 0x10).unwrap();
         let h = profile.intern_function("odd\n;name", so, 0x20).unwrap();
+        let empty = profile.intern_function("", so, 0x30).unwrap();
         let frame = |id| Label::of(&profile, profile.function(id)).frame();
         assert_eq!(frame(f), "f?x (/work/a,b.py:3)");
         assert_eq!(frame(g), "deflate [libz.so.1]");
         assert_eq!(frame(h), "odd?,name [libz.so.1]");
+        assert_eq!(frame(empty), "[unnamed] [libz.so.1]");
     }
 
     #[test]

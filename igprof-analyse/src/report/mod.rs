@@ -591,6 +591,43 @@ pub fn write_preamble(profile: &Profile, measure: &Measure, out: &mut dyn Write)
 pub const VIEW_NOTE: &str =
     "Python view: interpreter frames below Python code count as their caller's (--all-frames shows them)";
 
+#[cfg(test)]
+mod tests {
+    use super::testing::load;
+    use super::*;
+
+    #[test]
+    fn every_report_survives_deep_recursion() {
+        // 200000 nested calls of one function, then a leaf with 2 ticks: no report walks
+        // the tree recursively, and each finds the same total.
+        let mut dump =
+            b"P=(HEX ID=1 N=(deep) T=0.004000)\nC1 FN0=(F0=(/deep.py)+1 N=(f))+0\n".to_vec();
+        for depth in 2..=200_000u32 {
+            dump.extend_from_slice(format!("C{depth:x} FN0+0\n").as_bytes());
+        }
+        dump.extend_from_slice(b"C30d41 FN1=(F0+5 N=(g))+0 V0=(PERF_TICKS):(1,2,2)\n");
+        let profile = crate::view::python(&load("deep.txt", &dump));
+        let options = Options::default();
+        let mut out = Vec::new();
+        let tree = tree::compute(&profile, &options).unwrap();
+        assert_eq!(tree.calls.nodes.len(), 200_001);
+        tree::write(&profile, &tree, &mut out).unwrap();
+        let text = text::compute(&profile, &options).unwrap();
+        assert_eq!(text.entries[0].cumulative, 2);
+        text::write(&profile, &text, &mut out).unwrap();
+        let stacks = collapsed::compute(&profile, &options).unwrap();
+        assert_eq!(stacks.stacks.len(), 1);
+        assert_eq!(stacks.stacks[0].0.matches(';').count(), 200_000);
+        let file = speedscope::compute(&profile, &options).unwrap();
+        assert_eq!(file.profiles[0].samples[0].len(), 200_001);
+        let document = json::compute(&profile, &options).unwrap();
+        assert_eq!(document.tree.last().unwrap().depth, 200_000);
+        json::write(&document, &mut out).unwrap();
+        let graph = flamegraph::compute(&profile, &options).unwrap();
+        assert_eq!(graph.stacks.stacks[0].1, 2);
+    }
+}
+
 /// What the tests of the reports share.
 #[cfg(test)]
 pub(crate) mod testing {
