@@ -283,7 +283,7 @@ fn files_and_a_report_together() {
         &data(),
     );
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    assert_eq!(stdout(&output).lines().count(), 4 + 3);
+    assert_eq!(stdout(&output).lines().count(), 3 + 3);
     assert!(svg.exists() && json.exists());
 }
 

@@ -572,19 +572,24 @@ pub fn write<T: Item>(
     Ok(())
 }
 
-/// Writes the lines every text report starts with: the [`header_line`], the counter's
-/// total ([`Measure::total_line`]) and, when the Python view hid frames
-/// ([`Profile::hidden_nodes`]), [`VIEW_NOTE`].
+/// Writes the two lines every text report starts with: the [`header_line`], then the
+/// counter's total ([`Measure::total_line`]) followed, when the Python view hid frames
+/// ([`Profile::hidden_nodes`]), by `; ` and [`VIEW_NOTE`]:
+///
+/// ```text
+/// pyigprof-analyse: p.gz: python3 app.py (pid 42)
+/// PERF_TICKS: 513 samples, 513 ticks of 4.000 ms = 2.052 s; Python view: interpreter frames below Python code count as their caller's (--all-frames shows them)
+/// ```
 ///
 /// # Errors
 /// Those of `out`.
 pub fn write_preamble(profile: &Profile, measure: &Measure, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "{}", header_line(profile))?;
-    writeln!(out, "{}", measure.total_line())?;
     if profile.hidden_nodes > 0 {
-        writeln!(out, "{VIEW_NOTE}")?;
+        writeln!(out, "{}; {VIEW_NOTE}", measure.total_line())
+    } else {
+        writeln!(out, "{}", measure.total_line())
     }
-    Ok(())
 }
 
 /// The line reports print when the Python view ([`crate::view`]) hid frames.
