@@ -516,7 +516,7 @@ pub fn write_markdown(diff: &Diff, output: &Output, out: &mut dyn Write) -> io::
         method(diff).replace('|', "\\|")
     )?;
     if diff.python_view {
-        writeln!(out, "{VIEW_NOTE}.")?;
+        writeln!(out, "\n{VIEW_NOTE}.")?;
     }
     writeln!(out, "\n**{}**\n", verdict(diff, output, markdown_name))?;
     write!(out, "| function |")?;
