@@ -48,6 +48,14 @@ pub enum Error {
         /// The operating system's explanation.
         detail: String,
     },
+    /// An output file (`--flamegraph`, `--speedscope`) cannot be written. Displays as
+    /// `pyigprof-analyse: <file>: cannot write: <detail>`.
+    Write {
+        /// The output file's path.
+        file: String,
+        /// The operating system's explanation.
+        detail: String,
+    },
     /// The profiles are fine but the requested report cannot be computed from them
     /// (e.g. an unknown counter). Displays as `pyigprof-analyse: <subject>: <message>`.
     Report {
@@ -82,6 +90,9 @@ impl fmt::Display for Error {
                 write!(f, "{PROGRAM}: {file}: not a valid gzip stream: {detail}")
             }
             Error::Io { file, detail } => write!(f, "{PROGRAM}: {file}: cannot read: {detail}"),
+            Error::Write { file, detail } => {
+                write!(f, "{PROGRAM}: {file}: cannot write: {detail}")
+            }
             Error::Report { subject, message } => write!(f, "{PROGRAM}: {subject}: {message}"),
         }
     }
@@ -126,6 +137,10 @@ mod tests {
             Error::Io {
                 file: "i".into(),
                 detail: "No such file or directory".into(),
+            },
+            Error::Write {
+                file: "o.svg".into(),
+                detail: "Permission denied (os error 13)".into(),
             },
             Error::Report {
                 subject: "r".into(),

@@ -5,9 +5,15 @@
 //! IgProf's doc/dump-format. The pieces:
 //! - [`parse`]: streaming reader of dumps, plain or gzip, HEX or decimal variant, into
 //! - [`profile`]: one merged call tree with its tables of functions, files, counters;
+//! - [`view`]: which frames reports show (the Python view hides the interpreter's own
+//!   frames below Python code; `--all-frames` shows all);
 //! - [`report`]: reports on a profile, one module each ([`report::top`],
-//!   [`report::lines`]);
-//! - [`symbol`]: how functions are named in reports (demangling, Python locations);
+//!   [`report::lines`], [`report::tree`], [`report::text`], [`report::collapsed`],
+//!   [`report::flamegraph`], [`report::speedscope`], [`report::json`], and
+//!   [`report::diff`], which compares two profiles);
+//! - [`stats`]: the significance test of comparisons;
+//! - [`symbol`]: how functions are named in reports (demangling, Python locations,
+//!   interpreter files);
 //! - [`error`]: the one-line errors the command prints before exiting with status 2.
 //!
 //! ```
@@ -28,7 +34,9 @@ pub mod escape;
 pub mod parse;
 pub mod profile;
 pub mod report;
+pub mod stats;
 pub mod symbol;
+pub mod view;
 
 pub use error::Error;
 pub use parse::read_profiles;

@@ -1,24 +1,35 @@
 //! `pyigprof-analyse`: prints reports from IgProf-format profiles written by pyigprof
 //! or IgProf (docs/dump-format.md, IgProf doc/dump-format).
 //!
-//! Exit status: 0 on success, 2 when a profile cannot be read or the report cannot be
-//! computed (one line on stderr: `pyigprof-analyse: <file>[:<line>]: ...`) and for
-//! command-line errors.
+//! Exit status: 0 on success; 1 when `--fail-on-regression` finds a regression; 2 when a
+//! profile cannot be read, the report cannot be computed or a file cannot be written
+//! (one line on stderr: `pyigprof-analyse: <file>[:<line>]: ...`) and for command-line
+//! errors.
 
+use std::fs;
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, ValueEnum};
-use igprof_analyse::report::{self, lines, top};
+use clap::{ArgGroup, Parser, ValueEnum};
+use igprof_analyse::report::{
+    self, collapsed, diff, flamegraph, json, lines, speedscope, text, top, tree,
+};
+use igprof_analyse::stats::Correction;
+use igprof_analyse::view::View;
+use igprof_analyse::{Error, Profile};
 
 /// Reads IgProf-format profiles (from pyigprof or IgProf, plain or gzip) and prints
-/// reports. Several profiles are merged into one.
+/// reports. Several profiles are merged into one. By default the Python view is shown
+/// (see --all-frames) and the report is --top.
 #[derive(Debug, Parser)]
 #[command(name = "pyigprof-analyse", version)]
+#[command(group(ArgGroup::new("report_kind").args(["top", "lines", "tree", "text", "collapsed", "json"])))]
+#[command(group(ArgGroup::new("comparison").args(["diff", "baseline"])))]
 struct Cli {
     /// Print the N functions with the most cost (default 20; --top=0 prints all). This
-    /// is the report printed when none is asked for. N must be attached with "=".
+    /// is the report printed when none is asked for; with --diff, the number of
+    /// functions listed. N must be attached with "=".
     #[arg(long, value_name = "N", num_args = 0..=1, require_equals = true, default_missing_value = "20")]
     top: Option<usize>,
 
@@ -26,9 +37,90 @@ struct Cli {
     /// --lines=0 prints all). A line's self cost is that of the samples whose innermost
     /// Python frame runs it, including the native code it called; its cumulative cost is
     /// that of the samples with it anywhere on the stack. N must be attached with "=".
-    /// Not with --top.
-    #[arg(long, value_name = "N", num_args = 0..=1, require_equals = true, default_missing_value = "20", conflicts_with = "top")]
+    #[arg(long, value_name = "N", num_args = 0..=1, require_equals = true, default_missing_value = "20", conflicts_with = "comparison")]
     lines: Option<usize>,
+
+    /// Print the call tree, indented, with each function's cumulative and self share
+    /// and seconds; children by decreasing cumulative cost.
+    #[arg(long, conflicts_with = "comparison")]
+    tree: bool,
+
+    /// Print an IgProf-like text report: flat profiles by cumulative and by self cost,
+    /// then the call graph: for each function its callers and callees with their
+    /// amounts.
+    #[arg(long, conflicts_with = "comparison")]
+    text: bool,
+
+    /// Print folded stacks, one line per distinct stack: "frame;frame;frame TICKS"
+    /// (outermost first), the input of flamegraph.pl and inferno-flamegraph.
+    #[arg(long, conflicts_with = "comparison")]
+    collapsed: bool,
+
+    /// Print the profile as JSON: the counter and its total, every function with its
+    /// self and cumulative amounts, and the call tree (docs/analyser.md).
+    #[arg(long, conflicts_with = "comparison")]
+    json: bool,
+
+    /// Write a flame graph (SVG, made with inferno) to FILE. Nothing is printed unless a
+    /// report is asked for too.
+    #[arg(long, value_name = "FILE.svg", conflicts_with = "comparison")]
+    flamegraph: Option<PathBuf>,
+
+    /// Write the profile in speedscope's format (for www.speedscope.app) to FILE.
+    /// Nothing is printed unless a report is asked for too.
+    #[arg(long, value_name = "FILE.json", conflicts_with = "comparison")]
+    speedscope: Option<PathBuf>,
+
+    /// Compare profile NEW with profile BASE: per function, the self share in both, the
+    /// change in percentage points and whether it is larger than sampling noise
+    /// (two-proportion z-test on samples, corrected for the number of functions).
+    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with = "profiles")]
+    diff: Option<Vec<PathBuf>>,
+
+    /// IgProf's spelling of --diff: with --diff-mode, compare the PROFILEs (merged)
+    /// with the baseline BASE.
+    #[arg(
+        short = 'b',
+        long = "baseline",
+        value_name = "BASE",
+        requires = "diff_mode"
+    )]
+    baseline: Option<PathBuf>,
+
+    /// With -b BASE: compare with the baseline (IgProf's --diff-mode).
+    #[arg(long, requires = "baseline")]
+    diff_mode: bool,
+
+    /// The significance level of the comparison, after correction (0 < ALPHA < 1).
+    #[arg(long, value_name = "ALPHA", default_value_t = diff::DEFAULT_ALPHA, value_parser = parse_alpha, requires = "comparison")]
+    alpha: f64,
+
+    /// The correction of the comparison's p-values for testing every function:
+    /// bonferroni (family-wise error at most ALPHA) or bh (Benjamini-Hochberg, false
+    /// discovery rate at most ALPHA).
+    #[arg(long, value_enum, default_value_t = CorrectionArg::Bonferroni, requires = "comparison")]
+    correction: CorrectionArg,
+
+    /// With a comparison: exit with status 1 when some function's self share grew by
+    /// more than PCT percentage points and the growth is significant.
+    #[arg(long, value_name = "PCT", value_parser = parse_points, requires = "comparison")]
+    fail_on_regression: Option<f64>,
+
+    /// The format of the comparison: text (for a terminal or a CI log) or markdown (a
+    /// table for a pull-request comment).
+    #[arg(long, value_enum, default_value_t = FormatArg::Text, requires = "comparison")]
+    format: FormatArg,
+
+    /// Same as --format markdown.
+    #[arg(long, requires = "comparison", conflicts_with = "format")]
+    markdown: bool,
+
+    /// Show every frame as the profile has it. By default (the Python view) the native
+    /// frames of the interpreter itself (libpython*.so, the python executable) below a
+    /// Python frame are hidden and their time counts as their caller's, so that stacks
+    /// read Python function -> extension or library function. Applies to every report.
+    #[arg(long)]
+    all_frames: bool,
 
     /// The counter to report on, e.g. PERF_TICKS (CPU time) or, for IgProf memory
     /// profiles, MEM_TOTAL.
@@ -40,7 +132,7 @@ struct Cli {
     order: OrderArg,
 
     /// The profiles to read (plain or gzip-compressed dumps).
-    #[arg(value_name = "PROFILE", required = true)]
+    #[arg(value_name = "PROFILE", required_unless_present = "diff")]
     profiles: Vec<PathBuf>,
 }
 
@@ -54,40 +146,72 @@ enum OrderArg {
     Cumulative,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum CorrectionArg {
+    /// Bonferroni.
+    Bonferroni,
+    /// Benjamini-Hochberg.
+    Bh,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FormatArg {
+    /// Plain text.
+    Text,
+    /// Markdown.
+    Markdown,
+}
+
+/// A significance level: a number strictly between 0 and 1.
+fn parse_alpha(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(alpha) if alpha > 0.0 && alpha < 1.0 => Ok(alpha),
+        _ => Err(format!(
+            "expected a number between 0 and 1 (exclusive), found {text:?}"
+        )),
+    }
+}
+
+/// A number of percentage points: a finite number from 0.
+fn parse_points(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(points) if points >= 0.0 && points.is_finite() => Ok(points),
+        _ => Err(format!(
+            "expected a number of percentage points from 0, found {text:?}"
+        )),
+    }
+}
+
+/// What the command prints on stdout, and its exit status.
+struct Done {
+    stdout: Vec<u8>,
+    status: u8,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let profile = match igprof_analyse::read_profiles(&cli.profiles) {
-        Ok(profile) => profile,
-        Err(error) => return fail(&error),
-    };
-    let options = report::Options {
-        counter: cli.counter,
-        limit: cli
-            .lines
-            .or(cli.top)
-            .unwrap_or(report::Options::default().limit),
-        order: match cli.order {
-            OrderArg::SelfCost => report::Order::SelfAmount,
-            OrderArg::Cumulative => report::Order::Cumulative,
-        },
-    };
-    let mut text = Vec::new();
-    let written = if cli.lines.is_some() {
-        lines::compute(&profile, &options)
-            .map(|computed| report::write(&profile, &computed, &mut text))
+    let view = if cli.all_frames {
+        View::AllFrames
     } else {
-        top::compute(&profile, &options)
-            .map(|computed| report::write(&profile, &computed, &mut text))
+        View::Python
     };
-    // Writing into a Vec cannot fail: only computing the report can.
-    if let Err(error) = written {
-        return fail(&error);
-    }
+    let done = match (&cli.diff, &cli.baseline) {
+        (Some(paths), _) => compare(&cli, view, &paths[..1], &paths[1..]),
+        (None, Some(base)) => compare(&cli, view, std::slice::from_ref(base), &cli.profiles),
+        (None, None) => reports(&cli, view),
+    };
+    let done = match done {
+        Ok(done) => done,
+        Err(error) => {
+            eprintln!("{error}");
+            return ExitCode::from(2);
+        }
+    };
     let mut stdout = io::stdout().lock();
-    match stdout.write_all(&text).and_then(|()| stdout.flush()) {
-        Ok(()) => ExitCode::SUCCESS,
+    match stdout.write_all(&done.stdout).and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::from(done.status),
         // `pyigprof-analyse ... | head` is fine.
-        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => ExitCode::from(done.status),
         Err(error) => {
             eprintln!(
                 "{}: cannot write the report: {error}",
@@ -98,7 +222,103 @@ fn main() -> ExitCode {
     }
 }
 
-fn fail(error: &igprof_analyse::Error) -> ExitCode {
-    eprintln!("{error}");
-    ExitCode::from(2)
+/// The profiles at `paths`, merged, in `view`.
+fn read(paths: &[PathBuf], view: View) -> Result<Profile, Error> {
+    igprof_analyse::read_profiles(paths).map(|profile| view.apply(profile))
+}
+
+/// `--diff BASE NEW` or `-b BASE --diff-mode NEW…`.
+fn compare(cli: &Cli, view: View, base: &[PathBuf], new: &[PathBuf]) -> Result<Done, Error> {
+    let base = read(base, view)?;
+    let new = read(new, view)?;
+    let options = diff::Options {
+        counter: cli.counter.clone(),
+        alpha: cli.alpha,
+        correction: match cli.correction {
+            CorrectionArg::Bonferroni => Correction::Bonferroni,
+            CorrectionArg::Bh => Correction::BenjaminiHochberg,
+        },
+    };
+    let compared = diff::compute(&base, &new, &options)?;
+    let output = diff::Output {
+        limit: cli.top.unwrap_or(report::Options::default().limit),
+        fail_on: cli.fail_on_regression,
+    };
+    let mut stdout = Vec::new();
+    // Writing into a Vec cannot fail.
+    let _ = if cli.markdown || cli.format == FormatArg::Markdown {
+        diff::write_markdown(&compared, &output, &mut stdout)
+    } else {
+        diff::write_text(&compared, &output, &mut stdout)
+    };
+    let regressed = cli
+        .fail_on_regression
+        .is_some_and(|points| !compared.regressions(points).is_empty());
+    Ok(Done {
+        stdout,
+        status: u8::from(regressed),
+    })
+}
+
+/// Writes what `write` produces into the file at `path`.
+fn write_file(
+    path: &Path,
+    write: impl FnOnce(&mut Vec<u8>) -> io::Result<()>,
+) -> Result<(), Error> {
+    let mut content = Vec::new();
+    write(&mut content)
+        .and_then(|()| fs::write(path, &content))
+        .map_err(|error| Error::Write {
+            file: path.display().to_string(),
+            detail: error.to_string(),
+        })
+}
+
+/// The reports on one profile (the merge of the PROFILEs).
+fn reports(cli: &Cli, view: View) -> Result<Done, Error> {
+    let profile = read(&cli.profiles, view)?;
+    let options = report::Options {
+        counter: cli.counter.clone(),
+        limit: cli
+            .lines
+            .or(cli.top)
+            .unwrap_or(report::Options::default().limit),
+        order: match cli.order {
+            OrderArg::SelfCost => report::Order::SelfAmount,
+            OrderArg::Cumulative => report::Order::Cumulative,
+        },
+    };
+    if let Some(path) = &cli.flamegraph {
+        let graph = flamegraph::compute(&profile, &options)?;
+        write_file(path, |out| flamegraph::write(&profile, &graph, out))?;
+    }
+    if let Some(path) = &cli.speedscope {
+        let file = speedscope::compute(&profile, &options)?;
+        write_file(path, |out| speedscope::write(&file, out))?;
+    }
+    let files_only = cli.flamegraph.is_some() || cli.speedscope.is_some();
+    let mut stdout = Vec::new();
+    // Writing into a Vec cannot fail: only computing a report can.
+    let _ = if cli.lines.is_some() {
+        let computed = lines::compute(&profile, &options)?;
+        report::write(&profile, &computed, &mut stdout)
+    } else if cli.tree {
+        let computed = tree::compute(&profile, &options)?;
+        tree::write(&profile, &computed, &mut stdout)
+    } else if cli.text {
+        let computed = text::compute(&profile, &options)?;
+        text::write(&profile, &computed, &mut stdout)
+    } else if cli.collapsed {
+        let computed = collapsed::compute(&profile, &options)?;
+        collapsed::write(&computed, &mut stdout)
+    } else if cli.json {
+        let computed = json::compute(&profile, &options)?;
+        json::write(&computed, &mut stdout)
+    } else if cli.top.is_some() || !files_only {
+        let computed = top::compute(&profile, &options)?;
+        report::write(&profile, &computed, &mut stdout)
+    } else {
+        Ok(())
+    };
+    Ok(Done { stdout, status: 0 })
 }

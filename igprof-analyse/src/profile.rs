@@ -113,6 +113,9 @@ pub struct CapacityError;
 pub struct Profile {
     /// The dumps read, in the order they were read.
     pub sources: Vec<Source>,
+    /// How many call-tree nodes of the dumps a view left out, their values merged into
+    /// their nearest shown ancestor ([`crate::view`]); 0 for a profile as read.
+    pub hidden_nodes: usize,
     files: Vec<String>,
     file_index: HashMap<String, FileId>,
     /// Per file: whether its functions are Python code (see [`Profile::is_python_code`]).
@@ -210,6 +213,15 @@ impl Profile {
             self.python_files.push(is_python_file(path));
         }
         Ok(id)
+    }
+
+    /// Records whether the functions of file `id` are Python code, overriding what its
+    /// name and functions said (for a view that copies another profile's files).
+    ///
+    /// # Panics
+    /// If `id` was not returned by this profile.
+    pub fn set_python_code(&mut self, id: FileId, python: bool) {
+        self.python_files[id as usize] = python;
     }
 
     /// The id of function (`name`, `file`), adding it with `start` if new; an existing

@@ -35,6 +35,34 @@ pub fn is_python_code_name(name: &str) -> bool {
     ) || name.contains(".<locals>.")
 }
 
+/// Whether `file` is the CPython interpreter itself: a `libpython*.so*` shared library
+/// (`libpython3.11.so.1.0`, `libpython3.13t.so`), or a `python` executable
+/// (`python`, `python3`, `python3.11`, `python3.12d`, `python3.13t`, `python2.7-dbg`),
+/// e.g. Debian's `/usr/bin/python3.11`, which links the interpreter in statically.
+/// Extension modules (`zlib.cpython-311-x86_64-linux-gnu.so`) and other libraries are
+/// not the interpreter.
+pub fn is_interpreter_file(file: &str) -> bool {
+    let base = file.rsplit('/').next().unwrap_or(file);
+    if let Some(rest) = base.strip_prefix("libpython") {
+        return rest.contains(".so");
+    }
+    let Some(rest) = base.strip_prefix("python") else {
+        return false;
+    };
+    let rest = rest.strip_suffix("-dbg").unwrap_or(rest);
+    // A version (digits and dots), then ABI flags (d, m, t, u) at most.
+    let flags = rest.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.');
+    flags.len() <= 2 && flags.chars().all(|c| matches!(c, 'd' | 'm' | 't' | 'u'))
+}
+
+/// Whether functions of `file` are frames of Python code for the Python view
+/// ([`crate::view`]): Python code ([`Profile::is_python_code`]) or pyigprof's
+/// `<unknown code>` in the pseudo-file `[python]` (a Python frame whose code object could
+/// not be read).
+pub fn is_python_frame_file(profile: &Profile, file: crate::profile::FileId) -> bool {
+    profile.is_python_code(file) || profile.file(file) == "[python]"
+}
+
 /// `name` demangled if it is a Rust (legacy `_ZN...E` or v0 `_R...`) or C++ (`_Z...`)
 /// symbol, otherwise unchanged. Rust hashes (`::h0123456789abcdef`) are left out.
 pub fn demangle(name: &str) -> String {
@@ -79,6 +107,32 @@ impl Label {
                 python: false,
             }
         }
+    }
+
+    /// The short form used in stacks (collapsed stacks, flame graphs): `name (file:line)`
+    /// for Python, `name [object file name]` for native code (`deflate [libz.so.1]`).
+    /// Stack separators are replaced: `;` by `,` and line breaks and other control
+    /// characters by `?`, so that the result is one frame of a `a;b;c 12` line.
+    /// An empty name is shown as `[unnamed]`.
+    pub fn frame(&self) -> String {
+        let name = if self.name.is_empty() {
+            "[unnamed]"
+        } else {
+            &self.name
+        };
+        let text = if self.python {
+            format!("{name} ({})", self.location)
+        } else {
+            let object = self.location.rsplit('/').next().unwrap_or(&self.location);
+            format!("{name} [{object}]")
+        };
+        text.chars()
+            .map(|c| match c {
+                ';' => ',',
+                c if c.is_control() => '?',
+                c => c,
+            })
+            .collect()
     }
 
     /// One-line form: `name (file:line)` for Python, `name  (object path)` for native
@@ -182,6 +236,55 @@ mod tests {
             lines,
             ["helper (/venv/bin/tool:3)", "main  (/usr/bin/python3)"]
         );
+    }
+
+    #[test]
+    fn interpreter_files() {
+        for file in [
+            "/root/.pyenv/versions/3.11.7/lib/libpython3.11.so.1.0",
+            "/usr/lib/x86_64-linux-gnu/libpython3.12.so",
+            "/opt/py/lib/libpython3.13t.so.1.0",
+            "/usr/bin/python3.11",
+            "/root/.pyenv/versions/3.11.7/bin/python3.11",
+            "/usr/local/bin/python3",
+            "/usr/bin/python",
+            "/usr/bin/python3.12d",
+            "/usr/bin/python2.7-dbg",
+            "python3.11",
+        ] {
+            assert!(is_interpreter_file(file), "{file}");
+        }
+        for file in [
+            "/root/.pyenv/versions/3.11.7/lib/python3.11/lib-dynload/zlib.cpython-311-x86_64-linux-gnu.so",
+            "/lib/x86_64-linux-gnu/libz.so.1",
+            "/lib/x86_64-linux-gnu/libcrypto.so.3",
+            "/usr/lib/libc.so.6",
+            "/usr/lib/python3.12/runpy.py",
+            "/usr/bin/python3-config",
+            "/usr/bin/pythonista",
+            "/opt/python3.11/lib/libfoo.so",
+            "/usr/lib/libpython3.11.a",
+            "[python]",
+            "<frozen site>",
+        ] {
+            assert!(!is_interpreter_file(file), "{file}");
+        }
+    }
+
+    #[test]
+    fn frame_labels_are_one_frame_of_a_stack() {
+        let mut profile = Profile::new();
+        let py = profile.intern_file("/work/a;b.py").unwrap();
+        let so = profile.intern_file("/lib/libz.so.1").unwrap();
+        let f = profile.intern_function("f\nx", py, 3).unwrap();
+        let g = profile.intern_function("deflate", so, 0x10).unwrap();
+        let h = profile.intern_function("odd\n;name", so, 0x20).unwrap();
+        let empty = profile.intern_function("", so, 0x30).unwrap();
+        let frame = |id| Label::of(&profile, profile.function(id)).frame();
+        assert_eq!(frame(f), "f?x (/work/a,b.py:3)");
+        assert_eq!(frame(g), "deflate [libz.so.1]");
+        assert_eq!(frame(h), "odd?,name [libz.so.1]");
+        assert_eq!(frame(empty), "[unnamed] [libz.so.1]");
     }
 
     #[test]

@@ -2,75 +2,9 @@
 //! checks what a user sees: the report on stdout, errors on stderr, the exit status.
 //! The dumps and reports that unit tests check too are files in tests/data/.
 
-use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-/// A directory of its own for one test, removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(test: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!(
-            "pyigprof-analyse-cli-{}-{test}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn write(&self, name: &str, content: &[u8]) -> PathBuf {
-        let path = self.0.join(name);
-        fs::write(&path, content).unwrap();
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn gzip(text: &[u8]) -> Vec<u8> {
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    encoder.write_all(text).unwrap();
-    encoder.finish().unwrap()
-}
-
-fn run(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pyigprof-analyse"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).unwrap()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8(output.stderr.clone()).unwrap()
-}
-
-/// Checks a failed run: exit status 2, nothing on stdout, exactly `message` on stderr.
-#[track_caller]
-fn assert_fails(output: &Output, message: &str) {
-    assert_eq!(output.status.code(), Some(2));
-    assert_eq!(stdout(output), "");
-    assert_eq!(stderr(output), message);
-}
-
-/// Checks a successful run: exit status 0, nothing on stderr, exactly `report` on stdout.
-#[track_caller]
-fn assert_prints(output: &Output, report: &str) {
-    assert_eq!(stderr(output), "");
-    assert_eq!(output.status.code(), Some(0));
-    assert_eq!(stdout(output), report);
-}
+use common::{assert_fails, assert_prints, gzip, run, stderr, stdout, TempDir};
 
 /// Python `fib` recursing three deep under `<module>`, calling into libz; a C++ function;
 /// a second thread tree rooted in a Rust function. Ticks of 4 ms. The unit tests of
@@ -306,7 +240,7 @@ fn lines_of_python_dump() {
         &run(&["--lines=3", "--order", "cumulative", "lines.gz"], &dir.0),
         "\
 pyigprof-analyse: lines.gz: python3 app.py (pid 42)
-PERF_TICKS: 18 samples, 33 ticks of 4.000 ms = 0.132 s
+PERF_TICKS: 18 samples, 33 ticks of 4.000 ms = 0.132 s; Python view: interpreter frames below Python code count as their caller's (--all-frames shows them)
    self %    self s    cum %     cum s  line  (function)
      9.09     0.012    42.42     0.056  /work/app.py:12  (walk)
      0.00     0.000    42.42     0.056  /work/app.py:30  (<module>)

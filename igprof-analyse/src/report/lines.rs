@@ -256,9 +256,23 @@ mod tests {
 
     #[test]
     fn text_output() {
-        let profile = load("lines.txt", LINES);
+        // In the Python view, as the command shows it by default.
+        let profile = crate::view::python(&load("lines.txt", LINES));
         let lines = compute(&profile, &all()).unwrap();
         assert_eq!(text(&profile, &lines), LINES_REPORT);
+    }
+
+    #[test]
+    fn python_view_changes_no_line() {
+        // Hiding interpreter frames (builtin_sum, builtin_exec, list_sort,
+        // PyObject_RichCompare here) moves no sample to another line.
+        let profile = load("lines.txt", LINES);
+        let view = crate::view::python(&profile);
+        assert_eq!(view.hidden_nodes, 5);
+        assert_eq!(
+            rows(&compute(&view, &all()).unwrap()),
+            rows(&compute(&profile, &all()).unwrap())
+        );
     }
 
     #[test]

@@ -3,17 +3,35 @@
 //! the text table) lives here.
 //!
 //! - [`top`]: the flat list of the functions with the most self or cumulative cost;
-//! - [`lines`]: the same for the lines of Python code.
+//! - [`lines`]: the same for the lines of Python code;
+//! - [`tree`]: the indented call tree;
+//! - [`text`]: IgProf's text report: flat profiles and the call graph (callers and
+//!   callees of every function);
+//! - [`collapsed`]: folded stacks for flame-graph tools;
+//! - [`flamegraph`]: a flame graph (SVG) drawn with inferno;
+//! - [`speedscope`]: a file for the speedscope viewer;
+//! - [`json`]: functions and call tree as JSON;
+//! - [`diff`]: the comparison of two profiles with a significance test per function.
+//!
+//! Reports work on the profile as the chosen view ([`crate::view`]) shows it.
 
+pub mod collapsed;
+pub mod diff;
+pub mod flamegraph;
+pub mod json;
 pub mod lines;
+pub mod speedscope;
+pub mod text;
 pub mod top;
+pub mod tree;
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::fmt::Display;
 use std::io::{self, Write};
 
 use crate::error::Error;
-use crate::profile::{CounterId, NodeId, Profile, Values};
+use crate::profile::{CounterId, FunctionId, NodeId, Profile, Values};
 
 /// The counter reported when none is asked for: CPU time in ticks.
 pub const DEFAULT_COUNTER: &str = "PERF_TICKS";
@@ -81,9 +99,14 @@ pub fn subject(profile: &Profile) -> String {
 }
 
 /// The first line of every report:
-/// `pyigprof-analyse: <file>[, <file>…]: <program> (pid <pid>)[, …]`, each distinct
-/// program and pid listed once.
+/// `pyigprof-analyse: <file>[, <file>…]: <program> (pid <pid>)[, …]` ([`describe`]).
 pub fn header_line(profile: &Profile) -> String {
+    format!("{}: {}", crate::error::PROGRAM, describe(profile))
+}
+
+/// The profile's files and what they profiled: `<file>[, <file>…]: <program> (pid
+/// <pid>)[, …]`, each distinct program and pid listed once.
+pub fn describe(profile: &Profile) -> String {
     let mut programs: Vec<String> = Vec::new();
     for source in &profile.sources {
         let program = format!("{} (pid {})", source.program, source.pid);
@@ -91,12 +114,7 @@ pub fn header_line(profile: &Profile) -> String {
             programs.push(program);
         }
     }
-    format!(
-        "{}: {}: {}",
-        crate::error::PROGRAM,
-        subject(profile),
-        programs.join(", ")
-    )
+    format!("{}: {}", subject(profile), programs.join(", "))
 }
 
 /// The id of counter `name` in `profile`.
@@ -136,6 +154,42 @@ pub struct Measure {
 }
 
 impl Measure {
+    /// `amount` as the reports show it: seconds with 3 decimals for ticks, the raw
+    /// number otherwise.
+    pub fn format_amount(&self, amount: i64) -> String {
+        match self.unit {
+            Unit::Ticks => format!("{:.3}", self.seconds(amount)),
+            Unit::Amount => amount.to_string(),
+        }
+    }
+
+    /// `amount` ticks in seconds (`amount` × [`Measure::tick_period`]); only meaningful
+    /// for [`Unit::Ticks`].
+    pub fn seconds(&self, amount: i64) -> f64 {
+        amount as f64 * self.tick_period
+    }
+
+    /// The line giving the counter's total:
+    /// `PERF_TICKS: 617 samples, 2468 ticks of 4.000 ms = 9.872 s` for ticks,
+    /// `MEM_TOTAL: 3 calls, 822 total` otherwise.
+    pub fn total_line(&self) -> String {
+        let total = self.total.amount;
+        match self.unit {
+            Unit::Ticks => format!(
+                "{}: {} samples, {} ticks of {:.3} ms = {:.3} s",
+                self.counter,
+                self.total.count,
+                total,
+                self.tick_period * 1000.0,
+                self.seconds(total)
+            ),
+            Unit::Amount => format!(
+                "{}: {} calls, {} total",
+                self.counter, self.total.count, total
+            ),
+        }
+    }
+
     /// The measure of counter `name` in `profile`, and the counter's id: `None` when the
     /// profile has no counter at all, the total then being zero.
     ///
@@ -197,6 +251,165 @@ pub(crate) fn cumulative_once(
         stack.extend(children.of(node).iter().rev().map(|&child| (child, false)));
     }
     cumulative
+}
+
+/// Per function of a profile (indexed by [`crate::profile::FunctionId`]): its self
+/// values of one counter and its cumulative amount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionAmounts {
+    /// The sum of the function's nodes' values: samples (`count`) and amount.
+    pub self_values: Vec<Values>,
+    /// The amount of the samples with the function anywhere on their stack, each
+    /// sample counted once even where the function recurses.
+    pub cumulative: Vec<i64>,
+}
+
+impl FunctionAmounts {
+    /// The amounts of `counter` of every function of `profile`.
+    pub fn of(profile: &Profile, counter: CounterId) -> FunctionAmounts {
+        let functions = profile.functions().len();
+        let nodes = profile.nodes();
+        let mut self_values = vec![Values::default(); functions];
+        for node in nodes {
+            self_values[node.function as usize].merge(node.value(counter));
+        }
+        let keys: Vec<Option<u32>> = nodes.iter().map(|node| Some(node.function)).collect();
+        FunctionAmounts {
+            self_values,
+            cumulative: cumulative_once(profile, counter, &keys, functions),
+        }
+    }
+}
+
+/// One node of a [`CallTree`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallNode {
+    /// The caller's node, `None` for an outermost frame.
+    pub parent: Option<u32>,
+    /// The function.
+    pub function: FunctionId,
+    /// The samples (`count`) and amount of the function itself at this place of the tree.
+    pub self_values: Values,
+    /// The amount of the node and all its descendants.
+    pub cumulative: i64,
+    /// How deep the node is: 0 for an outermost frame.
+    pub depth: usize,
+    /// The callees' nodes, by decreasing cumulative amount, then by function name and
+    /// file.
+    pub children: Vec<u32>,
+}
+
+/// The call tree by function: the profile's tree with the children of a node that run
+/// the same function (at different offsets, i.e. lines or instructions) made one, and
+/// without the branches that have no value of the counter at all. Every sample is at
+/// exactly one node, so the self amounts sum to the counter's total.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallTree {
+    /// The nodes; a parent always comes before its children.
+    pub nodes: Vec<CallNode>,
+    /// The outermost nodes, ordered as children are.
+    pub roots: Vec<u32>,
+}
+
+impl CallTree {
+    /// The call tree of `counter` in `profile` (empty for `None`: a profile without
+    /// counters).
+    pub fn of(profile: &Profile, counter: Option<CounterId>) -> CallTree {
+        let Some(counter) = counter else {
+            return CallTree::default();
+        };
+        let nodes = profile.nodes();
+        // Whether a node's subtree has any value: one backward pass, children having
+        // larger indices than their parents.
+        let mut live: Vec<bool> = nodes
+            .iter()
+            .map(|node| node.value(counter) != Values::default())
+            .collect();
+        for index in (0..nodes.len()).rev() {
+            if let (true, Some(parent)) = (live[index], nodes[index].parent) {
+                live[parent as usize] = true;
+            }
+        }
+        let mut tree = CallTree::default();
+        let mut mapped: Vec<u32> = vec![u32::MAX; nodes.len()];
+        let mut index: HashMap<(Option<u32>, FunctionId), u32> = HashMap::new();
+        for (at, node) in nodes.iter().enumerate() {
+            if !live[at] {
+                continue;
+            }
+            // A live node's parent is live, and was mapped before it.
+            let parent = node.parent.map(|parent| mapped[parent as usize]);
+            // Call nodes are no more than nodes, whose count fits in u32.
+            let next = tree.nodes.len() as u32;
+            let id = *index.entry((parent, node.function)).or_insert_with(|| {
+                let depth = parent.map_or(0, |parent| tree.nodes[parent as usize].depth + 1);
+                tree.nodes.push(CallNode {
+                    parent,
+                    function: node.function,
+                    self_values: Values::default(),
+                    cumulative: 0,
+                    depth,
+                    children: Vec::new(),
+                });
+                next
+            });
+            tree.nodes[id as usize]
+                .self_values
+                .merge(node.value(counter));
+            mapped[at] = id;
+        }
+        for id in (0..tree.nodes.len()).rev() {
+            let node = &mut tree.nodes[id];
+            node.cumulative = node.cumulative.saturating_add(node.self_values.amount);
+            let (cumulative, parent) = (node.cumulative, node.parent);
+            match parent {
+                Some(parent) => {
+                    let parent = &mut tree.nodes[parent as usize];
+                    parent.cumulative = parent.cumulative.saturating_add(cumulative);
+                    parent.children.push(id as u32);
+                }
+                None => tree.roots.push(id as u32),
+            }
+        }
+        let mut roots = std::mem::take(&mut tree.roots);
+        let mut children: Vec<Vec<u32>> = tree
+            .nodes
+            .iter_mut()
+            .map(|node| std::mem::take(&mut node.children))
+            .collect();
+        {
+            let key = |id: &u32| {
+                let node = &tree.nodes[*id as usize];
+                let function = profile.function(node.function);
+                (
+                    std::cmp::Reverse(node.cumulative),
+                    function.name.as_str(),
+                    profile.file(function.file),
+                )
+            };
+            roots.sort_by_cached_key(key);
+            for list in &mut children {
+                list.sort_by_cached_key(key);
+            }
+        }
+        for (node, list) in tree.nodes.iter_mut().zip(children) {
+            node.children = list;
+        }
+        tree.roots = roots;
+        tree
+    }
+
+    /// The nodes in depth-first order, each before its children, children in their
+    /// order (the order of an indented tree or of a flame graph's stacks).
+    pub fn preorder(&self) -> Vec<u32> {
+        let mut order = Vec::with_capacity(self.nodes.len());
+        let mut stack: Vec<u32> = self.roots.iter().rev().copied().collect();
+        while let Some(id) = stack.pop() {
+            order.push(id);
+            stack.extend(self.nodes[id as usize].children.iter().rev());
+        }
+        order
+    }
 }
 
 /// One row of a report: what it is about and its amounts, in the counter's unit (ticks
@@ -278,7 +491,7 @@ pub(crate) fn ranked<T>(
 }
 
 /// `part` as a percentage of `total`, 0 when the total is 0.
-fn percent(part: i64, total: i64) -> f64 {
+pub fn percent(part: i64, total: i64) -> f64 {
     if total == 0 {
         0.0
     } else {
@@ -286,8 +499,8 @@ fn percent(part: i64, total: i64) -> f64 {
     }
 }
 
-/// The four number columns, right-aligned to `widths`, then two spaces and `text`.
-fn table_line(cells: &[String; 4], widths: &[usize; 4], text: &str) -> String {
+/// The number columns, right-aligned to `widths`, then two spaces and `text`.
+pub(crate) fn table_line(cells: &[String], widths: &[usize], text: &str) -> String {
     let mut line = String::new();
     for (cell, &width) in cells.iter().zip(widths) {
         line.push_str(&format!("{cell:>width$}"));
@@ -327,36 +540,13 @@ pub fn write<T: Item>(
     report: &Report<T>,
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    writeln!(out, "{}", header_line(profile))?;
     let measure = &report.measure;
+    write_preamble(profile, measure, out)?;
     let total = measure.total.amount;
-    let (amount_labels, amount_cell): ([&str; 2], Box<dyn Fn(i64) -> String>) = match measure.unit {
-        Unit::Ticks => {
-            writeln!(
-                out,
-                "{}: {} samples, {} ticks of {:.3} ms = {:.3} s",
-                measure.counter,
-                measure.total.count,
-                total,
-                measure.tick_period * 1000.0,
-                total as f64 * measure.tick_period
-            )?;
-            let period = measure.tick_period;
-            (
-                ["self s", "cum s"],
-                Box::new(move |amount| format!("{:.3}", amount as f64 * period)),
-            )
-        }
-        Unit::Amount => {
-            writeln!(
-                out,
-                "{}: {} calls, {} total",
-                measure.counter, measure.total.count, total
-            )?;
-            (["self", "cum"], Box::new(|amount: i64| amount.to_string()))
-        }
+    let amount_labels = match measure.unit {
+        Unit::Ticks => ["self s", "cum s"],
+        Unit::Amount => ["self", "cum"],
     };
-
     let labels = ["self %", amount_labels[0], "cum %", amount_labels[1]].map(String::from);
     let cells: Vec<[String; 4]> = report
         .rows
@@ -364,9 +554,9 @@ pub fn write<T: Item>(
         .map(|row| {
             [
                 format!("{:.2}", percent(row.self_amount, total)),
-                amount_cell(row.self_amount),
+                measure.format_amount(row.self_amount),
                 format!("{:.2}", percent(row.cumulative, total)),
-                amount_cell(row.cumulative),
+                measure.format_amount(row.cumulative),
             ]
         })
         .collect();
@@ -380,6 +570,67 @@ pub fn write<T: Item>(
         writeln!(out, "{}", table_line(cell, &widths, &row.item.to_string()))?;
     }
     Ok(())
+}
+
+/// Writes the two lines every text report starts with: the [`header_line`], then the
+/// counter's total ([`Measure::total_line`]) followed, when the Python view hid frames
+/// ([`Profile::hidden_nodes`]), by `; ` and [`VIEW_NOTE`]:
+///
+/// ```text
+/// pyigprof-analyse: p.gz: python3 app.py (pid 42)
+/// PERF_TICKS: 513 samples, 513 ticks of 4.000 ms = 2.052 s; Python view: interpreter frames below Python code count as their caller's (--all-frames shows them)
+/// ```
+///
+/// # Errors
+/// Those of `out`.
+pub fn write_preamble(profile: &Profile, measure: &Measure, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out, "{}", header_line(profile))?;
+    if profile.hidden_nodes > 0 {
+        writeln!(out, "{}; {VIEW_NOTE}", measure.total_line())
+    } else {
+        writeln!(out, "{}", measure.total_line())
+    }
+}
+
+/// The line reports print when the Python view ([`crate::view`]) hid frames.
+pub const VIEW_NOTE: &str =
+    "Python view: interpreter frames below Python code count as their caller's (--all-frames shows them)";
+
+#[cfg(test)]
+mod tests {
+    use super::testing::load;
+    use super::*;
+
+    #[test]
+    fn every_report_survives_deep_recursion() {
+        // 200000 nested calls of one function, then a leaf with 2 ticks: no report walks
+        // the tree recursively, and each finds the same total.
+        let mut dump =
+            b"P=(HEX ID=1 N=(deep) T=0.004000)\nC1 FN0=(F0=(/deep.py)+1 N=(f))+0\n".to_vec();
+        for depth in 2..=200_000u32 {
+            dump.extend_from_slice(format!("C{depth:x} FN0+0\n").as_bytes());
+        }
+        dump.extend_from_slice(b"C30d41 FN1=(F0+5 N=(g))+0 V0=(PERF_TICKS):(1,2,2)\n");
+        let profile = crate::view::python(&load("deep.txt", &dump));
+        let options = Options::default();
+        let mut out = Vec::new();
+        let tree = tree::compute(&profile, &options).unwrap();
+        assert_eq!(tree.calls.nodes.len(), 200_001);
+        tree::write(&profile, &tree, &mut out).unwrap();
+        let text = text::compute(&profile, &options).unwrap();
+        assert_eq!(text.entries[0].cumulative, 2);
+        text::write(&profile, &text, &mut out).unwrap();
+        let stacks = collapsed::compute(&profile, &options).unwrap();
+        assert_eq!(stacks.stacks.len(), 1);
+        assert_eq!(stacks.stacks[0].0.matches(';').count(), 200_000);
+        let file = speedscope::compute(&profile, &options).unwrap();
+        assert_eq!(file.profiles[0].samples[0].len(), 200_001);
+        let document = json::compute(&profile, &options).unwrap();
+        assert_eq!(document.tree.last().unwrap().depth, 200_000);
+        json::write(&document, &mut out).unwrap();
+        let graph = flamegraph::compute(&profile, &options).unwrap();
+        assert_eq!(graph.stacks.stacks[0].1, 2);
+    }
 }
 
 /// What the tests of the reports share.

@@ -15,7 +15,7 @@
 use std::fmt;
 
 pub use super::write;
-use super::{cumulative_once, ranked, report, Item};
+use super::{ranked, report, FunctionAmounts, Item};
 pub use super::{Options, Order};
 use crate::error::Error;
 use crate::profile::{FunctionId, Profile};
@@ -56,15 +56,12 @@ pub type Top = super::Report<Function>;
 /// without any counter gives an empty report.
 pub fn compute(profile: &Profile, options: &Options) -> Result<Top, Error> {
     report(profile, options, |counter| {
-        let functions = profile.functions().len();
-        let nodes = profile.nodes();
-        let mut self_amounts = vec![0i64; functions];
-        for node in nodes {
-            let slot = &mut self_amounts[node.function as usize];
-            *slot = slot.saturating_add(node.value(counter).amount);
-        }
-        let keys: Vec<Option<u32>> = nodes.iter().map(|node| Some(node.function)).collect();
-        let cumulative = cumulative_once(profile, counter, &keys, functions);
+        let amounts = FunctionAmounts::of(profile, counter);
+        let self_amounts: Vec<i64> = amounts
+            .self_values
+            .iter()
+            .map(|values| values.amount)
+            .collect();
         let item = |index: usize| {
             // Function counts fit in u32: Profile refuses more.
             let function = index as FunctionId;
@@ -73,7 +70,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Top, Error> {
                 label: Label::of(profile, profile.function(function)),
             }
         };
-        ranked(&self_amounts, &cumulative, item, options, |a, b| {
+        ranked(&self_amounts, &amounts.cumulative, item, options, |a, b| {
             (&a.label.name, &a.label.location).cmp(&(&b.label.name, &b.label.location))
         })
     })

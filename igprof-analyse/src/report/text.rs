@@ -1,0 +1,384 @@
+//! The `--text` report, laid out as IgProf's `igprof-analyse --text` (and gprof): two
+//! flat profiles, then the call graph.
+//!
+//! - *Flat profile (cumulative >= 1%)*: the functions by decreasing cumulative amount,
+//!   each with its rank `[n]`;
+//! - *Flat profile (self >= 0.01%)*: the functions by decreasing self amount;
+//! - *Call tree profile (cumulative)*: for each function, by rank, a block with its
+//!   callers above it, the function's line (`[rank]`, cumulative percent, total,
+//!   self / children), and its callees below it. A caller line gives the amount of the
+//!   samples in which that caller called the function directly (the *arc*), as a
+//!   percent of the total and `arc / caller's total`; a callee line the arc to that
+//!   callee and `arc / callee's total`. Outermost frames have the caller
+//!   `<spontaneous>`. Every sample counts once per arc, even where the arc recurs on
+//!   its stack.
+//!
+//! Amounts are seconds for tick counters (amount × T), raw amounts otherwise; percents
+//! are of the counter's total.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use super::{cumulative_once, percent, write_preamble, FunctionAmounts, Measure, Options};
+use crate::error::Error;
+use crate::profile::{FunctionId, Profile};
+use crate::symbol::Label;
+
+/// The name IgProf gives the caller of outermost frames.
+pub const SPONTANEOUS: &str = "<spontaneous>";
+
+/// Cumulative share (percent) from which a function is in the first flat profile.
+pub const FLAT_CUMULATIVE_MIN: f64 = 1.0;
+
+/// Self share (percent) from which a function is in the second flat profile.
+pub const FLAT_SELF_MIN: f64 = 0.01;
+
+/// A direct call between two functions, seen from one of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arc {
+    /// The other function (the caller or the callee); `None` for [`SPONTANEOUS`].
+    pub other: Option<FunctionId>,
+    /// The amount of the samples whose stack has this call, each counted once.
+    pub amount: i64,
+}
+
+/// A function of the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The function.
+    pub function: FunctionId,
+    /// How it is shown.
+    pub label: Label,
+    /// Its rank, from 1: its place by decreasing cumulative amount.
+    pub rank: usize,
+    /// Its self amount.
+    pub self_amount: i64,
+    /// Its cumulative amount (recursion counted once).
+    pub cumulative: i64,
+    /// Who called it, by increasing amount (the largest next to the function's line).
+    pub callers: Vec<Arc>,
+    /// What it called, by decreasing amount.
+    pub callees: Vec<Arc>,
+}
+
+/// The computed report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Text {
+    /// The counter and its total.
+    pub measure: Measure,
+    /// The functions with a value, by rank.
+    pub entries: Vec<Entry>,
+}
+
+/// Computes the report of `options.counter` in `profile` (the limit and order do not
+/// apply: IgProf's thresholds do).
+///
+/// # Errors
+/// [`Error::Report`] if the profile has counters but not `options.counter`.
+pub fn compute(profile: &Profile, options: &Options) -> Result<Text, Error> {
+    let (measure, counter) = Measure::select(profile, &options.counter)?;
+    let Some(counter) = counter else {
+        return Ok(Text {
+            measure,
+            entries: Vec::new(),
+        });
+    };
+    let amounts = FunctionAmounts::of(profile, counter);
+    let nodes = profile.nodes();
+    // Each node's arc: (its caller's function, its function).
+    let mut pairs: Vec<(Option<FunctionId>, FunctionId)> = Vec::new();
+    let mut index: HashMap<(Option<FunctionId>, FunctionId), u32> = HashMap::new();
+    let keys: Vec<Option<u32>> = nodes
+        .iter()
+        .map(|node| {
+            let caller = node.parent.map(|parent| nodes[parent as usize].function);
+            let key = (caller, node.function);
+            // Arcs are no more than nodes, whose count fits in u32.
+            let next = pairs.len() as u32;
+            Some(*index.entry(key).or_insert_with(|| {
+                pairs.push(key);
+                next
+            }))
+        })
+        .collect();
+    let arcs = cumulative_once(profile, counter, &keys, pairs.len());
+
+    let mut order: Vec<FunctionId> = (0..profile.functions().len() as FunctionId)
+        .filter(|&id| {
+            amounts.self_values[id as usize].amount != 0 || amounts.cumulative[id as usize] != 0
+        })
+        .collect();
+    let labels: Vec<Label> = profile
+        .functions()
+        .iter()
+        .map(|function| Label::of(profile, function))
+        .collect();
+    order.sort_by(|&a, &b| {
+        let key = |id: FunctionId| {
+            (
+                std::cmp::Reverse(amounts.cumulative[id as usize]),
+                std::cmp::Reverse(amounts.self_values[id as usize].amount),
+            )
+        };
+        key(a).cmp(&key(b)).then_with(|| {
+            let (a, b) = (&labels[a as usize], &labels[b as usize]);
+            (&a.name, &a.location).cmp(&(&b.name, &b.location))
+        })
+    });
+    let mut rank_of: Vec<usize> = vec![0; profile.functions().len()];
+    for (position, &id) in order.iter().enumerate() {
+        rank_of[id as usize] = position + 1;
+    }
+    let mut callers: Vec<Vec<Arc>> = vec![Vec::new(); profile.functions().len()];
+    let mut callees: Vec<Vec<Arc>> = vec![Vec::new(); profile.functions().len()];
+    for (&(caller, callee), &amount) in pairs.iter().zip(&arcs) {
+        if amount == 0 {
+            continue;
+        }
+        callers[callee as usize].push(Arc {
+            other: caller,
+            amount,
+        });
+        if let Some(caller) = caller {
+            callees[caller as usize].push(Arc {
+                other: Some(callee),
+                amount,
+            });
+        }
+    }
+    // Ties by rank, spontaneous first.
+    let rank = |arc: &Arc| arc.other.map_or(0, |id| rank_of[id as usize]);
+    let entries = order
+        .iter()
+        .map(|&id| {
+            let mut up = std::mem::take(&mut callers[id as usize]);
+            up.sort_by(|a, b| a.amount.cmp(&b.amount).then_with(|| rank(b).cmp(&rank(a))));
+            let mut down = std::mem::take(&mut callees[id as usize]);
+            down.sort_by(|a, b| b.amount.cmp(&a.amount).then_with(|| rank(a).cmp(&rank(b))));
+            Entry {
+                function: id,
+                label: labels[id as usize].clone(),
+                rank: rank_of[id as usize],
+                self_amount: amounts.self_values[id as usize].amount,
+                cumulative: amounts.cumulative[id as usize],
+                callers: up,
+                callees: down,
+            }
+        })
+        .collect();
+    Ok(Text { measure, entries })
+}
+
+/// The line between sections.
+const RULE: &str = "----------------------------------------------------------------------";
+
+/// Writes `text` (see the module documentation for the layout):
+///
+/// ```text
+/// ----------------------------------------------------------------------
+/// Call tree profile (cumulative)
+///
+/// Rank    % total      Total       Self / Children     Function
+///           66.67  .........      0.064 / 0.080          <module> (/work/rec.py:1) [2]
+/// [3]       66.67      0.064      0.032 / 0.032        fib (/work/rec.py:10)
+///           33.33  .........      0.032 / 0.032          deflate_slow  (/usr/lib/libz.so.1) [4]
+/// ```
+///
+/// # Errors
+/// Those of `out`.
+pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<()> {
+    let measure = &text.measure;
+    write_preamble(profile, measure, out)?;
+    let total = measure.total.amount;
+    let amount = |value: i64| measure.format_amount(value);
+    let width = text
+        .entries
+        .iter()
+        .map(|entry| amount(entry.cumulative).len())
+        .chain([amount(total).len(), 9])
+        .max()
+        .unwrap_or(9);
+    let entry_of: HashMap<FunctionId, &Entry> = text
+        .entries
+        .iter()
+        .map(|entry| (entry.function, entry))
+        .collect();
+    let name_of = |other: Option<FunctionId>| -> (String, i64) {
+        match other.and_then(|id| entry_of.get(&id)) {
+            Some(entry) => (
+                format!("{} [{}]", entry.label.line(), entry.rank),
+                entry.cumulative,
+            ),
+            None => (SPONTANEOUS.to_string(), total),
+        }
+    };
+
+    writeln!(
+        out,
+        "\n{RULE}\nFlat profile (cumulative >= {FLAT_CUMULATIVE_MIN}%)\n"
+    )?;
+    writeln!(out, "{:>7}  {:>width$}  Function", "% total", "Total")?;
+    for entry in &text.entries {
+        let share = percent(entry.cumulative, total);
+        if share < FLAT_CUMULATIVE_MIN {
+            continue;
+        }
+        writeln!(
+            out,
+            "{share:>7.2}  {:>width$}  {} [{}]",
+            amount(entry.cumulative),
+            entry.label.line(),
+            entry.rank
+        )?;
+    }
+
+    writeln!(out, "\n{RULE}\nFlat profile (self >= {FLAT_SELF_MIN}%)\n")?;
+    writeln!(out, "{:>7}  {:>width$}  Function", "% total", "Self")?;
+    let mut by_self: Vec<&Entry> = text.entries.iter().collect();
+    by_self.sort_by(|a, b| b.self_amount.cmp(&a.self_amount).then(a.rank.cmp(&b.rank)));
+    for entry in by_self {
+        let share = percent(entry.self_amount, total);
+        if entry.self_amount <= 0 || share < FLAT_SELF_MIN {
+            continue;
+        }
+        writeln!(
+            out,
+            "{share:>7.2}  {:>width$}  {} [{}]",
+            amount(entry.self_amount),
+            entry.label.line(),
+            entry.rank
+        )?;
+    }
+
+    writeln!(out, "\n{RULE}\nCall tree profile (cumulative)\n")?;
+    let dots = ".".repeat(width);
+    writeln!(
+        out,
+        "{:<8}{:>7}  {:>width$}  {:>width$} / {:<width$}  Function",
+        "Rank", "% total", "Total", "Self", "Children"
+    )?;
+    for entry in &text.entries {
+        writeln!(out, "{}", "- ".repeat(35).trim_end())?;
+        for arc in &entry.callers {
+            let (name, other_total) = name_of(arc.other);
+            writeln!(
+                out,
+                "{:<8}{:>7.2}  {dots}  {:>width$} / {:<width$}    {name}",
+                "",
+                percent(arc.amount, total),
+                amount(arc.amount),
+                amount(other_total)
+            )?;
+        }
+        writeln!(
+            out,
+            "{:<8}{:>7.2}  {:>width$}  {:>width$} / {:<width$}  {}",
+            format!("[{}]", entry.rank),
+            percent(entry.cumulative, total),
+            amount(entry.cumulative),
+            amount(entry.self_amount),
+            amount(entry.cumulative - entry.self_amount),
+            entry.label.line()
+        )?;
+        for arc in &entry.callees {
+            let (name, other_total) = name_of(arc.other);
+            writeln!(
+                out,
+                "{:<8}{:>7.2}  {dots}  {:>width$} / {:<width$}    {name}",
+                "",
+                percent(arc.amount, total),
+                amount(arc.amount),
+                amount(other_total)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::load;
+    use super::*;
+
+    const RECURSIVE: &[u8] = include_bytes!("../../tests/data/recursive-hex.txt");
+
+    /// Each entry as `[rank] name self cumulative | callers | callees`, arcs as
+    /// `name:amount`.
+    fn summary(text: &Text) -> Vec<String> {
+        let name = |other: Option<FunctionId>| {
+            other.map_or(SPONTANEOUS.to_string(), |id| {
+                text.entries
+                    .iter()
+                    .find(|e| e.function == id)
+                    .unwrap()
+                    .label
+                    .name
+                    .clone()
+            })
+        };
+        let arcs = |arcs: &[Arc]| {
+            arcs.iter()
+                .map(|arc| format!("{}:{}", name(arc.other), arc.amount))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        text.entries
+            .iter()
+            .map(|e| {
+                format!(
+                    "[{}] {} {} {} | {} | {}",
+                    e.rank,
+                    e.label.name,
+                    e.self_amount,
+                    e.cumulative,
+                    arcs(&e.callers),
+                    arcs(&e.callees)
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn callers_and_callees_with_recursion() {
+        let text = compute(&load("rec.txt", RECURSIVE), &Options::default()).unwrap();
+        // By hand (ticks): <module> → fib: every fib sample, 16; fib → fib: the samples
+        // at depth ≥ 2 of the recursion, 1 + 4 + 8 = 13, counted once although the arc is
+        // twice on the deepest stacks; fib → deflate_slow 8.
+        assert_eq!(
+            summary(&text),
+            [
+                "[1] <module> 0 20 | __libc_start_main:20 | fib:16,foo::bar():4",
+                "[2] __libc_start_main 0 20 | <spontaneous>:20 | <module>:20",
+                "[3] fib 8 16 | fib:13,<module>:16 | fib:13,deflate_slow:8",
+                "[4] deflate_slow 8 8 | fib:8 | ",
+                "[5] deflate 4 4 | std::rt::lang_start:4 | ",
+                "[6] foo::bar() 4 4 | <module>:4 | ",
+                "[7] std::rt::lang_start 0 4 | <spontaneous>:4 | deflate:4",
+            ]
+        );
+    }
+
+    #[test]
+    fn layout() {
+        let profile = load("rec.txt", RECURSIVE);
+        let text = compute(&profile, &Options::default()).unwrap();
+        let mut out = Vec::new();
+        write(&profile, &text, &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let rule = format!("{}\n", "- ".repeat(35).trim_end());
+        let block: Vec<&str> = out.split(rule.as_str()).nth(3).unwrap().lines().collect();
+        assert_eq!(
+            block,
+            [
+                "          54.17  .........      0.052 / 0.064        fib (/work/rec.py:10) [3]",
+                "          66.67  .........      0.064 / 0.080        <module> (/work/rec.py:1) [1]",
+                "[3]       66.67      0.064      0.032 / 0.032      fib (/work/rec.py:10)",
+                "          54.17  .........      0.052 / 0.064        fib (/work/rec.py:10) [3]",
+                "          33.33  .........      0.032 / 0.032        deflate_slow  (/usr/lib/libz.so.1) [4]",
+            ]
+        );
+        assert!(out.contains(
+            "\nFlat profile (self >= 0.01%)\n\n% total       Self  Function\n  33.33      0.032  fib (/work/rec.py:10) [3]\n  33.33      0.032  deflate_slow  (/usr/lib/libz.so.1) [4]\n"
+        ), "{out}");
+    }
+}

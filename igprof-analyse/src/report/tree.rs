@@ -1,0 +1,205 @@
+//! The `--tree` report: the call tree ([`CallTree`]), indented, with each node's
+//! cumulative and self share and amount: where the time went, path by path.
+//!
+//! A node is a function at one place of the tree (its callers up to the outermost
+//! frame); its cumulative amount is its own plus its callees'. Children are listed by
+//! decreasing cumulative amount. Percents are of the counter's total; for tick counters,
+//! seconds = amount × T.
+
+use std::io::{self, Write};
+
+use super::{percent, table_line, write_preamble, CallTree, Measure, Options, Unit};
+use crate::error::Error;
+use crate::profile::Profile;
+use crate::symbol::Label;
+
+/// Levels of nesting shown as indentation; deeper nodes (deep recursion) are indented as
+/// much and say their depth instead, so that lines stay short.
+pub const MAX_INDENT: usize = 40;
+
+/// The computed report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tree {
+    /// The counter and its total.
+    pub measure: Measure,
+    /// The tree.
+    pub calls: CallTree,
+}
+
+/// Computes the report on `profile` (`options.counter`; the limit and order do not
+/// apply).
+///
+/// # Errors
+/// [`Error::Report`] if the profile has counters but not `options.counter`. A profile
+/// without any counter gives an empty tree.
+pub fn compute(profile: &Profile, options: &Options) -> Result<Tree, Error> {
+    let (measure, counter) = Measure::select(profile, &options.counter)?;
+    Ok(Tree {
+        measure,
+        calls: CallTree::of(profile, counter),
+    })
+}
+
+/// Writes `tree` as text: the preamble of every report, then one line per node,
+/// outermost first, each callee below its caller and indented two more spaces:
+///
+/// ```text
+///     cum %     cum s   self %    self s  function
+///    100.00     0.096     0.00     0.000  __libc_start_main  (/usr/lib/libc.so.6)
+///     83.33     0.080     0.00     0.000    <module> (/work/rec.py:1)
+///     66.67     0.064    12.50     0.012      fib (/work/rec.py:10)
+/// ```
+///
+/// Beyond [`MAX_INDENT`] levels the name is preceded by `[depth N] ` (1 for an
+/// outermost frame, as `C<depth>` in the dump).
+///
+/// # Errors
+/// Those of `out`.
+pub fn write(profile: &Profile, tree: &Tree, out: &mut dyn Write) -> io::Result<()> {
+    let measure = &tree.measure;
+    write_preamble(profile, measure, out)?;
+    let total = measure.total.amount;
+    let labels = match measure.unit {
+        Unit::Ticks => ["cum %", "cum s", "self %", "self s"],
+        Unit::Amount => ["cum %", "cum", "self %", "self"],
+    }
+    .map(String::from);
+    let order = tree.calls.preorder();
+    let cells: Vec<[String; 4]> = order
+        .iter()
+        .map(|&id| {
+            let node = &tree.calls.nodes[id as usize];
+            [
+                format!("{:.2}", percent(node.cumulative, total)),
+                measure.format_amount(node.cumulative),
+                format!("{:.2}", percent(node.self_values.amount, total)),
+                measure.format_amount(node.self_values.amount),
+            ]
+        })
+        .collect();
+    let mut widths = [9usize, 10, 9, 10];
+    for (column, width) in widths.iter_mut().enumerate() {
+        let longest = cells.iter().map(|row| row[column].len()).max().unwrap_or(0);
+        *width = (*width).max(longest + 2).max(labels[column].len() + 2);
+    }
+    writeln!(out, "{}", table_line(&labels, &widths, "function"))?;
+    let mut names: Vec<Option<String>> = vec![None; profile.functions().len()];
+    for (&id, cell) in order.iter().zip(&cells) {
+        let node = &tree.calls.nodes[id as usize];
+        let name = names[node.function as usize]
+            .get_or_insert_with(|| Label::of(profile, profile.function(node.function)).line());
+        let indent = "  ".repeat(node.depth.min(MAX_INDENT));
+        let text = if node.depth > MAX_INDENT {
+            // Depths as the dump counts them: 1 for an outermost frame.
+            format!("{indent}[depth {}] {name}", node.depth + 1)
+        } else {
+            format!("{indent}{name}")
+        };
+        writeln!(out, "{}", table_line(cell, &widths, &text))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::load;
+    use super::*;
+
+    const RECURSIVE: &[u8] = include_bytes!("../../tests/data/recursive-hex.txt");
+
+    fn text(profile: &Profile) -> String {
+        let tree = compute(profile, &Options::default()).unwrap();
+        let mut out = Vec::new();
+        write(profile, &tree, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn recursive_tree() {
+        // By hand (ticks): libc → <module> → fib+2 (3) → fib+3 (1) → fib+2 (4) →
+        // deflate_slow (8); libc → <module> → foo::bar (4); lang_start → deflate (4).
+        // Total 24 ticks of 4 ms.
+        assert_eq!(
+            text(&load("rec.txt", RECURSIVE)),
+            "\
+pyigprof-analyse: rec.txt: python3 rec.py (pid 1234)
+PERF_TICKS: 13 samples, 24 ticks of 4.000 ms = 0.096 s
+    cum %     cum s   self %    self s  function
+    83.33     0.080     0.00     0.000  __libc_start_main  (/usr/lib/libc.so.6)
+    83.33     0.080     0.00     0.000    <module> (/work/rec.py:1)
+    66.67     0.064    12.50     0.012      fib (/work/rec.py:10)
+    54.17     0.052     4.17     0.004        fib (/work/rec.py:10)
+    50.00     0.048    16.67     0.016          fib (/work/rec.py:10)
+    33.33     0.032    33.33     0.032            deflate_slow  (/usr/lib/libz.so.1)
+    16.67     0.016    16.67     0.016      foo::bar()  (/usr/lib/libc.so.6)
+    16.67     0.016     0.00     0.000  std::rt::lang_start  (/work/target/app)
+    16.67     0.016    16.67     0.016    deflate  (/usr/lib/libz.so.1)
+"
+        );
+    }
+
+    #[test]
+    fn self_amounts_sum_to_the_total_and_offsets_merge() {
+        // fib is at two offsets (+2 and +3) under the same caller in the second thread:
+        // one node of the tree.
+        let profile = load(
+            "t.txt",
+            b"P=(HEX ID=1 N=(x) T=0.010000)
+C1 FN0=(F0=(/x.py)+1 N=(<module>))+1
+C2 FN1=(F0+5 N=(f))+1 V0=(PERF_TICKS):(1,2,2)
+C2 FN1+2 V0:(1,3,3)
+C2 FN2=(F0+9 N=(g))+0
+C1 FN3=(F0+20 N=(h))+0 V0:(1,1,1)
+",
+        );
+        let tree = compute(&profile, &Options::default()).unwrap();
+        // g has no value: not in the tree.
+        assert_eq!(tree.calls.nodes.len(), 3);
+        let sum: i64 = tree.calls.nodes.iter().map(|n| n.self_values.amount).sum();
+        assert_eq!(sum, tree.measure.total.amount);
+        assert_eq!(
+            text(&profile),
+            "\
+pyigprof-analyse: t.txt: x (pid 1)
+PERF_TICKS: 3 samples, 6 ticks of 10.000 ms = 0.060 s
+    cum %     cum s   self %    self s  function
+    83.33     0.050     0.00     0.000  <module> (/x.py:1)
+    83.33     0.050    83.33     0.050    f (/x.py:5)
+    16.67     0.010    16.67     0.010  h (/x.py:32)
+"
+        );
+    }
+
+    #[test]
+    fn deep_trees_stay_readable() {
+        let mut dump =
+            b"P=(HEX ID=1 N=(deep) T=0.004000)\nC1 FN0=(F0=(/deep.py)+1 N=(f))+0\n".to_vec();
+        for depth in 2..=50u32 {
+            dump.extend_from_slice(format!("C{depth:x} FN0+0\n").as_bytes());
+        }
+        dump.extend_from_slice(b"C33 FN1=(F0+5 N=(g))+0 V0=(PERF_TICKS):(1,1,1)\n");
+        let text = text(&load("deep.txt", &dump));
+        let last = text.lines().last().unwrap();
+        assert_eq!(
+            last,
+            format!(
+                "   100.00     0.004   100.00     0.004  {}[depth 51] g (/deep.py:5)",
+                "  ".repeat(MAX_INDENT)
+            )
+        );
+    }
+
+    #[test]
+    fn unknown_counter_is_an_error() {
+        let options = Options {
+            counter: "MEM_LIVE".into(),
+            ..Options::default()
+        };
+        assert_eq!(
+            compute(&load("rec.txt", RECURSIVE), &options)
+                .unwrap_err()
+                .to_string(),
+            "pyigprof-analyse: rec.txt: no counter MEM_LIVE in the profile; its counters: PERF_TICKS"
+        );
+    }
+}
