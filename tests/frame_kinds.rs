@@ -24,7 +24,10 @@ for _ in range(40):
 fn deep_recursion_shows_every_python_frame_in_order() {
     for python in interpreters_with_python_frames("deep_recursion") {
         let (_, profile) = profiled_ok(&python, &["-c", RECURSION], &[("PYIGPROF_HZ", "1000")]);
-        let leaf = stacks(&profile).into_iter().filter(|s| s.has("leaf")).collect::<Vec<_>>();
+        let leaf = stacks(&profile)
+            .into_iter()
+            .filter(|s| s.has("leaf"))
+            .collect::<Vec<_>>();
         assert!(!leaf.is_empty(), "{}: no sample in leaf", python.name);
         let mut full = 0;
         for s in &leaf {
@@ -44,13 +47,21 @@ fn deep_recursion_shows_every_python_frame_in_order() {
             }
         }
         let total: i64 = leaf.iter().map(|s| s.ticks).sum();
-        eprintln!("{}: {full} of {total} leaf ticks show all 73 Python frames", python.name);
-        assert!(full as f64 >= 0.95 * total as f64, "{}: {full} of {total}", python.name);
+        eprintln!(
+            "{}: {full} of {total} leaf ticks show all 73 Python frames",
+            python.name
+        );
+        assert!(
+            full as f64 >= 0.95 * total as f64,
+            "{}: {full} of {total}",
+            python.name
+        );
     }
 }
 
 /// `work(n)`, the hot Python function the programs below call; prepended to them.
-const WORK: &str = "def work(n):\n    t = 0\n    for i in range(n):\n        t += i % 3\n    return t\n";
+const WORK: &str =
+    "def work(n):\n    t = 0\n    for i in range(n):\n        t += i % 3\n    return t\n";
 
 /// `WORK` followed by `program`.
 fn with_work(program: &str) -> String {
@@ -114,13 +125,26 @@ fn frames_of_every_kind_are_named() {
         }
         for (caller, what) in checks {
             let hit = share(&profile, |s| {
-                s.position("work").is_some_and(|w| s.frames[..w].iter().any(|(n, _)| n == caller))
+                s.position("work")
+                    .is_some_and(|w| s.frames[..w].iter().any(|(n, _)| n == caller))
             });
-            assert!(hit > 0.5, "{}: no work() under {caller} ({what}): {hit:.2}%", python.name);
+            assert!(
+                hit > 0.5,
+                "{}: no work() under {caller} ({what}): {hit:.2}%",
+                python.name
+            );
         }
         // eval code runs as a frame named <module> from file <string>.
-        let eval = share(&profile, |s| s.frames.iter().any(|(n, f)| n == "<module>" && f == "<string>"));
-        assert!(eval > 1.0, "{}: eval code missing ({eval:.2}%)", python.name);
+        let eval = share(&profile, |s| {
+            s.frames
+                .iter()
+                .any(|(n, f)| n == "<module>" && f == "<string>")
+        });
+        assert!(
+            eval > 1.0,
+            "{}: eval code missing ({eval:.2}%)",
+            python.name
+        );
     }
 }
 
@@ -156,16 +180,42 @@ for _ in range(150):
 fn c_threads_zip_imports_and_init_shims() {
     for python in interpreters_with_python_frames("entries") {
         let (_, profile) = profiled_ok(&python, &["-c", &with_work(ENTRIES)], &[]);
-        let c_thread = share(&profile, |s| s.frames[0].0 != "_start" && s.has("from_c_thread") && s.has("work"));
-        assert!(c_thread > 10.0, "{}: C-created thread {c_thread:.1}%", python.name);
-        let zipped = share(&profile, |s| s.frames.iter().any(|(n, f)| n == "zipped_work" && f.ends_with("lib.zip/zipped.py")));
-        assert!(zipped > 10.0, "{}: zip-imported code {zipped:.1}%", python.name);
+        let c_thread = share(&profile, |s| {
+            s.frames[0].0 != "_start" && s.has("from_c_thread") && s.has("work")
+        });
+        assert!(
+            c_thread > 10.0,
+            "{}: C-created thread {c_thread:.1}%",
+            python.name
+        );
+        let zipped = share(&profile, |s| {
+            s.frames
+                .iter()
+                .any(|(n, f)| n == "zipped_work" && f.ends_with("lib.zip/zipped.py"))
+        });
+        assert!(
+            zipped > 10.0,
+            "{}: zip-imported code {zipped:.1}%",
+            python.name
+        );
         let init = share(&profile, |s| {
-            s.position("work").is_some_and(|w| s.frames[..w].iter().any(|(n, f)| n.ends_with("__init__") && f == "<string>"))
+            s.position("work").is_some_and(|w| {
+                s.frames[..w]
+                    .iter()
+                    .any(|(n, f)| n.ends_with("__init__") && f == "<string>")
+            })
         });
         assert!(init > 2.0, "{}: Made.__init__ {init:.1}%", python.name);
         // Interpreter plumbing is not shown as Python code: the 3.13 shim has no file of its own.
-        let shim = share(&profile, |s| s.frames.iter().any(|(n, f)| n == "__init__" && !f.ends_with(".py") && f != "<string>"));
-        assert_eq!(shim, 0.0, "{}: an __init__ frame that is not user code", python.name);
+        let shim = share(&profile, |s| {
+            s.frames
+                .iter()
+                .any(|(n, f)| n == "__init__" && !f.ends_with(".py") && f != "<string>")
+        });
+        assert_eq!(
+            shim, 0.0,
+            "{}: an __init__ frame that is not user code",
+            python.name
+        );
     }
 }

@@ -11,18 +11,33 @@ use std::process::Command;
 const SPIN: &str = "def spin():\n    t = 0\n    for i in range(3000000):\n        t += i % 3\n    return t\nspin()\n";
 
 fn python() -> Interpreter {
-    python311("lifecycle").into_iter().next().expect("a Python 3.11")
+    python311("lifecycle")
+        .into_iter()
+        .next()
+        .expect("a Python 3.11")
 }
 
 /// Runs `program` with and without the profiler; the exit status (code or signal), stdout
 /// and stderr must be the same. Returns the profiled run.
 fn same_behaviour(python: &Interpreter, program: &str, env: &[(&str, &str)]) -> Run {
-    let plain = Command::new(&python.path).args(["-c", program]).envs(env.iter().copied()).output().unwrap();
+    let plain = Command::new(&python.path)
+        .args(["-c", program])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
     let mut with_quiet = env.to_vec();
     with_quiet.push(("PYIGPROF_QUIET", "1"));
     let run = run_profiled(&python.path, &["-c", program], &with_quiet);
-    assert_eq!(run.output.status.code(), plain.status.code(), "exit code changed: {program}");
-    assert_eq!(run.output.status.signal(), plain.status.signal(), "ending signal changed: {program}");
+    assert_eq!(
+        run.output.status.code(),
+        plain.status.code(),
+        "exit code changed: {program}"
+    );
+    assert_eq!(
+        run.output.status.signal(),
+        plain.status.signal(),
+        "ending signal changed: {program}"
+    );
     assert_eq!(run.output.stdout, plain.stdout, "stdout changed: {program}");
     assert_eq!(run.output.stderr, plain.stderr, "stderr changed: {program}");
     run
@@ -51,7 +66,11 @@ fn the_profile_is_written_however_the_process_ends() {
         let run = same_behaviour(&python, &program, &[]);
         let profile = run.profile();
         let spin = share(&profile, |s| s.has("spin"));
-        eprintln!("{how}: exit {:?}, spin {spin:.1}% of {:.3} s", run.output.status, seconds(&profile));
+        eprintln!(
+            "{how}: exit {:?}, spin {spin:.1}% of {:.3} s",
+            run.output.status,
+            seconds(&profile)
+        );
         assert!(spin > 50.0, "{how}: spin {spin:.1}%");
     }
 }
@@ -61,7 +80,12 @@ fn signal_dispositions_look_untouched_to_the_program() {
     let python = python();
     let program = "import signal\nfor s in ('SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGSEGV', 'SIGABRT', 'SIGPROF', 'SIGUSR2'):\n    print(s, signal.getsignal(getattr(signal, s)))\n";
     let run = same_behaviour(&python, program, &[("PYIGPROF_DUMP_SIGNAL", "SIGUSR2")]);
-    assert!(run.stdout().contains("SIGINT <built-in function default_int_handler>"), "{}", run.stdout());
+    assert!(
+        run.stdout()
+            .contains("SIGINT <built-in function default_int_handler>"),
+        "{}",
+        run.stdout()
+    );
 }
 
 #[test]
@@ -69,7 +93,7 @@ fn exec_writes_the_old_image_first_and_profiles_the_new_one_afresh() {
     let python = python();
     let new_image = format!("def after_exec():\n    return sum(i % 3 for i in range(3000000))\nafter_exec()\nprint('new image')");
     let program = format!(
-        "{SPIN}import os, sys\ntry:\n    os.execv('/nonexistent', ['x'])\nexcept OSError:\n    print('exec failed')\nspin()\nos.execv(sys.executable, [sys.executable, '-c', {new_image:?}])\n"
+        "{SPIN}import os, sys\ntry:\n    os.execv('/nonexistent', ['x'])\nexcept OSError:\n    print('exec failed')\ndef again():\n    return spin()\nagain()\nos.execv(sys.executable, [sys.executable, '-c', {new_image:?}])\n"
     );
     let run = run_profiled(&python.path, &["-c", &program], &[("PYIGPROF_QUIET", "1")]);
     assert!(run.output.status.success(), "{}", run.stderr());
@@ -78,14 +102,26 @@ fn exec_writes_the_old_image_first_and_profiles_the_new_one_afresh() {
     // pyigprof.<pid>.gz before the exec; the new image has the same pid: pyigprof.<pid>.1.gz.
     assert_eq!(paths.len(), 2, "{paths:?}");
     let read = |p: &std::path::Path| igprof_analyse::read_profiles(&[p]).unwrap();
-    let renamed = paths.iter().position(|p| p.to_string_lossy().ends_with(".1.gz")).expect("a .1.gz profile");
+    let renamed = paths
+        .iter()
+        .position(|p| p.to_string_lossy().ends_with(".1.gz"))
+        .expect("a .1.gz profile");
     let (first, second) = (read(&paths[1 - renamed]), read(&paths[renamed]));
-    assert!(share(&first, |s| s.has("spin")) > 90.0, "the old image's profile");
+    assert!(
+        share(&first, |s| s.has("spin")) > 90.0,
+        "the old image's profile"
+    );
     assert_eq!(share(&first, |s| s.has("after_exec")), 0.0);
-    assert!(share(&second, |s| s.has("after_exec")) > 50.0, "the new image's profile");
+    assert!(
+        share(&second, |s| s.has("after_exec")) > 50.0,
+        "the new image's profile"
+    );
     assert_eq!(share(&second, |s| s.has("spin")), 0.0);
-    // Both spin() calls (before and after the failed exec) are in the old image's profile.
-    assert!(seconds(&first) > 1.5 * seconds(&second), "{} vs {}", seconds(&first), seconds(&second));
+    // The work after the failed exec is in the old image's profile too.
+    assert!(
+        share(&first, |s| s.has("again")) > 20.0,
+        "work after the failed exec is missing"
+    );
 }
 
 #[test]
@@ -97,11 +133,21 @@ fn children_that_are_not_python_are_left_alone_unless_asked_for() {
     let run = same_behaviour(&python, &program, &[]);
     assert_eq!(run.profiles().len(), 1, "{:?}", run.profiles());
     // Asked for: the shell gets a native profile of its own.
-    let run = run_profiled(&python.path, &["-c", &program], &[("PYIGPROF_QUIET", "1"), ("PYIGPROF_ALL_PROCESSES", "1")]);
+    let run = run_profiled(
+        &python.path,
+        &["-c", &program],
+        &[("PYIGPROF_QUIET", "1"), ("PYIGPROF_ALL_PROCESSES", "1")],
+    );
     assert!(run.output.status.success());
-    let profiles: Vec<igprof_analyse::Profile> =
-        run.profiles().iter().map(|p| igprof_analyse::read_profiles(&[p]).unwrap()).collect();
-    let shell = profiles.iter().filter(|p| p.sources[0].program.contains("sh -c")).count();
+    let profiles: Vec<igprof_analyse::Profile> = run
+        .profiles()
+        .iter()
+        .map(|p| igprof_analyse::read_profiles(&[p]).unwrap())
+        .collect();
+    let shell = profiles
+        .iter()
+        .filter(|p| p.sources[0].program.contains("sh -c"))
+        .count();
     assert_eq!(shell, 1, "{:?}", run.profiles());
 }
 
@@ -131,7 +177,11 @@ fn multiprocessing_children_write_their_own_profiles() {
     let script = dir.join("mp.py");
     std::fs::write(&script, MULTIPROCESSING).unwrap();
     for method in ["fork", "forkserver", "spawn"] {
-        let run = run_profiled(&python.path, &[script.to_str().unwrap(), method], &[("PYIGPROF_QUIET", "1")]);
+        let run = run_profiled(
+            &python.path,
+            &[script.to_str().unwrap(), method],
+            &[("PYIGPROF_QUIET", "1")],
+        );
         assert!(run.output.status.success(), "{method}: {}", run.stderr());
         assert_eq!(run.stdout(), "True\n");
         let mut parents = 0;
@@ -150,7 +200,11 @@ fn multiprocessing_children_write_their_own_profiles() {
             let profile = read.unwrap_or_else(|e| panic!("{method}: {e}"));
             let parent = share(&profile, |s| s.has("parent_work"));
             let child = share(&profile, |s| s.has("child_work"));
-            assert!(parent == 0.0 || child == 0.0, "{method}: {}: parent and child work mixed", path.display());
+            assert!(
+                parent == 0.0 || child == 0.0,
+                "{method}: {}: parent and child work mixed",
+                path.display()
+            );
             parents += usize::from(parent > 0.0);
             children += usize::from(child > 0.0);
         }
@@ -165,22 +219,45 @@ fn snapshots_on_demand_and_periodically() {
     let python = python();
     // (Without pyigprof, SIGUSR2 would end this program: the signal is pyigprof's here.)
     let program = format!("{SPIN}import os, signal\nos.kill(os.getpid(), signal.SIGUSR2)\nspin()\nprint('still running')\n");
-    let run = run_profiled(&python.path, &["-c", &program], &[("PYIGPROF_DUMP_SIGNAL", "SIGUSR2"), ("PYIGPROF_QUIET", "1")]);
+    let run = run_profiled(
+        &python.path,
+        &["-c", &program],
+        &[("PYIGPROF_DUMP_SIGNAL", "SIGUSR2"), ("PYIGPROF_QUIET", "1")],
+    );
     assert!(run.output.status.success(), "{}", run.stderr());
     assert_eq!(run.stdout(), "still running\n");
     let paths = run.profiles();
     assert_eq!(paths.len(), 2, "{paths:?}");
-    let snapshot = paths.iter().find(|p| p.to_string_lossy().contains(".snapshot1.")).expect("a snapshot");
-    let last = paths.iter().find(|p| !p.to_string_lossy().contains("snapshot")).expect("the final profile");
-    let (snap, fin) =
-        (igprof_analyse::read_profiles(&[snapshot]).unwrap(), igprof_analyse::read_profiles(&[last]).unwrap());
+    let snapshot = paths
+        .iter()
+        .find(|p| p.to_string_lossy().contains(".snapshot1."))
+        .expect("a snapshot");
+    let last = paths
+        .iter()
+        .find(|p| !p.to_string_lossy().contains("snapshot"))
+        .expect("the final profile");
+    let (snap, fin) = (
+        igprof_analyse::read_profiles(&[snapshot]).unwrap(),
+        igprof_analyse::read_profiles(&[last]).unwrap(),
+    );
     let ratio = seconds(&snap) / seconds(&fin);
-    eprintln!("snapshot {:.3} s, final {:.3} s", seconds(&snap), seconds(&fin));
-    assert!((0.3..0.7).contains(&ratio), "the snapshot holds {ratio:.2} of the final profile");
+    eprintln!(
+        "snapshot {:.3} s, final {:.3} s",
+        seconds(&snap),
+        seconds(&fin)
+    );
+    assert!(
+        (0.3..0.7).contains(&ratio),
+        "the snapshot holds {ratio:.2} of the final profile"
+    );
 
     let program = "import time\nt = time.time()\nwhile time.time() - t < 2.5: pass\n";
     let run = same_behaviour(&python, program, &[("PYIGPROF_DUMP_INTERVAL", "1")]);
-    let snapshots = run.profiles().iter().filter(|p| p.to_string_lossy().contains("snapshot")).count();
+    let snapshots = run
+        .profiles()
+        .iter()
+        .filter(|p| p.to_string_lossy().contains("snapshot"))
+        .count();
     assert_eq!(snapshots, 2, "{:?}", run.profiles());
 }
 
@@ -193,7 +270,10 @@ fn a_program_with_its_own_sigprof_handler_wins() {
     let run = run_profiled(&python.path, &["-c", &program], &[]);
     assert!(run.output.status.success(), "{}", run.stderr());
     assert_eq!(run.stdout(), "own handler ran True\n");
-    let says = run.stderr().matches("installed its own SIGPROF handler").count();
+    let says = run
+        .stderr()
+        .matches("installed its own SIGPROF handler")
+        .count();
     assert_eq!(says, 1, "{}", run.stderr());
     let profile = run.profile();
     // Only the first spin() (before the program took SIGPROF) is in the profile.
@@ -208,14 +288,23 @@ fn a_closed_library_keeps_its_names() {
     let source = dir.join("hot.c");
     std::fs::write(&source, "double closed_spin(long n) { double x = 0; for (long i = 0; i < n; i++) x += i * 0.5; return x; }\n").unwrap();
     let library = dir.join("libhot.so");
-    let gcc = Command::new("gcc").args(["-O0", "-shared", "-fPIC", "-o"]).arg(&library).arg(&source).status().unwrap();
+    let gcc = Command::new("gcc")
+        .args(["-O0", "-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .status()
+        .unwrap();
     assert!(gcc.success());
     let program = format!(
         "import ctypes, _ctypes\nfor _ in range(3):\n    lib = ctypes.CDLL({:?})\n    lib.closed_spin(100000000)\n    _ctypes.dlclose(lib._handle)\n    del lib\n{SPIN}",
         library.to_str().unwrap()
     );
     let (_, profile) = profiled_ok(&python, &["-c", &program], &[]);
-    let named = share(&profile, |s| s.frames.iter().any(|(n, f)| n == "closed_spin" && f.ends_with("libhot.so")));
+    let named = share(&profile, |s| {
+        s.frames
+            .iter()
+            .any(|(n, f)| n == "closed_spin" && f.ends_with("libhot.so"))
+    });
     eprintln!("dlclose: closed_spin named in {named:.1}% of samples");
     assert!(named > 20.0, "{named:.1}%");
 }
@@ -227,7 +316,10 @@ const MANY_THREADS: &str = "import threading, time, json, resource\ndef short():
 #[test]
 fn thousands_of_short_lived_threads() {
     let python = python();
-    let plain = Command::new(&python.path).args(["-c", MANY_THREADS]).output().unwrap();
+    let plain = Command::new(&python.path)
+        .args(["-c", MANY_THREADS])
+        .output()
+        .unwrap();
     let plain_rss = json_number(&String::from_utf8_lossy(&plain.stdout), "maxrss_kb");
     let (run, profile) = profiled_ok(&python, &["-c", MANY_THREADS], &[]);
     let cpu = json_number(&run.stdout(), "process_cpu_s");
@@ -236,11 +328,17 @@ fn thousands_of_short_lived_threads() {
     eprintln!("1000 threads: {reported:.3} s reported, {cpu:.3} s CPU; peak RSS {rss} kB vs {plain_rss} kB without pyigprof");
     // Per-thread CPU timers are checked on the kernel's tick: a thread that lives a few
     // ticks is undersampled (documented); what is recorded is right and nothing crashes.
-    assert!(reported > 0.1 * cpu && reported <= 1.1 * cpu, "{reported:.3} s vs {cpu:.3} s");
+    assert!(
+        reported > 0.1 * cpu && reported <= 1.1 * cpu,
+        "{reported:.3} s vs {cpu:.3} s"
+    );
     assert!(share(&profile, |s| s.has("short")) > 30.0);
     // Thread slots and unwinding caches are reused: memory does not grow with the number of
     // threads the program has made over its life.
-    assert!(rss - plain_rss < 64.0 * 1024.0, "{rss} kB vs {plain_rss} kB");
+    assert!(
+        rss - plain_rss < 64.0 * 1024.0,
+        "{rss} kB vs {plain_rss} kB"
+    );
 }
 
 #[test]
@@ -249,7 +347,9 @@ fn deep_recursion_is_cut_with_a_marker() {
     // 10 000 Python frames over a hot leaf.
     let program = "import sys\nsys.setrecursionlimit(30000)\ndef leaf():\n    return sum(i % 3 for i in range(3000000))\ndef down(n):\n    return leaf() if n == 0 else down(n - 1)\ndown(10000)\n";
     let (_, profile) = profiled_ok(&python, &["-c", program], &[]);
-    let cut = share(&profile, |s| s.frames.iter().any(|(n, _)| n == "<truncated stack>"));
+    let cut = share(&profile, |s| {
+        s.frames.iter().any(|(n, _)| n == "<truncated stack>")
+    });
     let leaf = share(&profile, |s| s.has("leaf"));
     eprintln!("10 000 Python frames: {cut:.1}% cut, leaf in {leaf:.1}%");
     assert!(cut > 50.0 && leaf > 50.0, "cut {cut:.1}%, leaf {leaf:.1}%");
@@ -282,7 +382,11 @@ fn samples_in_malloc_the_loader_and_frame_pushes_do_not_hang_or_crash() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
     assert!(status.success(), "{status:?}");
-    let profiles: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
+    let profiles: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     let profile = igprof_analyse::read_profiles(&profiles).unwrap();
     assert!(share(&profile, |s| s.has("f")) > 5.0);
 }
@@ -297,16 +401,26 @@ fn the_profile_file_never_replaces_or_follows_anything() {
     std::fs::write(dir.join("taken.gz"), "earlier file").unwrap();
     for (name, expected) in [("link.gz", "link.1.gz"), ("taken.gz", "taken.1.gz")] {
         let output = dir.join(name);
-        let run = run_profiled(&python.path, &["-c", SPIN], &[("PYIGPROF_OUTPUT", output.to_str().unwrap())]);
+        let run = run_profiled(
+            &python.path,
+            &["-c", SPIN],
+            &[("PYIGPROF_OUTPUT", output.to_str().unwrap())],
+        );
         assert!(run.output.status.success());
         assert!(dir.join(expected).exists(), "{name}: {}", run.stderr());
     }
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
-    assert_eq!(std::fs::read_to_string(dir.join("taken.gz")).unwrap(), "earlier file");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("taken.gz")).unwrap(),
+        "earlier file"
+    );
     // Permissions: the program's umask applies, as to its own files.
     let private = dir.join("private.gz");
     let out = Command::new("/bin/sh")
-        .args(["-c", &format!("umask 077; exec {} -c 'pass'", python.path.display())])
+        .args([
+            "-c",
+            &format!("umask 077; exec {} -c 'pass'", python.path.display()),
+        ])
         .env("LD_PRELOAD", &artifacts().preload)
         .env("PYIGPROF_OUTPUT", &private)
         .output()

@@ -3,7 +3,7 @@
 //! present — each with its own table format (co_lnotab, 3.10's co_linetable, 3.11+'s
 //! location table).
 
-use pyigprof::python::layout::{LineTable, Layout};
+use pyigprof::python::layout::{Layout, LineTable};
 use pyigprof::python::lines::line_for_offset;
 use pyigprof_suite::*;
 use std::process::Command;
@@ -41,7 +41,9 @@ fn format_of(version: (u32, u32)) -> LineTable {
     if version >= (3, 13) {
         LineTable::Locations
     } else {
-        Layout::for_version(version.0 as u8, version.1 as u8).expect("known version").line_table
+        Layout::for_version(version.0 as u8, version.1 as u8)
+            .expect("known version")
+            .line_table
     }
 }
 
@@ -49,17 +51,34 @@ fn unhex(text: &str) -> Vec<u8> {
     if text == "-" {
         return Vec::new();
     }
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap()).collect()
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 #[test]
 fn lines_equal_pycode_addr2line_for_every_instruction_on_every_interpreter() {
     let all = interpreters();
-    eprintln!("line_tables: interpreters covered: {}", all.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", "));
+    eprintln!(
+        "line_tables: interpreters covered: {}",
+        all.iter()
+            .map(|i| i.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     assert!(!all.is_empty());
     for python in all {
-        let out = Command::new(&python.path).args(["-c", DUMP]).output().unwrap();
-        assert!(out.status.success(), "{}: {}", python.name, String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(&python.path)
+            .args(["-c", DUMP])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            python.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
         let format = format_of(python.version);
         let (mut checked, mut codes) = (0usize, 0usize);
         for row in String::from_utf8(out.stdout).unwrap().lines() {
@@ -75,11 +94,22 @@ fn lines_equal_pycode_addr2line_for_every_instruction_on_every_interpreter() {
                 let expected: i32 = expected.parse().unwrap();
                 let offset = i as u32 * step;
                 let ours = line_for_offset(format, &table, first, offset).unwrap_or(-1);
-                assert_eq!(ours, expected, "{}: offset {offset} of code at line {first}", python.name);
+                assert_eq!(
+                    ours, expected,
+                    "{}: offset {offset} of code at line {first}",
+                    python.name
+                );
                 checked += 1;
             }
         }
-        eprintln!("{}: {checked} instruction offsets of {codes} code objects agree", python.name);
-        assert!(checked > 10_000, "{}: only {checked} offsets checked", python.name);
+        eprintln!(
+            "{}: {checked} instruction offsets of {codes} code objects agree",
+            python.name
+        );
+        assert!(
+            checked > 10_000,
+            "{}: only {checked} offsets checked",
+            python.name
+        );
     }
 }

@@ -13,7 +13,10 @@ fn check_mixed_program(python: &Interpreter, seconds: &str, env: &[(&str, &str)]
     // Reported time = ticks × T matches the CPU time the process used (within 10 %).
     let cpu = json_number(&stdout, "process_cpu_s");
     let reported = seconds_of(&profile);
-    assert!((reported - cpu).abs() <= 0.10 * cpu, "{who}: profile reports {reported:.3} s, process used {cpu:.3} s");
+    assert!(
+        (reported - cpu).abs() <= 0.10 * cpu,
+        "{who}: profile reports {reported:.3} s, process used {cpu:.3} s"
+    );
 
     // Each phase's cumulative share is within 4 points of what the program measured.
     for phase in ["python_work", "squeeze", "digest"] {
@@ -29,8 +32,11 @@ fn check_mixed_program(python: &Interpreter, seconds: &str, env: &[(&str, &str)]
     // Native frames sit under the Python function that called them.
     let below = |caller: &str, libs: &[&str]| {
         share(&profile, |s| {
-            s.position(caller)
-                .is_some_and(|at| s.frames[at + 1..].iter().any(|(_, file)| libs.iter().any(|lib| file.contains(lib))))
+            s.position(caller).is_some_and(|at| {
+                s.frames[at + 1..]
+                    .iter()
+                    .any(|(_, file)| libs.iter().any(|lib| file.contains(lib)))
+            })
         })
     };
     let zlib = below("squeeze", &["libz.so"]);
@@ -38,22 +44,42 @@ fn check_mixed_program(python: &Interpreter, seconds: &str, env: &[(&str, &str)]
     let crypto = below("digest", &["libcrypto.so", "_sha256"]);
     let squeeze_share = share(&profile, |s| s.has("squeeze"));
     let digest_share = share(&profile, |s| s.has("digest"));
-    assert!(zlib >= 0.6 * squeeze_share, "{who}: libz under squeeze in {zlib:.1}% (squeeze {squeeze_share:.1}%)");
-    assert!(crypto >= 0.8 * digest_share, "{who}: libcrypto under digest in {crypto:.1}% (digest {digest_share:.1}%)");
+    assert!(
+        zlib >= 0.6 * squeeze_share,
+        "{who}: libz under squeeze in {zlib:.1}% (squeeze {squeeze_share:.1}%)"
+    );
+    assert!(
+        crypto >= 0.8 * digest_share,
+        "{who}: libcrypto under digest in {crypto:.1}% (digest {digest_share:.1}%)"
+    );
 
     // The evaluator is replaced by the Python frames it runs.
-    let evaluator = share(&profile, |s| s.frames.iter().any(|(n, _)| n.contains("EvalFrameDefault")));
-    assert!(evaluator < 2.0, "{who}: {evaluator:.1}% of samples still show the evaluator");
+    let evaluator = share(&profile, |s| {
+        s.frames.iter().any(|(n, _)| n.contains("EvalFrameDefault"))
+    });
+    assert!(
+        evaluator < 2.0,
+        "{who}: {evaluator:.1}% of samples still show the evaluator"
+    );
 
     // Stacks reach the program's entry point.
     let rooted = share(&profile, |s| s.frames[0].0 == "_start");
-    assert!(rooted >= 99.0, "{who}: only {rooted:.1}% of samples are rooted at _start");
+    assert!(
+        rooted >= 99.0,
+        "{who}: only {rooted:.1}% of samples are rooted at _start"
+    );
 
     // The Python frame carries its line: python_work's time is on its loop (lines 24-26 of
     // the function starting at line 22, i.e. offsets 2-4).
-    let in_loop = share(&profile, |s| s.position("python_work").is_some_and(|at| (2..=4).contains(&s.offsets[at])));
+    let in_loop = share(&profile, |s| {
+        s.position("python_work")
+            .is_some_and(|at| (2..=4).contains(&s.offsets[at]))
+    });
     let work = share(&profile, |s| s.has("python_work"));
-    assert!(in_loop >= 0.95 * work, "{who}: python_work loop lines hold {in_loop:.1}% of its {work:.1}%");
+    assert!(
+        in_loop >= 0.95 * work,
+        "{who}: python_work loop lines hold {in_loop:.1}% of its {work:.1}%"
+    );
 }
 
 fn seconds_of(profile: &igprof_analyse::Profile) -> f64 {
@@ -73,43 +99,76 @@ fn mixed_program_on_every_interpreter() {
 #[test]
 fn reported_time_matches_cpu_time_at_one_kilohertz() {
     for python in python311("one_kilohertz") {
-        let (run, profile) = profiled_ok(&python, &[&example("mixed.py"), "2"], &[("PYIGPROF_HZ", "1000")]);
+        let (run, profile) = profiled_ok(
+            &python,
+            &[&example("mixed.py"), "2"],
+            &[("PYIGPROF_HZ", "1000")],
+        );
         assert!((profile.sources[0].tick_period - 0.001).abs() < 1e-9);
         let cpu = json_number(&run.stdout(), "process_cpu_s");
         let reported = seconds(&profile);
         let (ticks, samples) = totals(&profile);
-        eprintln!("{}: 1 kHz: {samples} samples, {ticks} ticks, {reported:.3} s vs {cpu:.3} s CPU", python.name);
-        assert!((reported - cpu).abs() <= 0.10 * cpu, "{}: {reported:.3} s reported, {cpu:.3} s used", python.name);
+        eprintln!(
+            "{}: 1 kHz: {samples} samples, {ticks} ticks, {reported:.3} s vs {cpu:.3} s CPU",
+            python.name
+        );
+        assert!(
+            (reported - cpu).abs() <= 0.10 * cpu,
+            "{}: {reported:.3} s reported, {cpu:.3} s used",
+            python.name
+        );
     }
 }
 
 #[test]
 fn top_report_lists_python_and_native_functions_hottest_first() {
-    let Some(python) = python311("top_report").into_iter().next() else { return };
+    let Some(python) = python311("top_report").into_iter().next() else {
+        return;
+    };
     let run = run_profiled(&python.path, &[&example("mixed.py"), "2"], &[]);
     let path = run.profiles().pop().expect("a profile");
     let out = analyse(&[path.to_str().unwrap(), "--top"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines[1].starts_with("PERF_TICKS: "), "{text}");
-    assert!(lines[2].contains("self %") && lines[2].contains("cum %") && lines[2].contains("self s"), "{text}");
+    assert!(
+        lines[2].contains("self %") && lines[2].contains("cum %") && lines[2].contains("self s"),
+        "{text}"
+    );
     let rows = &lines[3..];
-    assert!(rows.iter().any(|r| r.contains("python_work (") && r.contains("mixed.py:22")), "{text}");
+    assert!(
+        rows.iter()
+            .any(|r| r.contains("python_work (") && r.contains("mixed.py:22")),
+        "{text}"
+    );
     assert!(rows.iter().any(|r| r.contains("libz.so")), "{text}");
     assert!(rows.iter().any(|r| r.contains("libcrypto.so")), "{text}");
     // Hottest first: the self % column never increases.
-    let selfs: Vec<f64> = rows.iter().map(|r| r.split_whitespace().next().unwrap().parse().unwrap()).collect();
+    let selfs: Vec<f64> = rows
+        .iter()
+        .map(|r| r.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
     assert!(selfs.windows(2).all(|w| w[0] >= w[1]), "{text}");
 }
 
 #[test]
 fn lines_report_names_the_hot_source_line() {
-    let Some(python) = python311("lines_report").into_iter().next() else { return };
+    let Some(python) = python311("lines_report").into_iter().next() else {
+        return;
+    };
     let (run, _) = profiled_ok(&python, &[&example("mixed.py"), "2"], &[]);
     let path = run.profiles().pop().unwrap();
     let out = analyse(&[path.to_str().unwrap(), "--lines=5"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     // digest's h.update(data) line (42) holds the SHA-256 time; python_work's loop body (26).
     assert!(text.contains("mixed.py:42  (digest)"), "{text}");

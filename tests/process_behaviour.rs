@@ -8,9 +8,17 @@ use std::process::Command;
 fn a_process_that_is_not_python_is_left_alone() {
     let preload = &artifacts().preload;
     let dir = scratch_dir("notpython");
-    let out = Command::new("/bin/true").env("LD_PRELOAD", preload).current_dir(&dir).output().unwrap();
+    let out = Command::new("/bin/true")
+        .env("LD_PRELOAD", preload)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
     assert!(out.status.success());
-    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = Command::new("/bin/sh")
         .args(["-c", "echo hello; exit 3"])
         .env("LD_PRELOAD", preload)
@@ -19,8 +27,16 @@ fn a_process_that_is_not_python_is_left_alone() {
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
     assert_eq!(out.stdout, b"hello\n");
-    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "a profile was written for a non-Python process");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "a profile was written for a non-Python process"
+    );
 }
 
 const SCRIPT: &str = r#"
@@ -49,61 +65,134 @@ fn output_and_exit_status_are_unchanged_and_the_profile_is_written_on_every_norm
         let script = dir.join("exits.py");
         std::fs::write(&script, SCRIPT).unwrap();
         for (mode, code) in [("end", 0), ("sys.exit", 7), ("raise", 1), ("exit", 5)] {
-            let plain = Command::new(&python.path).args([script.to_str().unwrap(), mode]).output().unwrap();
-            let run = run_profiled(&python.path, &[script.to_str().unwrap(), mode], &[("PYIGPROF_QUIET", "1")]);
-            assert_eq!(run.output.status.code(), Some(code), "{} {mode}", python.name);
+            let plain = Command::new(&python.path)
+                .args([script.to_str().unwrap(), mode])
+                .output()
+                .unwrap();
+            let run = run_profiled(
+                &python.path,
+                &[script.to_str().unwrap(), mode],
+                &[("PYIGPROF_QUIET", "1")],
+            );
+            assert_eq!(
+                run.output.status.code(),
+                Some(code),
+                "{} {mode}",
+                python.name
+            );
             assert_eq!(run.output.status.code(), plain.status.code());
-            assert_eq!(run.output.stdout, plain.stdout, "{} {mode}: stdout changed", python.name);
-            assert_eq!(run.output.stderr, plain.stderr, "{} {mode}: stderr changed (PYIGPROF_QUIET)", python.name);
+            assert_eq!(
+                run.output.stdout, plain.stdout,
+                "{} {mode}: stdout changed",
+                python.name
+            );
+            assert_eq!(
+                run.output.stderr, plain.stderr,
+                "{} {mode}: stderr changed (PYIGPROF_QUIET)",
+                python.name
+            );
             let profile = run.profile();
-            assert!(share(&profile, |s| s.has("spin")) > 50.0, "{} {mode}: spin missing", python.name);
+            assert!(
+                share(&profile, |s| s.has("spin")) > 50.0,
+                "{} {mode}: spin missing",
+                python.name
+            );
         }
     }
 }
 
 #[test]
 fn the_summary_line_names_the_profile() {
-    let Some(python) = python311("summary").into_iter().next() else { return };
-    let run = run_profiled(&python.path, &["-c", "sum(i*i for i in range(2000000))"], &[]);
+    let Some(python) = python311("summary").into_iter().next() else {
+        return;
+    };
+    let run = run_profiled(
+        &python.path,
+        &["-c", "sum(i*i for i in range(2000000))"],
+        &[],
+    );
     let stderr = run.stderr();
     let path = run.profiles().pop().expect("profile");
     let name = path.file_name().unwrap().to_string_lossy().into_owned();
     assert!(stderr.starts_with("pyigprof: wrote "), "{stderr}");
-    assert!(stderr.contains(&name) && stderr.contains("samples") && stderr.contains("s of CPU time"), "{stderr}");
+    assert!(
+        stderr.contains(&name) && stderr.contains("samples") && stderr.contains("s of CPU time"),
+        "{stderr}"
+    );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
 
 #[test]
 fn settings_output_rate_and_malformed_values() {
-    let Some(python) = python311("settings").into_iter().next() else { return };
+    let Some(python) = python311("settings").into_iter().next() else {
+        return;
+    };
     let program = ["-c", "print(sum(i*i for i in range(3000000)))"];
     // PYIGPROF_OUTPUT with %p and without .gz: plain text at that path.
-    let run = run_profiled(&python.path, &program, &[("PYIGPROF_OUTPUT", "plain-%p.txt"), ("PYIGPROF_HZ", "500")]);
+    let run = run_profiled(
+        &python.path,
+        &program,
+        &[("PYIGPROF_OUTPUT", "plain-%p.txt"), ("PYIGPROF_HZ", "500")],
+    );
     assert!(run.output.status.success());
-    let entries: Vec<_> = std::fs::read_dir(&run.dir).unwrap().flatten().map(|e| e.path()).collect();
+    let entries: Vec<_> = std::fs::read_dir(&run.dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     assert_eq!(entries.len(), 1, "{entries:?}");
-    let name = entries[0].file_name().unwrap().to_string_lossy().into_owned();
-    assert!(name.starts_with("plain-") && name.ends_with(".txt"), "{name}");
-    let pid: u32 = name.trim_start_matches("plain-").trim_end_matches(".txt").parse().expect("pid in name");
+    let name = entries[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        name.starts_with("plain-") && name.ends_with(".txt"),
+        "{name}"
+    );
+    let pid: u32 = name
+        .trim_start_matches("plain-")
+        .trim_end_matches(".txt")
+        .parse()
+        .expect("pid in name");
     let text = std::fs::read_to_string(&entries[0]).expect("plain text profile");
-    assert!(text.starts_with(&format!("P=(HEX ID={pid:x} N=(")), "{}", &text[..80.min(text.len())]);
-    assert!(text.lines().next().unwrap().ends_with(" T=0.002000)"), "{}", text.lines().next().unwrap());
+    assert!(
+        text.starts_with(&format!("P=(HEX ID={pid:x} N=(")),
+        "{}",
+        &text[..80.min(text.len())]
+    );
+    assert!(
+        text.lines().next().unwrap().ends_with(" T=0.002000)"),
+        "{}",
+        text.lines().next().unwrap()
+    );
 
     // A malformed rate: one clear line naming the variable, the default is used, the
     // program runs unchanged.
-    let run = run_profiled(&python.path, &program, &[("PYIGPROF_HZ", "fast"), ("PYIGPROF_QUIET", "1")]);
+    let run = run_profiled(
+        &python.path,
+        &program,
+        &[("PYIGPROF_HZ", "fast"), ("PYIGPROF_QUIET", "1")],
+    );
     assert!(run.output.status.success());
     assert_eq!(run.stdout().trim(), "8999995500000500000");
     let stderr = run.stderr();
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("PYIGPROF_HZ") && stderr.contains("\"fast\"") && stderr.contains("default 250"), "{stderr}");
+    assert!(
+        stderr.contains("PYIGPROF_HZ")
+            && stderr.contains("\"fast\"")
+            && stderr.contains("default 250"),
+        "{stderr}"
+    );
     let profile = run.profile();
     assert!((profile.sources[0].tick_period - 0.004).abs() < 1e-9);
 }
 
 #[test]
 fn an_unwritable_profile_path_is_reported_and_changes_nothing_else() {
-    let Some(python) = python311("unwritable").into_iter().next() else { return };
+    let Some(python) = python311("unwritable").into_iter().next() else {
+        return;
+    };
     let run = run_profiled(
         &python.path,
         &["-c", "import sys; print('done'); sys.exit(4)"],
@@ -112,17 +201,29 @@ fn an_unwritable_profile_path_is_reported_and_changes_nothing_else() {
     assert_eq!(run.output.status.code(), Some(4));
     assert_eq!(run.stdout(), "done\n");
     let stderr = run.stderr();
-    assert!(stderr.contains("cannot create the profile /nonexistent-dir/p.gz"), "{stderr}");
+    assert!(
+        stderr.contains("cannot create the profile /nonexistent-dir/p.gz"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn a_relative_profile_path_is_relative_to_the_start_directory() {
-    let Some(python) = python311("chdir").into_iter().next() else { return };
+    let Some(python) = python311("chdir").into_iter().next() else {
+        return;
+    };
     let elsewhere = scratch_dir("elsewhere");
-    let script = format!("import os; os.chdir({:?}); sum(i*i for i in range(1000000))", elsewhere.to_str().unwrap());
+    let script = format!(
+        "import os; os.chdir({:?}); sum(i*i for i in range(1000000))",
+        elsewhere.to_str().unwrap()
+    );
     let run = run_profiled(&python.path, &["-c", &script], &[("PYIGPROF_QUIET", "1")]);
     assert!(run.output.status.success(), "{}", run.stderr());
-    assert_eq!(run.profiles().len(), 1, "profile not in the start directory");
+    assert_eq!(
+        run.profiles().len(),
+        1,
+        "profile not in the start directory"
+    );
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
 }
 
@@ -143,7 +244,9 @@ print("child status", status)
 
 #[test]
 fn a_fork_child_writes_its_own_profile_with_only_its_own_work() {
-    let Some(python) = python311("fork").into_iter().next() else { return };
+    let Some(python) = python311("fork").into_iter().next() else {
+        return;
+    };
     let run = run_profiled(&python.path, &["-c", FORK], &[("PYIGPROF_QUIET", "1")]);
     assert!(run.output.status.success(), "{}", run.stderr());
     assert_eq!(run.stdout(), "child status 0\n");
@@ -155,7 +258,11 @@ fn a_fork_child_writes_its_own_profile_with_only_its_own_work() {
         let profile = igprof_analyse::read_profiles(&[&path]).unwrap();
         let parent = share(&profile, |s| s.has("parent_work"));
         let child = share(&profile, |s| s.has("child_work"));
-        assert!(parent == 0.0 || child == 0.0, "{}: parent {parent:.1}% and child {child:.1}% mixed", path.display());
+        assert!(
+            parent == 0.0 || child == 0.0,
+            "{}: parent {parent:.1}% and child {child:.1}% mixed",
+            path.display()
+        );
         saw_parent |= parent > 30.0;
         saw_child |= child > 30.0;
     }

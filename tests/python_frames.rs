@@ -25,17 +25,35 @@ fn freed_code_objects_keep_their_own_names() {
         for st in stacks(&profile) {
             for (name, file) in &st.frames {
                 // gen_<n> only (libpython has native functions such as gen_iternext).
-                if let Some(n) = name.strip_prefix("gen_").filter(|n| n.chars().all(|c| c.is_ascii_digit())) {
-                    assert_eq!(file, &format!("<gen-{n}>"), "{}: {name} attributed to {file}", python.name);
+                if let Some(n) = name
+                    .strip_prefix("gen_")
+                    .filter(|n| n.chars().all(|c| c.is_ascii_digit()))
+                {
+                    assert_eq!(
+                        file,
+                        &format!("<gen-{n}>"),
+                        "{}: {name} attributed to {file}",
+                        python.name
+                    );
                     seen += 1;
                 }
             }
         }
         let distinct = stacks(&profile)
             .iter()
-            .flat_map(|s| s.frames.iter().filter(|(_, f)| f.starts_with("<gen-")).map(|(n, _)| n.clone()))
+            .flat_map(|s| {
+                s.frames
+                    .iter()
+                    .filter(|(_, f)| f.starts_with("<gen-"))
+                    .map(|(n, _)| n.clone())
+            })
             .collect::<std::collections::BTreeSet<_>>();
-        assert!(distinct.len() >= 20, "{}: only {} generated functions seen", python.name, distinct.len());
+        assert!(
+            distinct.len() >= 20,
+            "{}: only {} generated functions seen",
+            python.name,
+            distinct.len()
+        );
         assert!(seen > 0);
     }
 }
@@ -65,14 +83,25 @@ fn qualified_non_ascii_and_escaped_names_survive() {
         let raw = run.profiles().pop().unwrap();
         let profile = run.profile();
         let file = script.to_string_lossy().into_owned();
-        let in_file = |name: &str| share(&profile, |s| s.frames.iter().any(|(n, f)| n == name && *f == file));
+        let in_file = |name: &str| {
+            share(&profile, |s| {
+                s.frames.iter().any(|(n, f)| n == name && *f == file)
+            })
+        };
         assert!(in_file("Outer.Inner.method") > 20.0, "{}", python.name);
         assert!(in_file("grüße") > 20.0, "{}", python.name);
         assert!(in_file("<lambda>") > 5.0, "{}", python.name);
-        assert!(in_file("Outer.Inner.method.<locals>.<genexpr>") > 10.0, "{}", python.name);
+        assert!(
+            in_file("Outer.Inner.method.<locals>.<genexpr>") > 10.0,
+            "{}",
+            python.name
+        );
         // And IgProf's own parser rule holds: no raw '(' or ')' inside N=() / F=().
         let text = gunzip(&raw);
-        assert!(text.contains("odd %28name%29 %C3%A9.py"), "file name not escaped");
+        assert!(
+            text.contains("odd %28name%29 %C3%A9.py"),
+            "file name not escaped"
+        );
         assert!(text.contains("N=(gr%C3%BC%C3%9Fe)"), "name not escaped");
     }
 }
@@ -80,7 +109,9 @@ fn qualified_non_ascii_and_escaped_names_survive() {
 fn gunzip(path: &std::path::Path) -> String {
     use std::io::Read;
     let mut text = String::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()).read_to_string(&mut text).expect("ASCII text");
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_string(&mut text)
+        .expect("ASCII text");
     text
 }
 
@@ -88,38 +119,75 @@ fn gunzip(path: &std::path::Path) -> String {
 fn each_thread_gets_its_own_mixed_stacks_and_its_own_cpu_time() {
     // 2.7 finds a thread's state only once it has been sampled holding the GIL, so a thread
     // that hashes with the GIL released from its start (hasher) would stay native-only.
-    for python in interpreters_since("threads", (3, 6), "no thread CPU clock in 2.7; its GIL-released threads are native-only") {
+    for python in interpreters_since(
+        "threads",
+        (3, 6),
+        "no thread CPU clock in 2.7; its GIL-released threads are native-only",
+    ) {
         let run = run_profiled(&python.path, &[&example("threads.py")], &[]);
         assert!(run.output.status.success(), "{}", run.stderr());
         let stdout = run.stdout();
         let cpu = json_number(&stdout, "process_cpu_s");
         let profile = run.profile();
         let reported = seconds(&profile);
-        assert!((reported - cpu).abs() <= 0.10 * cpu, "{}: {reported:.3} s vs {cpu:.3} s", python.name);
+        assert!(
+            (reported - cpu).abs() <= 0.10 * cpu,
+            "{}: {reported:.3} s vs {cpu:.3} s",
+            python.name
+        );
         // Each thread's share of the profile is the share of CPU time it measured itself.
         for worker in ["worker_a", "worker_b", "worker_c", "hasher"] {
             let measured = 100.0 * json_number(&stdout, worker) / cpu;
             let profiled = share(&profile, |s| s.has(worker));
-            eprintln!("{}: {worker}: profile {profiled:.1}%, measured {measured:.1}%", python.name);
-            assert!((profiled - measured).abs() <= 4.0, "{}: {worker} {profiled:.1}% vs {measured:.1}%", python.name);
+            eprintln!(
+                "{}: {worker}: profile {profiled:.1}%, measured {measured:.1}%",
+                python.name
+            );
+            assert!(
+                (profiled - measured).abs() <= 4.0,
+                "{}: {worker} {profiled:.1}% vs {measured:.1}%",
+                python.name
+            );
         }
         // Worker stacks start at the thread entry (named clone3 where libc has symbols;
         // Debian's stripped libc gives an @? name), and go down into native code.
-        let thread_root = |s: &Stack| s.frames[0].0 != "_start" && s.frames[0].1.contains("libc.so");
+        let thread_root =
+            |s: &Stack| s.frames[0].0 != "_start" && s.frames[0].1.contains("libc.so");
         let hashing = share(&profile, |s| {
             // OpenSSL, or CPython's own _sha256 module in builds without it (pyenv's 3.6).
             let hashing_code = |f: &str| f.contains("libcrypto") || f.contains("_sha256");
-            thread_root(s) && s.position("hasher").is_some_and(|at| s.frames[at..].iter().any(|(_, f)| hashing_code(f)))
+            thread_root(s)
+                && s.position("hasher")
+                    .is_some_and(|at| s.frames[at..].iter().any(|(_, f)| hashing_code(f)))
         });
-        assert!(hashing >= 0.8 * share(&profile, |s| s.has("hasher")), "{}: hasher not in SHA-256 code", python.name);
+        assert!(
+            hashing >= 0.8 * share(&profile, |s| s.has("hasher")),
+            "{}: hasher not in SHA-256 code",
+            python.name
+        );
         // Qualified names (co_qualname) exist from 3.11; before, the frame is named `run`.
-        let run_name = if python.version >= (3, 11) { "Thread.run" } else { "run" };
-        assert!(share(&profile, |s| thread_root(s) && s.has("spin") && s.has(run_name)) > 50.0, "{}", python.name);
+        let run_name = if python.version >= (3, 11) {
+            "Thread.run"
+        } else {
+            "run"
+        };
+        assert!(
+            share(&profile, |s| thread_root(s)
+                && s.has("spin")
+                && s.has(run_name))
+                > 50.0,
+            "{}",
+            python.name
+        );
         // The profiler's own frames (the pthread_create trampoline) are not shown.
-        let own = share(&profile, |s| s.frames.iter().any(|(_, f)| f.contains("libpyigprof")));
+        let own = share(&profile, |s| {
+            s.frames.iter().any(|(_, f)| f.contains("libpyigprof"))
+        });
         assert_eq!(own, 0.0, "{}: profiler frames in the profile", python.name);
         // No worker frame ever appears under the main thread's stack.
-        let crossed = share(&profile, |s| s.frames[0].0 == "_start" && (s.has("spin") || s.has("hasher")));
+        let crossed = share(&profile, |s| {
+            s.frames[0].0 == "_start" && (s.has("spin") || s.has("hasher"))
+        });
         assert_eq!(crossed, 0.0, "{}", python.name);
     }
 }
@@ -141,15 +209,30 @@ s.join()
 
 #[test]
 fn wall_clock_mode_shows_time_spent_blocked() {
-    for python in interpreters_since("wall_clock", (3, 6), "2.7 does not see a thread that sleeps from its start") {
+    for python in interpreters_since(
+        "wall_clock",
+        (3, 6),
+        "2.7 does not see a thread that sleeps from its start",
+    ) {
         let (_, profile) = profiled_ok(&python, &["-c", WALL], &[("PYIGPROF_CLOCK", "wall")]);
         let sleeping = share(&profile, |s| s.has("sleeper"));
         let busy = share(&profile, |s| s.has("busy"));
-        eprintln!("{}: wall: sleeper {sleeping:.1}%, busy {busy:.1}%, {:.3} s", python.name, seconds(&profile));
+        eprintln!(
+            "{}: wall: sleeper {sleeping:.1}%, busy {busy:.1}%, {:.3} s",
+            python.name,
+            seconds(&profile)
+        );
         // Both threads live about one second of wall time.
-        assert!((35.0..=60.0).contains(&sleeping) && (35.0..=60.0).contains(&busy), "{sleeping:.1} / {busy:.1}");
+        assert!(
+            (35.0..=60.0).contains(&sleeping) && (35.0..=60.0).contains(&busy),
+            "{sleeping:.1} / {busy:.1}"
+        );
         let total = seconds(&profile);
-        assert!((1.8..=2.8).contains(&total), "{}: {total:.3} s of wall time over two threads", python.name);
+        assert!(
+            (1.8..=2.8).contains(&total),
+            "{}: {total:.3} s of wall time over two threads",
+            python.name
+        );
         // In CPU mode, the sleeping thread is (almost) absent.
         let cpu = run_profiled(&python.path, &["-c", WALL], &[]).profile();
         assert!(share(&cpu, |s| s.has("sleeper")) < 3.0, "{}", python.name);
@@ -175,26 +258,58 @@ fn stripped_3_6_attaches_at_its_first_extension_import() {
     // 3.6 keeps its thread-state key in a static variable known only from libpython's
     // .symtab. Stripped of it, pyigprof learns the key when the program first imports an
     // extension module (math): Python frames from then on, native frames before.
-    let covered: Vec<Interpreter> = interpreters().into_iter().filter(|i| i.version == (3, 6)).collect();
-    eprintln!("stripped_3_6: interpreters covered: {}", covered.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", "));
+    let covered: Vec<Interpreter> = interpreters()
+        .into_iter()
+        .filter(|i| i.version == (3, 6))
+        .collect();
+    eprintln!(
+        "stripped_3_6: interpreters covered: {}",
+        covered
+            .iter()
+            .map(|i| i.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     for python in covered {
-        let library = python.path.parent().unwrap().parent().unwrap().join("lib/libpython3.6m.so.1.0");
+        let library = python
+            .path
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("lib/libpython3.6m.so.1.0");
         let dir = scratch_dir("stripped36");
         let stripped = dir.join("libpython3.6m.so.1.0");
         std::fs::copy(&library, &stripped).unwrap();
-        let strip = std::process::Command::new("strip").arg(&stripped).status().expect("strip");
+        let strip = std::process::Command::new("strip")
+            .arg(&stripped)
+            .status()
+            .expect("strip");
         assert!(strip.success());
         let lib_dir = dir.to_str().unwrap();
-        let (_, profile) = profiled_ok(&python, &["-c", BEFORE_AND_AFTER_IMPORT], &[("LD_LIBRARY_PATH", lib_dir)]);
+        let (_, profile) = profiled_ok(
+            &python,
+            &["-c", BEFORE_AND_AFTER_IMPORT],
+            &[("LD_LIBRARY_PATH", lib_dir)],
+        );
         assert!(
-            stacks(&profile).iter().any(|s| s.frames.iter().any(|(_, f)| f.starts_with(lib_dir))),
+            stacks(&profile)
+                .iter()
+                .any(|s| s.frames.iter().any(|(_, f)| f.starts_with(lib_dir))),
             "the stripped copy was not used"
         );
         let before = share(&profile, |s| s.has("before"));
         let after = share(&profile, |s| s.has("after"));
-        eprintln!("{}: stripped libpython: before the import {before:.1}%, after {after:.1}%", python.name);
+        eprintln!(
+            "{}: stripped libpython: before the import {before:.1}%, after {after:.1}%",
+            python.name
+        );
         assert_eq!(before, 0.0, "{}", python.name);
-        assert!(after > 35.0, "{}: after the import {after:.1}%", python.name);
+        assert!(
+            after > 35.0,
+            "{}: after the import {after:.1}%",
+            python.name
+        );
     }
 }
 
@@ -220,7 +335,8 @@ __attribute__((constructor)) static void start(void) {
 }
 "#;
 
-const SPIN_ONE_SECOND: &str = "import time\nt = time.thread_time()\nwhile time.thread_time() - t < 1.0: pass\n";
+const SPIN_ONE_SECOND: &str =
+    "import time\nt = time.thread_time()\nwhile time.thread_time() - t < 1.0: pass\n";
 
 #[test]
 fn threads_started_before_and_after_the_constructor_are_sampled() {
@@ -229,7 +345,16 @@ fn threads_started_before_and_after_the_constructor_are_sampled() {
     std::fs::write(&source, EARLY_THREAD_C).unwrap();
     let library = dir.join("libearly.so");
     let gcc = std::process::Command::new("gcc")
-        .args(["-O1", "-g", "-shared", "-fPIC", "-o", library.to_str().unwrap(), source.to_str().unwrap(), "-lpthread"])
+        .args([
+            "-O1",
+            "-g",
+            "-shared",
+            "-fPIC",
+            "-o",
+            library.to_str().unwrap(),
+            source.to_str().unwrap(),
+            "-lpthread",
+        ])
         .status()
         .expect("gcc");
     assert!(gcc.success());
@@ -238,16 +363,31 @@ fn threads_started_before_and_after_the_constructor_are_sampled() {
     // The dynamic loader runs the constructors of LD_PRELOAD objects last-listed first: with
     // libearly.so listed last its thread exists before pyigprof starts (adopted through the
     // roll call); listed first, its thread is created through pyigprof's pthread_create.
-    for (when, preload) in [("before", format!("{ours}:{early}")), ("after", format!("{early}:{ours}"))] {
+    for (when, preload) in [
+        ("before", format!("{ours}:{early}")),
+        ("after", format!("{early}:{ours}")),
+    ] {
         let python = &python311("early_threads")[0];
-        let (_, profile) = profiled_ok(python, &["-c", SPIN_ONE_SECOND], &[("LD_PRELOAD", &preload)]);
+        let (_, profile) = profiled_ok(
+            python,
+            &["-c", SPIN_ONE_SECOND],
+            &[("LD_PRELOAD", &preload)],
+        );
         let early_share = share(&profile, |s| s.has("early_spin"));
         let early_seconds = seconds(&profile) * early_share / 100.0;
         eprintln!("thread started {when} the constructor: early_spin {early_share:.1}%, {early_seconds:.3} s");
-        assert!((early_seconds - 0.6).abs() < 0.06, "{when}: early_spin {early_seconds:.3} s of 0.6 s");
+        assert!(
+            (early_seconds - 0.6).abs() < 0.06,
+            "{when}: early_spin {early_seconds:.3} s of 0.6 s"
+        );
         // Its stacks are whole: from the thread's start routine (in libc) down.
-        let rooted = share(&profile, |s| s.has("early_spin") && s.frames[0].1.contains("libc.so"));
-        assert!(rooted >= 0.95 * early_share, "{when}: {rooted:.1}% of {early_share:.1}% rooted");
+        let rooted = share(&profile, |s| {
+            s.has("early_spin") && s.frames[0].1.contains("libc.so")
+        });
+        assert!(
+            rooted >= 0.95 * early_share,
+            "{when}: {rooted:.1}% of {early_share:.1}% rooted"
+        );
         assert!(share(&profile, |s| s.has("<module>")) > 40.0);
     }
 }

@@ -47,7 +47,11 @@ pub fn parse_version(text: &[u8]) -> Option<(u8, u8, u8)> {
     let head = text.split(|&b| b == b' ').next()?;
     let mut parts = head.split(|&b| b == b'.');
     let number = |part: Option<&[u8]>| -> Option<u8> {
-        let digits: Vec<u8> = part?.iter().copied().take_while(u8::is_ascii_digit).collect();
+        let digits: Vec<u8> = part?
+            .iter()
+            .copied()
+            .take_while(u8::is_ascii_digit)
+            .collect();
         std::str::from_utf8(&digits).ok()?.parse().ok()
     };
     let major = number(parts.next())?;
@@ -109,7 +113,9 @@ pub fn try_attach() -> bool {
     if cb.is_null() {
         return false;
     }
-    let Some(key) = find_thread_state_key() else { return false };
+    let Some(key) = find_thread_state_key() else {
+        return false;
+    };
     if !ATTACHED.swap(true, Ordering::AcqRel) {
         // SAFETY: stored from a `fn(Attached)` by attach_by_audit_hook or attach_later.
         let cb: fn(Attached) = unsafe { std::mem::transmute(cb) };
@@ -145,9 +151,18 @@ mod tests {
 
     #[test]
     fn parses_release_and_prerelease_versions() {
-        assert_eq!(parse_version(b"3.11.7 (main, Jan  1 2024) [GCC]"), Some((3, 11, 7)));
-        assert_eq!(parse_version(b"3.13.0rc1+ (heads/3.13:abc)"), Some((3, 13, 0)));
-        assert_eq!(parse_version(b"2.7.18 (default, Apr 20 2020)"), Some((2, 7, 18)));
+        assert_eq!(
+            parse_version(b"3.11.7 (main, Jan  1 2024) [GCC]"),
+            Some((3, 11, 7))
+        );
+        assert_eq!(
+            parse_version(b"3.13.0rc1+ (heads/3.13:abc)"),
+            Some((3, 13, 0))
+        );
+        assert_eq!(
+            parse_version(b"2.7.18 (default, Apr 20 2020)"),
+            Some((2, 7, 18))
+        );
         assert_eq!(parse_version(b"garbage"), None);
     }
 }

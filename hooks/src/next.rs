@@ -11,7 +11,10 @@ pub(crate) struct Next {
 
 impl Next {
     pub(crate) const fn new(name: &'static CStr) -> Self {
-        Next { name, addr: AtomicUsize::new(0) }
+        Next {
+            name,
+            addr: AtomicUsize::new(0),
+        }
     }
 
     /// The address of the next definition. Aborts the process with a message when there is

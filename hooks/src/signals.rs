@@ -70,11 +70,15 @@ pub fn guard(
     keep_when_ignored: bool,
     released: Released,
 ) -> bool {
-    let Some(g) = usize::try_from(signal).ok().and_then(|s| GUARDS.get(s)) else { return false };
+    let Some(g) = usize::try_from(signal).ok().and_then(|s| GUARDS.get(s)) else {
+        return false;
+    };
     // SAFETY: querying and setting a disposition with initialised structures.
     unsafe {
         let mut current: SigAction = std::mem::zeroed();
-        if real_sigaction(signal, std::ptr::null(), &mut current) != 0 || current.sa_sigaction != libc::SIG_DFL {
+        if real_sigaction(signal, std::ptr::null(), &mut current) != 0
+            || current.sa_sigaction != libc::SIG_DFL
+        {
             return false;
         }
         let mut action: SigAction = std::mem::zeroed();
@@ -86,7 +90,8 @@ pub fn guard(
         }
     }
     g.view.store(0, Ordering::Relaxed);
-    g.keep_when_ignored.store(keep_when_ignored, Ordering::Relaxed);
+    g.keep_when_ignored
+        .store(keep_when_ignored, Ordering::Relaxed);
     g.released.store(released as usize, Ordering::Relaxed);
     g.ours.store(handler as usize, Ordering::Release);
     true
@@ -121,8 +126,15 @@ pub fn restore_default(signal: c_int) {
 /// # Safety
 /// As `sigaction(2)`.
 #[no_mangle]
-pub unsafe extern "C" fn sigaction(signal: c_int, act: *const SigAction, old: *mut SigAction) -> c_int {
-    let guarded = usize::try_from(signal).ok().and_then(|s| GUARDS.get(s)).filter(|g| g.ours.load(Ordering::Acquire) != 0);
+pub unsafe extern "C" fn sigaction(
+    signal: c_int,
+    act: *const SigAction,
+    old: *mut SigAction,
+) -> c_int {
+    let guarded = usize::try_from(signal)
+        .ok()
+        .and_then(|s| GUARDS.get(s))
+        .filter(|g| g.ours.load(Ordering::Acquire) != 0);
     let Some(g) = guarded else {
         // SAFETY: forwarded unchanged.
         return unsafe { real_sigaction(signal, act, old) };
@@ -134,7 +146,8 @@ pub unsafe extern "C" fn sigaction(signal: c_int, act: *const SigAction, old: *m
         shown.sa_sigaction = g.view.load(Ordering::Relaxed).saturating_sub(1);
         if let Some(new) = act.as_ref() {
             let wanted = new.sa_sigaction;
-            let keep = wanted == libc::SIG_DFL || (wanted == libc::SIG_IGN && g.keep_when_ignored.load(Ordering::Relaxed));
+            let keep = wanted == libc::SIG_DFL
+                || (wanted == libc::SIG_IGN && g.keep_when_ignored.load(Ordering::Relaxed));
             if keep {
                 g.view.store(wanted + 1, Ordering::Relaxed);
             } else {

@@ -32,23 +32,38 @@ struct Answer {
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
-const NO_ANSWER: Answer = Answer { tid: AtomicI32::new(0), thread: AtomicUsize::new(0), sp: AtomicU64::new(0) };
+const NO_ANSWER: Answer = Answer {
+    tid: AtomicI32::new(0),
+    thread: AtomicUsize::new(0),
+    sp: AtomicU64::new(0),
+};
 static ANSWERS: [Answer; MAX_ADOPTED] = [NO_ANSWER; MAX_ADOPTED];
 
 /// Whether `info` is the roll call (queued by this process with our cookie).
 pub fn is_roll_call(info: *const libc::siginfo_t) -> bool {
     // SAFETY: the kernel passes a valid siginfo; for SI_QUEUE signals si_value is at offset
     // 24 (after si_pid, si_uid).
-    unsafe { (*info).si_code == libc::SI_QUEUE && *(info as *const u8).add(24).cast::<usize>() == ROLL_CALL_COOKIE }
+    unsafe {
+        (*info).si_code == libc::SI_QUEUE
+            && *(info as *const u8).add(24).cast::<usize>() == ROLL_CALL_COOKIE
+    }
 }
 
 /// Answers the roll call from the signal handler. Async-signal-safe.
 pub fn answer(uc: *const libc::ucontext_t) {
     // SAFETY: gettid and pthread_self have no preconditions; the kernel passes a valid
     // ucontext to SA_SIGINFO handlers.
-    let (tid, thread, sp) =
-        unsafe { (libc::gettid(), libc::pthread_self() as usize, (*uc).uc_mcontext.gregs[libc::REG_RSP as usize] as u64) };
-    if let Some(a) = ANSWERS.iter().find(|a| a.tid.load(Ordering::Acquire) == tid) {
+    let (tid, thread, sp) = unsafe {
+        (
+            libc::gettid(),
+            libc::pthread_self() as usize,
+            (*uc).uc_mcontext.gregs[libc::REG_RSP as usize] as u64,
+        )
+    };
+    if let Some(a) = ANSWERS
+        .iter()
+        .find(|a| a.tid.load(Ordering::Acquire) == tid)
+    {
         a.sp.store(sp, Ordering::Relaxed);
         a.thread.store(thread, Ordering::Release);
     }
@@ -59,7 +74,9 @@ pub fn answer(uc: *const libc::ucontext_t) {
 pub fn adopt_existing_threads(sampler: &Sampler) -> (usize, Vec<String>) {
     // SAFETY: gettid/getpid have no preconditions.
     let (me, pid) = unsafe { (libc::gettid(), libc::getpid()) };
-    let Ok(entries) = std::fs::read_dir("/proc/self/task") else { return (0, Vec::new()) };
+    let Ok(entries) = std::fs::read_dir("/proc/self/task") else {
+        return (0, Vec::new());
+    };
     let tids: Vec<libc::pid_t> = entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse().ok())
@@ -80,7 +97,13 @@ pub fn adopt_existing_threads(sampler: &Sampler) -> (usize, Vec<String>) {
             *base.add(16).cast::<libc::pid_t>() = pid; // si_pid
             *base.add(20).cast::<libc::uid_t>() = libc::getuid(); // si_uid
             *base.add(24).cast::<usize>() = ROLL_CALL_COOKIE; // si_value
-            libc::syscall(libc::SYS_rt_tgsigqueueinfo, pid, tid, libc::SIGPROF, &info as *const libc::siginfo_t);
+            libc::syscall(
+                libc::SYS_rt_tgsigqueueinfo,
+                pid,
+                tid,
+                libc::SIGPROF,
+                &info as *const libc::siginfo_t,
+            );
         }
     }
     let asked = &ANSWERS[..tids.len()];
@@ -95,16 +118,22 @@ pub fn adopt_existing_threads(sampler: &Sampler) -> (usize, Vec<String>) {
         let tid = a.tid.load(Ordering::Relaxed);
         let thread = a.thread.load(Ordering::Acquire);
         if thread == 0 {
-            problems.push(format!("thread {tid} (started before pyigprof) did not answer; it is not sampled"));
+            problems.push(format!(
+                "thread {tid} (started before pyigprof) did not answer; it is not sampled"
+            ));
             continue;
         }
         let Some(bounds) = mapping_containing(&maps, a.sp.load(Ordering::Relaxed)) else {
-            problems.push(format!("thread {tid} (started before pyigprof): no stack mapping found; it is not sampled"));
+            problems.push(format!(
+                "thread {tid} (started before pyigprof): no stack mapping found; it is not sampled"
+            ));
             continue;
         };
         match sampler.register_existing_thread(thread, tid, bounds) {
             Ok(()) => adopted += 1,
-            Err(e) => problems.push(format!("thread {tid} (started before pyigprof): {e}; it is not sampled")),
+            Err(e) => problems.push(format!(
+                "thread {tid} (started before pyigprof): {e}; it is not sampled"
+            )),
         }
     }
     (adopted, problems)
@@ -116,7 +145,10 @@ fn mapping_containing(maps: &str, addr: u64) -> Option<(u64, u64)> {
     maps.lines().find_map(|line| {
         let range = line.split_whitespace().next()?;
         let (lo, hi) = range.split_once('-')?;
-        let (lo, hi) = (u64::from_str_radix(lo, 16).ok()?, u64::from_str_radix(hi, 16).ok()?);
+        let (lo, hi) = (
+            u64::from_str_radix(lo, 16).ok()?,
+            u64::from_str_radix(hi, 16).ok()?,
+        );
         (lo <= addr && addr < hi).then_some((lo, hi))
     })
 }
@@ -129,7 +161,10 @@ mod tests {
     fn finds_the_mapping_that_holds_an_address() {
         let maps = "00400000-00452000 r-xp 00000000 08:02 173521 /usr/bin/dbus-daemon\n\
                     7ffd1c000000-7ffd1c021000 rw-p 00000000 00:00 0 [stack]\n";
-        assert_eq!(mapping_containing(maps, 0x7ffd1c000010), Some((0x7ffd1c000000, 0x7ffd1c021000)));
+        assert_eq!(
+            mapping_containing(maps, 0x7ffd1c000010),
+            Some((0x7ffd1c000000, 0x7ffd1c021000))
+        );
         assert_eq!(mapping_containing(maps, 0x00452000), None);
         assert_eq!(mapping_containing("garbage\n", 5), None);
     }

@@ -62,20 +62,28 @@ pub struct Config {
 
 /// Signals `PYIGPROF_DUMP_SIGNAL` may name: those whose default action the program is
 /// unlikely to rely on.
-const DUMP_SIGNALS: [(&str, libc::c_int); 4] =
-    [("USR1", libc::SIGUSR1), ("USR2", libc::SIGUSR2), ("WINCH", libc::SIGWINCH), ("URG", libc::SIGURG)];
+const DUMP_SIGNALS: [(&str, libc::c_int); 4] = [
+    ("USR1", libc::SIGUSR1),
+    ("USR2", libc::SIGUSR2),
+    ("WINCH", libc::SIGWINCH),
+    ("URG", libc::SIGURG),
+];
 
 /// Parses a signal name (`SIGUSR2`, `USR2`) or number among [`DUMP_SIGNALS`] and the
 /// real-time signals.
 fn parse_signal(text: &str) -> Option<libc::c_int> {
     let text = text.trim();
     let name = text.strip_prefix("SIG").unwrap_or(text);
-    if let Some(&(_, number)) = DUMP_SIGNALS.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)) {
+    if let Some(&(_, number)) = DUMP_SIGNALS
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+    {
         return Some(number);
     }
     let number: libc::c_int = text.parse().ok()?;
-    (DUMP_SIGNALS.iter().any(|&(_, n)| n == number) || (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&number))
-        .then_some(number)
+    (DUMP_SIGNALS.iter().any(|&(_, n)| n == number)
+        || (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&number))
+    .then_some(number)
 }
 
 impl Config {
@@ -142,20 +150,34 @@ impl Config {
             }
             parsed
         });
-        let dump_interval_s = lookup("PYIGPROF_DUMP_INTERVAL").filter(|v| !v.is_empty()).and_then(|raw| {
-            match raw.to_str().and_then(|s| s.trim().parse::<u32>().ok()) {
-                Some(s) if s > 0 => Some(s),
-                _ => {
-                    complaints.push(format!(
+        let dump_interval_s = lookup("PYIGPROF_DUMP_INTERVAL")
+            .filter(|v| !v.is_empty())
+            .and_then(
+                |raw| match raw.to_str().and_then(|s| s.trim().parse::<u32>().ok()) {
+                    Some(s) if s > 0 => Some(s),
+                    _ => {
+                        complaints.push(format!(
                         "pyigprof: PYIGPROF_DUMP_INTERVAL={raw:?} is not a whole number of seconds \
                          above 0; no periodic profiles"
                     ));
-                    None
-                }
-            }
-        });
-        let all_processes = lookup("PYIGPROF_ALL_PROCESSES").is_some_and(|v| !v.is_empty() && v != "0");
-        (Config { hz, output, clock, quiet, dump_signal, dump_interval_s, all_processes }, complaints)
+                        None
+                    }
+                },
+            );
+        let all_processes =
+            lookup("PYIGPROF_ALL_PROCESSES").is_some_and(|v| !v.is_empty() && v != "0");
+        (
+            Config {
+                hz,
+                output,
+                clock,
+                quiet,
+                dump_signal,
+                dump_interval_s,
+                all_processes,
+            },
+            complaints,
+        )
     }
 
     /// The tick period in nanoseconds (the CPU time one timer expiration stands for).
@@ -194,8 +216,10 @@ mod tests {
     use super::*;
 
     fn parse(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
-        let vars: Vec<(String, OsString)> =
-            vars.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
+        let vars: Vec<(String, OsString)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
         Config::parse(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
     }
 
@@ -217,10 +241,48 @@ mod tests {
             assert_eq!(c.hz, DEFAULT_HZ, "{bad}");
             assert_eq!(complaints.len(), 1);
             assert!(complaints[0].contains("PYIGPROF_HZ"), "{}", complaints[0]);
-            assert!(complaints[0].contains("from 1 to 100000"), "{}", complaints[0]);
+            assert!(
+                complaints[0].contains("from 1 to 100000"),
+                "{}",
+                complaints[0]
+            );
         }
         let (c, complaints) = parse(&[("PYIGPROF_HZ", "1000")]);
         assert_eq!((c.hz, complaints.len()), (1000, 0));
+    }
+
+    #[test]
+    fn dump_signal_interval_and_all_processes() {
+        let (c, complaints) = parse(&[
+            ("PYIGPROF_DUMP_SIGNAL", "SIGUSR2"),
+            ("PYIGPROF_DUMP_INTERVAL", "60"),
+        ]);
+        assert_eq!(
+            (c.dump_signal, c.dump_interval_s, c.all_processes),
+            (Some(libc::SIGUSR2), Some(60), false)
+        );
+        assert!(complaints.is_empty());
+        assert_eq!(
+            parse(&[("PYIGPROF_DUMP_SIGNAL", "usr1")]).0.dump_signal,
+            Some(libc::SIGUSR1)
+        );
+        assert_eq!(
+            parse(&[("PYIGPROF_DUMP_SIGNAL", "10")]).0.dump_signal,
+            Some(libc::SIGUSR1)
+        );
+        for bad in ["SIGTERM", "SIGKILL", "9", "banana"] {
+            let (c, complaints) = parse(&[("PYIGPROF_DUMP_SIGNAL", bad)]);
+            assert_eq!(c.dump_signal, None, "{bad}");
+            assert!(
+                complaints[0].contains("PYIGPROF_DUMP_SIGNAL"),
+                "{complaints:?}"
+            );
+        }
+        let (c, complaints) = parse(&[("PYIGPROF_DUMP_INTERVAL", "0")]);
+        assert_eq!(c.dump_interval_s, None);
+        assert!(complaints[0].contains("PYIGPROF_DUMP_INTERVAL"));
+        assert!(parse(&[("PYIGPROF_ALL_PROCESSES", "1")]).0.all_processes);
+        assert!(!parse(&[("PYIGPROF_ALL_PROCESSES", "0")]).0.all_processes);
     }
 
     #[test]
@@ -230,7 +292,11 @@ mod tests {
         let (c, complaints) = parse(&[("PYIGPROF_CLOCK", "real")]);
         assert_eq!(c.clock, Clock::Cpu);
         assert_eq!(complaints.len(), 1);
-        assert!(complaints[0].contains("PYIGPROF_CLOCK=\"real\"") && complaints[0].contains("\"wall\""), "{}", complaints[0]);
+        assert!(
+            complaints[0].contains("PYIGPROF_CLOCK=\"real\"") && complaints[0].contains("\"wall\""),
+            "{}",
+            complaints[0]
+        );
     }
 
     #[test]

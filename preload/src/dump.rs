@@ -81,7 +81,14 @@ impl<'a> Resolver<'a> {
         let (function, offset) = match decode(key) {
             Frame::Native(pc) => self.native(pc),
             Frame::Python { record, instr } => self.python(record, instr),
-            Frame::Marker(m) => (Function { file: b"[pyigprof]".to_vec(), start: 0, name: m.name().into() }, 0),
+            Frame::Marker(m) => (
+                Function {
+                    file: b"[pyigprof]".to_vec(),
+                    start: 0,
+                    name: m.name().into(),
+                },
+                0,
+            ),
         };
         let resolved = (self.intern(function), offset);
         self.by_key.insert(key, resolved);
@@ -91,31 +98,84 @@ impl<'a> Resolver<'a> {
     fn native(&mut self, pc: u64) -> (Function, u64) {
         // The newest object that covered the address (an address range can be reused after
         // dlclose).
-        let Some(index) = self.objects.iter().rposition(|o| o.range.0 <= pc && pc < o.range.1) else {
+        let Some(index) = self
+            .objects
+            .iter()
+            .rposition(|o| o.range.0 <= pc && pc < o.range.1)
+        else {
             let name = format!("@?{pc:#x}").into_bytes();
-            return (Function { file: b"[unknown]".to_vec(), start: pc, name }, 0);
+            return (
+                Function {
+                    file: b"[unknown]".to_vec(),
+                    start: pc,
+                    name,
+                },
+                0,
+            );
         };
         let object = &self.objects[index];
         let svma = pc - object.bias;
         let table = table_for(object, index == 0);
         let file = object.path.as_os_str().as_bytes().to_vec();
         match table.lookup(svma) {
-            Some(sym) => (Function { file, start: sym.start, name: sym.name.clone().into_bytes() }, svma - sym.start),
-            None => (Function { file, start: svma, name: format!("@?{svma:#x}").into_bytes() }, 0),
+            Some(sym) => (
+                Function {
+                    file,
+                    start: sym.start,
+                    name: sym.name.clone().into_bytes(),
+                },
+                svma - sym.start,
+            ),
+            None => (
+                Function {
+                    file,
+                    start: svma,
+                    name: format!("@?{svma:#x}").into_bytes(),
+                },
+                0,
+            ),
         }
     }
 
     fn python(&mut self, record: u32, instr: Option<u32>) -> (Function, u64) {
         let Some(rt) = &self.sampler.python else {
-            return (Function { file: b"[python]".to_vec(), start: 0, name: b"<unknown code>".to_vec() }, 0);
+            return (
+                Function {
+                    file: b"[python]".to_vec(),
+                    start: 0,
+                    name: b"<unknown code>".to_vec(),
+                },
+                0,
+            );
         };
         let Some(code) = self.sampler.codes.get(record) else {
-            return (Function { file: b"[python]".to_vec(), start: 0, name: b"<unknown code>".to_vec() }, 0);
+            return (
+                Function {
+                    file: b"[python]".to_vec(),
+                    start: 0,
+                    name: b"<unknown code>".to_vec(),
+                },
+                0,
+            );
         };
         let first = code.first_line.max(0);
-        let line = instr.and_then(|offset| line_for_offset(rt.layout.line_table, code.line_table, code.first_line, offset));
+        let line = instr.and_then(|offset| {
+            line_for_offset(
+                rt.layout.line_table,
+                code.line_table,
+                code.first_line,
+                offset,
+            )
+        });
         let offset = line.map_or(0, |l| (l - first).max(0) as u64);
-        (Function { file: code.file.to_vec(), start: first as u64, name: code.name.to_vec() }, offset)
+        (
+            Function {
+                file: code.file.to_vec(),
+                start: first as u64,
+                name: code.name.to_vec(),
+            },
+            offset,
+        )
     }
 }
 
@@ -123,7 +183,13 @@ impl Profile {
     /// Merges the trace trees of every thread of `sampler` (sampling must have stopped).
     pub fn collect(sampler: &Sampler) -> Profile {
         let mut resolver = Resolver::new(sampler);
-        let mut nodes = vec![OutNode { function: u32::MAX, offset: 0, children: Vec::new(), samples: 0, ticks: 0 }];
+        let mut nodes = vec![OutNode {
+            function: u32::MAX,
+            offset: 0,
+            children: Vec::new(),
+            samples: 0,
+            ticks: 0,
+        }];
         let mut edges: HashMap<(u32, u32, u64), u32> = HashMap::new();
         let own = own_object_path();
         for root in sampler.slots.roots() {
@@ -143,7 +209,13 @@ impl Profile {
                     return;
                 }
                 let index = *edges.entry((parent, function, offset)).or_insert_with(|| {
-                    nodes.push(OutNode { function, offset, children: Vec::new(), samples: 0, ticks: 0 });
+                    nodes.push(OutNode {
+                        function,
+                        offset,
+                        children: Vec::new(),
+                        samples: 0,
+                        ticks: 0,
+                    });
                     let index = (nodes.len() - 1) as u32;
                     nodes[parent as usize].children.push(index);
                     index
@@ -165,7 +237,9 @@ impl Profile {
 
     /// Total samples and ticks in the profile.
     pub fn totals(&self) -> (u64, u64) {
-        self.nodes.iter().fold((0, 0), |(s, t), n| (s + n.samples, t + n.ticks))
+        self.nodes
+            .iter()
+            .fold((0, 0), |(s, t), n| (s + n.samples, t + n.ticks))
     }
 
     /// Writes the profile in IgProf's text format.
@@ -181,7 +255,12 @@ impl Profile {
         let mut counter_defined = false;
         let mut line = Vec::with_capacity(256);
         // Depth-first, children in the order they were first seen.
-        let mut stack: Vec<(u32, usize)> = self.nodes[0].children.iter().rev().map(|&c| (c, 1)).collect();
+        let mut stack: Vec<(u32, usize)> = self.nodes[0]
+            .children
+            .iter()
+            .rev()
+            .map(|&c| (c, 1))
+            .collect();
         while let Some((index, depth)) = stack.pop() {
             let node = &self.nodes[index as usize];
             line.clear();
@@ -213,7 +292,9 @@ impl Profile {
                     line.extend_from_slice(b" V0=(PERF_TICKS):(");
                     counter_defined = true;
                 }
-                line.extend_from_slice(format!("{:x},{:x},{:x})", node.samples, node.ticks, node.ticks).as_bytes());
+                line.extend_from_slice(
+                    format!("{:x},{:x},{:x})", node.samples, node.ticks, node.ticks).as_bytes(),
+                );
             }
             line.push(b'\n');
             out.write_all(&line)?;
@@ -259,17 +340,37 @@ fn command_line() -> Vec<u8> {
 /// (an earlier image of the same process, before an `exec`), at the first free name with
 /// `.1`, `.2`, … inserted before the extension (`pyigprof.42.gz` → `pyigprof.42.1.gz`).
 /// Never follows a symbolic link and never replaces a file. Returns the path written.
-pub fn write_unique(profile: &Profile, path: &std::path::Path) -> Result<std::path::PathBuf, String> {
+pub fn write_unique(
+    profile: &Profile,
+    path: &std::path::Path,
+) -> Result<std::path::PathBuf, String> {
     for n in 0..1000u32 {
-        let candidate = if n == 0 { path.to_path_buf() } else { numbered(path, n) };
+        let candidate = if n == 0 {
+            path.to_path_buf()
+        } else {
+            numbered(path, n)
+        };
         match write_new(profile, &candidate) {
             Ok(()) => return Ok(candidate),
             Err(Failed::Create(e)) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(Failed::Create(e)) => return Err(format!("cannot create the profile {}: {e}", candidate.display())),
-            Err(Failed::Write(e)) => return Err(format!("cannot write the profile {}: {e}", candidate.display())),
+            Err(Failed::Create(e)) => {
+                return Err(format!(
+                    "cannot create the profile {}: {e}",
+                    candidate.display()
+                ))
+            }
+            Err(Failed::Write(e)) => {
+                return Err(format!(
+                    "cannot write the profile {}: {e}",
+                    candidate.display()
+                ))
+            }
         }
     }
-    Err(format!("cannot write the profile {}: 1000 files of that name exist", path.display()))
+    Err(format!(
+        "cannot write the profile {}: 1000 files of that name exist",
+        path.display()
+    ))
 }
 
 /// `path` with `.n` inserted before its extension (`.gz`, `.txt`, …) or appended.
@@ -280,7 +381,10 @@ pub fn numbered(path: &std::path::Path, n: u32) -> std::path::PathBuf {
 /// `path` with `.tag` inserted before its extension or appended
 /// (`pyigprof.42.gz` → `pyigprof.42.snapshot1.gz`).
 pub fn tagged(path: &std::path::Path, tag: &str) -> std::path::PathBuf {
-    let name = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let renamed = match name.rfind('.') {
         Some(dot) if dot > 0 => format!("{}.{tag}{}", &name[..dot], &name[dot..]),
         _ => format!("{name}.{tag}"),
@@ -311,7 +415,10 @@ fn write_new(profile: &Profile, path: &std::path::Path) -> Result<(), Failed> {
     let buffered = std::io::BufWriter::with_capacity(1 << 16, file);
     let result = if path.as_os_str().as_bytes().ends_with(b".gz") {
         let mut gz = flate2::write::GzEncoder::new(buffered, flate2::Compression::new(6));
-        profile.write(&mut gz).and_then(|_| gz.finish()).and_then(|mut w| w.flush())
+        profile
+            .write(&mut gz)
+            .and_then(|_| gz.finish())
+            .and_then(|mut w| w.flush())
     } else {
         let mut w = buffered;
         profile.write(&mut w).and_then(|_| w.flush())
@@ -330,7 +437,10 @@ mod tests {
     fn escaping_follows_the_documented_rule() {
         let mut out = Vec::new();
         escape_into("f(ü) 100%\n<lambda>".as_bytes(), &mut out);
-        assert_eq!(String::from_utf8(out).unwrap(), "f%28%C3%BC%29 100%25%0A<lambda>");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "f%28%C3%BC%29 100%25%0A<lambda>"
+        );
         let mut out = Vec::new();
         escape_into(b"/tmp/a (1).py", &mut out);
         assert_eq!(out, b"/tmp/a %281%29.py");
@@ -338,11 +448,29 @@ mod tests {
 
     fn sample_profile() -> Profile {
         let functions = vec![
-            Function { file: b"/lib/libc.so.6".to_vec(), start: 0x271c0, name: b"__libc_start_main".to_vec() },
-            Function { file: b"/x/app.py".to_vec(), start: 1, name: b"<module>".to_vec() },
-            Function { file: b"/x/app.py".to_vec(), start: 7, name: b"squeeze".to_vec() },
+            Function {
+                file: b"/lib/libc.so.6".to_vec(),
+                start: 0x271c0,
+                name: b"__libc_start_main".to_vec(),
+            },
+            Function {
+                file: b"/x/app.py".to_vec(),
+                start: 1,
+                name: b"<module>".to_vec(),
+            },
+            Function {
+                file: b"/x/app.py".to_vec(),
+                start: 7,
+                name: b"squeeze".to_vec(),
+            },
         ];
-        let node = |function, offset, children: Vec<u32>, samples, ticks| OutNode { function, offset, children, samples, ticks };
+        let node = |function, offset, children: Vec<u32>, samples, ticks| OutNode {
+            function,
+            offset,
+            children,
+            samples,
+            ticks,
+        };
         let nodes = vec![
             node(u32::MAX, 0, vec![1], 0, 0),
             node(0, 0x8a, vec![2], 0, 0),
@@ -350,7 +478,13 @@ mod tests {
             node(2, 3, vec![], 5, 20),
             node(2, 4, vec![], 1, 1),
         ];
-        Profile { functions, nodes, period_ns: 4_000_000, pid: 0x4d2, program: b"python3 app (1).py".to_vec() }
+        Profile {
+            functions,
+            nodes,
+            period_ns: 4_000_000,
+            pid: 0x4d2,
+            program: b"python3 app (1).py".to_vec(),
+        }
     }
 
     #[test]

@@ -63,9 +63,16 @@ pub enum Frame {
 pub fn decode(key: u64) -> Frame {
     if key & PYTHON_BIT != 0 {
         let pos = (key & 0xffff_ffff) as u32;
-        Frame::Python { record: ((key >> 32) & 0x7fff_ffff) as u32, instr: pos.checked_sub(1) }
+        Frame::Python {
+            record: ((key >> 32) & 0x7fff_ffff) as u32,
+            instr: pos.checked_sub(1),
+        }
     } else if key & MARKER_BIT != 0 {
-        Frame::Marker(if key & !MARKER_BIT == Marker::Incomplete as u64 { Marker::Incomplete } else { Marker::Truncated })
+        Frame::Marker(if key & !MARKER_BIT == Marker::Incomplete as u64 {
+            Marker::Incomplete
+        } else {
+            Marker::Truncated
+        })
     } else {
         Frame::Native(key)
     }
@@ -78,13 +85,34 @@ mod tests {
     #[test]
     fn keys_round_trip() {
         assert_eq!(decode(0x7fff_1234_5678), Frame::Native(0x7fff_1234_5678));
-        assert_eq!(decode(python_key(7, Some(0))), Frame::Python { record: 7, instr: Some(0) });
-        assert_eq!(decode(python_key(7, None)), Frame::Python { record: 7, instr: None });
+        assert_eq!(
+            decode(python_key(7, Some(0))),
+            Frame::Python {
+                record: 7,
+                instr: Some(0)
+            }
+        );
+        assert_eq!(
+            decode(python_key(7, None)),
+            Frame::Python {
+                record: 7,
+                instr: None
+            }
+        );
         assert_eq!(
             decode(python_key(0x7fff_ffff, Some(123_456))),
-            Frame::Python { record: 0x7fff_ffff, instr: Some(123_456) }
+            Frame::Python {
+                record: 0x7fff_ffff,
+                instr: Some(123_456)
+            }
         );
-        assert_eq!(decode(marker_key(Marker::Truncated)), Frame::Marker(Marker::Truncated));
-        assert_eq!(decode(marker_key(Marker::Incomplete)), Frame::Marker(Marker::Incomplete));
+        assert_eq!(
+            decode(marker_key(Marker::Truncated)),
+            Frame::Marker(Marker::Truncated)
+        );
+        assert_eq!(
+            decode(marker_key(Marker::Incomplete)),
+            Frame::Marker(Marker::Incomplete)
+        );
     }
 }

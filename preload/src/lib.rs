@@ -44,7 +44,9 @@ pub extern "C" fn init() {
     // alone unless PYIGPROF_ALL_PROCESSES asks for them. (Tests link this crate as an rlib
     // into ordinary binaries: never start there.)
     let version = cpython::version();
-    if version.is_none() && !std::env::var_os("PYIGPROF_ALL_PROCESSES").is_some_and(|v| !v.is_empty() && v != "0") {
+    if version.is_none()
+        && !std::env::var_os("PYIGPROF_ALL_PROCESSES").is_some_and(|v| !v.is_empty() && v != "0")
+    {
         return;
     }
     let config = Config::from_env();
@@ -77,7 +79,12 @@ pub extern "C" fn init() {
     });
     // 3.8+ (and a stripped 3.6) learn the thread-state key when they attach: from the first
     // audit event, or without audit hooks from the first extension-module import.
-    if sampler.python.as_ref().is_some_and(|rt| rt.needs_attachment()) && !cpython::attach_by_audit_hook(on_attach) {
+    if sampler
+        .python
+        .as_ref()
+        .is_some_and(|rt| rt.needs_attachment())
+        && !cpython::attach_by_audit_hook(on_attach)
+    {
         cpython::attach_later(on_attach);
     }
     // SAFETY: registering plain extern "C" functions.
@@ -110,13 +117,25 @@ fn python_runtime(version: (u8, u8, u8)) -> Option<python::Runtime> {
         );
         return None;
     };
-    let evaluator_name = if major == 2 { "PyEval_EvalFrameEx" } else { "_PyEval_EvalFrameDefault" };
+    let evaluator_name = if major == 2 {
+        "PyEval_EvalFrameEx"
+    } else {
+        "_PyEval_EvalFrameDefault"
+    };
     let evaluator = evaluator_ranges(evaluator_name);
     let sym = |name: &std::ffi::CStr| cpython::symbol(name) as u64;
     let types = if major == 2 {
-        python::code::Types { code: sym(c"PyCode_Type"), text: sym(c"PyString_Type"), bytes: sym(c"PyString_Type") }
+        python::code::Types {
+            code: sym(c"PyCode_Type"),
+            text: sym(c"PyString_Type"),
+            bytes: sym(c"PyString_Type"),
+        }
     } else {
-        python::code::Types { code: sym(c"PyCode_Type"), text: sym(c"PyUnicode_Type"), bytes: sym(c"PyBytes_Type") }
+        python::code::Types {
+            code: sym(c"PyCode_Type"),
+            text: sym(c"PyUnicode_Type"),
+            bytes: sym(c"PyBytes_Type"),
+        }
     };
     let source = thread_state_source(&layout);
     let runtime = python::Runtime::new(layout, &evaluator, types, source);
@@ -132,24 +151,34 @@ fn python_runtime(version: (u8, u8, u8)) -> Option<python::Runtime> {
 /// Resolves how this CPython's thread states are found to this process's addresses.
 fn thread_state_source(layout: &python::layout::Layout) -> python::ThreadStateSource {
     use python::{layout::ThreadStateLookup as Lookup, ThreadStateSource as Source};
-    let exported = |name: &str| {
-        std::ffi::CString::new(name).map_or(0, |name| cpython::symbol(&name) as u64)
-    };
+    let exported =
+        |name: &str| std::ffi::CString::new(name).map_or(0, |name| cpython::symbol(&name) as u64);
     match layout.thread_state {
         Lookup::AttachedKey => Source::AttachedKey,
         Lookup::RuntimeTss { offset } => match exported("_PyRuntime") {
             0 => Source::AttachedKey,
-            runtime => Source::Tss { at: runtime + u64::from(offset) },
+            runtime => Source::Tss {
+                at: runtime + u64::from(offset),
+            },
         },
         Lookup::StaticKey { symbol } => {
             // A local symbol of the object that defines the C-API.
             let api = exported("PyGILState_GetThisThreadState");
-            let at = object_containing(api).and_then(|(_, object)| symbols::data_symbol(&object, symbol));
+            let at = object_containing(api)
+                .and_then(|(_, object)| symbols::data_symbol(&object, symbol));
             at.map_or(Source::AttachedKey, |at| Source::Key { at })
         }
-        Lookup::GilHolder { symbol, thread_id, interp } => match exported(symbol) {
+        Lookup::GilHolder {
+            symbol,
+            thread_id,
+            interp,
+        } => match exported(symbol) {
             0 => Source::AttachedKey,
-            current => Source::GilHolder { current, thread_id, interp },
+            current => Source::GilHolder {
+                current,
+                thread_id,
+                interp,
+            },
         },
     }
 }
@@ -185,15 +214,20 @@ fn layout_of(major: u8, minor: u8) -> Option<python::layout::Layout> {
 /// Run-time address ranges of every part of the evaluator function: the symbol table of the
 /// object that defines it (`.symtab` has the `.cold` parts), or its dynamic symbol's size.
 fn evaluator_ranges(name: &str) -> Vec<(u64, u64)> {
-    let Ok(cname) = std::ffi::CString::new(name) else { return Vec::new() };
+    let Ok(cname) = std::ffi::CString::new(name) else {
+        return Vec::new();
+    };
     let addr = cpython::symbol(&cname) as u64;
     if addr == 0 {
         return Vec::new();
     }
     if let Some((index, object)) = object_containing(addr) {
         let table = symbols::table_for(&object, index == 0);
-        let ranges: Vec<(u64, u64)> =
-            table.ranges_of(name).into_iter().map(|(lo, hi)| (lo + object.bias, hi + object.bias)).collect();
+        let ranges: Vec<(u64, u64)> = table
+            .ranges_of(name)
+            .into_iter()
+            .map(|(lo, hi)| (lo + object.bias, hi + object.bias))
+            .collect();
         if ranges.iter().any(|&(lo, hi)| lo <= addr && addr < hi) {
             return ranges;
         }

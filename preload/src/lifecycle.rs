@@ -70,7 +70,10 @@ pub fn start(config: Config) {
     // SAFETY: getpid has no preconditions; dlsym with a valid name.
     unsafe {
         OWNER.store(libc::getpid(), Ordering::Relaxed);
-        FORK.store(libc::dlsym(libc::RTLD_DEFAULT, c"_Fork".as_ptr()) as usize, Ordering::Relaxed);
+        FORK.store(
+            libc::dlsym(libc::RTLD_DEFAULT, c"_Fork".as_ptr()) as usize,
+            Ordering::Relaxed,
+        );
     }
     if let Ok(dir) = std::env::current_dir() {
         let _ = START_DIR.set(dir);
@@ -80,7 +83,13 @@ pub fn start(config: Config) {
         signals::guard(signal, on_fatal_signal, libc::SA_NODEFER, false, |_| {});
     }
     if let Some(signal) = config.dump_signal {
-        if !signals::guard(signal, on_dump_signal, libc::SA_RESTART, false, program_took_dump_signal) {
+        if !signals::guard(
+            signal,
+            on_dump_signal,
+            libc::SA_RESTART,
+            false,
+            program_took_dump_signal,
+        ) {
             eprintln!("pyigprof: PYIGPROF_DUMP_SIGNAL: signal {signal} already has a handler; no dump signal");
         }
     }
@@ -154,7 +163,12 @@ pub fn write_profile() -> Option<PathBuf> {
 
 /// Collects and writes a profile for process `pid`: the final one, or snapshot number
 /// `snapshot`. Prints the summary line unless quiet.
-fn write(sampler: &sampler::Sampler, config: &Config, pid: u32, snapshot: Option<u32>) -> Option<PathBuf> {
+fn write(
+    sampler: &sampler::Sampler,
+    config: &Config,
+    pid: u32,
+    snapshot: Option<u32>,
+) -> Option<PathBuf> {
     let mut profile = dump::Profile::collect(sampler);
     profile.pid = pid;
     let path = final_path(config, pid);
@@ -176,10 +190,21 @@ fn write(sampler: &sampler::Sampler, config: &Config, pid: u32, snapshot: Option
     }
 }
 
-fn summary(sampler: &sampler::Sampler, config: &Config, profile: &dump::Profile, path: &std::path::Path) {
+fn summary(
+    sampler: &sampler::Sampler,
+    config: &Config,
+    profile: &dump::Profile,
+    path: &std::path::Path,
+) {
     let stats = &sampler.stats;
     let samples = stats.samples.load(Ordering::Relaxed);
-    let percent = |n: u64| if samples == 0 { 0.0 } else { 100.0 * n as f64 / samples as f64 };
+    let percent = |n: u64| {
+        if samples == 0 {
+            0.0
+        } else {
+            100.0 * n as f64 / samples as f64
+        }
+    };
     let (recorded, ticks) = profile.totals();
     let time = match config.clock {
         Clock::Cpu => "CPU time",
@@ -255,14 +280,21 @@ pub fn signalling_self(signal: libc::c_int) {
 }
 
 /// Handler of the fatal signals while the program leaves them at their default action.
-extern "C" fn on_fatal_signal(signal: libc::c_int, info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {
+extern "C" fn on_fatal_signal(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    _uc: *mut libc::c_void,
+) {
     if is_owner() && signals::program_sees_default(signal) {
         write_from_child(None, true);
     }
     signals::restore_default(signal);
     // SAFETY: the kernel passes a valid siginfo.
     let code = unsafe { (*info).si_code };
-    let fault = matches!(signal, libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL) && code > 0;
+    let fault = matches!(
+        signal,
+        libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL
+    ) && code > 0;
     if !fault {
         // Sent (not a fault): send it again; it is delivered, with the default action,
         // when this handler returns. A fault recurs when the instruction runs again.
@@ -274,7 +306,11 @@ extern "C" fn on_fatal_signal(signal: libc::c_int, info: *mut libc::siginfo_t, _
 }
 
 /// Handler of `PYIGPROF_DUMP_SIGNAL`.
-extern "C" fn on_dump_signal(_signal: libc::c_int, _info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {
+extern "C" fn on_dump_signal(
+    _signal: libc::c_int,
+    _info: *mut libc::siginfo_t,
+    _uc: *mut libc::c_void,
+) {
     snapshot_from_handler();
 }
 
@@ -298,7 +334,9 @@ fn write_from_child(snapshot: Option<u32>, final_profile: bool) {
     if final_profile && DUMPED.swap(true, Ordering::AcqRel) {
         return;
     }
-    let (Some(sampler), Some(config)) = (sampler::get(), CONFIG.get()) else { return };
+    let (Some(sampler), Some(config)) = (sampler::get(), CONFIG.get()) else {
+        return;
+    };
     // SAFETY: getpid has no preconditions; _Fork/fork create a child that only runs
     // `child` below and then ends with exit_group.
     unsafe {
@@ -319,7 +357,10 @@ fn write_from_child(snapshot: Option<u32>, final_profile: bool) {
         if child < 0 {
             return;
         }
-        let step = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+        let step = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        };
         let steps = CHILD_TIMEOUT.as_millis() as u64;
         for _ in 0..steps {
             let mut status = 0;
@@ -344,13 +385,24 @@ fn start_dump_timer(seconds: u32) -> Result<(), String> {
         let mut event: libc::sigevent = std::mem::zeroed();
         event.sigev_notify = libc::SIGEV_SIGNAL;
         event.sigev_signo = libc::SIGPROF;
-        event.sigev_value = libc::sigval { sival_ptr: DUMP_COOKIE as *mut libc::c_void };
+        event.sigev_value = libc::sigval {
+            sival_ptr: DUMP_COOKIE as *mut libc::c_void,
+        };
         let mut timer: libc::timer_t = std::ptr::null_mut();
         if libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) != 0 {
-            return Err(format!("cannot create a timer: {}", std::io::Error::last_os_error()));
+            return Err(format!(
+                "cannot create a timer: {}",
+                std::io::Error::last_os_error()
+            ));
         }
-        let period = libc::timespec { tv_sec: seconds as libc::time_t, tv_nsec: 0 };
-        let spec = libc::itimerspec { it_interval: period, it_value: period };
+        let period = libc::timespec {
+            tv_sec: seconds as libc::time_t,
+            tv_nsec: 0,
+        };
+        let spec = libc::itimerspec {
+            it_interval: period,
+            it_value: period,
+        };
         if libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) != 0 {
             let err = std::io::Error::last_os_error();
             libc::timer_delete(timer);

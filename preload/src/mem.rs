@@ -40,7 +40,11 @@ impl<T> Pool<T> {
     /// Reserves room for `capacity` elements. `T` must be valid when all-zero.
     pub fn new(capacity: usize) -> Option<Self> {
         let base = map_region(capacity * std::mem::size_of::<T>())?.cast::<T>();
-        Some(Pool { base, capacity, next: AtomicUsize::new(1) })
+        Some(Pool {
+            base,
+            capacity,
+            next: AtomicUsize::new(1),
+        })
     }
 
     /// Allocates one zeroed element and returns its index, or `None` when the pool is full.
@@ -95,7 +99,11 @@ unsafe impl Send for Bytes {}
 impl Bytes {
     /// Reserves `capacity` bytes.
     pub fn new(capacity: usize) -> Option<Self> {
-        Some(Bytes { base: map_region(capacity)?, capacity, next: AtomicUsize::new(0) })
+        Some(Bytes {
+            base: map_region(capacity)?,
+            capacity,
+            next: AtomicUsize::new(0),
+        })
     }
 
     /// Allocates `len` bytes and returns their offset, or `None` when full.

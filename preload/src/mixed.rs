@@ -57,7 +57,11 @@ pub fn compose(
     let pairs = evaluators.min(groups);
     // Evaluator number e (innermost = 0) pairs with group e - shift_eval + shift_group.
     let from_outer = native.complete && !python.is_some_and(|p| p.truncated);
-    let (skip_eval, skip_group) = if from_outer { (evaluators - pairs, groups - pairs) } else { (0, 0) };
+    let (skip_eval, skip_group) = if from_outer {
+        (evaluators - pairs, groups - pairs)
+    } else {
+        (0, 0)
+    };
 
     let mut len = 0;
     let mut push = |key: u64, out: &mut [u64]| {
@@ -86,7 +90,11 @@ pub fn compose(
         let group = (e >= skip_eval && e - skip_eval < pairs).then(|| e - skip_eval + skip_group);
         match (group, python) {
             (Some(g), Some(p)) => {
-                let start = if g == 0 { 0 } else { usize::from(p.group_ends[g - 1]) };
+                let start = if g == 0 {
+                    0
+                } else {
+                    usize::from(p.group_ends[g - 1])
+                };
                 let end = usize::from(p.group_ends[g]);
                 if start >= end {
                     push(pc, out);
@@ -100,7 +108,11 @@ pub fn compose(
             _ => push(pc, out),
         }
     }
-    Composed { len, evaluators, paired }
+    Composed {
+        len,
+        evaluators,
+        paired,
+    }
 }
 
 #[cfg(test)]
@@ -111,10 +123,29 @@ mod tests {
     fn is_eval(pc: u64) -> bool {
         (0x5000..0x6000).contains(&pc)
     }
-    fn run(native: &[u64], complete: bool, keys: &[u64], ends: &[u16], truncated: bool) -> Vec<u64> {
+    fn run(
+        native: &[u64],
+        complete: bool,
+        keys: &[u64],
+        ends: &[u16],
+        truncated: bool,
+    ) -> Vec<u64> {
         let mut out = [0u64; 64];
-        let py = Python { keys, group_ends: ends, truncated };
-        let c = compose(&Native { frames: native, complete, cut: false }, Some(&py), is_eval, &mut out);
+        let py = Python {
+            keys,
+            group_ends: ends,
+            truncated,
+        };
+        let c = compose(
+            &Native {
+                frames: native,
+                complete,
+                cut: false,
+            },
+            Some(&py),
+            is_eval,
+            &mut out,
+        );
         out[..c.len].to_vec()
     }
 
@@ -141,13 +172,20 @@ mod tests {
         // Only the inner evaluator was unwound; the chain has two groups.
         let native = [0x9000, EVAL + 1, 0x7000];
         let out = run(&native, false, &[103, 101], &[1, 2], false);
-        assert_eq!(out, vec![marker_key(Marker::Incomplete), 0x7000, 103, 0x9000]);
+        assert_eq!(
+            out,
+            vec![marker_key(Marker::Incomplete), 0x7000, 103, 0x9000]
+        );
     }
 
     #[test]
     fn a_stack_cut_at_the_depth_limit_is_marked_as_truncated() {
         let mut out = [0u64; 8];
-        let native = Native { frames: &[3, 2, 1], complete: false, cut: true };
+        let native = Native {
+            frames: &[3, 2, 1],
+            complete: false,
+            cut: true,
+        };
         let c = compose(&native, None, is_eval, &mut out);
         assert_eq!(&out[..c.len], &[marker_key(Marker::Truncated), 1, 2, 3]);
     }
@@ -162,7 +200,16 @@ mod tests {
     #[test]
     fn without_python_the_native_stack_is_recorded_outermost_first() {
         let mut out = [0u64; 8];
-        let c = compose(&Native { frames: &[3, 2, 1], complete: true, cut: false }, None, is_eval, &mut out);
+        let c = compose(
+            &Native {
+                frames: &[3, 2, 1],
+                complete: true,
+                cut: false,
+            },
+            None,
+            is_eval,
+            &mut out,
+        );
         assert_eq!(&out[..c.len], &[1, 2, 3]);
         assert_eq!((c.evaluators, c.paired), (0, 0));
     }

@@ -77,7 +77,10 @@ pub fn rescan() {
     let old = current();
     let mut unwinder = old.map(|s| s.unwinder.clone()).unwrap_or_default();
     let old_objects: &[ObjectInfo] = old.map(|s| &s.objects[..]).unwrap_or(&[]);
-    for gone in old_objects.iter().filter(|o| !found.iter().any(|f| f.info == **o)) {
+    for gone in old_objects
+        .iter()
+        .filter(|o| !found.iter().any(|f| f.info == **o))
+    {
         unwinder.remove_module(gone.range.0);
     }
     let mut history = HISTORY.lock().ok();
@@ -109,7 +112,13 @@ pub fn forget_handle(handle: *mut libc::c_void) {
     }
     let mut map: *mut LinkMap = std::ptr::null_mut();
     // SAFETY: dlinfo with RTLD_DI_LINKMAP stores a `struct link_map *` into `map`.
-    let rc = unsafe { libc::dlinfo(handle, libc::RTLD_DI_LINKMAP, (&mut map as *mut *mut LinkMap).cast()) };
+    let rc = unsafe {
+        libc::dlinfo(
+            handle,
+            libc::RTLD_DI_LINKMAP,
+            (&mut map as *mut *mut LinkMap).cast(),
+        )
+    };
     if rc != 0 || map.is_null() {
         return;
     }
@@ -117,7 +126,11 @@ pub fn forget_handle(handle: *mut libc::c_void) {
     let bias = unsafe { (*map).l_addr };
     let Ok(_guard) = UPDATE.lock() else { return };
     let Some(old) = current() else { return };
-    let doomed: Vec<&ObjectInfo> = old.objects.iter().filter(|o| o.bias == bias as u64 && !o.in_memory).collect();
+    let doomed: Vec<&ObjectInfo> = old
+        .objects
+        .iter()
+        .filter(|o| o.bias == bias as u64 && !o.in_memory)
+        .collect();
     if doomed.is_empty() {
         return;
     }
@@ -125,7 +138,12 @@ pub fn forget_handle(handle: *mut libc::c_void) {
     for o in &doomed {
         unwinder.remove_module(o.range.0);
     }
-    let objects = old.objects.iter().filter(|o| !doomed.contains(o)).cloned().collect();
+    let objects = old
+        .objects
+        .iter()
+        .filter(|o| !doomed.contains(o))
+        .cloned()
+        .collect();
     publish(Snapshot { unwinder, objects });
     crate::sampler::wait_for_handlers();
 }
@@ -148,7 +166,11 @@ fn publish(snapshot: Snapshot) {
 
 fn enumerate() -> Vec<Found> {
     let mut found: Vec<Found> = Vec::new();
-    unsafe extern "C" fn callback(info: *mut libc::dl_phdr_info, _size: usize, data: *mut libc::c_void) -> libc::c_int {
+    unsafe extern "C" fn callback(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
         // SAFETY: dl_iterate_phdr passes a valid info and our Vec.
         let (info, found) = unsafe { (&*info, &mut *data.cast::<Vec<Found>>()) };
         if let Some(f) = describe(info) {
@@ -196,7 +218,12 @@ fn describe(info: &libc::dl_phdr_info) -> Option<Found> {
         (path, in_memory)
     };
     Some(Found {
-        info: ObjectInfo { path, bias, range: (start, end), in_memory },
+        info: ObjectInfo {
+            path,
+            bias,
+            range: (start, end),
+            in_memory,
+        },
         eh_frame_hdr,
         text,
         segments,
@@ -221,11 +248,14 @@ fn build_module(f: &Found) -> Option<Module<&'static [u8]>> {
     let field = i32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
     let eh_frame_lo = match hdr[1] {
         0x1b => (hdr_lo + 4).wrapping_add(field as i64 as u64), // DW_EH_PE_pcrel | sdata4
-        0x03 => field as u32 as u64,                             // DW_EH_PE_udata4
-        0x0b => field as i64 as u64,                             // DW_EH_PE_sdata4
+        0x03 => field as u32 as u64,                            // DW_EH_PE_udata4
+        0x0b => field as i64 as u64,                            // DW_EH_PE_sdata4
         _ => return None,
     };
-    let &(_, eh_frame_hi) = f.segments.iter().find(|s| s.0 <= eh_frame_lo && eh_frame_lo < s.1)?;
+    let &(_, eh_frame_hi) = f
+        .segments
+        .iter()
+        .find(|s| s.0 <= eh_frame_lo && eh_frame_lo < s.1)?;
     let mut section_info = ExplicitModuleSectionInfo::<&'static [u8]> {
         base_svma: 0,
         eh_frame_hdr_svma: Some(hdr_lo..hdr_hi),

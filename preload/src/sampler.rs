@@ -14,12 +14,12 @@
 //! before sampling; every read of the interrupted program's memory is checked; `errno` is
 //! preserved.
 
+use crate::config::Clock;
 use crate::mixed::{compose, Native, Python};
 use crate::modules;
 use crate::python::code::Codes;
 use crate::python::stack::{walk, PyStack};
 use crate::python::Runtime;
-use crate::config::Clock;
 use crate::threads::{Slot, Slots};
 use crate::trace::Trees;
 use crate::unwind::{unwind, Regs};
@@ -111,7 +111,13 @@ impl Sampler {
         SAMPLER.store(sampler as *const Sampler as *mut Sampler, Ordering::Release);
         // The handler, kept invisible to the program while it leaves SIGPROF alone
         // (hooks::signals); an inherited "ignore" is overridden.
-        if !signals::guard(libc::SIGPROF, on_sigprof, libc::SA_RESTART, true, program_took_sigprof) {
+        if !signals::guard(
+            libc::SIGPROF,
+            on_sigprof,
+            libc::SA_RESTART,
+            true,
+            program_took_sigprof,
+        ) {
             // SAFETY: installing a SA_SIGINFO handler with a valid function.
             unsafe {
                 let mut action: libc::sigaction = std::mem::zeroed();
@@ -119,7 +125,10 @@ impl Sampler {
                 action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
                 libc::sigemptyset(&mut action.sa_mask);
                 if signals::real_sigaction(libc::SIGPROF, &action, std::ptr::null_mut()) != 0 {
-                    return Err(format!("cannot install the SIGPROF handler: {}", std::io::Error::last_os_error()));
+                    return Err(format!(
+                        "cannot install the SIGPROF handler: {}",
+                        std::io::Error::last_os_error()
+                    ));
                 }
             }
         }
@@ -128,7 +137,10 @@ impl Sampler {
             // glibc fills in its signal trampoline (`__restore_rt`) as sa_restorer.
             let mut installed: libc::sigaction = std::mem::zeroed();
             signals::real_sigaction(libc::SIGPROF, std::ptr::null(), &mut installed);
-            sampler.restorer.store(installed.sa_restorer.map_or(0, |f| f as usize as u64), Ordering::Relaxed);
+            sampler.restorer.store(
+                installed.sa_restorer.map_or(0, |f| f as usize as u64),
+                Ordering::Relaxed,
+            );
             let mut key: libc::pthread_key_t = 0;
             if libc::pthread_key_create(&mut key, Some(thread_exiting)) == 0 {
                 sampler.exit_key.store(key as usize, Ordering::Relaxed);
@@ -153,7 +165,12 @@ impl Sampler {
         if key != usize::MAX {
             // A non-null value makes the key's destructor run when the thread exits.
             // SAFETY: a key we created.
-            unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, std::ptr::dangling::<libc::c_void>()) };
+            unsafe {
+                libc::pthread_setspecific(
+                    key as libc::pthread_key_t,
+                    std::ptr::dangling::<libc::c_void>(),
+                )
+            };
         }
         if let Some(e) = failure {
             eprintln!("pyigprof: {e}; this thread is not sampled");
@@ -164,10 +181,18 @@ impl Sampler {
     /// `thread` is its `pthread_t`, `tid` its kernel id, `bounds` its stack. Its timer is
     /// created here, on that thread's CPU clock; it is deleted when sampling stops (the
     /// thread's exit is not seen, and a dead thread's CPU clock no longer runs).
-    pub fn register_existing_thread(&self, thread: usize, tid: libc::pid_t, bounds: (u64, u64)) -> Result<(), String> {
+    pub fn register_existing_thread(
+        &self,
+        thread: usize,
+        tid: libc::pid_t,
+        bounds: (u64, u64),
+    ) -> Result<(), String> {
         let mut result = Ok(());
         // SAFETY: the thread's timer is not armed yet, so the handler does not run for it.
-        unsafe { self.slots.register(thread, Some(bounds), |slot| result = self.arm(slot, tid)) };
+        unsafe {
+            self.slots
+                .register(thread, Some(bounds), |slot| result = self.arm(slot, tid))
+        };
         result
     }
 
@@ -196,11 +221,16 @@ impl Sampler {
             let mut event: libc::sigevent = std::mem::zeroed();
             event.sigev_notify = libc::SIGEV_THREAD_ID;
             event.sigev_signo = libc::SIGPROF;
-            event.sigev_value = libc::sigval { sival_ptr: TIMER_COOKIE as *mut libc::c_void };
+            event.sigev_value = libc::sigval {
+                sival_ptr: TIMER_COOKIE as *mut libc::c_void,
+            };
             event.sigev_notify_thread_id = tid;
             let mut timer: libc::timer_t = std::ptr::null_mut();
             if libc::timer_create(clock, &mut event, &mut timer) != 0 {
-                return Err(format!("cannot create a sampling timer: {}", std::io::Error::last_os_error()));
+                return Err(format!(
+                    "cannot create a sampling timer: {}",
+                    std::io::Error::last_os_error()
+                ));
             }
             let timespec = |ns: u64| libc::timespec {
                 tv_sec: (ns / 1_000_000_000) as libc::time_t,
@@ -211,7 +241,10 @@ impl Sampler {
             // with probability (its time / period), so the expected ticks equal its time,
             // instead of never.
             let first = 1 + random(tid as u64) % self.period_ns;
-            let spec = libc::itimerspec { it_interval: timespec(self.period_ns), it_value: timespec(first) };
+            let spec = libc::itimerspec {
+                it_interval: timespec(self.period_ns),
+                it_value: timespec(first),
+            };
             if libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) != 0 {
                 let err = std::io::Error::last_os_error();
                 libc::timer_delete(timer);
@@ -245,12 +278,18 @@ impl Sampler {
     /// Starts sampling again after [`Sampler::stop`] (an `exec` that failed): re-arms the
     /// timer of every registered thread.
     pub fn resume(&self) {
-        if STATE.compare_exchange(OFF, SAMPLING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        if STATE
+            .compare_exchange(OFF, SAMPLING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
             return;
         }
         self.slots.for_each(|slot| {
             let tid = slot.tid.load(Ordering::Relaxed);
-            if slot.ready.load(Ordering::Acquire) && slot.owner.load(Ordering::Relaxed) != 0 && tid != 0 {
+            if slot.ready.load(Ordering::Acquire)
+                && slot.owner.load(Ordering::Relaxed) != 0
+                && tid != 0
+            {
                 let _ = self.arm(slot, tid);
             }
         });
@@ -284,9 +323,11 @@ impl Sampler {
         let mut armed = false;
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
-        self.slots.register_current(|slot| armed = self.arm(slot, tid).is_ok());
+        self.slots
+            .register_current(|slot| armed = self.arm(slot, tid).is_ok());
         if !armed {
-            let msg = b"pyigprof: cannot start a sampling timer in the fork child; it is not profiled\n";
+            let msg =
+                b"pyigprof: cannot start a sampling timer in the fork child; it is not profiled\n";
             // SAFETY: writing a static buffer to stderr.
             unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
         }
@@ -310,7 +351,9 @@ impl Sampler {
         };
         let mut root = slot.root.load(Ordering::Relaxed);
         if root == 0 {
-            let Some(fresh) = self.trees.new_root() else { return drop_sample() };
+            let Some(fresh) = self.trees.new_root() else {
+                return drop_sample();
+            };
             slot.root.store(fresh, Ordering::Release);
             root = fresh;
         }
@@ -319,9 +362,16 @@ impl Sampler {
 
         // Native frames.
         let cache = slot.cache.load(Ordering::Acquire);
-        let (native_len, complete, cut) = match (modules::current(), slot.ready.load(Ordering::Acquire), cache.is_null()) {
+        let (native_len, complete, cut) = match (
+            modules::current(),
+            slot.ready.load(Ordering::Acquire),
+            cache.is_null(),
+        ) {
             (Some(snapshot), true, false) => {
-                let bounds = (slot.stack.0.load(Ordering::Relaxed), slot.stack.1.load(Ordering::Relaxed));
+                let bounds = (
+                    slot.stack.0.load(Ordering::Relaxed),
+                    slot.stack.1.load(Ordering::Relaxed),
+                );
                 // SAFETY: the cache belongs to this slot, used only by its owner thread.
                 let cache = unsafe { &mut *cache };
                 let restorer = self.restorer.load(Ordering::Relaxed);
@@ -340,11 +390,27 @@ impl Sampler {
         // Python frames.
         let mut python = None;
         if let Some(rt) = &self.python {
-            let has_evaluator = slot.native[..native_len].iter().any(|&pc| rt.is_evaluator(pc));
-            let tstate = if has_evaluator { rt.current_thread_state(&mut slot.thread_state) } else { 0 };
+            let has_evaluator = slot.native[..native_len]
+                .iter()
+                .any(|&pc| rt.is_evaluator(pc));
+            let tstate = if has_evaluator {
+                rt.current_thread_state(&mut slot.thread_state)
+            } else {
+                0
+            };
             if tstate != 0 {
-                let out = PyStack { keys: &mut slot.python, group_ends: &mut slot.groups };
-                match walk(tstate, &rt.layout, &rt.types, &self.codes, out, &mut slot.text) {
+                let out = PyStack {
+                    keys: &mut slot.python,
+                    group_ends: &mut slot.groups,
+                };
+                match walk(
+                    tstate,
+                    &rt.layout,
+                    &rt.types,
+                    &self.codes,
+                    out,
+                    &mut slot.text,
+                ) {
                     Ok(w) => python = Some(w),
                     Err(_) => {
                         stats.python_bad_reads.fetch_add(1, Ordering::Relaxed);
@@ -353,7 +419,11 @@ impl Sampler {
             }
         }
 
-        let native = Native { frames: &slot.native[..native_len], complete, cut };
+        let native = Native {
+            frames: &slot.native[..native_len],
+            complete,
+            cut,
+        };
         let composed = match (&self.python, python) {
             (Some(rt), Some(w)) => {
                 let py = Python {
@@ -372,7 +442,9 @@ impl Sampler {
             }
             _ => compose(&native, None, |_| false, &mut slot.out),
         };
-        stats.deepest.fetch_max(composed.len as u64, Ordering::Relaxed);
+        stats
+            .deepest
+            .fetch_max(composed.len as u64, Ordering::Relaxed);
         if !self.trees.record(root, &slot.out[..composed.len], weight) {
             drop_sample();
         }
@@ -394,7 +466,10 @@ fn program_took_sigprof(_signal: libc::c_int) {
 
 /// A pseudo-random number from `seed` and the monotonic clock (splitmix64).
 fn random(seed: u64) -> u64 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime with a valid output pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
     let mut z = seed ^ (now.tv_sec as u64).wrapping_mul(1_000_000_007) ^ now.tv_nsec as u64;
@@ -433,10 +508,16 @@ fn is_ours(info: *const libc::siginfo_t) -> bool {
 /// Whether the signal was sent by a POSIX timer whose `si_value` is `cookie`.
 fn is_timer_with(info: *const libc::siginfo_t, cookie: usize) -> bool {
     // SAFETY: for SI_TIMER signals si_value is at offset 24 (after si_tid, si_overrun).
-    unsafe { (*info).si_code == libc::SI_TIMER && *(info as *const u8).add(24).cast::<usize>() == cookie }
+    unsafe {
+        (*info).si_code == libc::SI_TIMER && *(info as *const u8).add(24).cast::<usize>() == cookie
+    }
 }
 
-pub extern "C" fn on_sigprof(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+pub extern "C" fn on_sigprof(
+    _signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    uc: *mut libc::c_void,
+) {
     // SAFETY: __errno_location is the calling thread's errno.
     let errno = unsafe { *libc::__errno_location() };
     IN_FLIGHT.fetch_add(1, Ordering::SeqCst);

@@ -35,7 +35,11 @@ impl SymbolTable {
 
     /// As [`SymbolTable::from_elf`], adding the symbols of a separate debug file (the
     /// `.symtab` that a distribution strips from `data` and ships apart, found by build-id).
-    pub fn from_elf_with_debug(data: &[u8], debug: Option<&[u8]>, name_entry: bool) -> Option<SymbolTable> {
+    pub fn from_elf_with_debug(
+        data: &[u8],
+        debug: Option<&[u8]>,
+        name_entry: bool,
+    ) -> Option<SymbolTable> {
         let file = object::File::parse(data).ok()?;
         // (start, size, rank, name, end of its section): rank prefers global over weak over
         // local names for aliases at the same address.
@@ -54,7 +58,11 @@ impl SymbolTable {
         let fdes = fde_starts(&file);
         raw.sort_by(|a, b| (a.0, a.2, &a.3).cmp(&(b.0, b.2, &b.3)));
         raw.dedup_by_key(|s| s.0);
-        let sized: Vec<(u64, u64)> = raw.iter().filter(|s| s.1 > 0).map(|s| (s.0, s.0 + s.1)).collect();
+        let sized: Vec<(u64, u64)> = raw
+            .iter()
+            .filter(|s| s.1 > 0)
+            .map(|s| (s.0, s.0 + s.1))
+            .collect();
         let covered = |addr: u64| {
             let at = sized.partition_point(|r| r.0 <= addr);
             at > 0 && addr < sized[at - 1].1
@@ -62,7 +70,13 @@ impl SymbolTable {
         for (i, &start) in fdes.iter().enumerate() {
             if !covered(start) && raw.binary_search_by_key(&start, |s| s.0).is_err() {
                 let end = fdes.get(i + 1).copied().unwrap_or(u64::MAX);
-                raw.push((start, end.saturating_sub(start), 4, format!("@?{start:#x}"), u64::MAX));
+                raw.push((
+                    start,
+                    end.saturating_sub(start),
+                    4,
+                    format!("@?{start:#x}"),
+                    u64::MAX,
+                ));
             }
         }
         raw.sort_by(|a, b| (a.0, a.2, &a.3).cmp(&(b.0, b.2, &b.3)));
@@ -73,7 +87,11 @@ impl SymbolTable {
             .enumerate()
             .map(|(i, (start, size, _, name, section_end))| {
                 let next = starts.get(i + 1).copied().unwrap_or(u64::MAX);
-                let end = if size > 0 { start + size } else { next.min(section_end).max(start + 1) };
+                let end = if size > 0 {
+                    start + size
+                } else {
+                    next.min(section_end).max(start + 1)
+                };
                 Symbol { start, end, name }
             })
             .collect();
@@ -92,7 +110,12 @@ impl SymbolTable {
     pub fn ranges_of(&self, name: &str) -> Vec<(u64, u64)> {
         self.symbols
             .iter()
-            .filter(|s| s.name == name || s.name.strip_prefix(name).is_some_and(|rest| rest.starts_with('.')))
+            .filter(|s| {
+                s.name == name
+                    || s.name
+                        .strip_prefix(name)
+                        .is_some_and(|rest| rest.starts_with('.'))
+            })
             .map(|s| (s.start, s.end))
             .collect()
     }
@@ -112,7 +135,9 @@ impl SymbolTable {
 /// (start, size, rank, name, end of its section).
 fn collect_functions(file: &object::File<'_>, raw: &mut Vec<(u64, u64, u8, String, u64)>) {
     let section_end = |index: Option<object::SectionIndex>| -> u64 {
-        index.and_then(|i| file.section_by_index(i).ok()).map_or(u64::MAX, |sec| sec.address() + sec.size())
+        index
+            .and_then(|i| file.section_by_index(i).ok())
+            .map_or(u64::MAX, |sec| sec.address() + sec.size())
     };
     for sym in file.symbols().chain(file.dynamic_symbols()) {
         if sym.kind() != SymbolKind::Text || sym.address() == 0 || sym.is_undefined() {
@@ -129,7 +154,13 @@ fn collect_functions(file: &object::File<'_>, raw: &mut Vec<(u64, u64, u8, Strin
         } else {
             2
         };
-        raw.push((sym.address(), sym.size(), rank, name.to_string(), section_end(sym.section_index())));
+        raw.push((
+            sym.address(),
+            sym.size(),
+            rank,
+            name.to_string(),
+            section_end(sym.section_index()),
+        ));
     }
 }
 
@@ -167,8 +198,12 @@ fn debug_file_for(id: &[u8]) -> Option<memmap2::Mmap> {
 /// table, sorted. Empty when the object has none or it uses an encoding other than the one
 /// GNU ld writes (`DW_EH_PE_datarel | DW_EH_PE_sdata4`).
 fn fde_starts(file: &object::File<'_>) -> Vec<u64> {
-    let Some(section) = file.section_by_name(".eh_frame_hdr") else { return Vec::new() };
-    let (Ok(hdr), base) = (section.data(), section.address()) else { return Vec::new() };
+    let Some(section) = file.section_by_name(".eh_frame_hdr") else {
+        return Vec::new();
+    };
+    let (Ok(hdr), base) = (section.data(), section.address()) else {
+        return Vec::new();
+    };
     // version, eh_frame_ptr encoding, fde_count encoding, table encoding.
     if hdr.len() < 12 || hdr[0] != 1 || hdr[2] != 0x03 || hdr[3] != 0x3b {
         return Vec::new();
@@ -179,14 +214,21 @@ fn fde_starts(file: &object::File<'_>) -> Vec<u64> {
         _ => return Vec::new(),
     };
     let count_at = 4 + pointer_size;
-    let Some(count) = hdr.get(count_at..count_at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])) else {
+    let Some(count) = hdr
+        .get(count_at..count_at + 4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    else {
         return Vec::new();
     };
     let table = &hdr[count_at + 4..];
     let mut starts: Vec<u64> = table
         .chunks_exact(8)
         .take(count as usize)
-        .map(|entry| base.wrapping_add(i32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]) as i64 as u64))
+        .map(|entry| {
+            base.wrapping_add(
+                i32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]) as i64 as u64,
+            )
+        })
         .collect();
     starts.sort_unstable();
     starts
@@ -201,12 +243,17 @@ static LOADED: Mutex<Option<Loaded>> = Mutex::new(None);
 /// file (or ELF image in memory, for the vDSO) gets an empty table.
 pub fn table_for(object: &ObjectInfo, is_main: bool) -> Arc<SymbolTable> {
     let key = (object.path.clone(), object.bias);
-    if let Some(cached) = LOADED.lock().ok().and_then(|m| m.as_ref().and_then(|m| m.get(&key).cloned())) {
+    if let Some(cached) = LOADED
+        .lock()
+        .ok()
+        .and_then(|m| m.as_ref().and_then(|m| m.get(&key).cloned()))
+    {
         return cached;
     }
     let table = Arc::new(load(object, is_main).unwrap_or_default());
     if let Ok(mut map) = LOADED.lock() {
-        map.get_or_insert_with(HashMap::new).insert(key, table.clone());
+        map.get_or_insert_with(HashMap::new)
+            .insert(key, table.clone());
     }
     table
 }
@@ -223,7 +270,12 @@ fn load(object: &ObjectInfo, is_main: bool) -> Option<SymbolTable> {
     // SAFETY: a read-only private mapping of a file; shared objects are not rewritten in
     // place while mapped (installers replace them by rename).
     let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    let debug = object::File::parse(&*map).ok()?.build_id().ok().flatten().and_then(debug_file_for);
+    let debug = object::File::parse(&*map)
+        .ok()?
+        .build_id()
+        .ok()
+        .flatten()
+        .and_then(debug_file_for);
     SymbolTable::from_elf_with_debug(&map, debug.as_deref(), is_main)
 }
 
@@ -259,9 +311,15 @@ mod tests {
     fn stripped_functions_are_named_by_their_unwind_entry() {
         // Debian's libz is stripped of .symtab: static functions such as deflate_slow are only
         // known from .eh_frame_hdr.
-        let Ok(data) = std::fs::read("/lib/x86_64-linux-gnu/libz.so.1") else { return };
+        let Ok(data) = std::fs::read("/lib/x86_64-linux-gnu/libz.so.1") else {
+            return;
+        };
         let table = SymbolTable::from_elf(&data, false).unwrap();
-        let unnamed: Vec<&Symbol> = table.symbols.iter().filter(|s| s.name.starts_with("@?")).collect();
+        let unnamed: Vec<&Symbol> = table
+            .symbols
+            .iter()
+            .filter(|s| s.name.starts_with("@?"))
+            .collect();
         assert!(!unnamed.is_empty());
         let f = unnamed[0];
         assert_eq!(f.name, format!("@?{:#x}", f.start));

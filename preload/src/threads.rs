@@ -12,7 +12,9 @@
 use crate::mem::map_region;
 use framehop::x86_64::CacheX86_64;
 use framehop::MustNotAllocateDuringUnwind;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 
 /// Most native frames unwound per sample; a deeper stack is cut (outermost frames lost)
 /// and a `<truncated stack>` marker stands for the rest.
@@ -95,7 +97,10 @@ impl Slots {
             let owner = slot.owner.load(Ordering::Acquire);
             if owner == thread
                 || (owner == 0
-                    && slot.owner.compare_exchange(0, thread, Ordering::AcqRel, Ordering::Acquire).is_ok())
+                    && slot
+                        .owner
+                        .compare_exchange(0, thread, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok())
             {
                 // SAFETY: see the function contract.
                 return Some(unsafe { &mut *self.base.add(i) });
@@ -123,13 +128,21 @@ impl Slots {
     /// # Safety
     /// The handler must not run on `thread` meanwhile: it is the calling thread with
     /// `SIGPROF` blocked, or a thread whose timer is not armed yet (adopted at start-up).
-    pub unsafe fn register(&self, thread: usize, bounds: Option<(u64, u64)>, arm: impl FnOnce(&Slot)) {
+    pub unsafe fn register(
+        &self,
+        thread: usize,
+        bounds: Option<(u64, u64)>,
+        arm: impl FnOnce(&Slot),
+    ) {
         // SAFETY: see the function contract.
         if let Some(slot) = unsafe { self.find_or_claim(thread) } {
             // A slot may be reused by a new thread with the same pthread_t.
             slot.thread_state = 0;
             if slot.cache.load(Ordering::Acquire).is_null() {
-                slot.cache.store(Box::into_raw(Box::new(UnwindCache::new_in())), Ordering::Release);
+                slot.cache.store(
+                    Box::into_raw(Box::new(UnwindCache::new_in())),
+                    Ordering::Release,
+                );
             }
             if let Some((lo, hi)) = bounds {
                 slot.stack.0.store(lo, Ordering::Relaxed);

@@ -33,7 +33,9 @@ pub struct Trees {
 impl Trees {
     /// Reserves room for `capacity` nodes (48 bytes each, resident only when used).
     pub fn new(capacity: usize) -> Option<Trees> {
-        Some(Trees { nodes: Pool::new(capacity)? })
+        Some(Trees {
+            nodes: Pool::new(capacity)?,
+        })
     }
 
     /// A new empty tree; returns its root node, or `None` when the pool is full.
@@ -95,7 +97,8 @@ impl Trees {
         let fresh = self.nodes.alloc()?;
         self.init(fresh, key);
         let node = self.node(fresh);
-        node.next_sibling.store(p.first_child.load(Ordering::Relaxed), Ordering::Relaxed);
+        node.next_sibling
+            .store(p.first_child.load(Ordering::Relaxed), Ordering::Relaxed);
         p.first_child.store(fresh, Ordering::Release);
         Some(fresh)
     }
@@ -161,7 +164,11 @@ mod tests {
         assert!(trees.record(root, &[1, 5], 2));
         assert_eq!(
             paths(&trees, root),
-            vec![(vec![1, 2], 1, 1), (vec![1, 2, 3], 2, 5), (vec![1, 5], 1, 2)]
+            vec![
+                (vec![1, 2], 1, 1),
+                (vec![1, 2, 3], 2, 5),
+                (vec![1, 5], 1, 2)
+            ]
         );
         // root + nodes 1, 2, 3, 5
         assert_eq!(trees.nodes_used(), 5);

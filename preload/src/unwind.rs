@@ -61,7 +61,10 @@ pub fn unwind(
 ) -> Unwound {
     let (low, high) = (stack.0.max(regs.sp.saturating_sub(256)), stack.1);
     let mut read_stack = |addr: u64| -> Result<u64, ()> {
-        if addr >= low && addr.checked_add(8).is_some_and(|end| end <= high) && addr.is_multiple_of(8) {
+        if addr >= low
+            && addr.checked_add(8).is_some_and(|end| end <= high)
+            && addr.is_multiple_of(8)
+        {
             // SAFETY: inside the thread's stack, below its top and above the interrupted sp.
             Ok(unsafe { std::ptr::read_volatile(addr as *const u64) })
         } else {
@@ -73,11 +76,18 @@ pub fn unwind(
     let mut n = 0;
     loop {
         if n == out.len() {
-            return Unwound { frames: n, complete: false, cut: true };
+            return Unwound {
+                frames: n,
+                complete: false,
+                cut: true,
+            };
         }
         out[n] = address.address_for_lookup();
         n += 1;
-        match snapshot.unwinder.unwind_frame(address, &mut uregs, cache, &mut read_stack) {
+        match snapshot
+            .unwinder
+            .unwind_frame(address, &mut uregs, cache, &mut read_stack)
+        {
             Ok(Some(ret)) if ret == restorer && restorer != 0 => {
                 // The frame below was a signal handler: the kernel's rt_sigframe holds the
                 // ucontext right where the return address was popped from.
@@ -88,17 +98,39 @@ pub fn unwind(
                     field(greg_offset(libc::REG_RSP)),
                     field(greg_offset(libc::REG_RBP)),
                 ) else {
-                    return Unwound { frames: n, complete: false, cut: false };
+                    return Unwound {
+                        frames: n,
+                        complete: false,
+                        cut: false,
+                    };
                 };
                 uregs = UnwindRegsX86_64::new(ip, sp, bp);
                 address = FrameAddress::from_instruction_pointer(ip);
             }
             Ok(Some(ret)) => match FrameAddress::from_return_address(ret) {
                 Some(next) => address = next,
-                None => return Unwound { frames: n, complete: true, cut: false },
+                None => {
+                    return Unwound {
+                        frames: n,
+                        complete: true,
+                        cut: false,
+                    }
+                }
             },
-            Ok(None) => return Unwound { frames: n, complete: true, cut: false },
-            Err(_) => return Unwound { frames: n, complete: false, cut: false },
+            Ok(None) => {
+                return Unwound {
+                    frames: n,
+                    complete: true,
+                    cut: false,
+                }
+            }
+            Err(_) => {
+                return Unwound {
+                    frames: n,
+                    complete: false,
+                    cut: false,
+                }
+            }
         }
     }
 }

@@ -28,17 +28,29 @@ pub fn artifacts() -> &'static Artifacts {
     BUILT.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "--release", "-p", "pyigprof-preload", "-p", "pyigprof-analyse"])
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "pyigprof-preload",
+                "-p",
+                "pyigprof-analyse",
+            ])
             .current_dir(repo())
             .status()
             .expect("run cargo build");
         assert!(status.success(), "cargo build --release failed");
-        let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| repo().join("target"), PathBuf::from);
         let a = Artifacts {
             preload: target.join("release/libpyigprof.so"),
             analyse: target.join("release/pyigprof-analyse"),
         };
-        assert!(a.preload.exists() && a.analyse.exists(), "artifacts missing in {}", target.display());
+        assert!(
+            a.preload.exists() && a.analyse.exists(),
+            "artifacts missing in {}",
+            target.display()
+        );
         a
     })
 }
@@ -63,20 +75,31 @@ pub fn interpreters() -> Vec<Interpreter> {
             let dir = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path().join("bin/python");
             if let Some(version) = version_of(&path) {
-                found.push(Interpreter { name: format!("pyenv-{dir}"), path, version });
+                found.push(Interpreter {
+                    name: format!("pyenv-{dir}"),
+                    path,
+                    version,
+                });
             }
         }
     }
     let debian = PathBuf::from("/usr/bin/python3.11");
     if let Some(version) = version_of(&debian) {
-        found.push(Interpreter { name: "debian-3.11".into(), path: debian, version });
+        found.push(Interpreter {
+            name: "debian-3.11".into(),
+            path: debian,
+            version,
+        });
     }
     found.sort_by(|a, b| (a.version, &a.name).cmp(&(b.version, &b.name)));
     found
 }
 
 fn version_of(path: &Path) -> Option<(u32, u32)> {
-    let out = Command::new(path).args(["-c", "import sys; print('%d %d' % sys.version_info[:2])"]).output().ok()?;
+    let out = Command::new(path)
+        .args(["-c", "import sys; print('%d %d' % sys.version_info[:2])"])
+        .output()
+        .ok()?;
     let text = String::from_utf8(out.stdout).ok()?;
     let mut parts = text.split_whitespace().map(|p| p.parse::<u32>().ok());
     Some((parts.next()??, parts.next()??))
@@ -92,8 +115,14 @@ pub fn interpreters_with_python_frames(test: &str) -> Vec<Interpreter> {
 /// The present interpreters of version `min` or later, printed, with the others and
 /// `why_not` (what the test's program needs that they lack).
 pub fn interpreters_since(test: &str, min: (u32, u32), why_not: &str) -> Vec<Interpreter> {
-    let (with, without): (Vec<_>, Vec<_>) = interpreters().into_iter().partition(|i| i.version >= min);
-    let names = |v: &[Interpreter]| v.iter().map(|i| i.name.clone()).collect::<Vec<_>>().join(", ");
+    let (with, without): (Vec<_>, Vec<_>) =
+        interpreters().into_iter().partition(|i| i.version >= min);
+    let names = |v: &[Interpreter]| {
+        v.iter()
+            .map(|i| i.name.clone())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     eprintln!("{test}: interpreters covered: {}", names(&with));
     if !without.is_empty() {
         eprintln!("{test}: not covered ({why_not}): {}", names(&without));
@@ -104,15 +133,30 @@ pub fn interpreters_since(test: &str, min: (u32, u32), why_not: &str) -> Vec<Int
 /// The 3.11 interpreters issue 2 is about (pyenv's shared build and Debian's static one),
 /// printed.
 pub fn python311(test: &str) -> Vec<Interpreter> {
-    let v: Vec<Interpreter> = interpreters().into_iter().filter(|i| i.version == (3, 11)).collect();
-    eprintln!("{test}: 3.11 interpreters covered: {}", v.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", "));
+    let v: Vec<Interpreter> = interpreters()
+        .into_iter()
+        .filter(|i| i.version == (3, 11))
+        .collect();
+    eprintln!(
+        "{test}: 3.11 interpreters covered: {}",
+        v.iter()
+            .map(|i| i.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     v
 }
 
 /// A fresh, empty directory for one test run.
 pub fn scratch_dir(tag: &str) -> PathBuf {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    let dir = std::env::temp_dir().join(format!("pyigprof-test-{tag}-{}-{nanos}", std::process::id()));
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!(
+        "pyigprof-test-{tag}-{}-{nanos}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).expect("create scratch dir");
     dir
 }
@@ -141,7 +185,10 @@ impl Run {
         let mut v: Vec<PathBuf> = std::fs::read_dir(&self.dir)
             .map(|d| d.flatten().map(|e| e.path()).collect())
             .unwrap_or_default();
-        v.retain(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("pyigprof.")));
+        v.retain(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("pyigprof."))
+        });
         v.sort();
         v
     }
@@ -149,7 +196,13 @@ impl Run {
     /// The single profile the run wrote, read with the analyser's reader.
     pub fn profile(&self) -> Profile {
         let paths = self.profiles();
-        assert_eq!(paths.len(), 1, "expected one profile in {}, stderr:\n{}", self.dir.display(), self.stderr());
+        assert_eq!(
+            paths.len(),
+            1,
+            "expected one profile in {}, stderr:\n{}",
+            self.dir.display(),
+            self.stderr()
+        );
         igprof_analyse::read_profiles(&paths).unwrap_or_else(|e| panic!("{e}"))
     }
 }
@@ -158,7 +211,9 @@ impl Run {
 pub fn run_profiled(python: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let dir = scratch_dir("run");
     let mut cmd = Command::new(python);
-    cmd.args(args).current_dir(&dir).env("LD_PRELOAD", &artifacts().preload);
+    cmd.args(args)
+        .current_dir(&dir)
+        .env("LD_PRELOAD", &artifacts().preload);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -170,14 +225,24 @@ pub fn run_profiled(python: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
 /// successfully, and reads its profile.
 pub fn profiled_ok(python: &Interpreter, args: &[&str], env: &[(&str, &str)]) -> (Run, Profile) {
     let run = run_profiled(&python.path, args, env);
-    assert!(run.output.status.success(), "{}: exit {:?}\n{}", python.name, run.output.status, run.stderr());
+    assert!(
+        run.output.status.success(),
+        "{}: exit {:?}\n{}",
+        python.name,
+        run.output.status,
+        run.stderr()
+    );
     let profile = run.profile();
     (run, profile)
 }
 
 /// Path of a file under `examples/`.
 pub fn example(name: &str) -> String {
-    repo().join("examples").join(name).to_string_lossy().into_owned()
+    repo()
+        .join("examples")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// One recorded call stack: frames outermost first as (function name, file), and its
@@ -208,7 +273,9 @@ impl Stack {
 
 /// Every stack of the profile that has samples of its own (PERF_TICKS).
 pub fn stacks(profile: &Profile) -> Vec<Stack> {
-    let counter = profile.counter_id("PERF_TICKS").expect("PERF_TICKS counter");
+    let counter = profile
+        .counter_id("PERF_TICKS")
+        .expect("PERF_TICKS counter");
     let nodes = profile.nodes();
     let mut out = Vec::new();
     for (index, node) in nodes.iter().enumerate() {
@@ -228,14 +295,21 @@ pub fn stacks(profile: &Profile) -> Vec<Stack> {
         }
         frames.reverse();
         offsets.reverse();
-        out.push(Stack { frames, ticks: v.amount, samples: v.count, offsets });
+        out.push(Stack {
+            frames,
+            ticks: v.amount,
+            samples: v.count,
+            offsets,
+        });
     }
     out
 }
 
 /// Total ticks and samples of the profile.
 pub fn totals(profile: &Profile) -> (i64, i64) {
-    stacks(profile).iter().fold((0, 0), |(t, s), st| (t + st.ticks, s + st.samples))
+    stacks(profile)
+        .iter()
+        .fold((0, 0), |(t, s), st| (t + st.ticks, s + st.samples))
 }
 
 /// Seconds of CPU time the profile reports (ticks × T).
@@ -259,12 +333,21 @@ pub fn share(profile: &Profile, pred: impl Fn(&Stack) -> bool) -> f64 {
 /// their measurements as JSON on their last line).
 pub fn json_number(text: &str, key: &str) -> f64 {
     let needle = format!("\"{key}\": ");
-    let at = text.find(&needle).unwrap_or_else(|| panic!("no {key} in {text}")) + needle.len();
+    let at = text
+        .find(&needle)
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+        + needle.len();
     let end = text[at..].find([',', '}']).map_or(text.len(), |e| at + e);
-    text[at..end].trim().parse().unwrap_or_else(|_| panic!("bad number for {key} in {text}"))
+    text[at..end]
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("bad number for {key} in {text}"))
 }
 
 /// Runs the analyser with `args`.
 pub fn analyse(args: &[&str]) -> Output {
-    Command::new(&artifacts().analyse).args(args).output().expect("run pyigprof-analyse")
+    Command::new(&artifacts().analyse)
+        .args(args)
+        .output()
+        .expect("run pyigprof-analyse")
 }

@@ -102,7 +102,8 @@ impl Codes {
             return Err(CodeError::NotCode);
         }
         let identity = identity(code, layout).ok_or(CodeError::BadField)?;
-        let first_line = read::int(code + u64::from(layout.co_firstlineno)).ok_or(CodeError::BadField)?;
+        let first_line =
+            read::int(code + u64::from(layout.co_firstlineno)).ok_or(CodeError::BadField)?;
         let home = (code.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize & (CACHE_SIZE - 1);
         for probe in 0..MAX_PROBES {
             let slot = (home + probe) & (CACHE_SIZE - 1);
@@ -172,11 +173,18 @@ impl Codes {
     ) -> Result<(u32, u32), CodeError> {
         let len = read_text(obj, layout, types, scratch).ok_or(CodeError::BadField)?;
         let offset = self.text.alloc(len).ok_or(CodeError::Full)?;
-        self.text.slice_mut(offset, len).copy_from_slice(&scratch[..len]);
+        self.text
+            .slice_mut(offset, len)
+            .copy_from_slice(&scratch[..len]);
         Ok((offset, len as u32))
     }
 
-    fn store_line_table(&self, obj: u64, layout: &Layout, types: &Types) -> Result<(u32, u32), CodeError> {
+    fn store_line_table(
+        &self,
+        obj: u64,
+        layout: &Layout,
+        types: &Types,
+    ) -> Result<(u32, u32), CodeError> {
         if !read::has_type(obj, types.bytes) {
             return Err(CodeError::BadField);
         }
@@ -186,8 +194,12 @@ impl Codes {
         }
         let len = size.min(MAX_LINE_TABLE);
         let offset = self.text.alloc(len).ok_or(CodeError::Full)?;
-        read::bytes(obj + u64::from(layout.bytes_data), len, self.text.slice_mut(offset, len))
-            .ok_or(CodeError::BadField)?;
+        read::bytes(
+            obj + u64::from(layout.bytes_data),
+            len,
+            self.text.slice_mut(offset, len),
+        )
+        .ok_or(CodeError::BadField)?;
         Ok((offset, len as u32))
     }
 
@@ -244,7 +256,10 @@ pub fn read_text(obj: u64, layout: &Layout, types: &Types, out: &mut [u8]) -> Op
             read::bytes(obj + u64::from(data), len, out)?;
             Some(len)
         }
-        StrModel::Unicode { ascii_data, compact_data } => {
+        StrModel::Unicode {
+            ascii_data,
+            compact_data,
+        } => {
             let state = read::uint(obj + 32)?;
             let kind = (state >> 2) & 7;
             let compact = state & (1 << 5) != 0;

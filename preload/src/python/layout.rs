@@ -82,7 +82,11 @@ pub enum ThreadStateLookup {
     /// released the GIL uses the state last seen for it (checked the same way, and that it
     /// still points at the interpreter), so it keeps its Python frames once it has been
     /// sampled holding the GIL.
-    GilHolder { symbol: &'static str, thread_id: u16, interp: u16 },
+    GilHolder {
+        symbol: &'static str,
+        thread_id: u16,
+        interp: u16,
+    },
 }
 
 /// Everything version-specific the sampler reads. All offsets in bytes.
@@ -154,17 +158,26 @@ impl Layout {
                 LineTable::Lnotab { signed_lines: true }
             },
             bytes_data: 32,
-            strings: StrModel::Unicode { ascii_data: 48, compact_data: 72 },
+            strings: StrModel::Unicode {
+                ascii_data: 48,
+                compact_data: 72,
+            },
             thread_state: ThreadStateLookup::AttachedKey,
         };
         let interpreter_frame = |thread_frame: u16, cframe_current: Option<u16>| Layout {
             version: (major, minor),
             thread_frame,
             cframe_current,
-            frame: FrameModel::CStackOwner { offset: 70, value: 3 },
+            frame: FrameModel::CStackOwner {
+                offset: 70,
+                value: 3,
+            },
             frame_code: 0,
             frame_back: 8,
-            position: Position::Pointer { offset: 56, code_start: 192 },
+            position: Position::Pointer {
+                offset: 56,
+                code_start: 192,
+            },
             shim_flag: None,
             co_filename: 112,
             co_name: 120,
@@ -173,7 +186,10 @@ impl Layout {
             co_linetable: 136,
             line_table: LineTable::Locations,
             bytes_data: 32,
-            strings: StrModel::Unicode { ascii_data: 40, compact_data: 56 },
+            strings: StrModel::Unicode {
+                ascii_data: 40,
+                compact_data: 56,
+            },
             thread_state: ThreadStateLookup::AttachedKey,
         };
         match (major, minor) {
@@ -184,14 +200,22 @@ impl Layout {
                 co_name: 88,
                 co_firstlineno: 96,
                 co_linetable: 104,
-                line_table: LineTable::Lnotab { signed_lines: false },
+                line_table: LineTable::Lnotab {
+                    signed_lines: false,
+                },
                 bytes_data: 36,
                 strings: StrModel::Bytes { data: 36 },
-                thread_state: ThreadStateLookup::GilHolder { symbol: "_PyThreadState_Current", thread_id: 144, interp: 8 },
+                thread_state: ThreadStateLookup::GilHolder {
+                    symbol: "_PyThreadState_Current",
+                    thread_id: 144,
+                    interp: 8,
+                },
                 ..frame_object(0, 0, 0, 0)
             }),
             (3, 6) => Some(Layout {
-                thread_state: ThreadStateLookup::StaticKey { symbol: "autoTLSkey" },
+                thread_state: ThreadStateLookup::StaticKey {
+                    symbol: "autoTLSkey",
+                },
                 ..frame_object(120, 96, 36, 112)
             }),
             (3, 7) => Some(Layout {
@@ -204,9 +228,15 @@ impl Layout {
                 frame: FrameModel::IsEntry { offset: 68 },
                 frame_code: 32,
                 frame_back: 48,
-                position: Position::Pointer { offset: 56, code_start: 184 },
+                position: Position::Pointer {
+                    offset: 56,
+                    code_start: 184,
+                },
                 co_firstlineno: 72,
-                strings: StrModel::Unicode { ascii_data: 48, compact_data: 72 },
+                strings: StrModel::Unicode {
+                    ascii_data: 48,
+                    compact_data: 72,
+                },
                 ..interpreter_frame(56, Some(8))
             }),
             (3, 12) => Some(interpreter_frame(56, Some(0))),
@@ -236,10 +266,16 @@ impl Layout {
             version: (major, minor),
             thread_frame: w(map.current_frame)?,
             cframe_current: None,
-            frame: FrameModel::CStackOwner { offset: w(map.owner)?, value: constants.cstack_owner },
+            frame: FrameModel::CStackOwner {
+                offset: w(map.owner)?,
+                value: constants.cstack_owner,
+            },
             frame_code: w(map.executable)?,
             frame_back: w(map.previous)?,
-            position: Position::Pointer { offset: w(map.instr_ptr)?, code_start: w(map.code_adaptive)? },
+            position: Position::Pointer {
+                offset: w(map.instr_ptr)?,
+                code_start: w(map.code_adaptive)?,
+            },
             shim_flag: Some((constants.co_flags, constants.shim_flag)),
             co_filename: w(map.filename)?,
             co_name: w(map.name)?,
@@ -264,9 +300,14 @@ impl Layout {
             && in_frame(layout.frame_back, 8)
             && matches!(layout.position, Position::Pointer { offset, .. } if in_frame(offset, 8))
             && matches!(layout.frame, FrameModel::CStackOwner { offset, .. } if in_frame(offset, 1))
-            && [layout.co_filename, layout.co_name, layout.co_qualname.unwrap_or(1), layout.co_linetable]
-                .iter()
-                .all(|&o| o % 8 == 0)
+            && [
+                layout.co_filename,
+                layout.co_name,
+                layout.co_qualname.unwrap_or(1),
+                layout.co_linetable,
+            ]
+            .iter()
+            .all(|&o| o % 8 == 0)
             && in_code(layout.co_filename, 8)
             && in_code(layout.co_linetable, 8)
             && in_code(layout.co_firstlineno, 4)
@@ -342,7 +383,11 @@ struct DebugConstants {
 impl DebugConstants {
     /// The constants of `major.minor`; newer versions get the newest ones known.
     fn for_version(_major: u8, _minor: u8) -> DebugConstants {
-        DebugConstants { cstack_owner: 3, co_flags: 48, shim_flag: 0x0200_0000 }
+        DebugConstants {
+            cstack_owner: 3,
+            co_flags: 48,
+            shim_flag: 0x0200_0000,
+        }
     }
 }
 
@@ -352,12 +397,24 @@ mod tests {
 
     #[test]
     fn every_supported_version_has_a_layout_and_others_do_not() {
-        for (major, minor) in [(2, 7), (3, 6), (3, 7), (3, 8), (3, 9), (3, 10), (3, 11), (3, 12)] {
+        for (major, minor) in [
+            (2, 7),
+            (3, 6),
+            (3, 7),
+            (3, 8),
+            (3, 9),
+            (3, 10),
+            (3, 11),
+            (3, 12),
+        ] {
             let layout = Layout::for_version(major, minor).expect("known version");
             assert_eq!(layout.version, (major, minor));
         }
         assert!(Layout::for_version(3, 5).is_none());
-        assert!(Layout::for_version(3, 13).is_none(), "3.13+ comes from _Py_DebugOffsets");
+        assert!(
+            Layout::for_version(3, 13).is_none(),
+            "3.13+ comes from _Py_DebugOffsets"
+        );
         assert!(Layout::for_version(4, 0).is_none());
     }
 
@@ -365,52 +422,167 @@ mod tests {
     fn layouts_match_the_measured_table() {
         // Spot checks against shared/design/cpython.md §3.
         let l = Layout::for_version(3, 11).unwrap();
-        assert_eq!((l.thread_frame, l.cframe_current, l.frame_code, l.frame_back), (56, Some(8), 32, 48));
+        assert_eq!(
+            (l.thread_frame, l.cframe_current, l.frame_code, l.frame_back),
+            (56, Some(8), 32, 48)
+        );
         assert_eq!(l.frame, FrameModel::IsEntry { offset: 68 });
-        assert_eq!((l.co_firstlineno, l.co_linetable, l.co_qualname), (72, 136, Some(128)));
+        assert_eq!(
+            (l.co_firstlineno, l.co_linetable, l.co_qualname),
+            (72, 136, Some(128))
+        );
         let l = Layout::for_version(2, 7).unwrap();
-        assert_eq!((l.thread_frame, l.co_filename, l.co_name, l.co_firstlineno), (16, 80, 88, 96));
+        assert_eq!(
+            (l.thread_frame, l.co_filename, l.co_name, l.co_firstlineno),
+            (16, 80, 88, 96)
+        );
         let l = Layout::for_version(3, 10).unwrap();
         assert_eq!(l.position, Position::LastiCodeUnits { offset: 96 });
     }
 
     /// The first 72 words of `_PyRuntime` of the pyenv 3.13.0 build on this machine.
     const DEBUG_OFFSETS_3_13_0: [u64; 72] = [
-        u64::from_le_bytes(*b"xdebugpy"), 0x030d_00f0, 0,
-        283320, 608, 632,
-        194968, 7272, 7264, 7344, 7400, 7656, 7640, 7648, 16, 7752, 0, 7768, 7760,
-        304, 0, 8, 16, 72, 152, 160, 232, 32,
-        80, 8, 0, 56, 72, 70,
-        208, 112, 120, 128, 136, 68, 52, 96, 104, 200,
-        16, 8, 416, 24, 88, 168, 32, 24, 16, 40, 24, 16, 48, 32, 40, 24, 16, 32, 16, 24,
-        40, 16, 32, 64, 32, 16, 40, 0,
+        u64::from_le_bytes(*b"xdebugpy"),
+        0x030d_00f0,
+        0,
+        283320,
+        608,
+        632,
+        194968,
+        7272,
+        7264,
+        7344,
+        7400,
+        7656,
+        7640,
+        7648,
+        16,
+        7752,
+        0,
+        7768,
+        7760,
+        304,
+        0,
+        8,
+        16,
+        72,
+        152,
+        160,
+        232,
+        32,
+        80,
+        8,
+        0,
+        56,
+        72,
+        70,
+        208,
+        112,
+        120,
+        128,
+        136,
+        68,
+        52,
+        96,
+        104,
+        200,
+        16,
+        8,
+        416,
+        24,
+        88,
+        168,
+        32,
+        24,
+        16,
+        40,
+        24,
+        16,
+        48,
+        32,
+        40,
+        24,
+        16,
+        32,
+        16,
+        24,
+        40,
+        16,
+        32,
+        64,
+        32,
+        16,
+        40,
+        0,
     ];
 
     #[test]
     fn debug_offsets_of_3_13_give_the_measured_layout() {
         let l = Layout::from_debug_offsets(&DEBUG_OFFSETS_3_13_0, 3, 13).expect("plausible");
         // shared/design/cpython.md §3, 3.13 column.
-        assert_eq!((l.thread_frame, l.cframe_current, l.frame_code, l.frame_back), (72, None, 0, 8));
-        assert_eq!(l.position, Position::Pointer { offset: 56, code_start: 200 });
-        assert_eq!(l.frame, FrameModel::CStackOwner { offset: 70, value: 3 });
-        assert_eq!((l.co_filename, l.co_name, l.co_qualname), (112, 120, Some(128)));
-        assert_eq!((l.co_firstlineno, l.co_linetable, l.bytes_data), (68, 136, 32));
-        assert_eq!(l.strings, StrModel::Unicode { ascii_data: 40, compact_data: 56 });
+        assert_eq!(
+            (l.thread_frame, l.cframe_current, l.frame_code, l.frame_back),
+            (72, None, 0, 8)
+        );
+        assert_eq!(
+            l.position,
+            Position::Pointer {
+                offset: 56,
+                code_start: 200
+            }
+        );
+        assert_eq!(
+            l.frame,
+            FrameModel::CStackOwner {
+                offset: 70,
+                value: 3
+            }
+        );
+        assert_eq!(
+            (l.co_filename, l.co_name, l.co_qualname),
+            (112, 120, Some(128))
+        );
+        assert_eq!(
+            (l.co_firstlineno, l.co_linetable, l.bytes_data),
+            (68, 136, 32)
+        );
+        assert_eq!(
+            l.strings,
+            StrModel::Unicode {
+                ascii_data: 40,
+                compact_data: 56
+            }
+        );
         assert_eq!(l.shim_flag, Some((48, 0x0200_0000)));
     }
 
     #[test]
     fn debug_offsets_are_refused_when_wrong() {
         let mut words = DEBUG_OFFSETS_3_13_0;
-        assert!(Layout::from_debug_offsets(&words, 3, 14).is_none(), "version mismatch");
+        assert!(
+            Layout::from_debug_offsets(&words, 3, 14).is_none(),
+            "version mismatch"
+        );
         words[2] = 1;
-        assert!(Layout::from_debug_offsets(&words, 3, 13).is_none(), "free-threaded build");
+        assert!(
+            Layout::from_debug_offsets(&words, 3, 13).is_none(),
+            "free-threaded build"
+        );
         let mut words = DEBUG_OFFSETS_3_13_0;
         words[0] = 0;
-        assert!(Layout::from_debug_offsets(&words, 3, 13).is_none(), "cookie");
+        assert!(
+            Layout::from_debug_offsets(&words, 3, 13).is_none(),
+            "cookie"
+        );
         let mut words = DEBUG_OFFSETS_3_13_0;
         words[33] = 4000; // frame owner outside the frame
-        assert!(Layout::from_debug_offsets(&words, 3, 13).is_none(), "implausible");
-        assert!(Layout::from_debug_offsets(&DEBUG_OFFSETS_3_13_0[..10], 3, 13).is_none(), "short");
+        assert!(
+            Layout::from_debug_offsets(&words, 3, 13).is_none(),
+            "implausible"
+        );
+        assert!(
+            Layout::from_debug_offsets(&DEBUG_OFFSETS_3_13_0[..10], 3, 13).is_none(),
+            "short"
+        );
     }
 }

@@ -8,7 +8,12 @@ use super::layout::LineTable;
 /// The line of the instruction at byte offset `offset` of a code object whose first line is
 /// `first_line` and whose line table (in `format`) is `table`. `None` when the instruction
 /// has no line (3.10+ artificial instructions) or lies past the end of the table.
-pub fn line_for_offset(format: LineTable, table: &[u8], first_line: i32, offset: u32) -> Option<i32> {
+pub fn line_for_offset(
+    format: LineTable,
+    table: &[u8],
+    first_line: i32,
+    offset: u32,
+) -> Option<i32> {
     match format {
         LineTable::Lnotab { signed_lines } => Some(lnotab(table, first_line, offset, signed_lines)),
         LineTable::Linetable310 => linetable_310(table, first_line, offset),
@@ -26,7 +31,11 @@ fn lnotab(table: &[u8], first_line: i32, offset: u32, signed_lines: bool) -> i32
         if addr > offset {
             break;
         }
-        line += if signed_lines { i32::from(pair[1] as i8) } else { i32::from(pair[1]) };
+        line += if signed_lines {
+            i32::from(pair[1] as i8)
+        } else {
+            i32::from(pair[1])
+        };
     }
     line
 }
@@ -137,7 +146,9 @@ mod tests {
         assert_eq!(line_for_offset(f, &table, 10, 6), Some(12));
         assert_eq!(line_for_offset(f, &table, 10, 25), Some(11));
         // 2.7: the same byte is an unsigned step.
-        let f = LineTable::Lnotab { signed_lines: false };
+        let f = LineTable::Lnotab {
+            signed_lines: false,
+        };
         assert_eq!(line_for_offset(f, &table, 10, 25), Some(10 + 2 + 255));
     }
 
@@ -156,15 +167,23 @@ mod tests {
     fn locations_table_all_entry_kinds() {
         let table = [
             // code 13 (no columns), 1 unit, line +1 (svarint 2)
-            0x80 | (13 << 3), 2,
+            0x80 | (13 << 3),
+            2,
             // code 11 (one-line, +1), 2 units, two column bytes
-            0x80 | (11 << 3) | 1, 4, 9,
+            0x80 | (11 << 3) | 1,
+            4,
+            9,
             // code 15 (no location), 1 unit
             0x80 | (15 << 3),
             // code 14 (long), 1 unit, line -2 (svarint 5), end line, col, end col
-            0x80 | (14 << 3), 5, 0, 1, 2,
+            0x80 | (14 << 3),
+            5,
+            0,
+            1,
+            2,
             // code 3 (short, same line), 3 units, one byte
-            0x80 | (3 << 3) | 2, 0x11,
+            0x80 | (3 << 3) | 2,
+            0x11,
         ];
         let f = LineTable::Locations;
         let line = |unit: u32| line_for_offset(f, &table, 100, unit * 2);

@@ -28,7 +28,11 @@ pub enum ThreadStateSource {
     Key { at: u64 },
     /// 2.7: the address of `_PyThreadState_Current`, and the offsets of `thread_id` and
     /// `interp` in a thread state.
-    GilHolder { current: u64, thread_id: u16, interp: u16 },
+    GilHolder {
+        current: u64,
+        thread_id: u16,
+        interp: u16,
+    },
 }
 
 /// Most address ranges recorded for the evaluator function (its body and `.cold` parts).
@@ -96,7 +100,9 @@ impl Runtime {
     /// Whether `pc` is inside the evaluator.
     #[inline(always)]
     pub fn is_evaluator(&self, pc: u64) -> bool {
-        self.evaluator[..self.evaluator_ranges].iter().any(|&(lo, hi)| pc >= lo && pc < hi)
+        self.evaluator[..self.evaluator_ranges]
+            .iter()
+            .any(|&(lo, hi)| pc >= lo && pc < hi)
     }
 
     /// The calling thread's `PyThreadState*`, 0 when it has none (or none can be found yet).
@@ -121,10 +127,16 @@ impl Runtime {
                 Some(key) if key >= 0 => get(key as u32),
                 _ => 0,
             },
-            ThreadStateSource::GilHolder { current, thread_id, interp } => {
+            ThreadStateSource::GilHolder {
+                current,
+                thread_id,
+                interp,
+            } => {
                 // SAFETY: pthread_self only reads the thread pointer.
                 let me = unsafe { libc::pthread_self() } as u64;
-                let owned_by_me = |tstate: u64| tstate != 0 && read::word(tstate + u64::from(thread_id)) == Some(me);
+                let owned_by_me = |tstate: u64| {
+                    tstate != 0 && read::word(tstate + u64::from(thread_id)) == Some(me)
+                };
                 let holder = read::word(current).unwrap_or(0);
                 if owned_by_me(holder) {
                     if let Some(interpreter) = read::word(holder + u64::from(interp)) {
@@ -137,7 +149,8 @@ impl Runtime {
                 // the second word of a chunk (glibc's tcache key or free-list link), which is
                 // where `interp` is.
                 let alive = |tstate: u64| {
-                    read::word(tstate + u64::from(interp)) == Some(self.interpreter.load(Ordering::Relaxed))
+                    read::word(tstate + u64::from(interp))
+                        == Some(self.interpreter.load(Ordering::Relaxed))
                 };
                 if owned_by_me(*seen) && alive(*seen) {
                     *seen

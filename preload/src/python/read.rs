@@ -15,7 +15,9 @@ const HIGH: u64 = 0x8000_0000_0000;
 /// Whether `addr..addr+len` is a plausible user-space range aligned to `align`.
 #[inline(always)]
 pub fn plausible(addr: u64, len: u64, align: u64) -> bool {
-    addr >= LOW && addr.checked_add(len).is_some_and(|end| end <= HIGH) && addr.is_multiple_of(align)
+    addr >= LOW
+        && addr.checked_add(len).is_some_and(|end| end <= HIGH)
+        && addr.is_multiple_of(align)
 }
 
 /// Reads a pointer-sized word at `addr`.

@@ -84,16 +84,20 @@ pub fn walk(
             break;
         }
         if !(is_shim(code, layout) && read::has_type(code, types.code)) {
-            let record = codes.record_for(code, layout, types, scratch).map_err(|e| match e {
-                CodeError::Full => WalkError::Full,
-                CodeError::NotCode | CodeError::BadField => WalkError::BadRead,
-            })?;
+            let record = codes
+                .record_for(code, layout, types, scratch)
+                .map_err(|e| match e {
+                    CodeError::Full => WalkError::Full,
+                    CodeError::NotCode | CodeError::BadField => WalkError::BadRead,
+                })?;
             out.keys[frames] = python_key(record, position(frame, code, layout));
             frames += 1;
         }
         let ends_group = match layout.frame {
             FrameModel::FrameObject => true,
-            FrameModel::IsEntry { offset } => read::byte(frame + u64::from(offset)).is_some_and(|b| b != 0),
+            FrameModel::IsEntry { offset } => {
+                read::byte(frame + u64::from(offset)).is_some_and(|b| b != 0)
+            }
             FrameModel::CStackOwner { .. } => false,
         };
         if ends_group && !close_group(&mut groups, frames, out.group_ends) {
@@ -103,11 +107,19 @@ pub fn walk(
         frame = back;
     }
     // Frames after the last marker belong to the outermost activation.
-    let last_end = if groups == 0 { 0 } else { out.group_ends[groups - 1] as usize };
+    let last_end = if groups == 0 {
+        0
+    } else {
+        out.group_ends[groups - 1] as usize
+    };
     if frames > last_end && !close_group(&mut groups, frames, out.group_ends) {
         truncated = true;
     }
-    Ok(Walked { frames, groups, truncated })
+    Ok(Walked {
+        frames,
+        groups,
+        truncated,
+    })
 }
 
 /// The thread's innermost frame (0 when it runs no Python code).
