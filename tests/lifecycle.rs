@@ -91,7 +91,7 @@ fn signal_dispositions_look_untouched_to_the_program() {
 #[test]
 fn exec_writes_the_old_image_first_and_profiles_the_new_one_afresh() {
     let python = python();
-    let new_image = format!("def after_exec():\n    return sum(i % 3 for i in range(3000000))\nafter_exec()\nprint('new image')");
+    let new_image = "def after_exec():\n    return sum(i % 3 for i in range(3000000))\nafter_exec()\nprint('new image')";
     let program = format!(
         "{SPIN}import os, sys\ntry:\n    os.execv('/nonexistent', ['x'])\nexcept OSError:\n    print('exec failed')\ndef again():\n    return spin()\nagain()\nos.execv(sys.executable, [sys.executable, '-c', {new_image:?}])\n"
     );

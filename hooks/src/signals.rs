@@ -48,6 +48,11 @@ const UNGUARDED: Guard = Guard {
 };
 static GUARDS: [Guard; MAX_SIGNAL + 1] = [UNGUARDED; MAX_SIGNAL + 1];
 
+/// The guard slot of `signal`, whether guarded or not; `None` for an invalid number.
+fn guard_of(signal: c_int) -> Option<&'static Guard> {
+    usize::try_from(signal).ok().and_then(|s| GUARDS.get(s))
+}
+
 /// The C library's own `sigaction`, for pyigprof's own use (its calls to `sigaction` would
 /// otherwise reach the interposed one).
 ///
@@ -70,7 +75,7 @@ pub fn guard(
     keep_when_ignored: bool,
     released: Released,
 ) -> bool {
-    let Some(g) = usize::try_from(signal).ok().and_then(|s| GUARDS.get(s)) else {
+    let Some(g) = guard_of(signal) else {
         return false;
     };
     // SAFETY: querying and setting a disposition with initialised structures.
@@ -100,16 +105,14 @@ pub fn guard(
 /// Whether `signal` is still guarded and the program's view of it is the default action
 /// (for the fatal-signal handler: the process must then end as the default action would).
 pub fn program_sees_default(signal: c_int) -> bool {
-    usize::try_from(signal)
-        .ok()
-        .and_then(|s| GUARDS.get(s))
+    guard_of(signal)
         .is_some_and(|g| g.ours.load(Ordering::Acquire) != 0 && g.view.load(Ordering::Relaxed) == 0)
 }
 
 /// Ends the guard of `signal` and restores the default action (before the process ends
 /// by it). Async-signal-safe.
 pub fn restore_default(signal: c_int) {
-    if let Some(g) = usize::try_from(signal).ok().and_then(|s| GUARDS.get(s)) {
+    if let Some(g) = guard_of(signal) {
         g.ours.store(0, Ordering::Release);
         // SAFETY: setting the default action with an initialised structure.
         unsafe {
@@ -131,10 +134,7 @@ pub unsafe extern "C" fn sigaction(
     act: *const SigAction,
     old: *mut SigAction,
 ) -> c_int {
-    let guarded = usize::try_from(signal)
-        .ok()
-        .and_then(|s| GUARDS.get(s))
-        .filter(|g| g.ours.load(Ordering::Acquire) != 0);
+    let guarded = guard_of(signal).filter(|g| g.ours.load(Ordering::Acquire) != 0);
     let Some(g) = guarded else {
         // SAFETY: forwarded unchanged.
         return unsafe { real_sigaction(signal, act, old) };

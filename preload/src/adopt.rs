@@ -40,7 +40,7 @@ const NO_ANSWER: Answer = Answer {
 static ANSWERS: [Answer; MAX_ADOPTED] = [NO_ANSWER; MAX_ADOPTED];
 
 /// Whether `info` is the roll call (queued by this process with our cookie).
-pub fn is_roll_call(info: *const libc::siginfo_t) -> bool {
+pub(crate) fn is_roll_call(info: *const libc::siginfo_t) -> bool {
     // SAFETY: the kernel passes a valid siginfo; for SI_QUEUE signals si_value is at offset
     // 24 (after si_pid, si_uid).
     unsafe {
@@ -50,7 +50,7 @@ pub fn is_roll_call(info: *const libc::siginfo_t) -> bool {
 }
 
 /// Answers the roll call from the signal handler. Async-signal-safe.
-pub fn answer(uc: *const libc::ucontext_t) {
+pub(crate) fn answer(uc: *const libc::ucontext_t) {
     // SAFETY: gettid and pthread_self have no preconditions; the kernel passes a valid
     // ucontext to SA_SIGINFO handlers.
     let (tid, thread, sp) = unsafe {

@@ -141,13 +141,7 @@ pub extern "C" fn at_exit() {
 /// `SIGPROF` of the program's own `ITIMER_PROF` (whose handler Python removes when it
 /// finalizes) must not end the process by its default action meanwhile.
 fn block_sigprof_for_good() {
-    // SAFETY: plain signal-mask calls on an initialised set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGPROF);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
+    std::mem::forget(sampler::BlockSampling::new());
 }
 
 /// Stops sampling and writes the profile (once per process image), then prints the
@@ -275,7 +269,7 @@ pub fn signalling_self(signal: libc::c_int) {
     };
     // A guarded signal reaches on_fatal_signal, which writes the profile itself.
     if default_and_deliverable {
-        write_from_child(None, true);
+        write_from_child(None);
     }
 }
 
@@ -286,7 +280,7 @@ extern "C" fn on_fatal_signal(
     _uc: *mut libc::c_void,
 ) {
     if is_owner() && signals::program_sees_default(signal) {
-        write_from_child(None, true);
+        write_from_child(None);
     }
     signals::restore_default(signal);
     // SAFETY: the kernel passes a valid siginfo.
@@ -319,7 +313,7 @@ extern "C" fn on_dump_signal(
 pub fn snapshot_from_handler() {
     if is_owner() && !DUMPED.load(Ordering::Acquire) {
         let n = SNAPSHOTS.fetch_add(1, Ordering::Relaxed) + 1;
-        write_from_child(Some(n), false);
+        write_from_child(Some(n));
     }
 }
 
@@ -330,8 +324,8 @@ fn program_took_dump_signal(signal: libc::c_int) {
 /// Writes the final profile (`snapshot` = `None`, marking it written) or a snapshot from a
 /// child process, and waits for it (at most [`CHILD_TIMEOUT`]). Async-signal-safe in the
 /// calling process: `_Fork`, `waitpid`, `nanosleep`, `kill`.
-fn write_from_child(snapshot: Option<u32>, final_profile: bool) {
-    if final_profile && DUMPED.swap(true, Ordering::AcqRel) {
+fn write_from_child(snapshot: Option<u32>) {
+    if snapshot.is_none() && DUMPED.swap(true, Ordering::AcqRel) {
         return;
     }
     let (Some(sampler), Some(config)) = (sampler::get(), CONFIG.get()) else {
@@ -380,34 +374,14 @@ fn write_from_child(snapshot: Option<u32>, final_profile: bool) {
 /// Starts the periodic-dump timer: every `seconds` of wall time, a `SIGPROF` carrying
 /// [`DUMP_COOKIE`] to the process (any thread).
 fn start_dump_timer(seconds: u32) -> Result<(), String> {
-    // SAFETY: plain timer_create/timer_settime calls with initialised structures.
-    unsafe {
-        let mut event: libc::sigevent = std::mem::zeroed();
-        event.sigev_notify = libc::SIGEV_SIGNAL;
-        event.sigev_signo = libc::SIGPROF;
-        event.sigev_value = libc::sigval {
-            sival_ptr: DUMP_COOKIE as *mut libc::c_void,
-        };
-        let mut timer: libc::timer_t = std::ptr::null_mut();
-        if libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) != 0 {
-            return Err(format!(
-                "cannot create a timer: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        let period = libc::timespec {
-            tv_sec: seconds as libc::time_t,
-            tv_nsec: 0,
-        };
-        let spec = libc::itimerspec {
-            it_interval: period,
-            it_value: period,
-        };
-        if libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) != 0 {
-            let err = std::io::Error::last_os_error();
-            libc::timer_delete(timer);
-            return Err(format!("cannot arm a timer: {err}"));
-        }
-    }
-    Ok(())
+    let period_ns = u64::from(seconds) * 1_000_000_000;
+    sampler::create_timer(
+        "a timer",
+        libc::CLOCK_MONOTONIC,
+        None,
+        DUMP_COOKIE,
+        period_ns,
+        period_ns,
+    )
+    .map(|_| ())
 }

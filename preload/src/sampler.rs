@@ -216,44 +216,22 @@ impl Sampler {
             Clock::Cpu => (!tid << 3) | 6,
             Clock::Wall => libc::CLOCK_MONOTONIC,
         };
-        // SAFETY: plain timer_create/timer_settime calls with initialised structures.
-        unsafe {
-            let mut event: libc::sigevent = std::mem::zeroed();
-            event.sigev_notify = libc::SIGEV_THREAD_ID;
-            event.sigev_signo = libc::SIGPROF;
-            event.sigev_value = libc::sigval {
-                sival_ptr: TIMER_COOKIE as *mut libc::c_void,
-            };
-            event.sigev_notify_thread_id = tid;
-            let mut timer: libc::timer_t = std::ptr::null_mut();
-            if libc::timer_create(clock, &mut event, &mut timer) != 0 {
-                return Err(format!(
-                    "cannot create a sampling timer: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
-            let timespec = |ns: u64| libc::timespec {
-                tv_sec: (ns / 1_000_000_000) as libc::time_t,
-                tv_nsec: (ns % 1_000_000_000) as libc::c_long,
-            };
-            // The first expiry at a random point of the first period: a thread that runs
-            // for less than a period (thousands of short-lived threads) is then sampled
-            // with probability (its time / period), so the expected ticks equal its time,
-            // instead of never.
-            let first = 1 + random(tid as u64) % self.period_ns;
-            let spec = libc::itimerspec {
-                it_interval: timespec(self.period_ns),
-                it_value: timespec(first),
-            };
-            if libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) != 0 {
-                let err = std::io::Error::last_os_error();
-                libc::timer_delete(timer);
-                return Err(format!("cannot arm a sampling timer: {err}"));
-            }
-            slot.tid.store(tid, Ordering::Relaxed);
-            // Kernel timer ids start at 0: the slot keeps id + 1.
-            slot.timer.store(timer as usize + 1, Ordering::Release);
-        }
+        // The first expiry at a random point of the first period: a thread that runs for
+        // less than a period (thousands of short-lived threads) is then sampled with
+        // probability (its time / period), so the expected ticks equal its time, instead
+        // of never.
+        let first = 1 + random(tid as u64) % self.period_ns;
+        let timer = create_timer(
+            "a sampling timer",
+            clock,
+            Some(tid),
+            TIMER_COOKIE,
+            first,
+            self.period_ns,
+        )?;
+        slot.tid.store(tid, Ordering::Relaxed);
+        // Kernel timer ids start at 0: the slot keeps id + 1.
+        slot.timer.store(timer as usize + 1, Ordering::Release);
         Ok(())
     }
 
@@ -461,6 +439,56 @@ fn program_took_sigprof(_signal: libc::c_int) {
             "pyigprof: the program installed its own SIGPROF handler; sampling stopped \
              (the profile covers the time before)"
         );
+    }
+}
+
+/// Creates and arms a POSIX timer on `clock` that sends `SIGPROF` carrying `cookie` in
+/// `si_value` — to thread `tid` (`SIGEV_THREAD_ID`), or to the process when `None` — first
+/// after `first_ns`, then every `period_ns` nanoseconds. The error ("cannot create/arm
+/// `what`: …") says which step failed.
+pub fn create_timer(
+    what: &str,
+    clock: libc::clockid_t,
+    tid: Option<libc::pid_t>,
+    cookie: usize,
+    first_ns: u64,
+    period_ns: u64,
+) -> Result<libc::timer_t, String> {
+    let timespec = |ns: u64| libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: plain timer_create/timer_settime calls with initialised structures.
+    unsafe {
+        let mut event: libc::sigevent = std::mem::zeroed();
+        event.sigev_signo = libc::SIGPROF;
+        event.sigev_value = libc::sigval {
+            sival_ptr: cookie as *mut libc::c_void,
+        };
+        match tid {
+            Some(tid) => {
+                event.sigev_notify = libc::SIGEV_THREAD_ID;
+                event.sigev_notify_thread_id = tid;
+            }
+            None => event.sigev_notify = libc::SIGEV_SIGNAL,
+        }
+        let mut timer: libc::timer_t = std::ptr::null_mut();
+        if libc::timer_create(clock, &mut event, &mut timer) != 0 {
+            return Err(format!(
+                "cannot create {what}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let spec = libc::itimerspec {
+            it_interval: timespec(period_ns),
+            it_value: timespec(first_ns),
+        };
+        if libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) != 0 {
+            let err = std::io::Error::last_os_error();
+            libc::timer_delete(timer);
+            return Err(format!("cannot arm {what}: {err}"));
+        }
+        Ok(timer)
     }
 }
 

@@ -213,42 +213,52 @@ pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<
         }
     };
 
-    writeln!(
+    // The two flat profiles: every function with its cumulative amount, then (hottest
+    // first) every function with self time, each above its own share threshold.
+    let flat = |out: &mut dyn Write,
+                title: &str,
+                column: &str,
+                rows: &[(&Entry, i64)]|
+     -> io::Result<()> {
+        writeln!(out, "\n{RULE}\n{title}\n")?;
+        writeln!(out, "{:>7}  {:>width$}  Function", "% total", column)?;
+        for &(entry, value) in rows {
+            writeln!(
+                out,
+                "{:>7.2}  {:>width$}  {} [{}]",
+                percent(value, total),
+                amount(value),
+                entry.label.line(),
+                entry.rank
+            )?;
+        }
+        Ok(())
+    };
+    let by_cumulative: Vec<(&Entry, i64)> = text
+        .entries
+        .iter()
+        .map(|entry| (entry, entry.cumulative))
+        .filter(|&(_, value)| percent(value, total) >= FLAT_CUMULATIVE_MIN)
+        .collect();
+    flat(
         out,
-        "\n{RULE}\nFlat profile (cumulative >= {FLAT_CUMULATIVE_MIN}%)\n"
+        &format!("Flat profile (cumulative >= {FLAT_CUMULATIVE_MIN}%)"),
+        "Total",
+        &by_cumulative,
     )?;
-    writeln!(out, "{:>7}  {:>width$}  Function", "% total", "Total")?;
-    for entry in &text.entries {
-        let share = percent(entry.cumulative, total);
-        if share < FLAT_CUMULATIVE_MIN {
-            continue;
-        }
-        writeln!(
-            out,
-            "{share:>7.2}  {:>width$}  {} [{}]",
-            amount(entry.cumulative),
-            entry.label.line(),
-            entry.rank
-        )?;
-    }
-
-    writeln!(out, "\n{RULE}\nFlat profile (self >= {FLAT_SELF_MIN}%)\n")?;
-    writeln!(out, "{:>7}  {:>width$}  Function", "% total", "Self")?;
-    let mut by_self: Vec<&Entry> = text.entries.iter().collect();
-    by_self.sort_by(|a, b| b.self_amount.cmp(&a.self_amount).then(a.rank.cmp(&b.rank)));
-    for entry in by_self {
-        let share = percent(entry.self_amount, total);
-        if entry.self_amount <= 0 || share < FLAT_SELF_MIN {
-            continue;
-        }
-        writeln!(
-            out,
-            "{share:>7.2}  {:>width$}  {} [{}]",
-            amount(entry.self_amount),
-            entry.label.line(),
-            entry.rank
-        )?;
-    }
+    let mut by_self: Vec<(&Entry, i64)> = text
+        .entries
+        .iter()
+        .map(|entry| (entry, entry.self_amount))
+        .filter(|&(_, value)| value > 0 && percent(value, total) >= FLAT_SELF_MIN)
+        .collect();
+    by_self.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.rank.cmp(&b.0.rank)));
+    flat(
+        out,
+        &format!("Flat profile (self >= {FLAT_SELF_MIN}%)"),
+        "Self",
+        &by_self,
+    )?;
 
     writeln!(out, "\n{RULE}\nCall tree profile (cumulative)\n")?;
     let dots = ".".repeat(width);
