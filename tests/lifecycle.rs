@@ -75,6 +75,46 @@ fn the_profile_is_written_however_the_process_ends() {
     }
 }
 
+/// A `SIGTERM` sent while the process is already ending (as `multiprocessing.Pool`'s
+/// `terminate` does to workers that are exiting on their own) arrives while the profile is
+/// being written.
+const TERM_WHILE_EXITING: &str = r#"
+import os, subprocess, sys
+env = dict(os.environ)
+env.pop("LD_PRELOAD", None)
+killer = subprocess.Popen(
+    [sys.executable, "-c",
+     "import os, sys, signal\nprint('ready', flush=True)\nsys.stdin.read(1)\n"
+     "os.kill(int(sys.argv[1]), signal.SIGTERM)", str(os.getpid())],
+    stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+killer.stdout.readline()
+os.write(killer.stdin.fileno(), b"x")
+os._exit(0)
+"#;
+
+#[test]
+fn a_signal_while_the_profile_is_written_waits_for_it() {
+    let python = python();
+    let program = format!("{SPIN}{TERM_WHILE_EXITING}");
+    for round in 0..5 {
+        let run = run_profiled(&python.path, &["-c", &program], &[("PYIGPROF_QUIET", "1")]);
+        // Ended by its own _exit(0) or by the SIGTERM (15) sent meanwhile, as without pyigprof
+        // (where the race is the same, with a shorter window).
+        let status = run.output.status;
+        assert!(
+            status.success() || status.signal() == Some(15),
+            "round {round}: {status:?}\n{}",
+            run.stderr()
+        );
+        let paths = run.profiles();
+        assert_eq!(paths.len(), 1, "round {round}: {paths:?}");
+        let profile = run.profile();
+        let spin = share(&profile, |s| s.has("spin"));
+        eprintln!("round {round}: {status:?}, spin {spin:.1}%");
+        assert!(spin > 50.0, "round {round}: spin {spin:.1}%");
+    }
+}
+
 #[test]
 fn signal_dispositions_look_untouched_to_the_program() {
     let python = python();

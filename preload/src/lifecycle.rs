@@ -46,6 +46,17 @@ pub const FATAL_SIGNALS: [libc::c_int; 9] = [
     libc::SIGABRT,
 ];
 
+/// The [`FATAL_SIGNALS`] that are sent rather than caused by a fault: while a thread writes
+/// the final profile itself, they are blocked in it, and a handler taking one on another
+/// thread waits for the profile before it lets the signal end the process.
+const SENT_FATAL_SIGNALS: [libc::c_int; 5] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGABRT,
+];
+
 /// `si_value` of the periodic-dump timer's signals ("pyigdump").
 pub const DUMP_COOKIE: usize = 0x7079_6967_6475_6d70;
 
@@ -59,6 +70,8 @@ static OWNER: AtomicI32 = AtomicI32::new(0);
 static DUMPED: AtomicBool = AtomicBool::new(false);
 /// The profile written before an `exec`, removed if the exec fails.
 static BEFORE_EXEC: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// The thread (tid) writing the final profile itself, or 0.
+static WRITER: AtomicI32 = AtomicI32::new(0);
 /// Snapshots written so far.
 static SNAPSHOTS: AtomicU32 = AtomicU32::new(0);
 /// glibc's `_Fork` (2.34+), or 0: then the `fork` system call is used directly.
@@ -141,7 +154,7 @@ pub extern "C" fn at_exit() {
 /// `SIGPROF` of the program's own `ITIMER_PROF` (whose handler Python removes when it
 /// finalizes) must not end the process by its default action meanwhile.
 fn block_sigprof_for_good() {
-    std::mem::forget(sampler::BlockSampling::new());
+    std::mem::forget(sampler::BlockSignals::sampling());
 }
 
 /// Stops sampling and writes the profile (once per process image), then prints the
@@ -151,8 +164,33 @@ pub fn write_profile() -> Option<PathBuf> {
         return None;
     }
     let (sampler, config) = (sampler::get()?, CONFIG.get()?);
+    // A signal ending the process meanwhile (`Pool.terminate` sends `SIGTERM` to workers
+    // that may be exiting on their own) ends it once the profile is written.
+    let _deferred = sampler::BlockSignals::new(&SENT_FATAL_SIGNALS);
+    // SAFETY: gettid has no preconditions.
+    WRITER.store(unsafe { libc::gettid() }, Ordering::Release);
     sampler.stop();
-    write(sampler, config, std::process::id(), None)
+    let written = write(sampler, config, std::process::id(), None);
+    WRITER.store(0, Ordering::Release);
+    written
+}
+
+/// Waits (at most [`CHILD_TIMEOUT`]) while another thread writes the final profile.
+/// Async-signal-safe.
+fn wait_for_writer() {
+    let step = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    for _ in 0..CHILD_TIMEOUT.as_millis() {
+        let writer = WRITER.load(Ordering::Acquire);
+        // SAFETY: gettid and nanosleep have no preconditions.
+        if writer == 0 || writer == unsafe { libc::gettid() } {
+            return;
+        }
+        // SAFETY: as above.
+        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+    }
 }
 
 /// Collects and writes a profile for process `pid`: the final one, or snapshot number
@@ -326,6 +364,7 @@ fn program_took_dump_signal(signal: libc::c_int) {
 /// calling process: `_Fork`, `waitpid`, `nanosleep`, `kill`.
 fn write_from_child(snapshot: Option<u32>) {
     if snapshot.is_none() && DUMPED.swap(true, Ordering::AcqRel) {
+        wait_for_writer();
         return;
     }
     let (Some(sampler), Some(config)) = (sampler::get(), CONFIG.get()) else {

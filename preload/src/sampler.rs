@@ -574,33 +574,35 @@ pub fn wait_for_handlers() {
     }
 }
 
-/// Blocks `SIGPROF` in the calling thread while alive.
-pub struct BlockSampling {
+/// Blocks signals in the calling thread while alive, restoring the previous mask when
+/// dropped.
+pub struct BlockSignals {
     old: libc::sigset_t,
 }
 
-impl BlockSampling {
-    /// Blocks `SIGPROF` until the guard is dropped.
-    pub fn new() -> BlockSampling {
+impl BlockSignals {
+    /// Blocks `signals` (added to the thread's current mask) until the guard is dropped.
+    pub fn new(signals: &[libc::c_int]) -> BlockSignals {
         // SAFETY: plain signal-mask calls on initialised sets.
         unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
             let mut old: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGPROF);
+            for &signal in signals {
+                libc::sigaddset(&mut set, signal);
+            }
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-            BlockSampling { old }
+            BlockSignals { old }
         }
     }
-}
 
-impl Default for BlockSampling {
-    fn default() -> Self {
-        Self::new()
+    /// Blocks `SIGPROF` (sampling of the calling thread) until the guard is dropped.
+    pub fn sampling() -> BlockSignals {
+        BlockSignals::new(&[libc::SIGPROF])
     }
 }
 
-impl Drop for BlockSampling {
+impl Drop for BlockSignals {
     fn drop(&mut self) {
         // SAFETY: restoring the mask saved in new().
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };

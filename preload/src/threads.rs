@@ -117,7 +117,7 @@ impl Slots {
         let bounds = pyigprof_hooks::threads::current_stack_bounds();
         // Block SIGPROF while the slot is being filled, so the handler never sees it half
         // written.
-        let guard = crate::sampler::BlockSampling::new();
+        let guard = crate::sampler::BlockSignals::sampling();
         // SAFETY: we are the owner thread and SIGPROF is blocked.
         unsafe { self.register(thread, bounds, arm) };
         drop(guard);
@@ -158,7 +158,7 @@ impl Slots {
     pub fn unregister_current(&self, disarm: impl FnOnce(&Slot)) {
         // SAFETY: pthread_self is always valid.
         let thread = unsafe { libc::pthread_self() } as usize;
-        let guard = crate::sampler::BlockSampling::new();
+        let guard = crate::sampler::BlockSignals::sampling();
         // SAFETY: owner thread, SIGPROF blocked.
         if let Some(slot) = unsafe { self.find_or_claim(thread) } {
             disarm(slot);
