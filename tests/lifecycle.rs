@@ -116,6 +116,71 @@ fn a_signal_while_the_profile_is_written_waits_for_it() {
 }
 
 #[test]
+fn the_profile_carries_the_profilers_statistics() {
+    let python = python();
+    let (run, profile) = profiled_ok(&python, &["-c", SPIN], &[("PYIGPROF_HZ", "1000")]);
+    let stats = run.statistics();
+    let number = |key: &str| -> f64 {
+        stats
+            .get(key)
+            .unwrap_or_else(|| panic!("no {key} in {stats:?}"))
+            .parse()
+            .unwrap_or_else(|_| panic!("{key} = {} is not a number", stats[key]))
+    };
+    let (ticks, samples) = totals(&profile);
+    let deepest = stacks(&profile)
+        .iter()
+        .map(|s| s.frames.len())
+        .max()
+        .unwrap();
+    eprintln!(
+        "{samples} samples, {ticks} ticks, deepest {deepest}; handler median {} ns, p99 {} ns, \
+         {} ns + {} ns per native frame + {} ns per Python frame",
+        stats["handler.median_ns"],
+        stats["handler.p99_ns"],
+        stats["handler.base_ns"],
+        stats["handler.native_frame_ns"],
+        stats["handler.python_frame_ns"]
+    );
+    // What the statistics say was taken is what the profile holds.
+    assert_eq!(number("stats.samples"), samples as f64);
+    assert_eq!(number("stats.ticks"), ticks as f64);
+    assert!(number("stats.deepest") >= deepest as f64);
+    assert!(number("stats.with_python") > 0.9 * samples as f64);
+    for why in [
+        "dropped_no_slot",
+        "dropped_tree_full",
+        "dropped_ticks",
+        "unsampled_ticks",
+    ] {
+        assert_eq!(number(&format!("stats.{why}")), 0.0, "{why}");
+    }
+    assert_eq!(number("stats.threads"), 1.0);
+    assert_eq!(number("handler.samples"), samples as f64);
+    let (median, p99, max) = (
+        number("handler.median_ns"),
+        number("handler.p99_ns"),
+        number("handler.max_ns"),
+    );
+    assert!(
+        0.0 < median && median <= p99 && p99 <= max * 1.07,
+        "{stats:?}"
+    );
+    assert!(number("handler.total_ns") >= median * samples as f64 / 2.0);
+    // And one line on stderr says what was written.
+    let stderr = run.stderr();
+    let summary: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("pyigprof:"))
+        .collect();
+    assert_eq!(summary.len(), 1, "{stderr}");
+    assert!(
+        summary[0].contains(&format!("{samples} samples")) && summary[0].contains("µs median"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn signal_dispositions_look_untouched_to_the_program() {
     let python = python();
     let program = "import signal\nfor s in ('SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGSEGV', 'SIGABRT', 'SIGPROF', 'SIGUSR2'):\n    print(s, signal.getsignal(getattr(signal, s)))\n";
@@ -302,6 +367,31 @@ fn snapshots_on_demand_and_periodically() {
 }
 
 #[test]
+fn a_program_that_takes_the_dump_signal_keeps_it() {
+    let python = python();
+    let program = format!(
+        "{SPIN}import os, signal\nsignal.signal(signal.SIGUSR2, lambda s, f: print('mine', flush=True))\nos.kill(os.getpid(), signal.SIGUSR2)\nspin()\nprint('still running')\n"
+    );
+    let run = run_profiled(
+        &python.path,
+        &["-c", &program],
+        &[("PYIGPROF_DUMP_SIGNAL", "SIGUSR2"), ("PYIGPROF_QUIET", "1")],
+    );
+    assert!(run.output.status.success(), "{}", run.stderr());
+    // The program's handler ran; pyigprof said once that it no longer dumps on SIGUSR2.
+    assert_eq!(run.stdout(), "mine\nstill running\n");
+    let stderr = run.stderr();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("installed its own handler for signal 12; PYIGPROF_DUMP_SIGNAL no longer writes profiles"),
+        "{stderr}"
+    );
+    // No snapshot; the final profile holds the whole run.
+    assert_eq!(run.profiles().len(), 1, "{:?}", run.profiles());
+    assert!(share(&run.profile(), |s| s.has("spin")) > 80.0);
+}
+
+#[test]
 fn a_program_with_its_own_sigprof_handler_wins() {
     let python = python();
     let program = format!(
@@ -366,13 +456,18 @@ fn thousands_of_short_lived_threads() {
     let rss = json_number(&run.stdout(), "maxrss_kb");
     let reported = seconds(&profile);
     eprintln!("1000 threads: {reported:.3} s reported, {cpu:.3} s CPU; peak RSS {rss} kB vs {plain_rss} kB without pyigprof");
-    // Per-thread CPU timers are checked on the kernel's tick: a thread that lives a few
-    // ticks is undersampled (documented); what is recorded is right and nothing crashes.
+    // Per-thread CPU timers are checked on the kernel's tick, so most of these threads end
+    // before their timer's signal is delivered; the expirations they missed are counted at
+    // their end (as <unsampled thread time> when a thread has no sample): the total stays
+    // the CPU time.
     assert!(
-        reported > 0.1 * cpu && reported <= 1.1 * cpu,
+        (reported - cpu).abs() <= 0.1 * cpu,
         "{reported:.3} s vs {cpu:.3} s"
     );
-    assert!(share(&profile, |s| s.has("short")) > 30.0);
+    let sampled = share(&profile, |s| s.has("short"));
+    let unsampled = share(&profile, |s| s.has("<unsampled thread time>"));
+    eprintln!("short() {sampled:.1}%, unsampled thread time {unsampled:.1}%");
+    assert!(sampled > 5.0 && sampled + unsampled > 80.0);
     // Thread slots and unwinding caches are reused: memory does not grow with the number of
     // threads the program has made over its life.
     assert!(

@@ -208,6 +208,52 @@ fn an_unwritable_profile_path_is_reported_and_changes_nothing_else() {
 }
 
 #[test]
+fn a_full_disk_is_reported_and_leaves_no_partial_profile() {
+    let Some(python) = python311("full disk").into_iter().next() else {
+        return;
+    };
+    // A 4 KiB tmpfs, filled up, mounted in a private user and mount namespace.
+    let dir = scratch_dir("full-disk");
+    let script = format!(
+        "mount -t tmpfs -o size=4k tmpfs {dir} && head -c 4096 /dev/zero > {dir}/filler 2>/dev/null; \
+         LD_PRELOAD={preload} PYIGPROF_OUTPUT={dir}/p.gz {python} -c \"import sys; sum(i * i for i in range(2000000)); print('done'); sys.exit(4)\"; \
+         echo status=$?; ls {dir}",
+        dir = dir.display(),
+        preload = artifacts().preload.display(),
+        python = python.path.display(),
+    );
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "sh", "-c", &script])
+        .output();
+    let out = match out {
+        Ok(out)
+            if !String::from_utf8_lossy(&out.stderr).contains("mount:") && out.status.success() =>
+        {
+            out
+        }
+        other => {
+            eprintln!("full disk: skipped, cannot mount a private tmpfs here: {other:?}");
+            return;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("full disk: stdout {stdout:?}, stderr {stderr:?}");
+    // The program's output and exit status are its own; one line says what happened; the
+    // partial file is removed.
+    assert_eq!(stdout, "done\nstatus=4\nfiller\n");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "pyigprof: cannot write the profile {}/p.gz",
+            dir.display()
+        )) && lines[0].contains("No space left on device"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_relative_profile_path_is_relative_to_the_start_directory() {
     let Some(python) = python311("chdir").into_iter().next() else {
         return;

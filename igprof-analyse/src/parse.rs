@@ -144,6 +144,8 @@ fn parse_lines<R: BufRead>(
         number += 1;
         let text = trim_line(&line);
         let result = match &mut state {
+            // A comment: pyigprof's own statistics (`#pyigprof …`, docs/dump-format.md).
+            Some(_) if text.starts_with(b"#") => Ok(()),
             Some(state) => state.call_line(profile, text),
             None => header(profile, name, text).map(|hex| state = Some(DumpState::new(hex))),
         };

@@ -42,6 +42,9 @@ pub struct Profile {
     pub pid: u32,
     /// Program command line.
     pub program: Vec<u8>,
+    /// The profiler's statistics, written after the call tree as `#pyigprof` lines
+    /// ([`crate::stats::Stats::trailer`]); empty for none.
+    pub trailer: String,
 }
 
 /// Turns trace-tree keys into (function, offset) pairs, caching per key.
@@ -232,6 +235,7 @@ impl Profile {
             period_ns: sampler.period_ns,
             pid: std::process::id(),
             program: command_line(),
+            trailer: sampler.stats.trailer(),
         }
     }
 
@@ -285,7 +289,8 @@ impl Profile {
                 line.push(b')');
             }
             line.extend_from_slice(format!("+{:x}", node.offset).as_bytes());
-            if node.samples > 0 {
+            // Ticks without samples: a thread's undelivered expirations (Marker::Unsampled).
+            if node.samples > 0 || node.ticks > 0 {
                 if counter_defined {
                     line.extend_from_slice(b" V0:(");
                 } else {
@@ -300,7 +305,7 @@ impl Profile {
             out.write_all(&line)?;
             stack.extend(node.children.iter().rev().map(|&c| (c, depth + 1)));
         }
-        Ok(())
+        out.write_all(self.trailer.as_bytes())
     }
 }
 
@@ -484,6 +489,7 @@ mod tests {
             period_ns: 4_000_000,
             pid: 0x4d2,
             program: b"python3 app (1).py".to_vec(),
+            trailer: "#pyigprof stats samples=6\n".into(),
         }
     }
 
@@ -498,7 +504,8 @@ mod tests {
              C1 FN0=(F0=(/lib/libc.so.6)+271c0 N=(__libc_start_main))+8a\n\
              C2 FN1=(F1=(/x/app.py)+1 N=(<module>))+1b\n\
              C3 FN2=(F1+7 N=(squeeze))+3 V0=(PERF_TICKS):(5,14,14)\n\
-             C3 FN2+4 V0:(1,1,1)\n"
+             C3 FN2+4 V0:(1,1,1)\n\
+             #pyigprof stats samples=6\n"
         );
         assert_eq!(sample_profile().totals(), (6, 21));
     }

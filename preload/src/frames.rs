@@ -23,6 +23,11 @@ pub enum Marker {
     /// Unwinding could not go further (code without unwind information or frame pointers,
     /// a corrupt stack); the frames outside the ones shown are unknown.
     Incomplete = 2,
+    /// CPU time of a thread that ended before the kernel delivered the signals of its
+    /// timer's last expirations (the kernel checks CPU timers on its tick, every 4 ms at
+    /// 250 Hz, so a thread living a few milliseconds often ends first): counted in ticks,
+    /// without samples, so that the profile's total still matches the CPU time.
+    Unsampled = 3,
 }
 
 impl Marker {
@@ -31,6 +36,7 @@ impl Marker {
         match self {
             Marker::Truncated => "<truncated stack>",
             Marker::Incomplete => "<incomplete stack>",
+            Marker::Unsampled => "<unsampled thread time>",
         }
     }
 }
@@ -68,10 +74,10 @@ pub fn decode(key: u64) -> Frame {
             instr: pos.checked_sub(1),
         }
     } else if key & MARKER_BIT != 0 {
-        Frame::Marker(if key & !MARKER_BIT == Marker::Incomplete as u64 {
-            Marker::Incomplete
-        } else {
-            Marker::Truncated
+        Frame::Marker(match key & !MARKER_BIT {
+            2 => Marker::Incomplete,
+            3 => Marker::Unsampled,
+            _ => Marker::Truncated,
         })
     } else {
         Frame::Native(key)
@@ -113,6 +119,10 @@ mod tests {
         assert_eq!(
             decode(marker_key(Marker::Incomplete)),
             Frame::Marker(Marker::Incomplete)
+        );
+        assert_eq!(
+            decode(marker_key(Marker::Unsampled)),
+            Frame::Marker(Marker::Unsampled)
         );
     }
 }

@@ -25,8 +25,10 @@ pub mod mixed;
 pub mod modules;
 pub mod python;
 pub mod sampler;
+pub mod stats;
 pub mod symbols;
 pub mod threads;
+pub mod timing;
 pub mod trace;
 pub mod unwind;
 

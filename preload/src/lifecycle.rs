@@ -242,14 +242,22 @@ fn summary(
         Clock::Cpu => "CPU time",
         Clock::Wall => "wall time summed over threads",
     };
+    let dropped = stats.dropped_no_slot.load(Ordering::Relaxed)
+        + stats.dropped_tree_full.load(Ordering::Relaxed);
+    let dropped = if dropped > 0 {
+        format!(", {dropped} samples dropped")
+    } else {
+        String::new()
+    };
     eprintln!(
         "pyigprof: wrote {}: {recorded} samples, {:.3} s of {time} ({ticks} ticks of {:.3} ms); \
-         {:.1}% with Python frames, {:.1}% complete native stacks",
+         {:.1}% with Python frames, {:.1}% complete native stacks; handler {:.1} µs median{dropped}",
         path.display(),
         ticks as f64 * sampler.period_ns as f64 / 1e9,
         sampler.period_ns as f64 / 1e6,
         percent(stats.with_python.load(Ordering::Relaxed)),
         percent(stats.complete.load(Ordering::Relaxed)),
+        stats.handler.summary().median_ns as f64 / 1e3,
     );
 }
 

@@ -15,11 +15,13 @@
 //! preserved.
 
 use crate::config::Clock;
+use crate::frames::{marker_key, Marker};
 use crate::mixed::{compose, Native, Python};
 use crate::modules;
 use crate::python::code::Codes;
 use crate::python::stack::{walk, PyStack};
 use crate::python::Runtime;
+pub use crate::stats::Stats;
 use crate::threads::{Slot, Slots};
 use crate::trace::Trees;
 use crate::unwind::{unwind, Regs};
@@ -28,29 +30,6 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// `sigev_value` our timer's signals carry, to tell them from anybody else's `SIGPROF`.
 const TIMER_COOKIE: usize = 0x7079_6967_7072_6f66; // "pyigprof"
-
-/// Counters of the sampler's own work, all in samples unless named otherwise.
-#[derive(Default)]
-pub struct Stats {
-    /// Signals handled.
-    pub samples: AtomicU64,
-    /// Ticks counted (1 + merged expirations per signal).
-    pub ticks: AtomicU64,
-    /// Samples recorded with Python frames spliced in.
-    pub with_python: AtomicU64,
-    /// Samples whose native stack reached its outermost frame.
-    pub complete: AtomicU64,
-    /// Samples dropped because the thread had no slot or the trace tree was full.
-    pub dropped: AtomicU64,
-    /// Ticks of those dropped samples.
-    pub dropped_ticks: AtomicU64,
-    /// Samples whose Python part was dropped after a failed read.
-    pub python_bad_reads: AtomicU64,
-    /// Samples whose evaluator frames and Python groups did not pair one to one.
-    pub python_mismatches: AtomicU64,
-    /// Deepest recorded call stack, in frames.
-    pub deepest: AtomicU64,
-}
 
 /// Everything the handler uses, built by the constructor before the timer starts.
 pub struct Sampler {
@@ -211,9 +190,7 @@ impl Sampler {
             Sampler::disarm(slot);
         }
         let clock = match self.clock {
-            // The CPU clock of thread `tid` (`MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)` of
-            // the kernel's posix-timers.h, as glibc's pthread_getcpuclockid computes it).
-            Clock::Cpu => (!tid << 3) | 6,
+            Clock::Cpu => thread_cpu_clock(tid),
             Clock::Wall => libc::CLOCK_MONOTONIC,
         };
         // The first expiry at a random point of the first period: a thread that runs for
@@ -230,6 +207,12 @@ impl Sampler {
             self.period_ns,
         )?;
         slot.tid.store(tid, Ordering::Relaxed);
+        slot.first_ns.store(first, Ordering::Relaxed);
+        slot.armed_cpu_ns
+            .store(clock_ns(clock).unwrap_or(0), Ordering::Relaxed);
+        slot.ticks.store(0, Ordering::Relaxed);
+        slot.last_leaf.store(0, Ordering::Relaxed);
+        self.stats.threads.fetch_add(1, Ordering::Relaxed);
         // Kernel timer ids start at 0: the slot keeps id + 1.
         slot.timer.store(timer as usize + 1, Ordering::Release);
         Ok(())
@@ -282,20 +265,7 @@ impl Sampler {
         STATE.store(OFF, Ordering::Release);
         self.trees.reset();
         self.slots.reset_after_fork();
-        let stats = &self.stats;
-        for counter in [
-            &stats.samples,
-            &stats.ticks,
-            &stats.with_python,
-            &stats.complete,
-            &stats.dropped,
-            &stats.dropped_ticks,
-            &stats.python_bad_reads,
-            &stats.python_mismatches,
-            &stats.deepest,
-        ] {
-            counter.store(0, Ordering::Relaxed);
-        }
+        self.stats.reset();
         // No locks here: another thread of the parent may have held one at fork time.
         STATE.store(SAMPLING, Ordering::Release);
         let mut armed = false;
@@ -311,26 +281,29 @@ impl Sampler {
         }
     }
 
-    /// Handles one signal (called from [`on_sigprof`]).
-    fn sample(&self, info: *const libc::siginfo_t, uc: *const libc::ucontext_t) {
+    /// Handles one signal (called from [`on_sigprof`]). Returns the numbers of native and
+    /// Python frames recorded (for the handler's timing).
+    fn sample(&self, info: *const libc::siginfo_t, uc: *const libc::ucontext_t) -> (u64, u64) {
         let weight = ticks_of(info);
         let stats = &self.stats;
         stats.samples.fetch_add(1, Ordering::Relaxed);
         stats.ticks.fetch_add(weight, Ordering::Relaxed);
-        let drop_sample = || {
-            stats.dropped.fetch_add(1, Ordering::Relaxed);
+        let dropped = |why: &AtomicU64| {
+            why.fetch_add(1, Ordering::Relaxed);
             stats.dropped_ticks.fetch_add(weight, Ordering::Relaxed);
+            (0, 0)
         };
         // SAFETY: pthread_self only reads the thread pointer.
         let thread = unsafe { libc::pthread_self() } as usize;
         // SAFETY: this is the owner thread and SIGPROF is blocked while the handler runs.
         let Some(slot) = (unsafe { self.slots.find_or_claim(thread) }) else {
-            return drop_sample();
+            return dropped(&stats.dropped_no_slot);
         };
+        slot.ticks.fetch_add(weight, Ordering::Relaxed);
         let mut root = slot.root.load(Ordering::Relaxed);
         if root == 0 {
             let Some(fresh) = self.trees.new_root() else {
-                return drop_sample();
+                return dropped(&stats.dropped_tree_full);
             };
             slot.root.store(fresh, Ordering::Release);
             root = fresh;
@@ -391,11 +364,12 @@ impl Sampler {
                 ) {
                     Ok(w) => python = Some(w),
                     Err(_) => {
-                        stats.python_bad_reads.fetch_add(1, Ordering::Relaxed);
+                        stats.python_abandoned.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
         }
+        let python_len = python.as_ref().map_or(0, |w| w.frames as u64);
 
         let native = Native {
             frames: &slot.native[..native_len],
@@ -423,10 +397,88 @@ impl Sampler {
         stats
             .deepest
             .fetch_max(composed.len as u64, Ordering::Relaxed);
-        if !self.trees.record(root, &slot.out[..composed.len], weight) {
-            drop_sample();
+        match self
+            .trees
+            .record(root, &slot.out[..composed.len], 1, weight)
+        {
+            Some(leaf) => slot.last_leaf.store(leaf, Ordering::Relaxed),
+            None => return dropped(&stats.dropped_tree_full),
         }
+        (native_len as u64, python_len)
     }
+
+    /// The calling thread is ending (its exit key's destructor, `SIGPROF` blocked): stops
+    /// its timer and counts the ticks of the expirations the kernel had not delivered yet.
+    ///
+    /// The kernel checks a thread's CPU timer on its tick (every 4 ms at 250 Hz), so a
+    /// thread that ends a few milliseconds after an expiry loses that signal: a thread
+    /// living less than a tick is mostly never sampled. From the thread's CPU time, the
+    /// random first expiry and the period, the expirations that occurred are known exactly;
+    /// those not delivered are added as ticks (without samples) to the thread's latest
+    /// sample, or to an `<unsampled thread time>` marker when it has none, so the profile's
+    /// total stays equal to the CPU time. (Wall-clock timers fire precisely: no correction.)
+    fn thread_ending(&self, slot: &Slot) {
+        Sampler::disarm(slot);
+        let tid = slot.tid.load(Ordering::Relaxed);
+        if self.clock != Clock::Cpu || tid == 0 || STATE.load(Ordering::Acquire) != SAMPLING {
+            return;
+        }
+        let Some(now) = clock_ns(thread_cpu_clock(tid)) else {
+            return;
+        };
+        let ran = now.saturating_sub(slot.armed_cpu_ns.load(Ordering::Relaxed));
+        let first = slot.first_ns.load(Ordering::Relaxed);
+        let expirations = if ran >= first {
+            (ran - first) / self.period_ns + 1
+        } else {
+            0
+        };
+        let missed = expirations.saturating_sub(slot.ticks.load(Ordering::Relaxed));
+        if missed == 0 {
+            return;
+        }
+        self.stats
+            .unsampled_ticks
+            .fetch_add(missed, Ordering::Relaxed);
+        self.stats.ticks.fetch_add(missed, Ordering::Relaxed);
+        let leaf = slot.last_leaf.load(Ordering::Relaxed);
+        if leaf != 0 {
+            self.trees
+                .node(leaf)
+                .ticks
+                .fetch_add(missed, Ordering::Relaxed);
+            return;
+        }
+        let mut root = slot.root.load(Ordering::Relaxed);
+        if root == 0 {
+            let Some(fresh) = self.trees.new_root() else {
+                return;
+            };
+            slot.root.store(fresh, Ordering::Release);
+            root = fresh;
+        }
+        let marker = [marker_key(Marker::Unsampled)];
+        let _ = self.trees.record(root, &marker, 0, missed);
+    }
+}
+
+/// The CPU clock of thread `tid` (`MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)` of the
+/// kernel's posix-timers.h, as glibc's `pthread_getcpuclockid` computes it).
+fn thread_cpu_clock(tid: libc::pid_t) -> libc::clockid_t {
+    (!tid << 3) | 6
+}
+
+/// The time of `clock` in nanoseconds. Async-signal-safe.
+fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 /// The program installed a `SIGPROF` handler of its own: it wins; sampling stops, and the
@@ -494,13 +546,8 @@ pub fn create_timer(
 
 /// A pseudo-random number from `seed` and the monotonic clock (splitmix64).
 fn random(seed: u64) -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime with a valid output pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    let mut z = seed ^ (now.tv_sec as u64).wrapping_mul(1_000_000_007) ^ now.tv_nsec as u64;
+    let now = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
+    let mut z = seed ^ now.wrapping_mul(1_000_000_007);
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -510,7 +557,9 @@ fn random(seed: u64) -> u64 {
 /// Destructor of the exit key: a registered thread is exiting; stop its timer.
 extern "C" fn thread_exiting(_value: *mut libc::c_void) {
     if let Some(sampler) = get() {
-        sampler.slots.unregister_current(Sampler::disarm);
+        sampler
+            .slots
+            .unregister_current(|slot| sampler.thread_ending(slot));
     }
 }
 
@@ -551,7 +600,13 @@ pub extern "C" fn on_sigprof(
     IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
     if STATE.load(Ordering::Acquire) == SAMPLING && is_ours(info) {
         if let Some(sampler) = get() {
-            sampler.sample(info, uc.cast());
+            let start = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
+            let (native, python) = sampler.sample(info, uc.cast());
+            let end = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(start);
+            sampler
+                .stats
+                .handler
+                .record(end.saturating_sub(start), native, python);
         }
     } else if crate::adopt::is_roll_call(info) {
         crate::adopt::answer(uc.cast());

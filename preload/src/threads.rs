@@ -46,6 +46,14 @@ pub struct Slot {
     pub timer: AtomicUsize,
     /// Kernel thread id the timer signals (0 = none).
     pub tid: AtomicI32,
+    /// The timer's first expiry after arming (ns of the thread's clock).
+    pub first_ns: AtomicU64,
+    /// The thread's CPU clock when its timer was armed (ns).
+    pub armed_cpu_ns: AtomicU64,
+    /// Ticks of the signals the thread received since its timer was armed.
+    pub ticks: AtomicU64,
+    /// The trace-tree node of the thread's latest recorded sample (0 = none yet).
+    pub last_leaf: AtomicU32,
     /// Scratch: native frame addresses, innermost first.
     pub native: [u64; MAX_NATIVE_FRAMES],
     /// Scratch: Python frame keys, innermost first.
@@ -190,6 +198,8 @@ impl Slots {
             let slot = self.at(i);
             slot.root.store(0, Ordering::Relaxed);
             slot.timer.store(0, Ordering::Relaxed);
+            slot.ticks.store(0, Ordering::Relaxed);
+            slot.last_leaf.store(0, Ordering::Relaxed);
             if slot.owner.load(Ordering::Relaxed) != me {
                 slot.ready.store(false, Ordering::Relaxed);
             }

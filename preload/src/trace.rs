@@ -64,22 +64,19 @@ impl Trees {
         unsafe { &*self.nodes.at(index) }
     }
 
-    /// Counts one sample whose call stack is `stack` (outermost frame first) into the tree
-    /// at `root`: `samples += 1`, `ticks += ticks` on the node of the innermost frame.
-    /// Returns `false` (counting nothing) when the node pool is full. Async-signal-safe;
-    /// must only be called by the tree's owning thread.
-    pub fn record(&self, root: u32, stack: &[u64], ticks: u64) -> bool {
+    /// Counts `samples` signals standing for `ticks` ticks whose call stack is `stack`
+    /// (outermost frame first) into the tree at `root`, on the node of the innermost frame,
+    /// and returns that node. Returns `None` (counting nothing) when the node pool is full.
+    /// Async-signal-safe; must only be called by the tree's owning thread.
+    pub fn record(&self, root: u32, stack: &[u64], samples: u64, ticks: u64) -> Option<u32> {
         let mut parent = root;
         for &key in stack {
-            parent = match self.child(parent, key) {
-                Some(child) => child,
-                None => return false,
-            };
+            parent = self.child(parent, key)?;
         }
         let leaf = self.node(parent);
-        leaf.samples.fetch_add(1, Ordering::Relaxed);
+        leaf.samples.fetch_add(samples, Ordering::Relaxed);
         leaf.ticks.fetch_add(ticks, Ordering::Relaxed);
-        true
+        Some(parent)
     }
 
     /// Finds or inserts the child of `parent` with `key`.
@@ -158,10 +155,10 @@ mod tests {
     fn counts_land_on_the_innermost_frame_and_prefixes_are_shared() {
         let trees = Trees::new(1000).unwrap();
         let root = trees.new_root().unwrap();
-        assert!(trees.record(root, &[1, 2, 3], 1));
-        assert!(trees.record(root, &[1, 2, 3], 4));
-        assert!(trees.record(root, &[1, 2], 1));
-        assert!(trees.record(root, &[1, 5], 2));
+        assert!(trees.record(root, &[1, 2, 3], 1, 1).is_some());
+        assert!(trees.record(root, &[1, 2, 3], 1, 4).is_some());
+        assert!(trees.record(root, &[1, 2], 1, 1).is_some());
+        assert!(trees.record(root, &[1, 5], 1, 2).is_some());
         assert_eq!(
             paths(&trees, root),
             vec![
@@ -178,9 +175,9 @@ mod tests {
     fn a_full_pool_drops_the_sample_instead_of_failing() {
         let trees = Trees::new(4).unwrap();
         let root = trees.new_root().unwrap();
-        assert!(trees.record(root, &[1, 2], 1));
-        assert!(!trees.record(root, &[7, 8, 9], 1));
-        assert!(trees.record(root, &[1, 2], 1));
+        assert!(trees.record(root, &[1, 2], 1, 1).is_some());
+        assert!(trees.record(root, &[7, 8, 9], 1, 1).is_none());
+        assert!(trees.record(root, &[1, 2], 1, 1).is_some());
         assert_eq!(paths(&trees, root), vec![(vec![1, 2], 2, 2)]);
     }
 }

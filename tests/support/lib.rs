@@ -193,6 +193,27 @@ impl Run {
         v
     }
 
+    /// The profiler's statistics in the single profile the run wrote: the `key=value`
+    /// pairs of its `#pyigprof <section> …` lines, keyed `<section>.<key>`
+    /// (docs/dump-format.md).
+    pub fn statistics(&self) -> std::collections::HashMap<String, String> {
+        let paths = self.profiles();
+        assert_eq!(paths.len(), 1, "{paths:?}");
+        let mut text = String::new();
+        let file = std::fs::File::open(&paths[0]).unwrap();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(file), &mut text).unwrap();
+        let mut out = std::collections::HashMap::new();
+        for line in text.lines().filter(|l| l.starts_with("#pyigprof ")) {
+            let mut words = line.split(' ').skip(1);
+            let section = words.next().unwrap_or_default();
+            for pair in words {
+                let (key, value) = pair.split_once('=').expect("key=value");
+                out.insert(format!("{section}.{key}"), value.to_string());
+            }
+        }
+        out
+    }
+
     /// The single profile the run wrote, read with the analyser's reader.
     pub fn profile(&self) -> Profile {
         let paths = self.profiles();
@@ -280,7 +301,8 @@ pub fn stacks(profile: &Profile) -> Vec<Stack> {
     let mut out = Vec::new();
     for (index, node) in nodes.iter().enumerate() {
         let v = node.value(counter);
-        if v.count == 0 {
+        // (Ticks without samples: a thread's undelivered expirations counted at its end.)
+        if v.count == 0 && v.amount == 0 {
             continue;
         }
         let mut frames = Vec::new();

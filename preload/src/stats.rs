@@ -1,0 +1,128 @@
+//! The sampler's own statistics: what it sampled, what it dropped and why, how deep the
+//! stacks went and how long the handler took. Written at the end of every profile as
+//! `#pyigprof` lines (docs/dump-format.md, "The profiler's statistics") and summed up in
+//! the line printed at exit.
+
+use crate::timing::{HandlerSummary, HandlerTimes};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters of the sampler's own work, all in samples (signals handled) unless named
+/// otherwise. Relaxed atomics, updated from the signal handler.
+#[derive(Default)]
+pub struct Stats {
+    /// Signals handled.
+    pub samples: AtomicU64,
+    /// Ticks counted (1 + merged expirations per signal).
+    pub ticks: AtomicU64,
+    /// Samples recorded with Python frames spliced in.
+    pub with_python: AtomicU64,
+    /// Samples whose native stack reached its outermost frame.
+    pub complete: AtomicU64,
+    /// Samples dropped because every thread slot was taken (more than
+    /// [`crate::threads::MAX_THREADS`] threads at once).
+    pub dropped_no_slot: AtomicU64,
+    /// Samples dropped because the trace-tree node pool was full.
+    pub dropped_tree_full: AtomicU64,
+    /// Ticks of the dropped samples.
+    pub dropped_ticks: AtomicU64,
+    /// Samples whose Python part was abandoned after a read that failed validation (the
+    /// native part is kept).
+    pub python_abandoned: AtomicU64,
+    /// Samples whose evaluator frames and Python frame groups did not pair one to one.
+    pub python_mismatches: AtomicU64,
+    /// Deepest recorded call stack, in frames.
+    pub deepest: AtomicU64,
+    /// Ticks of threads that ended before their last expirations were delivered, counted
+    /// at their end ([`crate::frames::Marker::Unsampled`]).
+    pub unsampled_ticks: AtomicU64,
+    /// Threads whose timer was armed.
+    pub threads: AtomicU64,
+    /// Time spent in the handler.
+    pub handler: HandlerTimes,
+}
+
+impl Stats {
+    /// The counters by their names in the profile, in the order written.
+    fn counters(&self) -> [(&'static str, &AtomicU64); 12] {
+        [
+            ("samples", &self.samples),
+            ("ticks", &self.ticks),
+            ("with_python", &self.with_python),
+            ("complete_native", &self.complete),
+            ("dropped_no_slot", &self.dropped_no_slot),
+            ("dropped_tree_full", &self.dropped_tree_full),
+            ("dropped_ticks", &self.dropped_ticks),
+            ("python_abandoned", &self.python_abandoned),
+            ("python_mismatches", &self.python_mismatches),
+            ("deepest", &self.deepest),
+            ("unsampled_ticks", &self.unsampled_ticks),
+            ("threads", &self.threads),
+        ]
+    }
+
+    /// Forgets everything (in a fork child). Takes no lock.
+    pub fn reset(&self) {
+        for (_, counter) in self.counters() {
+            counter.store(0, Ordering::Relaxed);
+        }
+        self.handler.reset();
+    }
+
+    /// The statistics as the profile's closing lines, each ending in a newline:
+    /// `#pyigprof stats <name>=<decimal> …` and
+    /// `#pyigprof handler samples=… total_ns=… median_ns=… p99_ns=… max_ns=… base_ns=…
+    /// native_frame_ns=… python_frame_ns=…` (the fitted costs with one decimal, `-` when
+    /// undetermined).
+    pub fn trailer(&self) -> String {
+        let mut out = String::from("#pyigprof stats");
+        for (name, counter) in self.counters() {
+            out.push_str(&format!(" {name}={}", counter.load(Ordering::Relaxed)));
+        }
+        let h: HandlerSummary = self.handler.summary();
+        let fitted = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+        out.push_str(&format!(
+            "\n#pyigprof handler samples={} total_ns={} median_ns={} p99_ns={} max_ns={} \
+             base_ns={} native_frame_ns={} python_frame_ns={}\n",
+            h.samples,
+            h.total_ns,
+            h.median_ns,
+            h.p99_ns,
+            h.max_ns,
+            fitted(h.base_ns),
+            fitted(h.native_frame_ns),
+            fitted(h.python_frame_ns),
+        ));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trailer_names_every_counter() {
+        let stats = Stats::default();
+        stats.samples.store(12, Ordering::Relaxed);
+        stats.dropped_tree_full.store(2, Ordering::Relaxed);
+        stats.handler.record(2000, 10, 3);
+        let text = stats.trailer();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert!(
+            lines[0].starts_with("#pyigprof stats samples=12 ticks=0 "),
+            "{text}"
+        );
+        assert!(lines[0].contains(" dropped_tree_full=2 "), "{text}");
+        assert!(
+            lines[1].starts_with("#pyigprof handler samples=1 total_ns=2000 "),
+            "{text}"
+        );
+        assert!(
+            lines[1].ends_with("base_ns=- native_frame_ns=- python_frame_ns=-"),
+            "{text}"
+        );
+        stats.reset();
+        assert!(stats.trailer().starts_with("#pyigprof stats samples=0 "));
+    }
+}
