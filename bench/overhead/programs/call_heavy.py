@@ -2,8 +2,7 @@
 class hierarchy, closures and generators.  Deep, frequently changing Python
 stacks; almost no native code of its own.
 
-Usage: python call_heavy.py LOOPS    (one loop is a fixed unit of work, ~10 ms
-on CPython 3.12 on the machine this was written on)
+Usage: python call_heavy.py LOOPS    (one loop is a fixed unit of work)
 """
 import sys
 

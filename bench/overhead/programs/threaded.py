@@ -15,7 +15,7 @@ def python_worker(loops, out, k):
     total = 0
     for _ in range(loops):
         d = {}
-        for i in range(2000):
+        for i in range(5000):
             d[i % 97] = d.get(i % 97, 0) + i * k
         total += sum(sorted(d.values(), key=lambda v: -v)[:5])
     out[k] = total
