@@ -12,12 +12,13 @@ configurations run by run, and measures the CPU time (user+sys) of the whole
 process tree and the wall time of each run.  Writes a markdown table (--out)
 and the raw per-run data as JSON next to it.  See bench/overhead/README.md.
 
-Standard library only; runs with any Python 3.8+.
+Standard library only; runs with any Python 3.7+.
 """
 import argparse
 import datetime
 import glob
 import gzip
+import hashlib
 import json
 import math
 import os
@@ -96,7 +97,11 @@ def find_interpreters(spec):
         if out.returncode != 0:
             log("bench: %s does not run: skipped" % path)
             continue
-        found.append((out.stdout.strip(), path))
+        version = out.stdout.strip()
+        if any(os.path.realpath(p) == os.path.realpath(path) for _, p in found):
+            continue
+        # The row label: the version for pyenv's builds, version and path for others.
+        found.append((version if path.startswith(PYENV_VERSIONS + "/") else "%s %s" % (version, path), path))
     return found
 
 
@@ -115,17 +120,26 @@ def build_pyigprof(args):
 def setup_venv(version, interp, args):
     """Make (or reuse) the venv for one interpreter; returns a dict describing
     what is available in it."""
-    short = ".".join(version.split(".")[:2])
-    venv = os.path.join(args.cache_dir, ".venv-" + short)
+    short = ".".join(version.split()[0].split(".")[:2])
+    name = ".venv-" + short
+    if not interp.startswith(PYENV_VERSIONS + "/"):   # e.g. /usr/bin/python3.11: a venv of its own
+        name += "-" + hashlib.sha1(os.path.realpath(interp).encode()).hexdigest()[:8]
+    venv = os.path.join(args.cache_dir, name)
     py = os.path.join(venv, "bin", "python")
     env = {"python": py, "version": version, "interpreter": interp, "venv": venv, "notes": []}
+    if os.path.exists(py) and not args.no_install and probe(py, venv)["version"] != version.split()[0]:
+        log("bench: %s is not of Python %s (another patch release?): made anew" % (venv, version))
+        shutil.rmtree(venv)
     if not os.path.exists(py):
         if args.no_install:
             log("bench: --no-install and no venv %s: using %s without packages" % (venv, interp))
             env["python"] = interp
         else:
             log("bench: creating venv %s" % venv)
-            subprocess.run([interp, "-m", "venv", venv], check=True)
+            if subprocess.run([interp, "-m", "venv", venv]).returncode != 0:
+                shutil.rmtree(venv, ignore_errors=True)
+                env["notes"].append("python -m venv failed: using the bare interpreter")
+                env["python"] = interp
     if not args.no_install and os.path.exists(py):
         wanted = ["py-spy", "pyperformance", "numpy"]
         if probe(py, venv)["missing"]:
@@ -145,7 +159,7 @@ def setup_venv(version, interp, args):
 
 def probe(py, venv):
     """What the venv holds: py-spy binary, pyperformance benchmark dir, numpy version."""
-    code = ("import os, json\nr = {}\n"
+    code = ("import os, json, sys\nr = {'v': '%d.%d.%d' % sys.version_info[:3]}\n"
             "try:\n import pyperformance, pyperf\n"
             " r['pp'] = os.path.join(os.path.dirname(pyperformance.__file__), 'data-files', 'benchmarks')\n"
             "except Exception: r['pp'] = None\n"
@@ -153,11 +167,12 @@ def probe(py, venv):
             "except Exception: r['np'] = None\n"
             "print(json.dumps(r))\n")
     out = subprocess.run([py, "-c", code], capture_output=True, text=True)
-    info = json.loads(out.stdout) if out.returncode == 0 else {"pp": None, "np": None}
+    info = json.loads(out.stdout) if out.returncode == 0 else {"pp": None, "np": None, "v": None}
     spy = os.path.join(venv, "bin", "py-spy")
     spy = spy if os.access(spy, os.X_OK) else None
     missing = [n for n, v in (("py-spy", spy), ("pyperformance", info["pp"]), ("numpy", info["np"])) if not v]
-    return {"py_spy": spy, "pyperformance_dir": info["pp"], "numpy": info["np"], "missing": missing}
+    return {"py_spy": spy, "pyperformance_dir": info["pp"], "numpy": info["np"], "missing": missing,
+            "version": info["v"]}
 
 
 # ------------------------------------------------------------------------ programs
