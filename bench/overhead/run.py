@@ -1,0 +1,660 @@
+#!/usr/bin/env python3
+"""Overhead benchmark of pyigprof against py-spy and cProfile.
+
+    python3 bench/overhead/run.py [--smoke] [--pythons 3.11,3.12,3.13] [--runs 5]
+                                  [--out bench/overhead/results.md]
+
+Builds pyigprof (cargo build --release), makes one venv per interpreter with
+py-spy, pyperformance (for its benchmark sources and pyperf) and numpy, then
+runs every program under every configuration (no profiler, pyigprof at 250 Hz
+and 1 kHz, py-spy with and without --native, cProfile), alternating the
+configurations run by run, and measures the CPU time (user+sys) of the whole
+process tree and the wall time of each run.  Writes a markdown table (--out)
+and the raw per-run data as JSON next to it.  See bench/overhead/README.md.
+
+Standard library only; runs with any Python 3.7+.
+"""
+import argparse
+import datetime
+import glob
+import gzip
+import hashlib
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+PROGRAMS_DIR = os.path.join(HERE, "programs")
+PYENV_VERSIONS = "/root/.pyenv/versions"
+
+# Our own small programs (bench/overhead/programs/<name>.py LOOPS).
+OWN_PROGRAMS = ["call_heavy", "numeric", "native_heavy", "threaded", "numpy_work"]
+# pyperformance benchmarks (stdlib-only ones), run in-process by pyperf's worker mode.
+PYPERFORMANCE_BENCHMARKS = ["nbody", "richards", "float", "chaos", "deltablue",
+                            "raytrace", "json_dumps"]
+SMOKE_PROGRAMS = ["call_heavy", "richards"]
+DEFAULT_PYTHONS = "3.11,3.12,3.13"
+SMOKE_PYTHON = "3.12"
+
+# Configurations, in the order of one round.  "kind" selects how the command is built.
+CONFIGS = [
+    {"name": "baseline", "kind": "plain"},
+    {"name": "pyigprof 250 Hz (default)", "kind": "pyigprof", "hz": None},
+    {"name": "pyigprof 1 kHz", "kind": "pyigprof", "hz": 1000},
+    {"name": "py-spy 1 kHz", "kind": "py-spy", "native": False},
+    {"name": "py-spy 1 kHz --native", "kind": "py-spy", "native": True},
+    {"name": "cProfile", "kind": "cprofile"},
+]
+BASELINE = "baseline"
+PYIGPROF_1K = "pyigprof 1 kHz"
+
+# Targets checked in the summary.
+TARGET_CPU_RATIO_1K = 1.03      # CPU-time ratio to the baseline at 1 kHz, every program
+TARGET_HANDLER_MEDIAN_NS = 5000  # median SIGPROF handler time per sample, ns
+TARGET_REPORTED_DEV = 0.05      # |reported time / process CPU time - 1|
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- setup
+
+def version_key(path):
+    """Sort key (3, 12, 1) for .../versions/3.12.1/bin/python."""
+    ver = os.path.basename(os.path.dirname(os.path.dirname(path)))
+    return tuple(int(x) if x.isdigit() else -1 for x in re.split(r"[.]", ver))
+
+
+def find_interpreters(spec):
+    """'3.11,3.12' -> [(label, path)], the newest pyenv patch release of each;
+    an item containing '/' is taken as an interpreter path."""
+    found = []
+    for item in [s.strip() for s in spec.split(",") if s.strip()]:
+        if "/" in item:
+            candidates = [item] if os.access(item, os.X_OK) else []
+        else:
+            candidates = [p for p in glob.glob(os.path.join(PYENV_VERSIONS, item + ".*", "bin", "python"))
+                          if re.fullmatch(r"\d+\.\d+\.\d+", p.split(os.sep)[-3])]
+            candidates.sort(key=version_key)
+        if not candidates:
+            log("bench: no interpreter for %s: skipped" % item)
+            continue
+        path = candidates[-1]
+        out = subprocess.run([path, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            log("bench: %s does not run: skipped" % path)
+            continue
+        version = out.stdout.strip()
+        if any(os.path.realpath(p) == os.path.realpath(path) for _, p in found):
+            continue
+        # The row label: the version for pyenv's builds, version and path for others.
+        found.append((version if path.startswith(PYENV_VERSIONS + "/") else "%s %s" % (version, path), path))
+    return found
+
+
+def build_pyigprof(args):
+    if args.no_build:
+        log("bench: --no-build: using %s as it is" % args.preload)
+    else:
+        log("bench: cargo build --release (in %s)" % REPO)
+        r = subprocess.run(["cargo", "build", "--release"], cwd=REPO)
+        if r.returncode != 0:
+            sys.exit("bench: cargo build --release failed (status %d)" % r.returncode)
+    if not os.path.exists(args.preload):
+        sys.exit("bench: no preload library at %s" % args.preload)
+
+
+def setup_venv(version, interp, args):
+    """Make (or reuse) the venv for one interpreter; returns a dict describing
+    what is available in it."""
+    short = ".".join(version.split()[0].split(".")[:2])
+    name = ".venv-" + short
+    if not interp.startswith(PYENV_VERSIONS + "/"):   # e.g. /usr/bin/python3.11: a venv of its own
+        name += "-" + hashlib.sha1(os.path.realpath(interp).encode()).hexdigest()[:8]
+    venv = os.path.join(args.cache_dir, name)
+    py = os.path.join(venv, "bin", "python")
+    env = {"python": py, "version": version, "interpreter": interp, "venv": venv, "notes": []}
+    if os.path.exists(py) and not args.no_install and probe(py, venv)["version"] != version.split()[0]:
+        log("bench: %s is not of Python %s (another patch release?): made anew" % (venv, version))
+        shutil.rmtree(venv)
+    if not os.path.exists(py):
+        if args.no_install:
+            log("bench: --no-install and no venv %s: using %s without packages" % (venv, interp))
+            env["python"] = interp
+        else:
+            log("bench: creating venv %s" % venv)
+            if subprocess.run([interp, "-m", "venv", venv]).returncode != 0:
+                shutil.rmtree(venv, ignore_errors=True)
+                env["notes"].append("python -m venv failed: using the bare interpreter")
+                env["python"] = interp
+    if not args.no_install and os.path.exists(py):
+        wanted = ["py-spy", "pyperformance", "numpy"]
+        if probe(py, venv)["missing"]:
+            log("bench: pip install %s into %s" % (" ".join(wanted), venv))
+            r = subprocess.run([py, "-m", "pip", "install", "-q"] + wanted)
+            if r.returncode != 0:   # one at a time, so that one failure only loses its own programs
+                for pkg in wanted:
+                    r = subprocess.run([py, "-m", "pip", "install", "-q", pkg])
+                    if r.returncode != 0:
+                        env["notes"].append("pip install %s failed on %s" % (pkg, version))
+    env.update(probe(env["python"], venv))
+    log("bench: Python %s (%s): venv python %s; py-spy %s; pyperformance %s; numpy %s" % (
+        version, interp, env["python"], env["py_spy"] or "missing",
+        "yes" if env["pyperformance_dir"] else "missing", env["numpy"] or "missing"))
+    return env
+
+
+def probe(py, venv):
+    """What the venv holds: py-spy binary, pyperformance benchmark dir, numpy version."""
+    code = ("import os, json, sys\nr = {'v': '%d.%d.%d' % sys.version_info[:3]}\n"
+            "try:\n import pyperformance, pyperf\n"
+            " r['pp'] = os.path.join(os.path.dirname(pyperformance.__file__), 'data-files', 'benchmarks')\n"
+            "except Exception: r['pp'] = None\n"
+            "try:\n import numpy\n r['np'] = numpy.__version__\n"
+            "except Exception: r['np'] = None\n"
+            "print(json.dumps(r))\n")
+    out = subprocess.run([py, "-c", code], capture_output=True, text=True)
+    info = json.loads(out.stdout) if out.returncode == 0 else {"pp": None, "np": None, "v": None}
+    spy = os.path.join(venv, "bin", "py-spy")
+    spy = spy if os.access(spy, os.X_OK) else None
+    missing = [n for n, v in (("py-spy", spy), ("pyperformance", info["pp"]), ("numpy", info["np"])) if not v]
+    return {"py_spy": spy, "pyperformance_dir": info["pp"], "numpy": info["np"], "missing": missing,
+            "version": info["v"]}
+
+
+# ------------------------------------------------------------------------ programs
+
+def program_argv(name, venv_env):
+    """The argv (after the interpreter) for one unit count, as a function of loops;
+    or an error string if the program cannot run in this venv."""
+    if name in OWN_PROGRAMS:
+        if name == "numpy_work" and not venv_env["numpy"]:
+            return "numpy not installed"
+        script = os.path.join(PROGRAMS_DIR, name + ".py")
+        return lambda loops: [script, str(loops)]
+    if name in PYPERFORMANCE_BENCHMARKS:
+        if not venv_env["pyperformance_dir"]:
+            return "pyperformance not installed"
+        script = os.path.join(venv_env["pyperformance_dir"], "bm_" + name, "run_benchmark.py")
+        if not os.path.exists(script):
+            return "no %s in pyperformance" % script
+        # pyperf's worker mode runs the benchmark function in this very process
+        # (no worker processes, environment kept): LOOPS calls, one value, no warm-up.
+        return lambda loops: [script, "--worker", "--loops", str(loops), "--values", "1",
+                              "--warmups", "0"]
+    return "unknown program"
+
+
+def clean_env():
+    """The environment every run starts from: ours without any profiler or
+    Python settings, BLAS on one thread, a fixed hash seed."""
+    env = {k: v for k, v in os.environ.items()
+           if k != "LD_PRELOAD" and not k.startswith("PYIGPROF_") and not k.startswith("PYTHON")}
+    env.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                "PYTHONHASHSEED": "0"})
+    return env
+
+
+def config_command(cfg, py, prog_argv, venv_env, preload, rundir):
+    """(argv, env) of one run, or an error string."""
+    env = clean_env()
+    if cfg["kind"] == "plain":
+        return [py] + prog_argv, env
+    if cfg["kind"] == "pyigprof":
+        env["LD_PRELOAD"] = preload
+        env["PYIGPROF_OUTPUT"] = os.path.join(rundir, "pyigprof.%p.gz")
+        env["PYIGPROF_QUIET"] = "1"
+        if cfg["hz"]:
+            env["PYIGPROF_HZ"] = str(cfg["hz"])
+        return [py] + prog_argv, env
+    if cfg["kind"] == "py-spy":
+        if not venv_env["py_spy"]:
+            return "py-spy not installed"
+        argv = [venv_env["py_spy"], "record", "--rate", "1000", "--format", "raw",
+                "-o", os.path.join(rundir, "py-spy.txt")]
+        if cfg["native"]:
+            argv.append("--native")
+        return argv + ["--", py] + prog_argv, env
+    if cfg["kind"] == "cprofile":
+        return [py, "-m", "cProfile", "-o", os.path.join(rundir, "cprofile.out")] + prog_argv, env
+    raise ValueError(cfg["kind"])
+
+
+# ---------------------------------------------------------------------- measuring
+
+def run_once(argv, env, rundir, timeout_s):
+    """Run argv to completion; returns cpu_s (user+sys of the process and every
+    descendant it waited for, from wait4), wall_s, status and stderr's tail."""
+    err_path = os.path.join(rundir, "stderr.txt")
+    with open(err_path, "wb") as err:
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.Popen(argv, env=env, cwd=rundir, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        except OSError as e:
+            return {"ok": False, "error": "cannot start %s: %s" % (argv[0], e)}
+        timed_out = []
+
+        def kill():
+            timed_out.append(True)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        timer = threading.Timer(timeout_s, kill)
+        timer.start()
+        try:
+            _, status, ru = os.wait4(proc.pid, 0)
+        except BaseException:
+            kill()
+            raise
+        finally:
+            timer.cancel()
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") \
+            else (-(status & 0x7f) if status & 0x7f else status >> 8)
+    with open(err_path, "rb") as f:
+        stderr = f.read().decode("utf-8", "replace")
+    res = {"cpu_s": ru.ru_utime + ru.ru_stime, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
+           "wall_s": wall, "status": proc.returncode, "stderr": stderr}
+    if timed_out:
+        res.update(ok=False, error="timed out after %.0f s" % timeout_s)
+    elif proc.returncode != 0:
+        lines = [l for l in stderr.splitlines() if l.strip()]
+        res.update(ok=False, error="exit status %d: %s" % (proc.returncode,
+                                                          (lines[-1] if lines else "")[:160]))
+    else:
+        res["ok"] = True
+    return res
+
+
+COUNTER_RE = re.compile(r"V(\d+)(?:=\(([^)]*)\))?:\(([0-9a-f]+),([0-9a-f]+),([0-9a-f]+)\)")
+PERIOD_RE = re.compile(r"\bT=([0-9.eE+-]+)\)\s*$")
+
+
+def parse_pyigprof_profile(path):
+    """Sum of PERF_TICKS samples and ticks over all nodes, the tick period T (s),
+    and the '#pyigprof <section> key=value ...' trailer lines as dicts."""
+    names = {}
+    samples = ticks = 0
+    period = None
+    trailers = {}
+    with gzip.open(path, "rt", encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f):
+            if n == 0:
+                m = PERIOD_RE.search(line)
+                period = float(m.group(1)) if m else None
+                continue
+            if line.startswith("#pyigprof "):
+                words = line.split()
+                if len(words) >= 2:
+                    trailers[words[1]] = dict(w.split("=", 1) for w in words[2:] if "=" in w)
+                continue
+            for m in COUNTER_RE.finditer(line):
+                cid, name = m.group(1), m.group(2)
+                if name is not None:
+                    names[cid] = name
+                if names.get(cid) == "PERF_TICKS":
+                    samples += int(m.group(3), 16)
+                    ticks += int(m.group(4), 16)
+    return {"samples": samples, "ticks": ticks, "period_s": period, "trailers": trailers}
+
+
+def to_number(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def pyigprof_metrics(rundir, res):
+    profiles = sorted(glob.glob(os.path.join(rundir, "pyigprof.*.gz")))
+    if not profiles:
+        res.update(ok=False, error="no profile written")
+        return
+    samples = ticks = 0
+    reported = 0.0
+    stats, handler = {}, {}
+    for p in profiles:      # normally one; child processes would add theirs
+        try:
+            prof = parse_pyigprof_profile(p)
+        except (OSError, EOFError, ValueError) as e:
+            res.update(ok=False, error="unreadable profile %s: %s" % (os.path.basename(p), e))
+            return
+        samples += prof["samples"]
+        ticks += prof["ticks"]
+        reported += prof["ticks"] * (prof["period_s"] or 0.0)
+        # Statistics of the main process's profile (the first, lowest pid) are reported.
+        stats = stats or prof["trailers"].get("stats", {})
+        handler = handler or prof["trailers"].get("handler", {})
+    res.update(profiles=len(profiles), samples=samples, ticks=ticks, reported_s=reported,
+               samples_per_cpu_s=samples / res["cpu_s"] if res["cpu_s"] > 0 else None,
+               reported_over_cpu=reported / res["cpu_s"] if res["cpu_s"] > 0 else None,
+               stats={k: to_number(v) for k, v in stats.items()},
+               handler={k: to_number(v) for k, v in handler.items()})
+
+
+def pyspy_metrics(rundir, res):
+    m = re.search(r"Samples: (\d+) Errors: (\d+)", res.get("stderr", ""))
+    if m:
+        samples, errors = int(m.group(1)), int(m.group(2))
+    else:   # fall back on the raw file: 'frame;frame;... COUNT' per line
+        samples, errors = 0, None
+        try:
+            with open(os.path.join(rundir, "py-spy.txt"), errors="replace") as f:
+                for line in f:
+                    tail = line.rsplit(" ", 1)
+                    if len(tail) == 2 and tail[1].strip().isdigit():
+                        samples += int(tail[1])
+        except OSError:
+            samples = None
+    res.update(samples=samples, pyspy_errors=errors,
+               samples_per_wall_s=samples / res["wall_s"] if samples is not None and res["wall_s"] > 0 else None)
+
+
+def calibrate(py, make_argv, target_cpu_s, min_span_s, rundir, timeout_s):
+    """Choose LOOPS so that a baseline run takes about target_cpu_s of CPU time:
+    grow LOOPS from 1 until the runs differ by min_span_s, estimate the CPU time
+    per loop from the difference and the start-up cost from the 1-loop run.
+    These runs also warm the caches (.pyc files, page cache)."""
+    first = run_once([py] + make_argv(1), clean_env(), rundir, timeout_s)
+    if not first["ok"]:
+        return None, first["error"]
+    loops = 1
+    while True:
+        loops *= 4 if loops == 1 else 2
+        r = run_once([py] + make_argv(loops), clean_env(), rundir, timeout_s)
+        if not r["ok"]:
+            return None, r["error"]
+        span = r["cpu_s"] - first["cpu_s"]
+        if span >= min_span_s or loops >= 1 << 24:
+            break
+        if span > 0 and span < min_span_s / 4:   # far off: jump nearer at once
+            loops = max(loops, int(loops * min_span_s / span / 2))
+    per_loop = max(span, 1e-9) / (loops - 1)
+    startup = max(0.0, first["cpu_s"] - per_loop)
+    return max(1, int(round((target_cpu_s - startup) / per_loop))), None
+
+
+# ------------------------------------------------------------------------ report
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(v, spec):
+    return "n/a" if v is None else format(v, spec)
+
+
+def summarise(results):
+    """One row per (python, program, config) with medians over the runs."""
+    rows = []
+    for key, runs in results["runs"].items():
+        version, prog, cfg = key.split("|")
+        ok = [r for r in runs if r.get("ok")]
+        errors = sorted({r["error"] for r in runs if not r.get("ok") and r.get("error")})
+        row = {"python": version, "program": prog, "config": cfg, "n_ok": len(ok), "n": len(runs),
+               "cpu_s": median(r["cpu_s"] for r in ok), "wall_s": median(r["wall_s"] for r in ok),
+               "error": "; ".join(errors)}
+        if cfg.startswith("pyigprof"):
+            row["samples_per_s"] = median(r.get("samples_per_cpu_s") for r in ok)
+            row["reported_over_cpu"] = median(r.get("reported_over_cpu") for r in ok)
+            for k in ("median_ns", "p99_ns", "max_ns", "base_ns", "native_frame_ns", "python_frame_ns",
+                      "samples"):
+                row["handler_" + k] = median(r.get("handler", {}).get(k) for r in ok)
+            for k in ("samples", "ticks", "dropped"):
+                row["stats_" + k] = median(r.get("stats", {}).get(k) for r in ok)
+            row["profile_samples"] = median(r.get("samples") for r in ok)
+            row["profile_ticks"] = median(r.get("ticks") for r in ok)
+        elif cfg.startswith("py-spy"):
+            row["samples_per_s"] = median(r.get("samples_per_wall_s") for r in ok)
+        rows.append(row)
+    base = {(r["python"], r["program"]): r for r in rows if r["config"] == BASELINE}
+    for r in rows:
+        b = base.get((r["python"], r["program"]))
+        r["cpu_ratio"] = r["cpu_s"] / b["cpu_s"] if b and b["cpu_s"] and r["cpu_s"] is not None else None
+        r["wall_ratio"] = r["wall_s"] / b["wall_s"] if b and b["wall_s"] and r["wall_s"] is not None else None
+    return rows
+
+
+def render(results, rows):
+    meta = results["meta"]
+    out = []
+    out.append("# pyigprof overhead benchmark%s" % (" (SMOKE RUN: tiny workloads, 2 runs; not a measurement)"
+                                                   if meta["smoke"] else ""))
+    out.append("")
+    out.append("- command: `%s`" % meta["command"])
+    out.append("- date: %s; host: %s, %s CPUs, kernel %s; load average before: %s, after: %s"
+               % (meta["date"], meta["host"], meta["cpus"], meta["kernel"], meta["load_before"],
+                  meta.get("load_after", "n/a")))
+    out.append("- pyigprof: %s (commit %s)" % (meta["preload"], meta["commit"]))
+    out.append("- runs per configuration: %d, alternating; target CPU time per baseline run: %.2f s"
+               % (meta["runs"], meta["target_cpu_s"]))
+    for v in meta["pythons"]:
+        out.append("- Python %s: %s; py-spy %s; numpy %s; LOOPS: %s%s" % (
+            v["version"], v["interpreter"], v.get("py_spy_version") or "missing", v.get("numpy") or "missing",
+            ", ".join("%s=%s" % kv for kv in v.get("loops", {}).items()),
+            "".join("; " + n for n in v.get("notes", []))))
+    out.append("")
+    out.append("CPU = user+sys of the whole process tree (profiler included), median over runs; "
+               "ratios are to the baseline's median in this invocation. samples/s: pyigprof per "
+               "second of the process's CPU time, py-spy per second of wall time. reported/CPU: "
+               "the profile's ticks x T over the process's CPU time. handler: the profile's own "
+               "`#pyigprof handler` statistics (median over runs).")
+    out.append("")
+    out.append("| Python | program | configuration | ok runs | CPU s | CPU ratio | wall s | wall ratio "
+               "| samples/s | reported/CPU | handler median ns | handler p99 ns | note |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        out.append("| %s | %s | %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["python"], r["program"], r["config"], r["n_ok"], r["n"], fmt(r["cpu_s"], ".3f"),
+            fmt(r["cpu_ratio"], ".3f"), fmt(r["wall_s"], ".3f"), fmt(r["wall_ratio"], ".3f"),
+            fmt(r.get("samples_per_s"), ".0f") if "samples_per_s" in r else "",
+            fmt(r.get("reported_over_cpu"), ".3f") if "reported_over_cpu" in r else "",
+            fmt(r.get("handler_median_ns"), ".0f") if r["config"].startswith("pyigprof") else "",
+            fmt(r.get("handler_p99_ns"), ".0f") if r["config"].startswith("pyigprof") else "",
+            r["error"].replace("|", "\\|")))
+    out.append("")
+    pig = [r for r in rows if r["config"].startswith("pyigprof")]
+    if pig:
+        out.append("pyigprof per run, medians over runs: samples and ticks summed over the profile's "
+                   "PERF_TICKS counters; then the profiler's own statistics from its `#pyigprof stats` and "
+                   "`#pyigprof handler` lines (n/a: not in the profile):")
+        out.append("")
+        out.append("| Python | program | configuration | profile samples | profile ticks | stats samples "
+                   "| stats ticks | dropped | handler median ns | p99 ns | max ns | base ns "
+                   "| per native frame ns | per Python frame ns |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in pig:
+            out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                r["python"], r["program"], r["config"],
+                fmt(r.get("profile_samples"), ".0f"), fmt(r.get("profile_ticks"), ".0f"),
+                fmt(r.get("stats_samples"), ".0f"), fmt(r.get("stats_ticks"), ".0f"),
+                fmt(r.get("stats_dropped"), ".0f"),
+                fmt(r.get("handler_median_ns"), ".0f"), fmt(r.get("handler_p99_ns"), ".0f"),
+                fmt(r.get("handler_max_ns"), ".0f"), fmt(r.get("handler_base_ns"), ".1f"),
+                fmt(r.get("handler_native_frame_ns"), ".1f"), fmt(r.get("handler_python_frame_ns"), ".1f")))
+        out.append("")
+    out.append("Targets:")
+    out.append("")
+    for line in targets(rows):
+        out.append("- " + line)
+    return "\n".join(out) + "\n"
+
+
+def targets(rows):
+    def where(r):
+        return "%s on %s" % (r["program"], r["python"])
+    lines = []
+    k1 = [r for r in rows if r["config"] == PYIGPROF_1K]
+    failed = [r for r in k1 if r["cpu_ratio"] is None]
+    have = [r for r in k1 if r["cpu_ratio"] is not None]
+    if not have:
+        lines.append("CPU ratio at 1 kHz <= %.2f on every program: n/a (no successful runs)" % TARGET_CPU_RATIO_1K)
+    else:
+        worst = max(have, key=lambda r: r["cpu_ratio"])
+        ok = worst["cpu_ratio"] <= TARGET_CPU_RATIO_1K and not failed
+        lines.append("CPU ratio at 1 kHz <= %.2f on every program: %s (worst %.3f, %s%s)" % (
+            TARGET_CPU_RATIO_1K, "PASS" if ok else "MISS", worst["cpu_ratio"], where(worst),
+            "; %d program(s) without a result" % len(failed) if failed else ""))
+    pig = [r for r in rows if r["config"].startswith("pyigprof")]
+    hm = [r for r in pig if r.get("handler_median_ns") is not None]
+    if not hm:
+        lines.append("handler median <= %.0f us: n/a (the profiles carry no `#pyigprof handler` line)"
+                     % (TARGET_HANDLER_MEDIAN_NS / 1000))
+    else:
+        worst = max(hm, key=lambda r: r["handler_median_ns"])
+        lines.append("handler median <= %.0f us: %s (worst %.0f ns, %s, %s)" % (
+            TARGET_HANDLER_MEDIAN_NS / 1000, "PASS" if worst["handler_median_ns"] <= TARGET_HANDLER_MEDIAN_NS
+            else "MISS", worst["handler_median_ns"], where(worst), worst["config"]))
+    rep = [r for r in pig if r.get("reported_over_cpu") is not None]
+    if not rep:
+        lines.append("reported time within %.0f %% of CPU time: n/a (no profiles)" % (TARGET_REPORTED_DEV * 100))
+    else:
+        worst = max(rep, key=lambda r: abs(r["reported_over_cpu"] - 1))
+        lines.append("reported time within %.0f %% of CPU time: %s (worst reported/CPU %.3f, %s, %s)" % (
+            TARGET_REPORTED_DEV * 100, "PASS" if abs(worst["reported_over_cpu"] - 1) <= TARGET_REPORTED_DEV
+            else "MISS", worst["reported_over_cpu"], where(worst), worst["config"]))
+    return lines
+
+
+# --------------------------------------------------------------------------- main
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true",
+                    help="quick check of the harness: one interpreter (%s unless --pythons), programs %s, "
+                         "2 runs, ~0.3 s workloads" % (SMOKE_PYTHON, "+".join(SMOKE_PROGRAMS)))
+    ap.add_argument("--pythons", help="interpreters: pyenv versions (3.12 = newest 3.12.x) or paths, "
+                                      "comma-separated (default %s)" % DEFAULT_PYTHONS)
+    ap.add_argument("--programs", help="comma-separated subset of: " + ",".join(OWN_PROGRAMS + PYPERFORMANCE_BENCHMARKS))
+    ap.add_argument("--runs", type=int, help="runs per configuration (default 5; smoke 2)")
+    ap.add_argument("--target-seconds", type=float,
+                    help="CPU time of one baseline run, s (default 3; smoke 0.3)")
+    ap.add_argument("--out", help="markdown output (default bench/overhead/results.md; smoke: results-smoke.md); "
+                                  "the raw data goes to the same name with .json")
+    ap.add_argument("--cache-dir", default=HERE, help="where the .venv-X.Y directories live (default %(default)s)")
+    ap.add_argument("--no-build", action="store_true", help="do not run cargo build --release")
+    ap.add_argument("--no-install", action="store_true", help="do not create venvs or pip install")
+    ap.add_argument("--preload", default=os.path.join(REPO, "target", "release", "libpyigprof.so"),
+                    help="the pyigprof library (default %(default)s)")
+    args = ap.parse_args()
+
+    runs = args.runs or (2 if args.smoke else 5)
+    target = args.target_seconds or (0.3 if args.smoke else 3.0)
+    min_span = 0.1 if args.smoke else 0.5       # calibration: CPU seconds between two runs
+    timeout_s = max(60.0, 20 * target + 30)     # per run; cProfile may be several times slower
+    out_md = args.out or os.path.join(HERE, "results-smoke.md" if args.smoke else "results.md")
+    out_json = os.path.splitext(out_md)[0] + ".json"
+    if args.programs:
+        programs = [p.strip() for p in args.programs.split(",") if p.strip()]
+        unknown = [p for p in programs if p not in OWN_PROGRAMS + PYPERFORMANCE_BENCHMARKS]
+        if unknown:
+            sys.exit("bench: unknown program(s): %s" % ", ".join(unknown))
+    else:
+        programs = SMOKE_PROGRAMS if args.smoke else OWN_PROGRAMS + PYPERFORMANCE_BENCHMARKS
+
+    interps = find_interpreters(args.pythons or (SMOKE_PYTHON if args.smoke else DEFAULT_PYTHONS))
+    if args.smoke:
+        interps = interps[:1]
+    if not interps:
+        sys.exit("bench: no interpreter found")
+    log("bench: interpreters: " + ", ".join("%s (%s)" % vp for vp in interps))
+    build_pyigprof(args)
+
+    commit = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"],
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    meta = {"command": " ".join(["python3", os.path.relpath(__file__, REPO)] + sys.argv[1:]),
+            "smoke": args.smoke, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "host": platform.node(), "cpus": os.cpu_count(), "kernel": platform.release(),
+            "load_before": "%.2f %.2f %.2f" % os.getloadavg(), "preload": args.preload, "commit": commit,
+            "runs": runs, "target_cpu_s": target, "pythons": []}
+    results = {"meta": meta, "runs": {}}
+
+    venvs = [setup_venv(v, p, args) for v, p in interps]
+    tmp = tempfile.mkdtemp(prefix="pyigprof-bench-")
+    started = time.monotonic()
+    try:
+        for venv_env in venvs:
+            version, py = venv_env["version"], venv_env["python"]
+            vmeta = {"version": version, "interpreter": venv_env["interpreter"], "numpy": venv_env["numpy"],
+                     "notes": venv_env["notes"], "loops": {}}
+            if venv_env["py_spy"]:
+                vmeta["py_spy_version"] = subprocess.run([venv_env["py_spy"], "--version"], capture_output=True,
+                                                         text=True).stdout.strip()
+            meta["pythons"].append(vmeta)
+            for prog in programs:
+                make_argv = program_argv(prog, venv_env)
+                keys = {cfg["name"]: "%s|%s|%s" % (version, prog, cfg["name"]) for cfg in CONFIGS}
+                for k in keys.values():
+                    results["runs"][k] = []
+                if isinstance(make_argv, str):
+                    for k in keys.values():
+                        results["runs"][k].append({"ok": False, "error": "skipped: " + make_argv})
+                    log("bench: %s %s: skipped (%s)" % (version, prog, make_argv))
+                    continue
+                calib_dir = os.path.join(tmp, "calibrate")
+                os.makedirs(calib_dir, exist_ok=True)
+                loops, err = calibrate(py, make_argv, target, min_span, calib_dir, timeout_s)
+                if loops is None:
+                    for k in keys.values():
+                        results["runs"][k].append({"ok": False, "error": "calibration failed: " + err})
+                    log("bench: %s %s: calibration failed: %s" % (version, prog, err))
+                    continue
+                vmeta["loops"][prog] = loops
+                log("bench: %s %s: LOOPS=%d" % (version, prog, loops))
+                for i in range(runs):
+                    # Alternate: one run of every configuration per round, starting
+                    # each round one configuration further on.
+                    order = CONFIGS[i % len(CONFIGS):] + CONFIGS[:i % len(CONFIGS)]
+                    for cfg in order:
+                        rundir = os.path.join(tmp, "run")
+                        shutil.rmtree(rundir, ignore_errors=True)
+                        os.makedirs(rundir)
+                        cmd = config_command(cfg, py, make_argv(loops), venv_env, args.preload, rundir)
+                        if isinstance(cmd, str):
+                            res = {"ok": False, "error": cmd}
+                        else:
+                            res = run_once(cmd[0], cmd[1], rundir, timeout_s)
+                            if res["ok"] and cfg["kind"] == "pyigprof":
+                                pyigprof_metrics(rundir, res)
+                            elif res["ok"] and cfg["kind"] == "py-spy":
+                                pyspy_metrics(rundir, res)
+                        res.pop("stderr", None)
+                        res["round"] = i + 1
+                        results["runs"][keys[cfg["name"]]].append(res)
+                        log("bench: %s %s run %d %-26s %s" % (
+                            version, prog, i + 1, cfg["name"],
+                            "cpu %.3f s wall %.3f s" % (res["cpu_s"], res["wall_s"]) if res.get("ok")
+                            else "FAILED: " + res.get("error", "")))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        meta["load_after"] = "%.2f %.2f %.2f" % os.getloadavg()
+        meta["elapsed_s"] = round(time.monotonic() - started, 1)
+        rows = summarise(results)
+        text = render(results, rows)
+        with open(out_md, "w") as f:
+            f.write(text)
+        with open(out_json, "w") as f:
+            json.dump({"results": results, "rows": rows}, f, indent=1)
+        print(text)
+        log("bench: wrote %s and %s (%.0f s)" % (out_md, out_json, meta["elapsed_s"]))
+
+
+if __name__ == "__main__":
+    main()
