@@ -491,6 +491,44 @@ fn deep_recursion_is_cut_with_a_marker() {
 }
 
 #[test]
+fn deep_native_recursion_is_cut_with_a_marker() {
+    let python = python();
+    let dir = scratch_dir("native-recursion");
+    let source = dir.join("deep.c");
+    // 5000 native frames (no tail calls at -O0) over a hot leaf.
+    std::fs::write(
+        &source,
+        "double native_leaf(long n) { double x = 0; for (long i = 0; i < n; i++) x += i * 0.5; return x; }\n\
+         double descend(int depth, long n) { return depth == 0 ? native_leaf(n) : descend(depth - 1, n) + 1; }\n",
+    )
+    .unwrap();
+    let library = dir.join("libdeep.so");
+    let gcc = Command::new("gcc")
+        .args(["-O0", "-fno-optimize-sibling-calls", "-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .status()
+        .unwrap();
+    assert!(gcc.success());
+    let program = format!(
+        "import ctypes\nlib = ctypes.CDLL({:?})\nlib.descend.restype = ctypes.c_double\nlib.descend(5000, ctypes.c_long(300000000))\nprint('done')\n",
+        library.to_str().unwrap()
+    );
+    let (run, profile) = profiled_ok(&python, &["-c", &program], &[]);
+    assert_eq!(run.stdout(), "done\n");
+    let cut = share(&profile, |s| {
+        s.frames.first().is_some_and(|(n, _)| n == "<truncated stack>")
+    });
+    let leaf = share(&profile, |s| {
+        s.frames.last().is_some_and(|(n, _)| n == "native_leaf")
+    });
+    let deepest = stacks(&profile).iter().map(|s| s.frames.len()).max().unwrap();
+    eprintln!("5000 native frames: {cut:.1}% cut, native_leaf innermost in {leaf:.1}%, deepest stack {deepest} frames");
+    assert!(cut > 50.0 && leaf > 50.0, "cut {cut:.1}%, leaf {leaf:.1}%");
+    assert!(deepest <= 1026, "{deepest}");
+}
+
+#[test]
 fn samples_in_malloc_the_loader_and_frame_pushes_do_not_hang_or_crash() {
     let python = python();
     // 10 kHz, while the program allocates, loads and unloads libraries and pushes frames.
