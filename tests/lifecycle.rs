@@ -504,7 +504,13 @@ fn deep_native_recursion_is_cut_with_a_marker() {
     .unwrap();
     let library = dir.join("libdeep.so");
     let gcc = Command::new("gcc")
-        .args(["-O0", "-fno-optimize-sibling-calls", "-shared", "-fPIC", "-o"])
+        .args([
+            "-O0",
+            "-fno-optimize-sibling-calls",
+            "-shared",
+            "-fPIC",
+            "-o",
+        ])
         .arg(&library)
         .arg(&source)
         .status()
@@ -517,12 +523,18 @@ fn deep_native_recursion_is_cut_with_a_marker() {
     let (run, profile) = profiled_ok(&python, &["-c", &program], &[]);
     assert_eq!(run.stdout(), "done\n");
     let cut = share(&profile, |s| {
-        s.frames.first().is_some_and(|(n, _)| n == "<truncated stack>")
+        s.frames
+            .first()
+            .is_some_and(|(n, _)| n == "<truncated stack>")
     });
     let leaf = share(&profile, |s| {
         s.frames.last().is_some_and(|(n, _)| n == "native_leaf")
     });
-    let deepest = stacks(&profile).iter().map(|s| s.frames.len()).max().unwrap();
+    let deepest = stacks(&profile)
+        .iter()
+        .map(|s| s.frames.len())
+        .max()
+        .unwrap();
     eprintln!("5000 native frames: {cut:.1}% cut, native_leaf innermost in {leaf:.1}%, deepest stack {deepest} frames");
     assert!(cut > 50.0 && leaf > 50.0, "cut {cut:.1}%, leaf {leaf:.1}%");
     assert!(deepest <= 1026, "{deepest}");

@@ -39,7 +39,7 @@ PROGRAMS_DIR = os.path.join(HERE, "programs")
 PYENV_VERSIONS = "/root/.pyenv/versions"
 
 # Our own small programs (bench/overhead/programs/<name>.py LOOPS).
-OWN_PROGRAMS = ["call_heavy", "numeric", "native_heavy", "threaded", "numpy_work"]
+OWN_PROGRAMS = ["call_heavy", "numeric", "native_heavy", "threaded", "numpy_work", "stack_depths"]
 # pyperformance benchmarks (stdlib-only ones), run in-process by pyperf's worker mode.
 PYPERFORMANCE_BENCHMARKS = ["nbody", "richards", "float", "chaos", "deltablue",
                             "raytrace", "json_dumps"]

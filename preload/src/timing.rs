@@ -46,12 +46,12 @@ pub struct HandlerSummary {
     pub p99_ns: u64,
     /// Longest sample (ns).
     pub max_ns: u64,
-    /// Fitted fixed cost per sample (ns); `None` when the fit is undetermined (too few
-    /// samples, or the frame counts never varied).
+    /// Fitted fixed cost per sample (ns); `None` with fewer than 3 samples.
     pub base_ns: Option<f64>,
-    /// Fitted cost per native frame (ns).
+    /// Fitted cost per native frame (ns); `None` when the native frame count never varied
+    /// independently of the Python one.
     pub native_frame_ns: Option<f64>,
-    /// Fitted cost per Python frame (ns).
+    /// Fitted cost per Python frame (ns); `None` when the Python frame count never varied.
     pub python_frame_ns: Option<f64>,
 }
 
@@ -148,54 +148,74 @@ impl HandlerTimes {
             .iter()
             .map(|s| s.load(Ordering::Relaxed) as f64)
             .collect();
-        let fit = fit_frames(&sums);
+        let (base_ns, native_frame_ns, python_frame_ns) = fit_frames(&sums);
         HandlerSummary {
             samples: self.samples.load(Ordering::Relaxed),
             total_ns: self.total_ns.load(Ordering::Relaxed),
             median_ns: percentile(0.5),
             p99_ns: percentile(0.99),
             max_ns: self.max_ns.load(Ordering::Relaxed),
-            base_ns: fit.map(|f| f[0]),
-            native_frame_ns: fit.map(|f| f[1]),
-            python_frame_ns: fit.map(|f| f[2]),
+            base_ns,
+            native_frame_ns,
+            python_frame_ns,
         }
     }
 }
 
+/// Fitted costs (ns): fixed per sample, per native frame, per Python frame; each `None`
+/// when undetermined.
+type Fit = (Option<f64>, Option<f64>, Option<f64>);
+
 /// Solves the least-squares normal equations for `y = c0 + c1·a + c2·b` from the sums
-/// `[n, Σa, Σb, Σy, Σa², Σb², Σab, Σay, Σby]`. When the Python frame count never varies
-/// (a program without Python frames) `c2` is 0 and the fit is over `a` alone; `None` when
-/// even that is undetermined.
-fn fit_frames(s: &[f64]) -> Option<[f64; 3]> {
-    let [n, sa, sb, sy, saa, sbb, sab, say, sby] = s.try_into().ok()?;
-    if n < 3.0 {
-        return None;
-    }
-    let m = [[n, sa, sb], [sa, saa, sab], [sb, sab, sbb]];
-    let r = [sy, say, sby];
-    let det3 = |m: [[f64; 3]; 3]| {
-        m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
-            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+/// `[n, Σa, Σb, Σy, Σa², Σb², Σab, Σay, Σby]`. When one of the frame counts never varies
+/// (CPython 3.11+ runs nested Python calls in one evaluator frame, so a Python recursion
+/// changes only `b`; a native recursion only `a`), the fit is over the other alone and the
+/// constant one's cost is `None`; all `None` when nothing varies.
+fn fit_frames(s: &[f64]) -> Fit {
+    let Ok([n, sa, sb, sy, saa, sbb, sab, say, sby]) = <[f64; 9]>::try_from(s) else {
+        return (None, None, None);
     };
-    let d = det3(m);
-    // Relative to the scale of the matrix: a singular one (b constant, or a and b
-    // proportional) falls back to the fit over a alone.
-    if d.abs() > 1e-9 * (n * saa * sbb).abs().max(1.0) {
-        let column = |k: usize| {
-            let mut mk = m;
-            for (row, value) in mk.iter_mut().zip(r) {
-                row[k] = value;
-            }
-            det3(mk) / d
+    if n < 3.0 {
+        return (None, None, None);
+    }
+    // n² × the variances of a and b: zero when a count never varies.
+    let (var_a, var_b) = (n * saa - sa * sa, n * sbb - sb * sb);
+    let varies = |v: f64, squares: f64| v > 1e-9 * (n * squares).max(1.0);
+    let (a_varies, b_varies) = (varies(var_a, saa), varies(var_b, sbb));
+    if a_varies && b_varies {
+        let m = [[n, sa, sb], [sa, saa, sab], [sb, sab, sbb]];
+        let r = [sy, say, sby];
+        let det3 = |m: [[f64; 3]; 3]| {
+            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+                - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+                + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
         };
-        return Some([column(0), column(1), column(2)]);
+        let d = det3(m);
+        // Not when a and b move together (then their costs cannot be told apart).
+        if d.abs() > 1e-6 * n * var_a.min(var_b) / n {
+            let column = |k: usize| {
+                let mut mk = m;
+                for (row, value) in mk.iter_mut().zip(r) {
+                    row[k] = value;
+                }
+                det3(mk) / d
+            };
+            return (Some(column(0)), Some(column(1)), Some(column(2)));
+        }
     }
-    let d2 = n * saa - sa * sa;
-    if d2.abs() <= 1e-9 * (n * saa).abs().max(1.0) {
-        return None;
+    // One variable: y = c0 + c·x.
+    let single = |sx: f64, sxx: f64, sxy: f64, var: f64| {
+        ((sxx * sy - sx * sxy) / var, (n * sxy - sx * sy) / var)
+    };
+    if b_varies {
+        let (c0, c2) = single(sb, sbb, sby, var_b);
+        (Some(c0), None, Some(c2))
+    } else if a_varies {
+        let (c0, c1) = single(sa, saa, say, var_a);
+        (Some(c0), Some(c1), None)
+    } else {
+        (Some(sy / n), None, None)
     }
-    Some([(saa * sy - sa * say) / d2, (n * say - sa * sy) / d2, 0.0])
 }
 
 #[cfg(test)]
@@ -245,13 +265,22 @@ mod tests {
     }
 
     #[test]
-    fn without_python_frames_the_fit_is_over_native_frames_alone() {
+    fn a_count_that_never_varies_leaves_its_cost_undetermined() {
         let times = HandlerTimes::default();
         for native in 1..100u64 {
             times.record(300 + 25 * native, native, 0);
         }
         let s = times.summary();
         assert!((s.native_frame_ns.unwrap() - 25.0).abs() < 1e-6, "{s:?}");
-        assert_eq!(s.python_frame_ns, Some(0.0));
+        assert!((s.base_ns.unwrap() - 300.0).abs() < 1e-6, "{s:?}");
+        assert_eq!(s.python_frame_ns, None);
+        // A Python recursion on 3.11+: the native depth stays the same.
+        let times = HandlerTimes::default();
+        for python in 1..100u64 {
+            times.record(900 + 60 * python, 20, python);
+        }
+        let s = times.summary();
+        assert!((s.python_frame_ns.unwrap() - 60.0).abs() < 1e-6, "{s:?}");
+        assert_eq!(s.native_frame_ns, None);
     }
 }
