@@ -11,6 +11,9 @@
 //!   [`report::lines`], [`report::tree`], [`report::text`], [`report::collapsed`],
 //!   [`report::flamegraph`], [`report::speedscope`], [`report::json`], and
 //!   [`report::diff`], which compares two profiles);
+//! - [`transform`]: options that reshape the call tree after the view (IgProf's
+//!   `--value peak`, count filters, `--merge-libraries`, `--merge-regexp`; `--hide`,
+//!   `--merge-ancestors`);
 //! - [`stats`]: the significance test of comparisons;
 //! - [`symbol`]: how functions are named in reports (demangling, Python locations,
 //!   interpreter files);
@@ -36,6 +39,7 @@ pub mod profile;
 pub mod report;
 pub mod stats;
 pub mod symbol;
+pub mod transform;
 pub mod view;
 
 pub use error::Error;
