@@ -672,7 +672,11 @@ C4 FN3+10 V0:(1,3,3)
         );
         assert_eq!(profile.total(0), load(DUMP).total(0));
         // deflate (two offsets, two callers) is one function with two root nodes.
-        let roots = profile.nodes().iter().filter(|n| n.parent.is_none()).count();
+        let roots = profile
+            .nodes()
+            .iter()
+            .filter(|n| n.parent.is_none())
+            .count();
         assert_eq!(roots, 3);
     }
 
@@ -764,7 +768,9 @@ C4 FN3+10 V0:(1,3,3)
         assert!(MergeRule::parse("s/a/b")
             .unwrap_err()
             .starts_with("expected s/REGEXP/REPLACEMENT/"));
-        assert!(MergeRule::parse("s/(/b/").unwrap_err().contains("unclosed group"));
+        assert!(MergeRule::parse("s/(/b/")
+            .unwrap_err()
+            .contains("unclosed group"));
         // Not IgProf's form: a plain pattern.
         assert!(MergeRule::parse("s.*").unwrap()[0].replacement.is_none());
     }

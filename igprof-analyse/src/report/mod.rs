@@ -15,12 +15,15 @@
 //!
 //! Reports work on the profile as the chosen view ([`crate::view`]) shows it.
 
+pub mod callgrind;
 pub mod collapsed;
 pub mod diff;
 pub mod flamegraph;
 pub mod json;
 pub mod lines;
+pub mod pprof;
 pub mod speedscope;
+pub mod sqlite;
 pub mod text;
 pub mod top;
 pub mod tree;
@@ -210,20 +213,20 @@ impl Measure {
     }
 }
 
-/// Per key, the amount of `counter` of the samples whose stack holds a node of that key,
-/// each sample counted once however many of its frames have the key (recursion).
-/// `keys[node]` is the key of each node (indexed by [`NodeId`]), `None` for none; keys
-/// are below `key_count`.
+/// Per key, the sum over the samples whose stack holds a node of that key of their
+/// `subtrees` values (e.g. [`Profile::subtree_amounts`] for amounts, [`subtree_counts`]
+/// for samples), each sample counted once however many of its frames have the key
+/// (recursion). `keys[node]` is the key of each node (indexed by [`NodeId`]), `None` for
+/// none; keys are below `key_count`.
 ///
 /// A depth-first walk keeps, per key, how many of the current node's ancestors (itself
 /// included) have that key: a subtree counts only for the outermost one.
 pub(crate) fn cumulative_once(
     profile: &Profile,
-    counter: CounterId,
+    subtrees: &[i64],
     keys: &[Option<u32>],
     key_count: usize,
 ) -> Vec<i64> {
-    let subtrees = profile.subtree_amounts(counter);
     let children = profile.children();
     let mut active = vec![0u32; key_count];
     let mut cumulative = vec![0i64; key_count];
@@ -253,8 +256,25 @@ pub(crate) fn cumulative_once(
     cumulative
 }
 
+/// The cumulative (inclusive) count of `counter` (samples, calls) of every node: its
+/// own count plus its descendants', indexed by [`NodeId`]; the counterpart of
+/// [`Profile::subtree_amounts`].
+pub fn subtree_counts(profile: &Profile, counter: CounterId) -> Vec<i64> {
+    let nodes = profile.nodes();
+    let mut counts: Vec<i64> = nodes.iter().map(|node| node.value(counter).count).collect();
+    // Children have larger indices than their parents.
+    for index in (0..nodes.len()).rev() {
+        if let Some(parent) = nodes[index].parent {
+            let count = counts[index];
+            let slot = &mut counts[parent as usize];
+            *slot = slot.saturating_add(count);
+        }
+    }
+    counts
+}
+
 /// Per function of a profile (indexed by [`crate::profile::FunctionId`]): its self
-/// values of one counter and its cumulative amount.
+/// values of one counter and its cumulative amount and count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FunctionAmounts {
     /// The sum of the function's nodes' values: samples (`count`) and amount.
@@ -262,6 +282,8 @@ pub struct FunctionAmounts {
     /// The amount of the samples with the function anywhere on their stack, each
     /// sample counted once even where the function recurses.
     pub cumulative: Vec<i64>,
+    /// The number of those samples (calls for memory counters), counted the same way.
+    pub cumulative_counts: Vec<i64>,
 }
 
 impl FunctionAmounts {
@@ -276,9 +298,92 @@ impl FunctionAmounts {
         let keys: Vec<Option<u32>> = nodes.iter().map(|node| Some(node.function)).collect();
         FunctionAmounts {
             self_values,
-            cumulative: cumulative_once(profile, counter, &keys, functions),
+            cumulative: cumulative_once(
+                profile,
+                &profile.subtree_amounts(counter),
+                &keys,
+                functions,
+            ),
+            cumulative_counts: cumulative_once(
+                profile,
+                &subtree_counts(profile, counter),
+                &keys,
+                functions,
+            ),
         }
     }
+}
+
+/// The direct calls (arcs) between functions in a profile, with the cost of the samples
+/// whose stack has each: gprof's and IgProf's call graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arcs {
+    /// Each arc: (caller, callee); the caller is `None` for outermost frames (IgProf's
+    /// `<spontaneous>`).
+    pub pairs: Vec<(Option<FunctionId>, FunctionId)>,
+    /// Per arc, the amount of the samples whose stack has that call, each sample
+    /// counted once even where the call recurs on its stack.
+    pub amounts: Vec<i64>,
+    /// Per arc, the number of those samples (calls for memory counters).
+    pub counts: Vec<i64>,
+}
+
+impl Arcs {
+    /// The arcs of `counter` in `profile`, in the order of their first node.
+    pub fn of(profile: &Profile, counter: CounterId) -> Arcs {
+        let nodes = profile.nodes();
+        let mut pairs: Vec<(Option<FunctionId>, FunctionId)> = Vec::new();
+        let mut index: HashMap<(Option<FunctionId>, FunctionId), u32> = HashMap::new();
+        let keys: Vec<Option<u32>> = nodes
+            .iter()
+            .map(|node| {
+                let caller = node.parent.map(|parent| nodes[parent as usize].function);
+                let key = (caller, node.function);
+                // Arcs are no more than nodes, whose count fits in u32.
+                let next = pairs.len() as u32;
+                Some(*index.entry(key).or_insert_with(|| {
+                    pairs.push(key);
+                    next
+                }))
+            })
+            .collect();
+        let amounts = cumulative_once(
+            profile,
+            &profile.subtree_amounts(counter),
+            &keys,
+            pairs.len(),
+        );
+        let counts = cumulative_once(
+            profile,
+            &subtree_counts(profile, counter),
+            &keys,
+            pairs.len(),
+        );
+        Arcs {
+            pairs,
+            amounts,
+            counts,
+        }
+    }
+}
+
+/// IgProf's *paths* (`--paths`): in how many places of a [`CallTree`] each function is
+/// (per [`FunctionId`]), and each arc (caller, callee) is (per pair, the caller `None`
+/// for outermost frames): the number of distinct call paths that reach it with a cost.
+pub fn paths(
+    profile: &Profile,
+    tree: &CallTree,
+) -> (Vec<i64>, HashMap<(Option<FunctionId>, FunctionId), i64>) {
+    let mut functions = vec![0i64; profile.functions().len()];
+    let mut arcs: HashMap<(Option<FunctionId>, FunctionId), i64> = HashMap::new();
+    for node in &tree.nodes {
+        functions[node.function as usize] += 1;
+        let caller = node
+            .parent
+            .map(|parent| tree.nodes[parent as usize].function);
+        *arcs.entry((caller, node.function)).or_default() += 1;
+    }
+    (functions, arcs)
 }
 
 /// One node of a [`CallTree`].

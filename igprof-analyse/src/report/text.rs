@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use super::{cumulative_once, percent, write_preamble, FunctionAmounts, Measure, Options};
+use super::{percent, write_preamble, Arcs, FunctionAmounts, Measure, Options};
 use crate::error::Error;
 use crate::profile::{FunctionId, Profile};
 use crate::symbol::Label;
@@ -84,24 +84,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Text, Error> {
         });
     };
     let amounts = FunctionAmounts::of(profile, counter);
-    let nodes = profile.nodes();
-    // Each node's arc: (its caller's function, its function).
-    let mut pairs: Vec<(Option<FunctionId>, FunctionId)> = Vec::new();
-    let mut index: HashMap<(Option<FunctionId>, FunctionId), u32> = HashMap::new();
-    let keys: Vec<Option<u32>> = nodes
-        .iter()
-        .map(|node| {
-            let caller = node.parent.map(|parent| nodes[parent as usize].function);
-            let key = (caller, node.function);
-            // Arcs are no more than nodes, whose count fits in u32.
-            let next = pairs.len() as u32;
-            Some(*index.entry(key).or_insert_with(|| {
-                pairs.push(key);
-                next
-            }))
-        })
-        .collect();
-    let arcs = cumulative_once(profile, counter, &keys, pairs.len());
+    let arcs = Arcs::of(profile, counter);
 
     let mut order: Vec<FunctionId> = (0..profile.functions().len() as FunctionId)
         .filter(|&id| {
@@ -131,7 +114,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Text, Error> {
     }
     let mut callers: Vec<Vec<Arc>> = vec![Vec::new(); profile.functions().len()];
     let mut callees: Vec<Vec<Arc>> = vec![Vec::new(); profile.functions().len()];
-    for (&(caller, callee), &amount) in pairs.iter().zip(&arcs) {
+    for (&(caller, callee), &amount) in arcs.pairs.iter().zip(&arcs.amounts) {
         if amount == 0 {
             continue;
         }
