@@ -58,6 +58,12 @@ pub struct Options {
     pub limit: usize,
     /// The sort order.
     pub order: Order,
+    /// IgProf's `--calls`: `--top` and `--text` add the samples (calls for memory
+    /// counters) of each row.
+    pub calls: bool,
+    /// IgProf's `--paths`: `--top` and `--text` add each function's (and call's) number
+    /// of call paths, the places of the call tree ([`CallTree`]) where it is.
+    pub paths: bool,
 }
 
 impl Default for Options {
@@ -66,6 +72,8 @@ impl Default for Options {
             counter: DEFAULT_COUNTER.to_string(),
             limit: 20,
             order: Order::SelfAmount,
+            calls: false,
+            paths: false,
         }
     }
 }
@@ -537,6 +545,15 @@ pub trait Item: Display {
     const HEADING: &'static str;
 }
 
+/// A column a report adds after its amounts (`--calls`, `--paths`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Column {
+    /// Its heading, e.g. `self samples`.
+    pub heading: String,
+    /// One value per row of the report.
+    pub values: Vec<i64>,
+}
+
 /// A computed report.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report<T> {
@@ -545,6 +562,8 @@ pub struct Report<T> {
     /// The rows, sorted and cut to the limit; items with neither self nor cumulative
     /// amount are left out.
     pub rows: Vec<Row<T>>,
+    /// Extra columns, printed after the amounts (empty unless asked for).
+    pub columns: Vec<Column>,
 }
 
 /// The report on `profile` of `options.counter`, whose rows `rows` computes from the
@@ -561,6 +580,7 @@ pub(crate) fn report<T>(
     Ok(Report {
         measure,
         rows: counter.map_or_else(Vec::new, rows),
+        columns: Vec::new(),
     })
 }
 
@@ -636,7 +656,7 @@ pub(crate) fn table_line(cells: &[String], widths: &[usize], text: &str) -> Stri
 ///
 /// Percents (of the counter's total) have 2 decimals, seconds 3; columns widen to fit
 /// their values. Counters that are not ticks show raw amounts in `self` and `cum`
-/// columns instead of seconds.
+/// columns instead of seconds. The report's extra [`Column`]s follow the amounts.
 ///
 /// # Errors
 /// Those of `out`.
@@ -652,20 +672,32 @@ pub fn write<T: Item>(
         Unit::Ticks => ["self s", "cum s"],
         Unit::Amount => ["self", "cum"],
     };
-    let labels = ["self %", amount_labels[0], "cum %", amount_labels[1]].map(String::from);
-    let cells: Vec<[String; 4]> = report
+    let mut labels: Vec<String> = ["self %", amount_labels[0], "cum %", amount_labels[1]]
+        .map(String::from)
+        .to_vec();
+    labels.extend(report.columns.iter().map(|column| column.heading.clone()));
+    let cells: Vec<Vec<String>> = report
         .rows
         .iter()
-        .map(|row| {
-            [
+        .enumerate()
+        .map(|(index, row)| {
+            let mut cells = vec![
                 format!("{:.2}", percent(row.self_amount, total)),
                 measure.format_amount(row.self_amount),
                 format!("{:.2}", percent(row.cumulative, total)),
                 measure.format_amount(row.cumulative),
-            ]
+            ];
+            cells.extend(report.columns.iter().map(|column| {
+                column
+                    .values
+                    .get(index)
+                    .map_or(String::new(), i64::to_string)
+            }));
+            cells
         })
         .collect();
-    let mut widths = [9usize, 10, 9, 10];
+    let mut widths = vec![9usize, 10, 9, 10];
+    widths.resize(labels.len(), 0);
     for (column, width) in widths.iter_mut().enumerate() {
         let longest = cells.iter().map(|row| row[column].len()).max().unwrap_or(0);
         *width = (*width).max(longest + 2).max(labels[column].len() + 2);
