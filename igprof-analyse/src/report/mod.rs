@@ -375,15 +375,15 @@ impl Arcs {
     }
 }
 
+/// Per arc (caller, callee; the caller `None` for outermost frames), a number.
+pub type ArcCounts = HashMap<(Option<FunctionId>, FunctionId), i64>;
+
 /// IgProf's *paths* (`--paths`): in how many places of a [`CallTree`] each function is
-/// (per [`FunctionId`]), and each arc (caller, callee) is (per pair, the caller `None`
-/// for outermost frames): the number of distinct call paths that reach it with a cost.
-pub fn paths(
-    profile: &Profile,
-    tree: &CallTree,
-) -> (Vec<i64>, HashMap<(Option<FunctionId>, FunctionId), i64>) {
+/// (per [`FunctionId`]), and each arc is: the number of distinct call paths that reach
+/// it with a cost.
+pub fn paths(profile: &Profile, tree: &CallTree) -> (Vec<i64>, ArcCounts) {
     let mut functions = vec![0i64; profile.functions().len()];
-    let mut arcs: HashMap<(Option<FunctionId>, FunctionId), i64> = HashMap::new();
+    let mut arcs = ArcCounts::new();
     for node in &tree.nodes {
         functions[node.function as usize] += 1;
         let caller = node
