@@ -48,7 +48,8 @@ pub enum Error {
         /// The operating system's explanation.
         detail: String,
     },
-    /// An output file (`--flamegraph`, `--speedscope`) cannot be written. Displays as
+    /// An output file (`--flamegraph`, `--speedscope`, `--sqlite`, `--callgrind`,
+    /// `--pprof`) cannot be written. Displays as
     /// `pyigprof-analyse: <file>: cannot write: <detail>`.
     Write {
         /// The output file's path.

@@ -9,7 +9,8 @@
 //!   frames below Python code; `--all-frames` shows all);
 //! - [`report`]: reports on a profile, one module each ([`report::top`],
 //!   [`report::lines`], [`report::tree`], [`report::text`], [`report::collapsed`],
-//!   [`report::flamegraph`], [`report::speedscope`], [`report::json`], and
+//!   [`report::flamegraph`], [`report::speedscope`], [`report::callgrind`],
+//!   [`report::pprof`], [`report::sqlite`], [`report::json`], and
 //!   [`report::diff`], which compares two profiles);
 //! - [`transform`]: options that reshape the call tree after the view (IgProf's
 //!   `--value peak`, count filters, `--merge-libraries`, `--merge-regexp`; `--hide`,

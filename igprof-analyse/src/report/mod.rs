@@ -10,10 +10,14 @@
 //! - [`collapsed`]: folded stacks for flame-graph tools;
 //! - [`flamegraph`]: a flame graph (SVG) drawn with inferno;
 //! - [`speedscope`]: a file for the speedscope viewer;
+//! - [`callgrind`]: a callgrind file for KCachegrind and `callgrind_annotate`;
+//! - [`pprof`]: a gzip-compressed pprof `profile.proto` message;
+//! - [`sqlite`]: an SQLite database of functions, call tree and call graph;
 //! - [`json`]: functions and call tree as JSON;
 //! - [`diff`]: the comparison of two profiles with a significance test per function.
 //!
-//! Reports work on the profile as the chosen view ([`crate::view`]) shows it.
+//! Reports work on the profile as the chosen view ([`crate::view`]) shows it, reshaped by
+//! the options of [`crate::transform`].
 
 pub mod callgrind;
 pub mod collapsed;
