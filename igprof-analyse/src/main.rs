@@ -595,3 +595,58 @@ fn reports(cli: &Cli, view: View, transform: &transform::Options) -> Result<Done
     };
     Ok(Done { stdout, status: 0 })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spelled(args: &[&str]) -> Vec<String> {
+        igprof_spellings(args.iter().map(OsString::from))
+            .into_iter()
+            .map(|arg| arg.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn igprof_two_letter_options_become_long_ones() {
+        assert_eq!(
+            spelled(&[
+                "pyigprof-analyse",
+                "-ml",
+                "-mr",
+                "s/a/b/",
+                "-mc",
+                "5",
+                "-Mc",
+                "9",
+                "p.gz"
+            ]),
+            [
+                "pyigprof-analyse",
+                "--merge-libraries",
+                "--merge-regexp",
+                "s/a/b/",
+                "--min-count-value",
+                "5",
+                "--max-count-value",
+                "9",
+                "p.gz"
+            ]
+        );
+        // Values of options and everything after "--" are left alone.
+        assert_eq!(
+            spelled(&["x", "--hide", "-mc", "-mr", "-ml", "--", "-Mc"]),
+            ["x", "--hide", "-mc", "--merge-regexp", "-ml", "--", "-Mc"]
+        );
+        assert_eq!(
+            spelled(&["x", "--diff", "-ml", "-mr", "-ma"]),
+            ["x", "--diff", "-ml", "-mr", "--min-average-value"]
+        );
+    }
+
+    #[test]
+    fn command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}
