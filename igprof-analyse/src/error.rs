@@ -48,13 +48,22 @@ pub enum Error {
         /// The operating system's explanation.
         detail: String,
     },
-    /// An output file (`--flamegraph`, `--speedscope`) cannot be written. Displays as
+    /// An output file (`--flamegraph`, `--speedscope`, `--sqlite`, `--callgrind`,
+    /// `--pprof`) cannot be written. Displays as
     /// `pyigprof-analyse: <file>: cannot write: <detail>`.
     Write {
         /// The output file's path.
         file: String,
         /// The operating system's explanation.
         detail: String,
+    },
+    /// A command-line option has a value that cannot be used, e.g. an invalid regular
+    /// expression. Displays as `pyigprof-analyse: <option>: <message>`.
+    Option {
+        /// The option, e.g. `--hide`.
+        option: String,
+        /// One line of explanation.
+        message: String,
     },
     /// The profiles are fine but the requested report cannot be computed from them
     /// (e.g. an unknown counter). Displays as `pyigprof-analyse: <subject>: <message>`.
@@ -93,6 +102,7 @@ impl fmt::Display for Error {
             Error::Write { file, detail } => {
                 write!(f, "{PROGRAM}: {file}: cannot write: {detail}")
             }
+            Error::Option { option, message } => write!(f, "{PROGRAM}: {option}: {message}"),
             Error::Report { subject, message } => write!(f, "{PROGRAM}: {subject}: {message}"),
         }
     }
@@ -145,6 +155,10 @@ mod tests {
             Error::Report {
                 subject: "r".into(),
                 message: "m".into(),
+            },
+            Error::Option {
+                option: "--hide".into(),
+                message: "invalid regular expression \"(\": unclosed group".into(),
             },
         ];
         for error in errors {

@@ -9,8 +9,12 @@
 //!   frames below Python code; `--all-frames` shows all);
 //! - [`report`]: reports on a profile, one module each ([`report::top`],
 //!   [`report::lines`], [`report::tree`], [`report::text`], [`report::collapsed`],
-//!   [`report::flamegraph`], [`report::speedscope`], [`report::json`], and
+//!   [`report::flamegraph`], [`report::speedscope`], [`report::callgrind`],
+//!   [`report::pprof`], [`report::sqlite`], [`report::json`], and
 //!   [`report::diff`], which compares two profiles);
+//! - [`transform`]: options that reshape the call tree after the view (IgProf's
+//!   `--value peak`, count filters, `--merge-libraries`, `--merge-regexp`; `--hide`,
+//!   `--merge-ancestors`);
 //! - [`stats`]: the significance test of comparisons;
 //! - [`symbol`]: how functions are named in reports (demangling, Python locations,
 //!   interpreter files);
@@ -36,6 +40,7 @@ pub mod profile;
 pub mod report;
 pub mod stats;
 pub mod symbol;
+pub mod transform;
 pub mod view;
 
 pub use error::Error;

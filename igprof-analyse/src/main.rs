@@ -11,11 +11,15 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use std::ffi::OsString;
+
 use clap::{ArgGroup, Parser, ValueEnum};
 use igprof_analyse::report::{
-    self, collapsed, diff, flamegraph, json, lines, speedscope, text, top, tree,
+    self, callgrind, collapsed, diff, flamegraph, json, lines, pprof, speedscope, sqlite, text,
+    top, tree,
 };
 use igprof_analyse::stats::Correction;
+use igprof_analyse::transform::{self, CountFilter, MergeRule, Value};
 use igprof_analyse::view::View;
 use igprof_analyse::{Error, Profile};
 
@@ -71,6 +75,29 @@ struct Cli {
     #[arg(long, value_name = "FILE.json", conflicts_with = "comparison")]
     speedscope: Option<PathBuf>,
 
+    /// Write the profile as an SQLite database to FILE (tables files, functions, nodes,
+    /// function_costs, calls, profile; view summary; docs/analyser.md). IgProf's -s.
+    /// Nothing is printed unless a report is asked for too.
+    #[arg(
+        short = 's',
+        long,
+        value_name = "FILE.sqlite",
+        conflicts_with = "comparison"
+    )]
+    sqlite: Option<PathBuf>,
+
+    /// Write the profile in callgrind's format (for KCachegrind, callgrind_annotate) to
+    /// FILE: self costs per function and line, calls with inclusive costs. Nothing is
+    /// printed unless a report is asked for too.
+    #[arg(long, value_name = "FILE", conflicts_with = "comparison")]
+    callgrind: Option<PathBuf>,
+
+    /// Write the profile as gzip-compressed pprof protobuf (profile.proto) to FILE, for
+    /// `go tool pprof` and other tools: one sample per distinct stack with [samples, cpu
+    /// nanoseconds]. Nothing is printed unless a report is asked for too.
+    #[arg(long, value_name = "FILE.pb.gz", conflicts_with = "comparison")]
+    pprof: Option<PathBuf>,
+
     /// Compare profile NEW with profile BASE: per function, the self share in both, the
     /// change in percentage points and whether it is larger than sampling noise
     /// (two-proportion z-test on samples, corrected for the number of functions).
@@ -122,6 +149,73 @@ struct Cli {
     #[arg(long)]
     all_frames: bool,
 
+    /// Which counter value to use: normal (the amount: ticks, bytes) or peak (the third
+    /// value of the dump, e.g. IgProf's MEM_LIVE peak bytes; pyigprof writes ticks there
+    /// too).
+    #[arg(long, value_enum, default_value_t = ValueArg::Normal)]
+    value: ValueArg,
+
+    /// IgProf's -ml: make each file (library, executable, Python module) one function
+    /// named after its path, consecutive frames of one file one frame. With =REGEXP,
+    /// only the files whose path matches. REGEXP must be attached with "=".
+    #[arg(long, value_name = "REGEXP", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    merge_libraries: Option<String>,
+
+    /// IgProf's -mr: rename the functions that RULES match (by name, else by file) and
+    /// make those with the same new name one function. RULES: s/REGEXP/REPLACEMENT/
+    /// (several separated by ";", any punctuation instead of "/"), or a plain REGEXP:
+    /// the new name is its first group's text, or the whole match. Repeatable.
+    #[arg(long, value_name = "RULES")]
+    merge_regexp: Vec<String>,
+
+    /// Start the stacks that go through a function REGEXP matches (by name, else by
+    /// file) at its outermost frame: its callers are left out of those stacks.
+    #[arg(long, value_name = "REGEXP")]
+    merge_ancestors: Option<String>,
+
+    /// Leave out the frames of the functions REGEXP matches (by name, else by file):
+    /// their cost counts as their caller's, as the Python view does for the
+    /// interpreter's frames. Outermost frames are kept.
+    #[arg(long, value_name = "REGEXP")]
+    hide: Option<String>,
+
+    /// IgProf's -mc: drop the values of every call-tree node whose own amount (ticks,
+    /// bytes) of the reported counter is below N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+    min_count_value: Option<i64>,
+
+    /// IgProf's -Mc: drop the values of every node whose own amount is above N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+    max_count_value: Option<i64>,
+
+    /// IgProf's -mf: drop the values of every node with fewer than N samples (calls).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+    min_calls_value: Option<i64>,
+
+    /// IgProf's -Mf: drop the values of every node with more than N samples (calls).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+    max_calls_value: Option<i64>,
+
+    /// IgProf's -ma: drop the values of every node whose amount per sample (call) is
+    /// below N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+    min_average_value: Option<i64>,
+
+    /// IgProf's -Ma: drop the values of every node whose amount per sample (call) is
+    /// above N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+    max_average_value: Option<i64>,
+
+    /// IgProf's --calls: --top and --text add the samples (calls, for counters that are
+    /// not ticks) of each function and call.
+    #[arg(short = 'c', long, conflicts_with_all = ["lines", "tree", "collapsed", "json", "comparison"])]
+    calls: bool,
+
+    /// IgProf's --paths: --top and --text add each function's (and call's) number of
+    /// call paths: the places of the call tree where it is.
+    #[arg(short = 'p', long, conflicts_with_all = ["lines", "tree", "collapsed", "json", "comparison"])]
+    paths: bool,
+
     /// The counter to report on, e.g. PERF_TICKS (CPU time) or, for IgProf memory
     /// profiles, MEM_TOTAL.
     #[arg(short = 'r', long = "report", value_name = "COUNTER", default_value = report::DEFAULT_COUNTER)]
@@ -144,6 +238,14 @@ enum OrderArg {
     /// Cumulative (inclusive) cost first.
     #[value(name = "cumulative")]
     Cumulative,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ValueArg {
+    /// The amount (second value).
+    Normal,
+    /// The peak (third value).
+    Peak,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -188,18 +290,103 @@ struct Done {
     status: u8,
 }
 
+/// IgProf's options spelt with one dash and two letters, and their long names.
+const IGPROF_SPELLINGS: [(&str, &str); 8] = [
+    ("-ml", "--merge-libraries"),
+    ("-mr", "--merge-regexp"),
+    ("-mc", "--min-count-value"),
+    ("-Mc", "--max-count-value"),
+    ("-mf", "--min-calls-value"),
+    ("-Mf", "--max-calls-value"),
+    ("-ma", "--min-average-value"),
+    ("-Ma", "--max-average-value"),
+];
+
+/// Options whose value is the next argument (how many), so that a value spelt like
+/// one of [`IGPROF_SPELLINGS`] is left alone.
+const TAKES_VALUES: &[(&str, usize)] = &[
+    ("-r", 1),
+    ("--report", 1),
+    ("--order", 1),
+    ("--diff", 2),
+    ("-b", 1),
+    ("--baseline", 1),
+    ("--alpha", 1),
+    ("--correction", 1),
+    ("--fail-on-regression", 1),
+    ("--format", 1),
+    ("--flamegraph", 1),
+    ("--speedscope", 1),
+    ("-s", 1),
+    ("--sqlite", 1),
+    ("--callgrind", 1),
+    ("--pprof", 1),
+    ("--value", 1),
+    ("--merge-regexp", 1),
+    ("-mr", 1),
+    ("--merge-ancestors", 1),
+    ("--hide", 1),
+    ("--min-count-value", 1),
+    ("-mc", 1),
+    ("--max-count-value", 1),
+    ("-Mc", 1),
+    ("--min-calls-value", 1),
+    ("-mf", 1),
+    ("--max-calls-value", 1),
+    ("-Mf", 1),
+    ("--min-average-value", 1),
+    ("-ma", 1),
+    ("--max-average-value", 1),
+    ("-Ma", 1),
+];
+
+/// The command line with IgProf's two-letter options (`-ml`, `-mr`, `-mc`, `-Mc`, `-mf`,
+/// `-Mf`, `-ma`, `-Ma`) replaced by their long names, which clap understands; values of
+/// options and everything after `--` are left as they are.
+fn igprof_spellings(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut values = 0usize;
+    let mut rest = false;
+    for arg in args {
+        if rest || values > 0 {
+            values = values.saturating_sub(1);
+            out.push(arg);
+            continue;
+        }
+        let text = arg.to_str().unwrap_or("");
+        if text == "--" {
+            rest = true;
+        }
+        values = TAKES_VALUES
+            .iter()
+            .find(|(option, _)| *option == text)
+            .map_or(0, |&(_, count)| count);
+        match IGPROF_SPELLINGS.iter().find(|(short, _)| *short == text) {
+            Some((_, long)) => out.push(OsString::from(long)),
+            None => out.push(arg),
+        }
+    }
+    out
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(igprof_spellings(std::env::args_os()));
     let view = if cli.all_frames {
         View::AllFrames
     } else {
         View::Python
     };
-    let done = match (&cli.diff, &cli.baseline) {
-        (Some(paths), _) => compare(&cli, view, &paths[..1], &paths[1..]),
-        (None, Some(base)) => compare(&cli, view, std::slice::from_ref(base), &cli.profiles),
-        (None, None) => reports(&cli, view),
-    };
+    let done = transforms(&cli).and_then(|transform| match (&cli.diff, &cli.baseline) {
+        (Some(paths), _) => compare(&cli, view, &transform, &paths[..1], &paths[1..]),
+        (None, Some(base)) => compare(
+            &cli,
+            view,
+            &transform,
+            std::slice::from_ref(base),
+            &cli.profiles,
+        ),
+        (None, None) => reports(&cli, view, &transform),
+    });
     let done = match done {
         Ok(done) => done,
         Err(error) => {
@@ -222,15 +409,66 @@ fn main() -> ExitCode {
     }
 }
 
-/// The profiles at `paths`, merged, in `view`.
-fn read(paths: &[PathBuf], view: View) -> Result<Profile, Error> {
-    igprof_analyse::read_profiles(paths).map(|profile| view.apply(profile))
+/// The reshaping options of the command line (regular expressions compiled).
+///
+/// # Errors
+/// [`Error::Option`] for an invalid regular expression or `--merge-regexp` rule.
+fn transforms(cli: &Cli) -> Result<transform::Options, Error> {
+    let pattern = |option: &str, value: &Option<String>| {
+        value
+            .as_deref()
+            .map(|pattern| transform::compile_option(option, pattern))
+            .transpose()
+    };
+    let mut merge_rules = Vec::new();
+    for rules in &cli.merge_regexp {
+        merge_rules.extend(MergeRule::parse(rules).map_err(|message| Error::Option {
+            option: "--merge-regexp".to_string(),
+            message,
+        })?);
+    }
+    Ok(transform::Options {
+        value: match cli.value {
+            ValueArg::Normal => Value::Normal,
+            ValueArg::Peak => Value::Peak,
+        },
+        counter: cli.counter.clone(),
+        counts: CountFilter {
+            min_amount: cli.min_count_value,
+            max_amount: cli.max_count_value,
+            min_count: cli.min_calls_value,
+            max_count: cli.max_calls_value,
+            min_average: cli.min_average_value,
+            max_average: cli.max_average_value,
+        },
+        hide: pattern("--hide", &cli.hide)?,
+        merge_ancestors: pattern("--merge-ancestors", &cli.merge_ancestors)?,
+        merge_libraries: match cli.merge_libraries.as_deref() {
+            None => None,
+            Some("") => Some(None),
+            Some(files) => Some(Some(transform::compile_option("--merge-libraries", files)?)),
+        },
+        merge_rules,
+    })
+}
+
+/// The profiles at `paths`, merged, with the values `transform` selects, in `view`,
+/// reshaped by `transform`.
+fn read(paths: &[PathBuf], view: View, transform: &transform::Options) -> Result<Profile, Error> {
+    igprof_analyse::read_profiles(paths)
+        .map(|profile| transform.apply(view.apply(transform.apply_value(profile))))
 }
 
 /// `--diff BASE NEW` or `-b BASE --diff-mode NEW…`.
-fn compare(cli: &Cli, view: View, base: &[PathBuf], new: &[PathBuf]) -> Result<Done, Error> {
-    let base = read(base, view)?;
-    let new = read(new, view)?;
+fn compare(
+    cli: &Cli,
+    view: View,
+    transform: &transform::Options,
+    base: &[PathBuf],
+    new: &[PathBuf],
+) -> Result<Done, Error> {
+    let base = read(base, view, transform)?;
+    let new = read(new, view, transform)?;
     let options = diff::Options {
         counter: cli.counter.clone(),
         alpha: cli.alpha,
@@ -275,8 +513,8 @@ fn write_file(
 }
 
 /// The reports on one profile (the merge of the PROFILEs).
-fn reports(cli: &Cli, view: View) -> Result<Done, Error> {
-    let profile = read(&cli.profiles, view)?;
+fn reports(cli: &Cli, view: View, transform: &transform::Options) -> Result<Done, Error> {
+    let profile = read(&cli.profiles, view, transform)?;
     let options = report::Options {
         counter: cli.counter.clone(),
         limit: cli
@@ -287,6 +525,8 @@ fn reports(cli: &Cli, view: View) -> Result<Done, Error> {
             OrderArg::SelfCost => report::Order::SelfAmount,
             OrderArg::Cumulative => report::Order::Cumulative,
         },
+        calls: cli.calls,
+        paths: cli.paths,
     };
     if let Some(path) = &cli.flamegraph {
         let graph = flamegraph::compute(&profile, &options)?;
@@ -296,7 +536,40 @@ fn reports(cli: &Cli, view: View) -> Result<Done, Error> {
         let file = speedscope::compute(&profile, &options)?;
         write_file(path, |out| speedscope::write(&file, out))?;
     }
-    let files_only = cli.flamegraph.is_some() || cli.speedscope.is_some();
+    if let Some(path) = &cli.sqlite {
+        let database = sqlite::compute(&profile, &options)?;
+        let settings = sqlite::Settings {
+            view: match view {
+                View::Python => "python",
+                View::AllFrames => "all-frames",
+            }
+            .to_string(),
+            value: match cli.value {
+                ValueArg::Normal => "normal",
+                ValueArg::Peak => "peak",
+            }
+            .to_string(),
+            arguments: std::env::args_os()
+                .skip(1)
+                .map(|arg| arg.to_string_lossy().into_owned())
+                .collect::<Vec<String>>()
+                .join(" "),
+        };
+        sqlite::write(&profile, &database, &settings, path)?;
+    }
+    if let Some(path) = &cli.callgrind {
+        let file = callgrind::compute(&profile, &options)?;
+        write_file(path, |out| callgrind::write(&file, out))?;
+    }
+    if let Some(path) = &cli.pprof {
+        let file = pprof::compute(&profile, &options)?;
+        write_file(path, |out| pprof::write(&file, out))?;
+    }
+    let files_only = cli.flamegraph.is_some()
+        || cli.speedscope.is_some()
+        || cli.sqlite.is_some()
+        || cli.callgrind.is_some()
+        || cli.pprof.is_some();
     let mut stdout = Vec::new();
     // Writing into a Vec cannot fail: only computing a report can.
     let _ = if cli.lines.is_some() {
@@ -321,4 +594,59 @@ fn reports(cli: &Cli, view: View) -> Result<Done, Error> {
         Ok(())
     };
     Ok(Done { stdout, status: 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spelled(args: &[&str]) -> Vec<String> {
+        igprof_spellings(args.iter().map(OsString::from))
+            .into_iter()
+            .map(|arg| arg.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn igprof_two_letter_options_become_long_ones() {
+        assert_eq!(
+            spelled(&[
+                "pyigprof-analyse",
+                "-ml",
+                "-mr",
+                "s/a/b/",
+                "-mc",
+                "5",
+                "-Mc",
+                "9",
+                "p.gz"
+            ]),
+            [
+                "pyigprof-analyse",
+                "--merge-libraries",
+                "--merge-regexp",
+                "s/a/b/",
+                "--min-count-value",
+                "5",
+                "--max-count-value",
+                "9",
+                "p.gz"
+            ]
+        );
+        // Values of options and everything after "--" are left alone.
+        assert_eq!(
+            spelled(&["x", "--hide", "-mc", "-mr", "-ml", "--", "-Mc"]),
+            ["x", "--hide", "-mc", "--merge-regexp", "-ml", "--", "-Mc"]
+        );
+        assert_eq!(
+            spelled(&["x", "--diff", "-ml", "-mr", "-ma"]),
+            ["x", "--diff", "-ml", "-mr", "--min-average-value"]
+        );
+    }
+
+    #[test]
+    fn command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
 }

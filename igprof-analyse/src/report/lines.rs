@@ -120,7 +120,12 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Lines, Error> {
                 }
             }
         }
-        let cumulative = cumulative_once(profile, counter, &line_of, seen.len());
+        let cumulative = cumulative_once(
+            profile,
+            &profile.subtree_amounts(counter),
+            &line_of,
+            seen.len(),
+        );
 
         let name = |id: FunctionId| &profile.function(id).name;
         let item = |line: usize| {

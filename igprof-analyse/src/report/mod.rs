@@ -10,17 +10,24 @@
 //! - [`collapsed`]: folded stacks for flame-graph tools;
 //! - [`flamegraph`]: a flame graph (SVG) drawn with inferno;
 //! - [`speedscope`]: a file for the speedscope viewer;
+//! - [`callgrind`]: a callgrind file for KCachegrind and `callgrind_annotate`;
+//! - [`pprof`]: a gzip-compressed pprof `profile.proto` message;
+//! - [`sqlite`]: an SQLite database of functions, call tree and call graph;
 //! - [`json`]: functions and call tree as JSON;
 //! - [`diff`]: the comparison of two profiles with a significance test per function.
 //!
-//! Reports work on the profile as the chosen view ([`crate::view`]) shows it.
+//! Reports work on the profile as the chosen view ([`crate::view`]) shows it, reshaped by
+//! the options of [`crate::transform`].
 
+pub mod callgrind;
 pub mod collapsed;
 pub mod diff;
 pub mod flamegraph;
 pub mod json;
 pub mod lines;
+pub mod pprof;
 pub mod speedscope;
+pub mod sqlite;
 pub mod text;
 pub mod top;
 pub mod tree;
@@ -55,6 +62,12 @@ pub struct Options {
     pub limit: usize,
     /// The sort order.
     pub order: Order,
+    /// IgProf's `--calls`: `--top` and `--text` add the samples (calls for memory
+    /// counters) of each row.
+    pub calls: bool,
+    /// IgProf's `--paths`: `--top` and `--text` add each function's (and call's) number
+    /// of call paths, the places of the call tree ([`CallTree`]) where it is.
+    pub paths: bool,
 }
 
 impl Default for Options {
@@ -63,6 +76,8 @@ impl Default for Options {
             counter: DEFAULT_COUNTER.to_string(),
             limit: 20,
             order: Order::SelfAmount,
+            calls: false,
+            paths: false,
         }
     }
 }
@@ -210,20 +225,20 @@ impl Measure {
     }
 }
 
-/// Per key, the amount of `counter` of the samples whose stack holds a node of that key,
-/// each sample counted once however many of its frames have the key (recursion).
-/// `keys[node]` is the key of each node (indexed by [`NodeId`]), `None` for none; keys
-/// are below `key_count`.
+/// Per key, the sum over the samples whose stack holds a node of that key of their
+/// `subtrees` values (e.g. [`Profile::subtree_amounts`] for amounts, [`subtree_counts`]
+/// for samples), each sample counted once however many of its frames have the key
+/// (recursion). `keys[node]` is the key of each node (indexed by [`NodeId`]), `None` for
+/// none; keys are below `key_count`.
 ///
 /// A depth-first walk keeps, per key, how many of the current node's ancestors (itself
 /// included) have that key: a subtree counts only for the outermost one.
 pub(crate) fn cumulative_once(
     profile: &Profile,
-    counter: CounterId,
+    subtrees: &[i64],
     keys: &[Option<u32>],
     key_count: usize,
 ) -> Vec<i64> {
-    let subtrees = profile.subtree_amounts(counter);
     let children = profile.children();
     let mut active = vec![0u32; key_count];
     let mut cumulative = vec![0i64; key_count];
@@ -253,8 +268,25 @@ pub(crate) fn cumulative_once(
     cumulative
 }
 
+/// The cumulative (inclusive) count of `counter` (samples, calls) of every node: its
+/// own count plus its descendants', indexed by [`NodeId`]; the counterpart of
+/// [`Profile::subtree_amounts`].
+pub fn subtree_counts(profile: &Profile, counter: CounterId) -> Vec<i64> {
+    let nodes = profile.nodes();
+    let mut counts: Vec<i64> = nodes.iter().map(|node| node.value(counter).count).collect();
+    // Children have larger indices than their parents.
+    for index in (0..nodes.len()).rev() {
+        if let Some(parent) = nodes[index].parent {
+            let count = counts[index];
+            let slot = &mut counts[parent as usize];
+            *slot = slot.saturating_add(count);
+        }
+    }
+    counts
+}
+
 /// Per function of a profile (indexed by [`crate::profile::FunctionId`]): its self
-/// values of one counter and its cumulative amount.
+/// values of one counter and its cumulative amount and count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FunctionAmounts {
     /// The sum of the function's nodes' values: samples (`count`) and amount.
@@ -262,6 +294,8 @@ pub struct FunctionAmounts {
     /// The amount of the samples with the function anywhere on their stack, each
     /// sample counted once even where the function recurses.
     pub cumulative: Vec<i64>,
+    /// The number of those samples (calls for memory counters), counted the same way.
+    pub cumulative_counts: Vec<i64>,
 }
 
 impl FunctionAmounts {
@@ -276,9 +310,92 @@ impl FunctionAmounts {
         let keys: Vec<Option<u32>> = nodes.iter().map(|node| Some(node.function)).collect();
         FunctionAmounts {
             self_values,
-            cumulative: cumulative_once(profile, counter, &keys, functions),
+            cumulative: cumulative_once(
+                profile,
+                &profile.subtree_amounts(counter),
+                &keys,
+                functions,
+            ),
+            cumulative_counts: cumulative_once(
+                profile,
+                &subtree_counts(profile, counter),
+                &keys,
+                functions,
+            ),
         }
     }
+}
+
+/// The direct calls (arcs) between functions in a profile, with the cost of the samples
+/// whose stack has each: gprof's and IgProf's call graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arcs {
+    /// Each arc: (caller, callee); the caller is `None` for outermost frames (IgProf's
+    /// `<spontaneous>`).
+    pub pairs: Vec<(Option<FunctionId>, FunctionId)>,
+    /// Per arc, the amount of the samples whose stack has that call, each sample
+    /// counted once even where the call recurs on its stack.
+    pub amounts: Vec<i64>,
+    /// Per arc, the number of those samples (calls for memory counters).
+    pub counts: Vec<i64>,
+}
+
+impl Arcs {
+    /// The arcs of `counter` in `profile`, in the order of their first node.
+    pub fn of(profile: &Profile, counter: CounterId) -> Arcs {
+        let nodes = profile.nodes();
+        let mut pairs: Vec<(Option<FunctionId>, FunctionId)> = Vec::new();
+        let mut index: HashMap<(Option<FunctionId>, FunctionId), u32> = HashMap::new();
+        let keys: Vec<Option<u32>> = nodes
+            .iter()
+            .map(|node| {
+                let caller = node.parent.map(|parent| nodes[parent as usize].function);
+                let key = (caller, node.function);
+                // Arcs are no more than nodes, whose count fits in u32.
+                let next = pairs.len() as u32;
+                Some(*index.entry(key).or_insert_with(|| {
+                    pairs.push(key);
+                    next
+                }))
+            })
+            .collect();
+        let amounts = cumulative_once(
+            profile,
+            &profile.subtree_amounts(counter),
+            &keys,
+            pairs.len(),
+        );
+        let counts = cumulative_once(
+            profile,
+            &subtree_counts(profile, counter),
+            &keys,
+            pairs.len(),
+        );
+        Arcs {
+            pairs,
+            amounts,
+            counts,
+        }
+    }
+}
+
+/// Per arc (caller, callee; the caller `None` for outermost frames), a number.
+pub type ArcCounts = HashMap<(Option<FunctionId>, FunctionId), i64>;
+
+/// IgProf's *paths* (`--paths`): in how many places of a [`CallTree`] each function is
+/// (per [`FunctionId`]), and each arc is: the number of distinct call paths that reach
+/// it with a cost.
+pub fn paths(profile: &Profile, tree: &CallTree) -> (Vec<i64>, ArcCounts) {
+    let mut functions = vec![0i64; profile.functions().len()];
+    let mut arcs = ArcCounts::new();
+    for node in &tree.nodes {
+        functions[node.function as usize] += 1;
+        let caller = node
+            .parent
+            .map(|parent| tree.nodes[parent as usize].function);
+        *arcs.entry((caller, node.function)).or_default() += 1;
+    }
+    (functions, arcs)
 }
 
 /// One node of a [`CallTree`].
@@ -432,6 +549,15 @@ pub trait Item: Display {
     const HEADING: &'static str;
 }
 
+/// A column a report adds after its amounts (`--calls`, `--paths`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Column {
+    /// Its heading, e.g. `self samples`.
+    pub heading: String,
+    /// One value per row of the report.
+    pub values: Vec<i64>,
+}
+
 /// A computed report.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report<T> {
@@ -440,6 +566,8 @@ pub struct Report<T> {
     /// The rows, sorted and cut to the limit; items with neither self nor cumulative
     /// amount are left out.
     pub rows: Vec<Row<T>>,
+    /// Extra columns, printed after the amounts (empty unless asked for).
+    pub columns: Vec<Column>,
 }
 
 /// The report on `profile` of `options.counter`, whose rows `rows` computes from the
@@ -456,6 +584,7 @@ pub(crate) fn report<T>(
     Ok(Report {
         measure,
         rows: counter.map_or_else(Vec::new, rows),
+        columns: Vec::new(),
     })
 }
 
@@ -531,7 +660,7 @@ pub(crate) fn table_line(cells: &[String], widths: &[usize], text: &str) -> Stri
 ///
 /// Percents (of the counter's total) have 2 decimals, seconds 3; columns widen to fit
 /// their values. Counters that are not ticks show raw amounts in `self` and `cum`
-/// columns instead of seconds.
+/// columns instead of seconds. The report's extra [`Column`]s follow the amounts.
 ///
 /// # Errors
 /// Those of `out`.
@@ -547,20 +676,32 @@ pub fn write<T: Item>(
         Unit::Ticks => ["self s", "cum s"],
         Unit::Amount => ["self", "cum"],
     };
-    let labels = ["self %", amount_labels[0], "cum %", amount_labels[1]].map(String::from);
-    let cells: Vec<[String; 4]> = report
+    let mut labels: Vec<String> = ["self %", amount_labels[0], "cum %", amount_labels[1]]
+        .map(String::from)
+        .to_vec();
+    labels.extend(report.columns.iter().map(|column| column.heading.clone()));
+    let cells: Vec<Vec<String>> = report
         .rows
         .iter()
-        .map(|row| {
-            [
+        .enumerate()
+        .map(|(index, row)| {
+            let mut cells = vec![
                 format!("{:.2}", percent(row.self_amount, total)),
                 measure.format_amount(row.self_amount),
                 format!("{:.2}", percent(row.cumulative, total)),
                 measure.format_amount(row.cumulative),
-            ]
+            ];
+            cells.extend(report.columns.iter().map(|column| {
+                column
+                    .values
+                    .get(index)
+                    .map_or(String::new(), i64::to_string)
+            }));
+            cells
         })
         .collect();
-    let mut widths = [9usize, 10, 9, 10];
+    let mut widths = vec![9usize, 10, 9, 10];
+    widths.resize(labels.len(), 0);
     for (column, width) in widths.iter_mut().enumerate() {
         let longest = cells.iter().map(|row| row[column].len()).max().unwrap_or(0);
         *width = (*width).max(longest + 2).max(labels[column].len() + 2);

@@ -19,7 +19,9 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use super::{cumulative_once, percent, write_preamble, FunctionAmounts, Measure, Options};
+use super::{
+    paths, percent, write_preamble, Arcs, CallTree, FunctionAmounts, Measure, Options, Unit,
+};
 use crate::error::Error;
 use crate::profile::{FunctionId, Profile};
 use crate::symbol::Label;
@@ -40,6 +42,10 @@ pub struct Arc {
     pub other: Option<FunctionId>,
     /// The amount of the samples whose stack has this call, each counted once.
     pub amount: i64,
+    /// The number of those samples (calls for memory counters).
+    pub count: i64,
+    /// In how many places of the call tree the call is (IgProf's paths).
+    pub paths: i64,
 }
 
 /// A function of the report.
@@ -55,6 +61,12 @@ pub struct Entry {
     pub self_amount: i64,
     /// Its cumulative amount (recursion counted once).
     pub cumulative: i64,
+    /// Its self samples (calls for memory counters).
+    pub self_count: i64,
+    /// Its cumulative samples (calls), recursion counted once.
+    pub cumulative_count: i64,
+    /// In how many places of the call tree it is (IgProf's paths).
+    pub paths: i64,
     /// Who called it, by increasing amount (the largest next to the function's line).
     pub callers: Vec<Arc>,
     /// What it called, by decreasing amount.
@@ -68,6 +80,10 @@ pub struct Text {
     pub measure: Measure,
     /// The functions with a value, by rank.
     pub entries: Vec<Entry>,
+    /// Whether to print the samples (calls) columns (`--calls`).
+    pub calls: bool,
+    /// Whether to print the paths columns (`--paths`).
+    pub paths: bool,
 }
 
 /// Computes the report of `options.counter` in `profile` (the limit and order do not
@@ -81,27 +97,13 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Text, Error> {
         return Ok(Text {
             measure,
             entries: Vec::new(),
+            calls: options.calls,
+            paths: options.paths,
         });
     };
     let amounts = FunctionAmounts::of(profile, counter);
-    let nodes = profile.nodes();
-    // Each node's arc: (its caller's function, its function).
-    let mut pairs: Vec<(Option<FunctionId>, FunctionId)> = Vec::new();
-    let mut index: HashMap<(Option<FunctionId>, FunctionId), u32> = HashMap::new();
-    let keys: Vec<Option<u32>> = nodes
-        .iter()
-        .map(|node| {
-            let caller = node.parent.map(|parent| nodes[parent as usize].function);
-            let key = (caller, node.function);
-            // Arcs are no more than nodes, whose count fits in u32.
-            let next = pairs.len() as u32;
-            Some(*index.entry(key).or_insert_with(|| {
-                pairs.push(key);
-                next
-            }))
-        })
-        .collect();
-    let arcs = cumulative_once(profile, counter, &keys, pairs.len());
+    let arcs = Arcs::of(profile, counter);
+    let (function_paths, arc_paths) = paths(profile, &CallTree::of(profile, Some(counter)));
 
     let mut order: Vec<FunctionId> = (0..profile.functions().len() as FunctionId)
         .filter(|&id| {
@@ -131,18 +133,25 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Text, Error> {
     }
     let mut callers: Vec<Vec<Arc>> = vec![Vec::new(); profile.functions().len()];
     let mut callees: Vec<Vec<Arc>> = vec![Vec::new(); profile.functions().len()];
-    for (&(caller, callee), &amount) in pairs.iter().zip(&arcs) {
+    for (index, &(caller, callee)) in arcs.pairs.iter().enumerate() {
+        let amount = arcs.amounts[index];
         if amount == 0 {
             continue;
         }
+        let count = arcs.counts[index];
+        let paths = arc_paths.get(&(caller, callee)).copied().unwrap_or(0);
         callers[callee as usize].push(Arc {
             other: caller,
             amount,
+            count,
+            paths,
         });
         if let Some(caller) = caller {
             callees[caller as usize].push(Arc {
                 other: Some(callee),
                 amount,
+                count,
+                paths,
             });
         }
     }
@@ -161,12 +170,20 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Text, Error> {
                 rank: rank_of[id as usize],
                 self_amount: amounts.self_values[id as usize].amount,
                 cumulative: amounts.cumulative[id as usize],
+                self_count: amounts.self_values[id as usize].count,
+                cumulative_count: amounts.cumulative_counts[id as usize],
+                paths: function_paths[id as usize],
                 callers: up,
                 callees: down,
             }
         })
         .collect();
-    Ok(Text { measure, entries })
+    Ok(Text {
+        measure,
+        entries,
+        calls: options.calls,
+        paths: options.paths,
+    })
 }
 
 /// The line between sections.
@@ -184,12 +201,71 @@ const RULE: &str = "------------------------------------------------------------
 ///           33.33  .........      0.032 / 0.032          deflate_slow  (/usr/lib/libz.so.1) [4]
 /// ```
 ///
+/// With [`Text::calls`] and [`Text::paths`] (IgProf's `--calls` and `--paths`) the flat
+/// profiles add a `Samples` (`Calls` for counters that are not ticks) and a `Paths`
+/// column: the function's cumulative (first profile) or self (second) samples, and its
+/// number of call paths; the call graph adds `Samples / Total` and `Paths / Total`: for
+/// the function its cumulative samples and paths, for a caller or callee those of the
+/// call, over the other function's.
+///
 /// # Errors
 /// Those of `out`.
 pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<()> {
     let measure = &text.measure;
     write_preamble(profile, measure, out)?;
     let total = measure.total.amount;
+    let total_count = measure.total.count;
+    let calls_heading = match measure.unit {
+        Unit::Ticks => "Samples",
+        Unit::Amount => "Calls",
+    };
+    // Widths of the optional columns; 0 when not shown.
+    let count_width = if text.calls {
+        text.entries
+            .iter()
+            .map(|entry| entry.cumulative_count.to_string().len())
+            .chain([total_count.to_string().len(), calls_heading.len()])
+            .max()
+            .unwrap_or(0)
+    } else {
+        0
+    };
+    let paths_width = if text.paths {
+        text.entries
+            .iter()
+            .map(|entry| entry.paths.to_string().len())
+            .chain(["Paths".len()])
+            .max()
+            .unwrap_or(0)
+    } else {
+        0
+    };
+    // One value per optional column: "  <value>" right-aligned.
+    let flat_extra = |count: i64, paths: i64| -> String {
+        let mut cells = String::new();
+        if text.calls {
+            cells.push_str(&format!("  {count:>count_width$}"));
+        }
+        if text.paths {
+            cells.push_str(&format!("  {paths:>paths_width$}"));
+        }
+        cells
+    };
+    // A fraction per optional column: "  <part> / <whole>" (no "/" without a whole).
+    let fraction = |(part, whole): (String, String), width: usize| -> String {
+        let slash = if whole.is_empty() { ' ' } else { '/' };
+        format!("  {part:>width$} {slash} {whole:<width$}")
+    };
+    let fraction_extra = |count: (String, String), paths: (String, String)| -> String {
+        let mut cells = String::new();
+        if text.calls {
+            cells.push_str(&fraction(count, count_width));
+        }
+        if text.paths {
+            cells.push_str(&fraction(paths, paths_width));
+        }
+        cells
+    };
     let amount = |value: i64| measure.format_amount(value);
     let width = text
         .entries
@@ -203,42 +279,57 @@ pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<
         .iter()
         .map(|entry| (entry.function, entry))
         .collect();
-    let name_of = |other: Option<FunctionId>| -> (String, i64) {
+    // The other function of an arc: its name, cumulative amount, samples and paths.
+    let name_of = |other: Option<FunctionId>| -> (String, i64, i64, i64) {
         match other.and_then(|id| entry_of.get(&id)) {
             Some(entry) => (
                 format!("{} [{}]", entry.label.line(), entry.rank),
                 entry.cumulative,
+                entry.cumulative_count,
+                entry.paths,
             ),
-            None => (SPONTANEOUS.to_string(), total),
+            None => (SPONTANEOUS.to_string(), total, total_count, 1),
         }
     };
 
     // The two flat profiles: every function with its cumulative amount, then (hottest
     // first) every function with self time, each above its own share threshold.
+    let mut headings = String::new();
+    if text.calls {
+        headings.push_str(&format!("  {calls_heading:>count_width$}"));
+    }
+    if text.paths {
+        headings.push_str(&format!("  {:>paths_width$}", "Paths"));
+    }
     let flat = |out: &mut dyn Write,
                 title: &str,
                 column: &str,
-                rows: &[(&Entry, i64)]|
+                rows: &[(&Entry, i64, i64)]|
      -> io::Result<()> {
         writeln!(out, "\n{RULE}\n{title}\n")?;
-        writeln!(out, "{:>7}  {:>width$}  Function", "% total", column)?;
-        for &(entry, value) in rows {
+        writeln!(
+            out,
+            "{:>7}  {:>width$}{headings}  Function",
+            "% total", column
+        )?;
+        for &(entry, value, count) in rows {
             writeln!(
                 out,
-                "{:>7.2}  {:>width$}  {} [{}]",
+                "{:>7.2}  {:>width$}{}  {} [{}]",
                 percent(value, total),
                 amount(value),
+                flat_extra(count, entry.paths),
                 entry.label.line(),
                 entry.rank
             )?;
         }
         Ok(())
     };
-    let by_cumulative: Vec<(&Entry, i64)> = text
+    let by_cumulative: Vec<(&Entry, i64, i64)> = text
         .entries
         .iter()
-        .map(|entry| (entry, entry.cumulative))
-        .filter(|&(_, value)| percent(value, total) >= FLAT_CUMULATIVE_MIN)
+        .map(|entry| (entry, entry.cumulative, entry.cumulative_count))
+        .filter(|&(_, value, _)| percent(value, total) >= FLAT_CUMULATIVE_MIN)
         .collect();
     flat(
         out,
@@ -246,11 +337,11 @@ pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<
         "Total",
         &by_cumulative,
     )?;
-    let mut by_self: Vec<(&Entry, i64)> = text
+    let mut by_self: Vec<(&Entry, i64, i64)> = text
         .entries
         .iter()
-        .map(|entry| (entry, entry.self_amount))
-        .filter(|&(_, value)| value > 0 && percent(value, total) >= FLAT_SELF_MIN)
+        .map(|entry| (entry, entry.self_amount, entry.self_count))
+        .filter(|&(_, value, _)| value > 0 && percent(value, total) >= FLAT_SELF_MIN)
         .collect();
     by_self.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.rank.cmp(&b.0.rank)));
     flat(
@@ -264,42 +355,53 @@ pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<
     let dots = ".".repeat(width);
     writeln!(
         out,
-        "{:<8}{:>7}  {:>width$}  {:>width$} / {:<width$}  Function",
-        "Rank", "% total", "Total", "Self", "Children"
+        "{:<8}{:>7}  {:>width$}  {:>width$} / {:<width$}{}  Function",
+        "Rank",
+        "% total",
+        "Total",
+        "Self",
+        "Children",
+        fraction_extra(
+            (calls_heading.to_string(), "Total".to_string()),
+            ("Paths".to_string(), "Total".to_string())
+        )
     )?;
+    let arc_line = |out: &mut dyn Write, arc: &Arc| -> io::Result<()> {
+        let (name, other_total, other_count, other_paths) = name_of(arc.other);
+        writeln!(
+            out,
+            "{:<8}{:>7.2}  {dots}  {:>width$} / {:<width$}{}    {name}",
+            "",
+            percent(arc.amount, total),
+            amount(arc.amount),
+            amount(other_total),
+            fraction_extra(
+                (arc.count.to_string(), other_count.to_string()),
+                (arc.paths.to_string(), other_paths.to_string())
+            )
+        )
+    };
     for entry in &text.entries {
         writeln!(out, "{}", "- ".repeat(35).trim_end())?;
         for arc in &entry.callers {
-            let (name, other_total) = name_of(arc.other);
-            writeln!(
-                out,
-                "{:<8}{:>7.2}  {dots}  {:>width$} / {:<width$}    {name}",
-                "",
-                percent(arc.amount, total),
-                amount(arc.amount),
-                amount(other_total)
-            )?;
+            arc_line(out, arc)?;
         }
         writeln!(
             out,
-            "{:<8}{:>7.2}  {:>width$}  {:>width$} / {:<width$}  {}",
+            "{:<8}{:>7.2}  {:>width$}  {:>width$} / {:<width$}{}  {}",
             format!("[{}]", entry.rank),
             percent(entry.cumulative, total),
             amount(entry.cumulative),
             amount(entry.self_amount),
             amount(entry.cumulative - entry.self_amount),
+            fraction_extra(
+                (entry.cumulative_count.to_string(), String::new()),
+                (entry.paths.to_string(), String::new())
+            ),
             entry.label.line()
         )?;
         for arc in &entry.callees {
-            let (name, other_total) = name_of(arc.other);
-            writeln!(
-                out,
-                "{:<8}{:>7.2}  {dots}  {:>width$} / {:<width$}    {name}",
-                "",
-                percent(arc.amount, total),
-                amount(arc.amount),
-                amount(other_total)
-            )?;
+            arc_line(out, arc)?;
         }
     }
     Ok(())
@@ -365,6 +467,39 @@ mod tests {
                 "[6] foo::bar() 4 4 | <module>:4 | ",
                 "[7] std::rt::lang_start 0 4 | <spontaneous>:4 | deflate:4",
             ]
+        );
+    }
+
+    #[test]
+    fn calls_and_paths_columns() {
+        let profile = load("rec.txt", RECURSIVE);
+        let options = Options {
+            calls: true,
+            paths: true,
+            ..Options::default()
+        };
+        let text = compute(&profile, &options).unwrap();
+        let mut out = Vec::new();
+        write(&profile, &text, &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        // fib: 10 samples with fib on the stack, 3 call paths; fib → fib: 8 samples on 2
+        // paths, over fib's 10 and 3; <module> → fib: all of fib's, on 1 path of 3.
+        let rule = format!("{}\n", "- ".repeat(35).trim_end());
+        let block: Vec<&str> = out.split(rule.as_str()).nth(3).unwrap().lines().collect();
+        assert_eq!(
+            block,
+            [
+                "          54.17  .........      0.052 / 0.064            8 / 10           2 / 3        fib (/work/rec.py:10) [3]",
+                "          66.67  .........      0.064 / 0.080           10 / 12           1 / 1        <module> (/work/rec.py:1) [1]",
+                "[3]       66.67      0.064      0.032 / 0.032           10                3          fib (/work/rec.py:10)",
+                "          54.17  .........      0.052 / 0.064            8 / 10           2 / 3        fib (/work/rec.py:10) [3]",
+                "          33.33  .........      0.032 / 0.032            4 / 4            1 / 1        deflate_slow  (/usr/lib/libz.so.1) [4]",
+            ]
+        );
+        assert!(out.contains("Flat profile (cumulative >= 1%)\n\n% total      Total  Samples  Paths  Function\n  83.33      0.080       12      1  <module> (/work/rec.py:1) [1]\n"), "{out}");
+        assert!(
+            out.contains("\n  33.33      0.032        6      3  fib (/work/rec.py:10) [3]\n"),
+            "{out}"
         );
     }
 

@@ -15,10 +15,10 @@
 use std::fmt;
 
 pub use super::write;
-use super::{ranked, report, FunctionAmounts, Item};
+use super::{paths, ranked, report, CallTree, Column, FunctionAmounts, Item, Unit};
 pub use super::{Options, Order};
 use crate::error::Error;
-use crate::profile::{FunctionId, Profile};
+use crate::profile::{CounterId, FunctionId, Profile};
 use crate::symbol::Label;
 
 /// What a row of the report is about: a function.
@@ -55,7 +55,8 @@ pub type Top = super::Report<Function>;
 /// [`Error::Report`] if the profile has counters but not `options.counter`. A profile
 /// without any counter gives an empty report.
 pub fn compute(profile: &Profile, options: &Options) -> Result<Top, Error> {
-    report(profile, options, |counter| {
+    let mut counts: Option<(FunctionAmounts, CounterId)> = None;
+    let mut top = report(profile, options, |counter| {
         let amounts = FunctionAmounts::of(profile, counter);
         let self_amounts: Vec<i64> = amounts
             .self_values
@@ -70,10 +71,62 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Top, Error> {
                 label: Label::of(profile, profile.function(function)),
             }
         };
-        ranked(&self_amounts, &amounts.cumulative, item, options, |a, b| {
+        let rows = ranked(&self_amounts, &amounts.cumulative, item, options, |a, b| {
             (&a.label.name, &a.label.location).cmp(&(&b.label.name, &b.label.location))
+        });
+        counts = Some((amounts, counter));
+        rows
+    })?;
+    top.columns = columns(profile, &top, counts.as_ref(), options);
+    Ok(top)
+}
+
+/// The columns `--calls` (self and cumulative samples, or calls) and `--paths` (call
+/// paths) add to `top`, computed from the functions' `amounts` of `counter` (`None`: no
+/// counter, no rows).
+fn columns(
+    profile: &Profile,
+    top: &Top,
+    amounts: Option<&(FunctionAmounts, CounterId)>,
+    options: &Options,
+) -> Vec<Column> {
+    let noun = match top.measure.unit {
+        Unit::Ticks => "samples",
+        Unit::Amount => "calls",
+    };
+    let of = |values: &dyn Fn(&FunctionAmounts, usize) -> i64| -> Vec<i64> {
+        amounts.map_or_else(Vec::new, |(amounts, _)| {
+            top.rows
+                .iter()
+                .map(|row| values(amounts, row.item.function as usize))
+                .collect()
         })
-    })
+    };
+    let mut columns = Vec::new();
+    if options.calls {
+        columns.push(Column {
+            heading: format!("self {noun}"),
+            values: of(&|amounts, id| amounts.self_values[id].count),
+        });
+        columns.push(Column {
+            heading: format!("cum {noun}"),
+            values: of(&|amounts, id| amounts.cumulative_counts[id]),
+        });
+    }
+    if options.paths {
+        let paths =
+            amounts.map(|&(_, counter)| paths(profile, &CallTree::of(profile, Some(counter))).0);
+        columns.push(Column {
+            heading: "paths".to_string(),
+            values: paths.map_or_else(Vec::new, |paths| {
+                top.rows
+                    .iter()
+                    .map(|row| paths[row.item.function as usize])
+                    .collect()
+            }),
+        });
+    }
+    columns
 }
 
 #[cfg(test)]
@@ -156,6 +209,30 @@ mod tests {
         )
         .unwrap();
         assert_eq!(text(&profile, &top), RECURSIVE_TOP);
+    }
+
+    #[test]
+    fn calls_and_paths_columns() {
+        let profile = profile(RECURSIVE);
+        let options = Options {
+            calls: true,
+            paths: true,
+            limit: 3,
+            ..Options::default()
+        };
+        let top = compute(&profile, &options).unwrap();
+        // fib: 2 + 1 + 3 self samples, 10 with fib on the stack, 3 places in the tree.
+        assert_eq!(
+            text(&profile, &top),
+            "\
+pyigprof-analyse: rec.txt: python3 rec.py (pid 1234)
+PERF_TICKS: 13 samples, 24 ticks of 4.000 ms = 0.096 s
+   self %    self s    cum %     cum s  self samples  cum samples  paths  function  (file)
+    33.33     0.032    66.67     0.064             6           10      3  fib (/work/rec.py:10)
+    33.33     0.032    33.33     0.032             4            4      1  deflate_slow  (/usr/lib/libz.so.1)
+    16.67     0.016    16.67     0.016             1            1      1  deflate  (/usr/lib/libz.so.1)
+"
+        );
     }
 
     #[test]

@@ -1,0 +1,397 @@
+//! `--pprof FILE`: the profile as a gzip-compressed `profile.proto` message
+//! (<https://github.com/google/pprof/blob/main/proto/profile.proto>), for `pprof`
+//! (`go tool pprof -http=: FILE`), Grafana Pyroscope, Speedscope and other tools.
+//!
+//! - One [`Sample`] per distinct stack with values `[samples, cpu nanoseconds]`
+//!   (`sample_type` `samples/count` and `cpu/nanoseconds`, `period_type`
+//!   `cpu/nanoseconds`, `period` = the tick period in ns). For counters that are not
+//!   ticks: `[calls, amount]` (`calls/count` and `<counter>/bytes` for IgProf's `MEM_*`
+//!   counters, `<counter>/count` otherwise; period 1).
+//! - A [`Location`] per Python function and line (its [`Line`] has the line being run,
+//!   the function's first line plus the node's offset) and per native function (at the
+//!   function's start address, line 0: native offsets are merged). Stacks are written
+//!   innermost frame first, as the format requires.
+//! - A [`Function`] per function: its name as reports show it (`system_name`: as in
+//!   the dump, e.g. mangled), its file (Python source or native object) and, for
+//!   Python, its first line (`start_line`).
+//! - No mappings (`mapping_id` 0): the locations are already symbolized.
+//!
+//! The structs are the subset of `profile.proto` written here, with prost's derive (no
+//! code generation at build time); they decode real pprof files too (unknown fields are
+//! skipped).
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use prost::Message;
+
+use super::{header_line, Measure, Options, Unit};
+use crate::error::Error;
+use crate::profile::{FunctionId, NodeId, Profile};
+use crate::symbol::Label;
+
+/// `perftools.profiles.Profile`.
+#[derive(Clone, PartialEq, Message)]
+pub struct PprofProfile {
+    /// What each value of a sample is.
+    #[prost(message, repeated, tag = "1")]
+    pub sample_type: Vec<ValueType>,
+    /// The samples: one per distinct stack.
+    #[prost(message, repeated, tag = "2")]
+    pub sample: Vec<Sample>,
+    /// Mappings (none written).
+    #[prost(message, repeated, tag = "3")]
+    pub mapping: Vec<Mapping>,
+    /// Locations, referred to by id from samples.
+    #[prost(message, repeated, tag = "4")]
+    pub location: Vec<Location>,
+    /// Functions, referred to by id from locations' lines.
+    #[prost(message, repeated, tag = "5")]
+    pub function: Vec<Function>,
+    /// Every string, referred to by index; index 0 is "".
+    #[prost(string, repeated, tag = "6")]
+    pub string_table: Vec<String>,
+    /// Regular expression of frames to drop (index into `string_table`; 0: none).
+    #[prost(int64, tag = "7")]
+    pub drop_frames: i64,
+    /// Regular expression of frames to keep (index into `string_table`; 0: none).
+    #[prost(int64, tag = "8")]
+    pub keep_frames: i64,
+    /// When the profile was taken, ns since the epoch (0: unknown).
+    #[prost(int64, tag = "9")]
+    pub time_nanos: i64,
+    /// How long the profile took, ns (0: unknown).
+    #[prost(int64, tag = "10")]
+    pub duration_nanos: i64,
+    /// What one sampling period measures.
+    #[prost(message, optional, tag = "11")]
+    pub period_type: Option<ValueType>,
+    /// The sampling period, in `period_type`'s unit (ns for ticks).
+    #[prost(int64, tag = "12")]
+    pub period: i64,
+    /// Free-form comments (indices into `string_table`).
+    #[prost(int64, repeated, tag = "13")]
+    pub comment: Vec<i64>,
+    /// The index of the sample type shown by default (into `string_table`).
+    #[prost(int64, tag = "14")]
+    pub default_sample_type: i64,
+}
+
+/// `ValueType`: a type and a unit, as indices into the string table.
+#[derive(Clone, PartialEq, Message)]
+pub struct ValueType {
+    /// E.g. `cpu`.
+    #[prost(int64, tag = "1")]
+    pub r#type: i64,
+    /// E.g. `nanoseconds`.
+    #[prost(int64, tag = "2")]
+    pub unit: i64,
+}
+
+/// `Sample`: a stack and its values.
+#[derive(Clone, PartialEq, Message)]
+pub struct Sample {
+    /// Location ids, innermost frame first.
+    #[prost(uint64, repeated, tag = "1")]
+    pub location_id: Vec<u64>,
+    /// One value per `sample_type`.
+    #[prost(int64, repeated, tag = "2")]
+    pub value: Vec<i64>,
+}
+
+/// `Mapping` (decoded from other files; never written here).
+#[derive(Clone, PartialEq, Message)]
+pub struct Mapping {
+    /// Its id, from 1.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// The object file (index into the string table).
+    #[prost(int64, tag = "5")]
+    pub filename: i64,
+}
+
+/// `Location`: a place in the code.
+#[derive(Clone, PartialEq, Message)]
+pub struct Location {
+    /// Its id, from 1.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// Its mapping (0: none).
+    #[prost(uint64, tag = "2")]
+    pub mapping_id: u64,
+    /// The address: a native function's start (ELF virtual address), 0 for Python.
+    #[prost(uint64, tag = "3")]
+    pub address: u64,
+    /// The function and line (one: no inlining information).
+    #[prost(message, repeated, tag = "4")]
+    pub line: Vec<Line>,
+}
+
+/// `Line`: a function and a line in it.
+#[derive(Clone, PartialEq, Message)]
+pub struct Line {
+    /// The function's id.
+    #[prost(uint64, tag = "1")]
+    pub function_id: u64,
+    /// The line number (0 for native code).
+    #[prost(int64, tag = "2")]
+    pub line: i64,
+}
+
+/// `Function`.
+#[derive(Clone, PartialEq, Message)]
+pub struct Function {
+    /// Its id, from 1.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// Its name as shown (index into the string table).
+    #[prost(int64, tag = "2")]
+    pub name: i64,
+    /// Its name as in the dump, e.g. mangled (index into the string table).
+    #[prost(int64, tag = "3")]
+    pub system_name: i64,
+    /// Its file (index into the string table).
+    #[prost(int64, tag = "4")]
+    pub filename: i64,
+    /// Its first line (Python), 0 for native code.
+    #[prost(int64, tag = "5")]
+    pub start_line: i64,
+}
+
+/// The strings of a profile, each stored once.
+#[derive(Default)]
+struct Strings {
+    table: Vec<String>,
+    index: HashMap<String, i64>,
+}
+
+impl Strings {
+    fn new() -> Self {
+        let mut strings = Strings::default();
+        strings.get("");
+        strings
+    }
+
+    fn get(&mut self, text: &str) -> i64 {
+        if let Some(&id) = self.index.get(text) {
+            return id;
+        }
+        let id = self.table.len() as i64;
+        self.table.push(text.to_string());
+        self.index.insert(text.to_string(), id);
+        id
+    }
+}
+
+/// Computes the pprof profile of `options.counter` in `profile` (the limit and order do
+/// not apply).
+///
+/// # Errors
+/// [`Error::Report`] if the profile has counters but not `options.counter`. A profile
+/// without any counter gives a profile without samples.
+pub fn compute(profile: &Profile, options: &Options) -> Result<PprofProfile, Error> {
+    let (measure, counter) = Measure::select(profile, &options.counter)?;
+    let mut strings = Strings::new();
+    // Ticks: values [samples, ns], amount × ns per tick.
+    let (types, scale, period) = match measure.unit {
+        Unit::Ticks => {
+            let period = (measure.tick_period * 1e9).round() as i64;
+            (
+                [("samples", "count"), ("cpu", "nanoseconds")],
+                period,
+                period,
+            )
+        }
+        Unit::Amount if measure.counter.starts_with("MEM_") => (
+            [("calls", "count"), (measure.counter.as_str(), "bytes")],
+            1,
+            1,
+        ),
+        Unit::Amount => (
+            [("calls", "count"), (measure.counter.as_str(), "count")],
+            1,
+            1,
+        ),
+    };
+    let sample_type: Vec<ValueType> = types
+        .iter()
+        .map(|(kind, unit)| ValueType {
+            r#type: strings.get(kind),
+            unit: strings.get(unit),
+        })
+        .collect();
+    let period_type = Some(sample_type[1].clone());
+    let default_sample_type = sample_type[1].r#type;
+    let comment = vec![
+        strings.get(&header_line(profile)),
+        strings.get(&measure.total_line()),
+    ];
+
+    let mut functions: Vec<Function> = Vec::new();
+    let mut function_ids: Vec<Option<u64>> = vec![None; profile.functions().len()];
+    let mut locations: Vec<Location> = Vec::new();
+    let mut location_ids: HashMap<(FunctionId, i64), u64> = HashMap::new();
+    // Distinct stacks: (caller's stack, location) → stack id; per stack its values.
+    let mut stack_ids: HashMap<(Option<u32>, u64), u32> = HashMap::new();
+    let mut stacks: Vec<(Option<u32>, u64)> = Vec::new();
+    let mut values: Vec<(i64, i64)> = Vec::new();
+    let mut stack_of: Vec<u32> = Vec::with_capacity(profile.nodes().len());
+    if let Some(counter) = counter {
+        for node in profile.nodes() {
+            let function = profile.function(node.function);
+            let python = profile.is_python_code(function.file);
+            let function_id = *function_ids[node.function as usize].get_or_insert_with(|| {
+                let label = Label::of(profile, function);
+                let id = functions.len() as u64 + 1;
+                functions.push(Function {
+                    id,
+                    name: strings.get(&label.name),
+                    system_name: strings.get(&function.name),
+                    filename: strings.get(profile.file(function.file)),
+                    start_line: if python { function.start } else { 0 },
+                });
+                id
+            });
+            let line = if python {
+                function.start.saturating_add(node.offset)
+            } else {
+                0
+            };
+            let location = *location_ids
+                .entry((node.function, line))
+                .or_insert_with(|| {
+                    let id = locations.len() as u64 + 1;
+                    locations.push(Location {
+                        id,
+                        mapping_id: 0,
+                        address: if python { 0 } else { function.start as u64 },
+                        line: vec![Line { function_id, line }],
+                    });
+                    id
+                });
+            let caller = node.parent.map(|parent: NodeId| stack_of[parent as usize]);
+            let next = stacks.len() as u32;
+            let stack = *stack_ids.entry((caller, location)).or_insert_with(|| {
+                stacks.push((caller, location));
+                values.push((0, 0));
+                next
+            });
+            stack_of.push(stack);
+            let own = node.value(counter);
+            let slot = &mut values[stack as usize];
+            slot.0 = slot.0.saturating_add(own.count);
+            slot.1 = slot.1.saturating_add(own.amount.saturating_mul(scale));
+        }
+    }
+    let sample = stacks
+        .iter()
+        .zip(&values)
+        .enumerate()
+        .filter(|(_, (_, &(count, amount)))| count != 0 || amount != 0)
+        .map(|(index, (_, &(count, amount)))| {
+            let mut location_id = Vec::new();
+            let mut at = Some(index as u32);
+            while let Some(stack) = at {
+                let (caller, location) = stacks[stack as usize];
+                location_id.push(location);
+                at = caller;
+            }
+            Sample {
+                location_id,
+                value: vec![count, amount],
+            }
+        })
+        .collect();
+    Ok(PprofProfile {
+        sample_type,
+        sample,
+        mapping: Vec::new(),
+        location: locations,
+        function: functions,
+        string_table: strings.table,
+        drop_frames: 0,
+        keep_frames: 0,
+        time_nanos: 0,
+        duration_nanos: 0,
+        period_type,
+        period,
+        comment,
+        default_sample_type,
+    })
+}
+
+/// Writes `profile` encoded and gzip-compressed.
+///
+/// # Errors
+/// Those of `out`.
+pub fn write(profile: &PprofProfile, out: &mut dyn Write) -> io::Result<()> {
+    let mut encoder = GzEncoder::new(out, Compression::default());
+    encoder.write_all(&profile.encode_to_vec())?;
+    encoder.finish()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::load;
+    use super::*;
+
+    const RECURSIVE: &[u8] = include_bytes!("../../tests/data/recursive-hex.txt");
+
+    #[test]
+    fn recursive_dump_round_trip() {
+        let profile = compute(&load("rec.txt", RECURSIVE), &Options::default()).unwrap();
+        let mut bytes = Vec::new();
+        write(&profile, &mut bytes).unwrap();
+        let mut plain = Vec::new();
+        io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut plain).unwrap();
+        let back = PprofProfile::decode(&plain[..]).unwrap();
+        assert_eq!(back, profile);
+        let text = |index: i64| back.string_table[index as usize].as_str();
+        assert_eq!(text(back.sample_type[1].r#type), "cpu");
+        assert_eq!(text(back.sample_type[1].unit), "nanoseconds");
+        assert_eq!(back.period, 4_000_000);
+        // Every stack with samples, innermost first, as name:line.
+        let frame = |id: u64| {
+            let location = &back.location[id as usize - 1];
+            let line = &location.line[0];
+            let function = &back.function[line.function_id as usize - 1];
+            format!("{}:{}", text(function.name), line.line)
+        };
+        let mut stacks: Vec<String> = back
+            .sample
+            .iter()
+            .map(|sample| {
+                let frames: Vec<String> = sample.location_id.iter().map(|&id| frame(id)).collect();
+                format!("{} {:?}", frames.join(";"), sample.value)
+            })
+            .collect();
+        stacks.sort();
+        assert_eq!(
+            stacks,
+            [
+                "deflate:0;std::rt::lang_start:0 [1, 16000000]",
+                "deflate_slow:0;fib:12;fib:13;fib:12;<module>:5;__libc_start_main:0 [4, 32000000]",
+                "fib:12;<module>:5;__libc_start_main:0 [2, 12000000]",
+                "fib:12;fib:13;fib:12;<module>:5;__libc_start_main:0 [3, 16000000]",
+                "fib:13;fib:12;<module>:5;__libc_start_main:0 [1, 4000000]",
+                "foo::bar():0;<module>:5;__libc_start_main:0 [2, 16000000]",
+            ]
+        );
+        let foo = back
+            .function
+            .iter()
+            .find(|f| text(f.name) == "foo::bar()")
+            .unwrap();
+        assert_eq!(text(foo.system_name), "_ZN3foo3barEv");
+        assert_eq!(text(foo.filename), "/usr/lib/libc.so.6");
+        let fib = back
+            .function
+            .iter()
+            .find(|f| text(f.name) == "fib")
+            .unwrap();
+        assert_eq!(fib.start_line, 10);
+    }
+}
