@@ -543,6 +543,8 @@ def main():
     ap.add_argument("--pythons", help="interpreters: pyenv versions (3.12 = newest 3.12.x) or paths, "
                                       "comma-separated (default %s)" % DEFAULT_PYTHONS)
     ap.add_argument("--programs", help="comma-separated subset of: " + ",".join(OWN_PROGRAMS + PYPERFORMANCE_BENCHMARKS))
+    ap.add_argument("--configs", help="comma-separated kinds of configuration to run besides the baseline: "
+                                      "pyigprof, py-spy, cprofile (default: all)")
     ap.add_argument("--runs", type=int, help="runs per configuration (default 5; smoke 2)")
     ap.add_argument("--target-seconds", type=float,
                     help="CPU time of one baseline run, s (default 3; smoke 0.3)")
@@ -568,6 +570,14 @@ def main():
             sys.exit("bench: unknown program(s): %s" % ", ".join(unknown))
     else:
         programs = SMOKE_PROGRAMS if args.smoke else OWN_PROGRAMS + PYPERFORMANCE_BENCHMARKS
+
+    global CONFIGS
+    if args.configs:
+        kinds = {k.strip() for k in args.configs.split(",") if k.strip()}
+        unknown = kinds - {c["kind"] for c in CONFIGS}
+        if unknown:
+            sys.exit("bench: unknown configuration kind(s): %s" % ", ".join(sorted(unknown)))
+        CONFIGS = [c for c in CONFIGS if c["kind"] == "plain" or c["kind"] in kinds]
 
     interps = find_interpreters(args.pythons or (SMOKE_PYTHON if args.smoke else DEFAULT_PYTHONS))
     if args.smoke:
