@@ -15,6 +15,7 @@ use clap::{ArgGroup, Parser, ValueEnum};
 use igprof_analyse::report::{
     self, collapsed, diff, flamegraph, json, lines, speedscope, text, top, tree,
 };
+use igprof_analyse::resolve;
 use igprof_analyse::stats::Correction;
 use igprof_analyse::view::View;
 use igprof_analyse::{Error, Profile};
@@ -131,6 +132,17 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = OrderArg::SelfCost)]
     order: OrderArg,
 
+    /// Leave the native functions that the profiles have no name for (@?0x…) as they
+    /// are. By default they are named from the binaries on this machine: their symbol
+    /// tables, separate debug files and DWARF (docs/analyser.md).
+    #[arg(long)]
+    no_resolve: bool,
+
+    /// Look for separate debug files (by build-id: DIR/.build-id/xx/yyyy.debug, or by
+    /// path) under DIR instead of /usr/lib/debug. May be given several times.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_resolve")]
+    debug_dir: Vec<PathBuf>,
+
     /// The profiles to read (plain or gzip-compressed dumps).
     #[arg(value_name = "PROFILE", required_unless_present = "diff")]
     profiles: Vec<PathBuf>,
@@ -222,15 +234,28 @@ fn main() -> ExitCode {
     }
 }
 
-/// The profiles at `paths`, merged, in `view`.
-fn read(paths: &[PathBuf], view: View) -> Result<Profile, Error> {
-    igprof_analyse::read_profiles(paths).map(|profile| view.apply(profile))
+/// The profiles at `paths`, merged, with names for unnamed native functions (unless
+/// --no-resolve; warnings on stderr), in `view`.
+fn read(cli: &Cli, paths: &[PathBuf], view: View) -> Result<Profile, Error> {
+    let mut profile = igprof_analyse::progress::read_profiles(paths)?;
+    if !cli.no_resolve {
+        let mut options = resolve::Options::default();
+        if !cli.debug_dir.is_empty() {
+            options.debug_dirs = cli.debug_dir.clone();
+        }
+        let resolved = resolve::resolve(profile, &options);
+        for warning in &resolved.warnings {
+            eprintln!("{warning}");
+        }
+        profile = resolved.profile;
+    }
+    Ok(view.apply(profile))
 }
 
 /// `--diff BASE NEW` or `-b BASE --diff-mode NEW…`.
 fn compare(cli: &Cli, view: View, base: &[PathBuf], new: &[PathBuf]) -> Result<Done, Error> {
-    let base = read(base, view)?;
-    let new = read(new, view)?;
+    let base = read(cli, base, view)?;
+    let new = read(cli, new, view)?;
     let options = diff::Options {
         counter: cli.counter.clone(),
         alpha: cli.alpha,
@@ -276,7 +301,7 @@ fn write_file(
 
 /// The reports on one profile (the merge of the PROFILEs).
 fn reports(cli: &Cli, view: View) -> Result<Done, Error> {
-    let profile = read(&cli.profiles, view)?;
+    let profile = read(cli, &cli.profiles, view)?;
     let options = report::Options {
         counter: cli.counter.clone(),
         limit: cli
