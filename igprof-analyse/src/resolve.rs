@@ -111,8 +111,7 @@ pub fn resolve(profile: Profile, options: &Options) -> Resolved {
         let Some(address) = unnamed_address(&function.name) else {
             continue;
         };
-        if profile.is_python_code(function.file) || !is_object_path(profile.file(function.file))
-        {
+        if profile.is_python_code(function.file) || !is_object_path(profile.file(function.file)) {
             continue;
         }
         let index = *slot.entry(function.file).or_insert_with(|| {
@@ -296,8 +295,8 @@ impl Symbolizer {
     /// Why the object cannot be used: it cannot be read, or it is not an object file.
     fn open(path: &Path, options: &Options) -> Result<Symbolizer, String> {
         let data = fs::read(path).map_err(|error| error.to_string())?;
-        let file = object::File::parse(&*data)
-            .map_err(|error| format!("not an object file: {error}"))?;
+        let file =
+            object::File::parse(&*data).map_err(|error| format!("not an object file: {error}"))?;
         let vm_base = file
             .segments()
             .next()
@@ -351,7 +350,9 @@ impl Symbolizer {
     fn lookup(&self, start: u64, exact: bool) -> Lookup {
         let base = if exact { 0 } else { self.vm_base };
         let address = start.wrapping_add(base);
-        let at = self.symbols.partition_point(|symbol| symbol.start <= address);
+        let at = self
+            .symbols
+            .partition_point(|symbol| symbol.start <= address);
         if let Some(symbol) = at.checked_sub(1).map(|index| &self.symbols[index]) {
             if exact && symbol.start != address {
                 // A function start inside a symbol of known extent: another build.
@@ -394,8 +395,63 @@ impl Symbolizer {
         name.filter(|name| !name.is_empty())
     }
 
-    /// `file:line` of `address` according to DWARF's line table.
+    /// Where the function at `address` is in its source, `file:line`: the line where
+    /// DWARF says it is declared (`DW_AT_decl_file`, `DW_AT_decl_line`, also through the
+    /// declaration a definition completes), else the line of its first instruction.
     fn source(&self, address: u64) -> Option<String> {
+        self.declaration(address)
+            .or_else(|| self.first_line(address))
+    }
+
+    /// `DW_AT_decl_file:DW_AT_decl_line` of the (outermost) function covering `address`.
+    fn declaration(&self, address: u64) -> Option<String> {
+        use gimli::Reader as _;
+        let dwarf = self.dwarf.as_ref()?;
+        let unit = dwarf.find_dwarf_and_unit(address).skip_all_loads()?;
+        let mut frames = dwarf.find_frames(address).skip_all_loads().ok()?;
+        let mut offset = None;
+        while let Ok(Some(frame)) = frames.next() {
+            offset = frame.dw_die_offset.or(offset);
+        }
+        let mut entry = unit.entry(offset?).ok()?;
+        for _ in 0..2 {
+            if entry.attr(gimli::DW_AT_decl_line).is_some() {
+                break;
+            }
+            let origin = entry
+                .attr_value(gimli::DW_AT_specification)
+                .or_else(|| entry.attr_value(gimli::DW_AT_abstract_origin));
+            let Some(gimli::AttributeValue::UnitRef(next)) = origin else {
+                break;
+            };
+            entry = unit.entry(next).ok()?;
+        }
+        let line = entry.attr_value(gimli::DW_AT_decl_line)?.udata_value()?;
+        let index = match entry.attr_value(gimli::DW_AT_decl_file)? {
+            gimli::AttributeValue::FileIndex(index) => index,
+            other => other.udata_value()?,
+        };
+        let header = unit.line_program.as_ref()?.header();
+        let file = header.file(index)?;
+        let text = |value| {
+            unit.attr_string(value)
+                .ok()
+                .and_then(|text| text.to_string_lossy().ok().map(|t| t.into_owned()))
+        };
+        // Pushing an absolute part replaces what is before it.
+        let mut path = PathBuf::new();
+        if let Some(dir) = &unit.comp_dir {
+            path.push(dir.to_string_lossy().ok()?.as_ref());
+        }
+        if let Some(dir) = file.directory(header).and_then(text) {
+            path.push(dir);
+        }
+        path.push(text(file.path_name())?);
+        Some(format!("{}:{line}", path.display()))
+    }
+
+    /// `file:line` of `address` according to DWARF's line table.
+    fn first_line(&self, address: u64) -> Option<String> {
         let location = self.dwarf.as_ref()?.find_location(address).ok()??;
         match (location.file, location.line) {
             (Some(file), Some(line)) => Some(format!("{file}:{line}")),
@@ -409,8 +465,7 @@ impl Symbolizer {
 /// size, rank, name); rank prefers global over weak over local names of one address.
 fn collect_symbols(file: &object::File, raw: &mut Vec<(u64, u64, u8, String)>) {
     for symbol in file.symbols().chain(file.dynamic_symbols()) {
-        if symbol.kind() != SymbolKind::Text || !symbol.is_definition() || symbol.address() == 0
-        {
+        if symbol.kind() != SymbolKind::Text || !symbol.is_definition() || symbol.address() == 0 {
             continue;
         }
         let Ok(name) = symbol.name() else { continue };
@@ -552,7 +607,9 @@ fn find_supplementary(path: &Path, debug: &object::File, options: &Options) -> O
 fn build_id_path(dir: &Path, id: &[u8]) -> PathBuf {
     let hex: String = id.iter().map(|byte| format!("{byte:02x}")).collect();
     let (first, rest) = hex.split_at(hex.len().min(2));
-    dir.join(".build-id").join(first).join(format!("{rest}.debug"))
+    dir.join(".build-id")
+        .join(first)
+        .join(format!("{rest}.debug"))
 }
 
 /// `path` (absolute or not) placed under directory `dir`.
@@ -577,7 +634,14 @@ mod tests {
             unnamed_address("@?0xffffffffff600000"),
             Some(0xffff_ffff_ff60_0000)
         );
-        for name in ["deflate", "@?0x", "@?(nil)", "@?0xzz", "@?0x10000000000000000", ""] {
+        for name in [
+            "deflate",
+            "@?0x",
+            "@?(nil)",
+            "@?0xzz",
+            "@?0x10000000000000000",
+            "",
+        ] {
             assert_eq!(unnamed_address(name), None, "{name}");
         }
     }
@@ -646,7 +710,9 @@ mod tests {
             vec![(0x1000, 0x40, 0, "f".into()), (0x1040, 0x40, 0, "g".into())],
             0,
         );
-        assert!(matches!(s.lookup(0x1040, true), Lookup::Found(r) if r.name == "g" && r.start == 0x1040 && r.delta == 0));
+        assert!(
+            matches!(s.lookup(0x1040, true), Lookup::Found(r) if r.name == "g" && r.start == 0x1040 && r.delta == 0)
+        );
         assert!(matches!(s.lookup(0x1010, true), Lookup::Inside));
         assert!(matches!(s.lookup(0x2000, true), Lookup::Missing));
     }
