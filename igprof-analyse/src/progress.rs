@@ -2,7 +2,8 @@
 //!
 //! Large dumps (hundreds of megabytes) take seconds to read. [`read_profiles`] reads
 //! like [`crate::parse::read_profiles`] and, once reading has taken longer than
-//! [`DELAY`], shows a bar on stderr with the bytes read of the input files (as stored,
+//! [`DELAY`] (or the number of seconds in the environment variable [`DELAY_VARIABLE`]),
+//! shows a bar on stderr with the bytes read of the input files (as stored,
 //! i.e. compressed bytes for gzip files) out of their total size, the rate and the time
 //! left. Nothing is drawn when stderr is not a terminal (a pipe, a file, a CI log): the
 //! `indicatif` crate hides its bars there. The bar is erased when reading ends.
@@ -20,6 +21,19 @@ use crate::profile::Profile;
 
 /// How long reading runs before the bar appears, so that short analyses print nothing.
 pub const DELAY: Duration = Duration::from_millis(500);
+
+/// The environment variable that replaces [`DELAY`]: a number of seconds (`0`: show the
+/// bar at once). Values that are not a number from 0 are ignored.
+pub const DELAY_VARIABLE: &str = "PYIGPROF_ANALYSE_PROGRESS_DELAY";
+
+/// [`DELAY`], or what [`DELAY_VARIABLE`] says.
+fn delay() -> Duration {
+    std::env::var(DELAY_VARIABLE)
+        .ok()
+        .and_then(|text| text.trim().parse::<f64>().ok())
+        .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
+        .unwrap_or(DELAY)
+}
 
 /// Reads every dump in `paths`, in order, into one profile, as
 /// [`crate::parse::read_profiles`] does, with a progress bar on a terminal.
@@ -43,6 +57,7 @@ pub fn read_profiles<P: AsRef<Path>>(paths: &[P]) -> Result<Profile, Error> {
     let mut counting = Counting {
         bar: bar.clone(),
         started: Instant::now(),
+        delay: delay(),
         shown: false,
     };
     let mut profile = Profile::new();
@@ -67,10 +82,11 @@ pub fn read_profiles<P: AsRef<Path>>(paths: &[P]) -> Result<Profile, Error> {
     result.map(|()| profile)
 }
 
-/// Counts the bytes read into the bar, and shows the bar once [`DELAY`] has passed.
+/// Counts the bytes read into the bar, and shows the bar once `delay` has passed.
 struct Counting {
     bar: ProgressBar,
     started: Instant,
+    delay: Duration,
     shown: bool,
 }
 
@@ -85,12 +101,13 @@ impl<R: Read> Read for Reader<'_, R> {
         let count = self.inner.read(buf)?;
         let counting = &mut *self.counting;
         counting.bar.inc(count as u64);
-        if !counting.shown && counting.started.elapsed() >= DELAY {
+        if !counting.shown && counting.started.elapsed() >= counting.delay {
             counting.shown = true;
             // Hidden again by indicatif itself when stderr is not a terminal.
             counting
                 .bar
                 .set_draw_target(ProgressDrawTarget::stderr_with_hz(4));
+            counting.bar.tick();
         }
         Ok(count)
     }
