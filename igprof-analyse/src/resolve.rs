@@ -104,8 +104,8 @@ fn is_object_path(path: &str) -> bool {
 /// Gives names to the `@?0x…` functions of `profile` from the object files they belong
 /// to (see the module documentation).
 pub fn resolve(profile: Profile, options: &Options) -> Resolved {
-    // The unnamed functions of every object: (function, address in the name, start).
-    let mut by_file: Vec<(FileId, Vec<(FunctionId, u64, u64)>)> = Vec::new();
+    // The unnamed functions of every object.
+    let mut by_file: Vec<(FileId, Vec<Unnamed>)> = Vec::new();
     let mut slot: HashMap<FileId, usize> = HashMap::new();
     for (id, function) in profile.functions().iter().enumerate() {
         let Some(address) = unnamed_address(&function.name) else {
@@ -184,6 +184,9 @@ pub fn resolve(profile: Profile, options: &Options) -> Resolved {
         warnings,
     }
 }
+
+/// An unnamed function: its id, the address in its name, its start.
+type Unnamed = (FunctionId, u64, u64);
 
 /// The new identity of one function.
 #[derive(Debug, Clone)]
