@@ -18,6 +18,9 @@
 //! - [`stats`]: the significance test of comparisons;
 //! - [`symbol`]: how functions are named in reports (demangling, Python locations,
 //!   interpreter files);
+//! - [`resolve`]: names for native functions a dump leaves unnamed (`@?0x…`), from the
+//!   symbol tables and debug information of the binaries on this machine;
+//! - [`progress`]: reading profiles with a progress bar on a terminal;
 //! - [`error`]: the one-line errors the command prints before exiting with status 2.
 //!
 //! ```
@@ -37,7 +40,9 @@ pub mod error;
 pub mod escape;
 pub mod parse;
 pub mod profile;
+pub mod progress;
 pub mod report;
+pub mod resolve;
 pub mod stats;
 pub mod symbol;
 pub mod transform;

@@ -18,6 +18,7 @@ use igprof_analyse::report::{
     self, callgrind, collapsed, diff, flamegraph, json, lines, pprof, speedscope, sqlite, text,
     top, tree,
 };
+use igprof_analyse::resolve;
 use igprof_analyse::stats::Correction;
 use igprof_analyse::transform::{self, CountFilter, MergeRule, Value};
 use igprof_analyse::view::View;
@@ -224,6 +225,17 @@ struct Cli {
     /// Sort the rows by self cost or by cumulative (inclusive) cost.
     #[arg(long, value_enum, default_value_t = OrderArg::SelfCost)]
     order: OrderArg,
+
+    /// Leave the native functions that the profiles have no name for (@?0x…) as they
+    /// are. By default they are named from the binaries on this machine: their symbol
+    /// tables, separate debug files and DWARF (docs/analyser.md).
+    #[arg(long)]
+    no_resolve: bool,
+
+    /// Look for separate debug files (by build-id: DIR/.build-id/xx/yyyy.debug, or by
+    /// path) under DIR instead of /usr/lib/debug. May be given several times.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_resolve")]
+    debug_dir: Vec<PathBuf>,
 
     /// The profiles to read (plain or gzip-compressed dumps).
     #[arg(value_name = "PROFILE", required_unless_present = "diff")]
@@ -452,11 +464,28 @@ fn transforms(cli: &Cli) -> Result<transform::Options, Error> {
     })
 }
 
-/// The profiles at `paths`, merged, with the values `transform` selects, in `view`,
+/// The profiles at `paths`, merged, with names for unnamed native functions (unless
+/// --no-resolve; warnings on stderr), with the values `transform` selects, in `view`,
 /// reshaped by `transform`.
-fn read(paths: &[PathBuf], view: View, transform: &transform::Options) -> Result<Profile, Error> {
-    igprof_analyse::read_profiles(paths)
-        .map(|profile| transform.apply(view.apply(transform.apply_value(profile))))
+fn read(
+    cli: &Cli,
+    paths: &[PathBuf],
+    view: View,
+    transform: &transform::Options,
+) -> Result<Profile, Error> {
+    let mut profile = igprof_analyse::progress::read_profiles(paths)?;
+    if !cli.no_resolve {
+        let mut options = resolve::Options::default();
+        if !cli.debug_dir.is_empty() {
+            options.debug_dirs = cli.debug_dir.clone();
+        }
+        let resolved = resolve::resolve(profile, &options);
+        for warning in &resolved.warnings {
+            eprintln!("{warning}");
+        }
+        profile = resolved.profile;
+    }
+    Ok(transform.apply(view.apply(transform.apply_value(profile))))
 }
 
 /// `--diff BASE NEW` or `-b BASE --diff-mode NEW…`.
@@ -467,8 +496,8 @@ fn compare(
     base: &[PathBuf],
     new: &[PathBuf],
 ) -> Result<Done, Error> {
-    let base = read(base, view, transform)?;
-    let new = read(new, view, transform)?;
+    let base = read(cli, base, view, transform)?;
+    let new = read(cli, new, view, transform)?;
     let options = diff::Options {
         counter: cli.counter.clone(),
         alpha: cli.alpha,
@@ -514,7 +543,7 @@ fn write_file(
 
 /// The reports on one profile (the merge of the PROFILEs).
 fn reports(cli: &Cli, view: View, transform: &transform::Options) -> Result<Done, Error> {
-    let profile = read(&cli.profiles, view, transform)?;
+    let profile = read(cli, &cli.profiles, view, transform)?;
     let options = report::Options {
         counter: cli.counter.clone(),
         limit: cli

@@ -13,7 +13,9 @@
 //! `T` is a decimal number of seconds per tick in both. Call-tree lines are
 //! `C<depth> FN<id>[=(F<fid>[=(<path>)]+<start> N=(<name>))]+<offset>` followed by zero
 //! or more ` V<cid>[=(<counter>)]:(<count>,<amount>,<peak>)`, each possibly followed by
-//! IgProf leak records `;LK=(0x<address>,<size>)`, which are skipped.
+//! IgProf leak records `;LK=(0x<address>,<size>)`, which are skipped. After the header, a
+//! line starting with `#` is a comment and is skipped (pyigprof ends its dumps with
+//! `#pyigprof stats …` lines, its own statistics).
 //!
 //! Any input that does not follow the format is reported as an [`Error`]; no input
 //! makes the reader panic.
@@ -144,9 +146,16 @@ fn parse_lines<R: BufRead>(
         number += 1;
         let text = trim_line(&line);
         let result = match &mut state {
-            // A comment: pyigprof's own statistics (`#pyigprof …`, docs/dump-format.md).
-            Some(_) if text.starts_with(b"#") => Ok(()),
+            // A comment, e.g. the profiler's own statistics (`#pyigprof stats …`).
+            Some(_) if text.first() == Some(&b'#') => Ok(()),
             Some(state) => state.call_line(profile, text),
+            None if number == 1 => match unsupported(text) {
+                Some(kind) => Err(Fail {
+                    expected: "a profile header starting with P=(".to_string(),
+                    found: kind.to_string(),
+                }),
+                None => header(profile, name, text).map(|hex| state = Some(DumpState::new(hex))),
+            },
             None => header(profile, name, text).map(|hex| state = Some(DumpState::new(hex))),
         };
         result.map_err(|fail| Error::Syntax {
@@ -162,6 +171,32 @@ fn parse_lines<R: BufRead>(
         });
     }
     Ok(())
+}
+
+/// What a file that starts with `first_line` is, when its magic bytes show a kind of
+/// file that is not a dump (so that the error says so rather than quoting binary data).
+fn unsupported(first_line: &[u8]) -> Option<&'static str> {
+    const KINDS: [(&[u8], &str); 6] = [
+        (
+            b"BZh",
+            "bzip2-compressed data (decompress it first: bunzip2)",
+        ),
+        (
+            b"\xfd7zXZ\0",
+            "xz-compressed data (decompress it first: unxz)",
+        ),
+        (
+            b"\x28\xb5\x2f\xfd",
+            "zstd-compressed data (decompress it first: unzstd)",
+        ),
+        (b"PK\x03\x04", "a zip archive"),
+        (b"\x7fELF", "an ELF binary"),
+        (b"SQLite format 3\0", "an SQLite database"),
+    ];
+    KINDS
+        .iter()
+        .find(|(magic, _)| first_line.starts_with(magic))
+        .map(|(_, kind)| *kind)
 }
 
 /// `line` without its newline and trailing blanks (`\r`, spaces, tabs), which can never
@@ -969,6 +1004,59 @@ C2 FN5=(F4=(/lib/libm.so)+40 N=(sin))+4 V0:(3,3,3)
             error.to_string(),
             "pyigprof-analyse: b.txt:1: expected the tick period T=0.004 of a.txt (profiles with different tick periods cannot be merged), found T=0.01"
         );
+    }
+
+    #[test]
+    fn comments_after_the_header_are_skipped() {
+        let mut text =
+            b"P=(HEX ID=1 N=(x) T=0.004000)\n#pyigprof stats samples=1 ticks=2\n".to_vec();
+        text.extend_from_slice(b"C1 FN0=(F0=(/a)+0 N=(x))+0 V0=(PERF_TICKS):(1,2,2)\n#\n");
+        text.extend_from_slice(
+            b"# a comment (with parentheses) and %%\nC2 FN1=(F0+10 N=(y))+0 V0:(1,1,1)\n",
+        );
+        text.extend_from_slice(b"#pyigprof stats samples=120 ticks=130 dropped=0\n");
+        let profile = parse(&text).unwrap();
+        assert_eq!(profile.nodes().len(), 2);
+        assert_eq!(profile.total(0), ticks(2, 3, 2));
+        // The same gzip-compressed.
+        assert_eq!(parse(&gzip(&text)).unwrap().total(0), ticks(2, 3, 2));
+        // Line numbers still count comment lines.
+        text.extend_from_slice(b"C4 FN1+0\n");
+        assert_eq!(
+            error(&text),
+            "pyigprof-analyse: t.txt:8: expected a depth from 1 to 3 (one more than the previous line at most), found \"C4\""
+        );
+        // Not before the header: the first line must be the header.
+        assert_eq!(
+            error(b"#pyigprof\nP=(HEX ID=1 N=(x) T=0.004000)\n"),
+            "pyigprof-analyse: t.txt:1: expected a profile header starting with P=(, found \"#pyigprof\""
+        );
+    }
+
+    #[test]
+    fn error_unsupported_files_say_what_they_are() {
+        for (data, kind) in [
+            (
+                &b"BZh91AY&SY\x01\x02"[..],
+                "bzip2-compressed data (decompress it first: bunzip2)",
+            ),
+            (
+                b"\xfd7zXZ\0\0\x04",
+                "xz-compressed data (decompress it first: unxz)",
+            ),
+            (
+                b"\x28\xb5\x2f\xfd\x00",
+                "zstd-compressed data (decompress it first: unzstd)",
+            ),
+            (b"\x7fELF\x02\x01\x01\0\n\0", "an ELF binary"),
+            (b"PK\x03\x04\x14\0", "a zip archive"),
+            (b"SQLite format 3\0\x10\0", "an SQLite database"),
+        ] {
+            assert_eq!(
+                error(data),
+                format!("pyigprof-analyse: t.txt:1: expected a profile header starting with P=(, found {kind}")
+            );
+        }
     }
 
     #[test]

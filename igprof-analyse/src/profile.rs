@@ -50,6 +50,10 @@ pub struct Function {
     /// for native code, its first line (`co_firstlineno`) for Python code. The value of
     /// the first definition seen.
     pub start: i64,
+    /// Where the function's code starts in its source, `file:line`, for native functions
+    /// whose name was found by [`crate::resolve`] in DWARF debug information; `None`
+    /// otherwise (Python functions are located by `file` and `start`).
+    pub source: Option<String>,
 }
 
 /// The values of one counter: `V<cid>:(<count>,<amount>,<peak>)`.
@@ -247,9 +251,19 @@ impl Profile {
             name: name.to_string(),
             file,
             start,
+            source: None,
         });
         self.function_index.insert(key, id);
         Ok(id)
+    }
+
+    /// Records where function `id` starts in its source (`file:line`, see
+    /// [`Function::source`]).
+    ///
+    /// # Panics
+    /// If `id` was not returned by this profile.
+    pub fn set_source(&mut self, id: FunctionId, source: Option<String>) {
+        self.functions[id as usize].source = source;
     }
 
     /// The id of counter `name`, adding it if new.

@@ -88,6 +88,9 @@ pub struct Label {
     pub location: String,
     /// Whether the function is Python code.
     pub python: bool,
+    /// For native code named from debug information: where the function starts in its
+    /// source, `file:line` ([`Function::source`]).
+    pub source: Option<String>,
 }
 
 impl Label {
@@ -99,12 +102,14 @@ impl Label {
                 name: function.name.clone(),
                 location: format!("{file}:{}", function.start),
                 python: true,
+                source: None,
             }
         } else {
             Label {
                 name: demangle(&function.name),
                 location: file.to_string(),
                 python: false,
+                source: function.source.clone(),
             }
         }
     }
@@ -136,12 +141,12 @@ impl Label {
     }
 
     /// One-line form: `name (file:line)` for Python, `name  (object path)` for native
-    /// code.
+    /// code, `name  (object path; source:line)` when the source is known.
     pub fn line(&self) -> String {
-        if self.python {
-            format!("{} ({})", self.name, self.location)
-        } else {
-            format!("{}  ({})", self.name, self.location)
+        match (self.python, &self.source) {
+            (true, _) => format!("{} ({})", self.name, self.location),
+            (false, None) => format!("{}  ({})", self.name, self.location),
+            (false, Some(source)) => format!("{}  ({}; {})", self.name, self.location, source),
         }
     }
 }

@@ -84,8 +84,11 @@ pub fn python(profile: &Profile) -> Profile {
                         view.set_python_code(file, profile.is_python_code(function.file));
                         file
                     });
-                    view.intern_function(&function.name, file, function.start)
-                        .expect(FITS)
+                    let id = view
+                        .intern_function(&function.name, file, function.start)
+                        .expect(FITS);
+                    view.set_source(id, function.source.clone());
+                    id
                 });
                 let parent = node.parent.map(|parent| mapped[parent as usize]);
                 view.child(parent, id, node.offset).expect(FITS)

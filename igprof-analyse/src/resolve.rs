@@ -1,0 +1,736 @@
+//! Names for the native functions a dump leaves unnamed, read from the binaries on this
+//! machine.
+//!
+//! A native frame without a symbol is written `FN<id>=(F<fid>=(<object>)+<start>
+//! N=(@?0x<address>))` (docs/dump-format.md, "What a function is"). Here each such name is
+//! looked up in the object file `<object>`:
+//! - its symbol tables, `.symtab` and `.dynsym`;
+//! - a separate debug file: found by build-id as `<debug-dir>/.build-id/xx/yyyy.debug`,
+//!   by the `.gnu_debuglink` section (next to the object, in its `.debug/` directory, or
+//!   as `<debug-dir>/<object's directory>/<link>`, checked against the link's CRC), or as
+//!   `<debug-dir>/<object path>.debug` or `<debug-dir>/<object path>` (the search of GDB,
+//!   "Debugging Information in Separate Files"); a debug file is only used if its
+//!   build-id is the object's;
+//! - DWARF (in the object or its debug file, via the `addr2line` crate) for the function
+//!   name where no symbol covers the address, and for the source `file:line` where a
+//!   resolved function starts ([`crate::profile::Function::source`]).
+//!
+//! Which address a name stands for depends on who wrote the dump:
+//! - pyigprof writes `@?0x<a>` with `<start>` = `<a>`, the ELF virtual address where the
+//!   function starts (found from the unwind tables). Only a symbol that starts exactly
+//!   there names it; an address that falls strictly inside another symbol shows that the
+//!   file on this machine is not the one that was profiled (rebuilt, updated): then no
+//!   name of that file is used and a warning says so.
+//! - IgProf writes `@?0x<run-time address>` of the sampled instruction, with `<start>` =
+//!   the address minus the object's load base (`dladdr`'s `dli_fbase`), and a separate
+//!   `FN` for every such address. As IgProf's own `igprof-analyse` does
+//!   (src/IgResolveSymbols.h, `FileInfo::createOffsetMap`), the ELF virtual address is
+//!   `<start>` plus `p_vaddr - p_offset` of the object's first `PT_LOAD` segment; the name
+//!   is the symbol covering it. The function's start becomes the symbol's, and the
+//!   node's offset the distance from it, so that all the addresses of one function merge
+//!   into one function.
+//!
+//! Each object is read once, and each distinct address of it looked up once. Names that
+//! are not `@?0x…` are never changed. Objects that cannot be read leave their names as
+//! they are, with one warning per object.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use addr2line::gimli;
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+
+use crate::error::PROGRAM;
+use crate::profile::{FileId, FunctionId, Profile};
+
+/// The directory searched for separate debug files when none is given: where Debian,
+/// Ubuntu and Fedora install them (`…-dbgsym`, `…-dbg`, `…-debuginfo` packages).
+pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
+
+/// Where to look for separate debug files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Global debug directories, searched in order (GDB's `debug-file-directory`),
+    /// [`DEFAULT_DEBUG_DIR`] by default.
+    pub debug_dirs: Vec<PathBuf>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            debug_dirs: vec![PathBuf::from(DEFAULT_DEBUG_DIR)],
+        }
+    }
+}
+
+/// What [`resolve`] did.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The profile with the names found (the same profile if none was).
+    pub profile: Profile,
+    /// How many functions got a name.
+    pub named: usize,
+    /// One line per object that could not be used, each starting with
+    /// `pyigprof-analyse: warning: <object>: `, for the command to print on stderr.
+    pub warnings: Vec<String>,
+}
+
+/// The address in a `@?0x<address>` name, if `name` is one.
+pub fn unnamed_address(name: &str) -> Option<u64> {
+    let hex = name.strip_prefix("@?0x")?;
+    if hex.is_empty() || hex.len() > 16 {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
+}
+
+/// Whether `path` names something on disk that can hold native code, rather than a
+/// pseudo-file of a profiler (`[vdso]`, `[unknown]`, `[python]`, IgProf's
+/// `<dynamically generated>`), the kernel's vDSO as the dynamic loader names it
+/// (`linux-vdso.so.1`, `linux-gate.so.1`: it has no file), or nothing at all.
+fn is_object_path(path: &str) -> bool {
+    !path.is_empty()
+        && !path.starts_with('[')
+        && !path.starts_with('<')
+        && !matches!(
+            path,
+            "linux-vdso.so.1" | "linux-vdso32.so.1" | "linux-vdso64.so.1" | "linux-gate.so.1"
+        )
+}
+
+/// Gives names to the `@?0x…` functions of `profile` from the object files they belong
+/// to (see the module documentation).
+pub fn resolve(profile: Profile, options: &Options) -> Resolved {
+    // The unnamed functions of every object.
+    let mut by_file: Vec<(FileId, Vec<Unnamed>)> = Vec::new();
+    let mut slot: HashMap<FileId, usize> = HashMap::new();
+    for (id, function) in profile.functions().iter().enumerate() {
+        let Some(address) = unnamed_address(&function.name) else {
+            continue;
+        };
+        if profile.is_python_code(function.file) || !is_object_path(profile.file(function.file)) {
+            continue;
+        }
+        let index = *slot.entry(function.file).or_insert_with(|| {
+            by_file.push((function.file, Vec::new()));
+            by_file.len() - 1
+        });
+        // Function counts fit in u32: Profile::intern_function refuses more.
+        by_file[index]
+            .1
+            .push((id as FunctionId, address, function.start as u64));
+    }
+
+    let mut renames: HashMap<FunctionId, Rename> = HashMap::new();
+    let mut warnings = Vec::new();
+    for (file, functions) in &by_file {
+        let path = profile.file(*file);
+        let symbolizer = match Symbolizer::open(Path::new(path), options) {
+            Ok(symbolizer) => symbolizer,
+            Err(detail) => {
+                warnings.push(format!(
+                    "{PROGRAM}: warning: {path}: cannot read it to name its functions ({detail}); {} function(s) keep their @?0x… names",
+                    functions.len()
+                ));
+                continue;
+            }
+        };
+        let mut found = Vec::new();
+        let mut mismatched = 0usize;
+        let mut cache: HashMap<(u64, bool), Option<Rename>> = HashMap::new();
+        for &(id, address, start) in functions {
+            // pyigprof: the name is the start; IgProf: the name is a run-time address and
+            // the start is relative to the load base.
+            let exact = address == start;
+            let rename = cache
+                .entry((start, exact))
+                .or_insert_with(|| match symbolizer.lookup(start, exact) {
+                    Lookup::Found(rename) => Some(rename),
+                    Lookup::Inside => {
+                        mismatched += 1;
+                        None
+                    }
+                    Lookup::Missing => None,
+                })
+                .clone();
+            if let Some(rename) = rename {
+                found.push((id, rename));
+            }
+        }
+        if mismatched > 0 {
+            warnings.push(format!(
+                "{PROGRAM}: warning: {path}: {mismatched} function start(s) of the profile fall inside other functions of this file, so it is not the file that was profiled; its {} function(s) keep their @?0x… names",
+                functions.len()
+            ));
+            continue;
+        }
+        renames.extend(found);
+    }
+
+    if renames.is_empty() {
+        return Resolved {
+            profile,
+            named: 0,
+            warnings,
+        };
+    }
+    let named = renames.len();
+    Resolved {
+        profile: rebuild(&profile, &renames),
+        named,
+        warnings,
+    }
+}
+
+/// An unnamed function: its id, the address in its name, its start.
+type Unnamed = (FunctionId, u64, u64);
+
+/// The new identity of one function.
+#[derive(Debug, Clone)]
+struct Rename {
+    /// The symbol (possibly mangled) or DWARF name.
+    name: String,
+    /// The function's start in the dump's coordinates.
+    start: u64,
+    /// What to add to the offsets of the function's nodes: the old start minus the new.
+    delta: u64,
+    /// `file:line` of the function's start, from DWARF.
+    source: Option<String>,
+}
+
+/// `profile` with `renames` applied: renamed functions that become the same function
+/// (same name and file) merge, and so do their nodes with the same parent and offset.
+fn rebuild(profile: &Profile, renames: &HashMap<FunctionId, Rename>) -> Profile {
+    // The new profile never has more items than the old one, so no table can overflow.
+    const FITS: &str = "a renamed profile has no more items than the profile";
+    let mut out = Profile::new();
+    out.sources = profile.sources.clone();
+    out.hidden_nodes = profile.hidden_nodes;
+    for name in profile.counters() {
+        out.intern_counter(name).expect(FITS);
+    }
+    for file in profile.files() {
+        out.intern_file(file).expect(FITS);
+    }
+    let mut functions = Vec::with_capacity(profile.functions().len());
+    let mut deltas = Vec::with_capacity(profile.functions().len());
+    for (id, function) in profile.functions().iter().enumerate() {
+        // Files were interned in the same order: ids are unchanged.
+        let new = match renames.get(&(id as FunctionId)) {
+            Some(rename) => {
+                let new = out
+                    .intern_function(&rename.name, function.file, rename.start as i64)
+                    .expect(FITS);
+                if out.function(new).source.is_none() {
+                    out.set_source(new, rename.source.clone());
+                }
+                deltas.push(rename.delta as i64);
+                new
+            }
+            None => {
+                let new = out
+                    .intern_function(&function.name, function.file, function.start)
+                    .expect(FITS);
+                out.set_source(new, function.source.clone());
+                deltas.push(0);
+                new
+            }
+        };
+        functions.push(new);
+    }
+    for (id, _) in profile.files().iter().enumerate() {
+        let id = id as FileId;
+        out.set_python_code(id, profile.is_python_code(id));
+    }
+    let mut mapped = Vec::with_capacity(profile.nodes().len());
+    for node in profile.nodes() {
+        let parent = node.parent.map(|parent| mapped[parent as usize]);
+        let function = node.function as usize;
+        let offset = node.offset.wrapping_add(deltas[function]);
+        let id = out.child(parent, functions[function], offset).expect(FITS);
+        for &(counter, values) in &node.values {
+            out.add_values(id, counter, values);
+        }
+        mapped.push(id);
+    }
+    out
+}
+
+/// The answer for one address.
+enum Lookup {
+    Found(Rename),
+    /// The address (a function start) is strictly inside another symbol.
+    Inside,
+    /// Nothing names it.
+    Missing,
+}
+
+/// One function symbol.
+#[derive(Debug, Clone)]
+struct Symbol {
+    start: u64,
+    /// One past the last byte: start + size, or the next symbol's start for symbols
+    /// without a size.
+    end: u64,
+    /// Whether the symbol table gives the size, so that `end` is known, not guessed.
+    sized: bool,
+    name: String,
+}
+
+/// What one object file (with its debug file) says about addresses.
+struct Symbolizer {
+    /// Function symbols sorted by start, one per start.
+    symbols: Vec<Symbol>,
+    /// `p_vaddr - p_offset` of the first `PT_LOAD` segment: IgProf's base.
+    vm_base: u64,
+    dwarf: Option<addr2line::Context<Reader>>,
+}
+
+type Reader = gimli::EndianRcSlice<gimli::RunTimeEndian>;
+
+impl Symbolizer {
+    /// Reads the object at `path` and its debug file, if one is found.
+    ///
+    /// # Errors
+    /// Why the object cannot be used: it cannot be read, or it is not an object file.
+    fn open(path: &Path, options: &Options) -> Result<Symbolizer, String> {
+        let data = fs::read(path).map_err(|error| error.to_string())?;
+        let file =
+            object::File::parse(&*data).map_err(|error| format!("not an object file: {error}"))?;
+        let vm_base = file
+            .segments()
+            .next()
+            .and_then(|segment| {
+                let (offset, _) = segment.file_range();
+                segment.address().checked_sub(offset)
+            })
+            .unwrap_or(0);
+        let debug_data = find_debug_file(path, &file, options);
+        let debug = debug_data
+            .as_deref()
+            .and_then(|data| object::File::parse(data).ok());
+
+        let mut raw: Vec<(u64, u64, u8, String)> = Vec::new();
+        collect_symbols(&file, &mut raw);
+        if let Some(debug) = &debug {
+            collect_symbols(debug, &mut raw);
+        }
+        let symbols = sort_symbols(raw);
+
+        let has_dwarf = |file: &object::File| {
+            file.section_by_name(".debug_info")
+                .is_some_and(|section| section.size() > 0)
+        };
+        let dwarf_file = match &debug {
+            Some(debug) if has_dwarf(debug) => Some(debug),
+            _ if has_dwarf(&file) => Some(&file),
+            _ => None,
+        };
+        let dwarf = dwarf_file.and_then(|dwarf_file| {
+            let mut dwarf = load_dwarf(dwarf_file)?;
+            if let Some(sup) = find_supplementary(path, dwarf_file, options) {
+                if let Ok(sup_file) = object::File::parse(&*sup) {
+                    if let Some(sup_dwarf) = load_dwarf(&sup_file) {
+                        dwarf.set_sup(sup_dwarf);
+                    }
+                }
+            }
+            addr2line::Context::from_dwarf(dwarf).ok()
+        });
+        Ok(Symbolizer {
+            symbols,
+            vm_base,
+            dwarf,
+        })
+    }
+
+    /// The name of the function at `start` (a dump's `<start>`): for an `exact` (pyigprof)
+    /// address, the function that starts there; otherwise (IgProf) the function that
+    /// covers `start` + the object's base.
+    fn lookup(&self, start: u64, exact: bool) -> Lookup {
+        let base = if exact { 0 } else { self.vm_base };
+        let address = start.wrapping_add(base);
+        let at = self
+            .symbols
+            .partition_point(|symbol| symbol.start <= address);
+        if let Some(symbol) = at.checked_sub(1).map(|index| &self.symbols[index]) {
+            if exact && symbol.start != address {
+                // A function start inside a symbol of known extent: another build.
+                if symbol.sized && address < symbol.end {
+                    return Lookup::Inside;
+                }
+            } else if address < symbol.end {
+                return Lookup::Found(Rename {
+                    name: symbol.name.clone(),
+                    start: symbol.start.wrapping_sub(base),
+                    delta: address - symbol.start,
+                    source: self.source(symbol.start),
+                });
+            }
+        }
+        match self.dwarf_name(address) {
+            Some(name) => Lookup::Found(Rename {
+                name,
+                start,
+                delta: 0,
+                source: self.source(address),
+            }),
+            None => Lookup::Missing,
+        }
+    }
+
+    /// The name of the (outermost, not inlined) function that DWARF says covers
+    /// `address`: its linkage name if it has one, else its name.
+    fn dwarf_name(&self, address: u64) -> Option<String> {
+        let dwarf = self.dwarf.as_ref()?;
+        let mut frames = dwarf.find_frames(address).skip_all_loads().ok()?;
+        let mut name = None;
+        while let Ok(Some(frame)) = frames.next() {
+            if let Some(function) = frame.function {
+                if let Ok(raw) = function.raw_name() {
+                    name = Some(raw.into_owned());
+                }
+            }
+        }
+        name.filter(|name| !name.is_empty())
+    }
+
+    /// Where the function at `address` is in its source, `file:line`: the line where
+    /// DWARF says it is declared (`DW_AT_decl_file`, `DW_AT_decl_line`, also through the
+    /// declaration a definition completes), else the line of its first instruction.
+    fn source(&self, address: u64) -> Option<String> {
+        self.declaration(address)
+            .or_else(|| self.first_line(address))
+    }
+
+    /// `DW_AT_decl_file:DW_AT_decl_line` of the (outermost) function covering `address`.
+    fn declaration(&self, address: u64) -> Option<String> {
+        use gimli::Reader as _;
+        let dwarf = self.dwarf.as_ref()?;
+        let unit = dwarf.find_dwarf_and_unit(address).skip_all_loads()?;
+        let mut frames = dwarf.find_frames(address).skip_all_loads().ok()?;
+        let mut offset = None;
+        while let Ok(Some(frame)) = frames.next() {
+            offset = frame.dw_die_offset.or(offset);
+        }
+        let mut entry = unit.entry(offset?).ok()?;
+        for _ in 0..2 {
+            if entry.attr(gimli::DW_AT_decl_line).is_some() {
+                break;
+            }
+            let origin = entry
+                .attr_value(gimli::DW_AT_specification)
+                .or_else(|| entry.attr_value(gimli::DW_AT_abstract_origin));
+            let Some(gimli::AttributeValue::UnitRef(next)) = origin else {
+                break;
+            };
+            entry = unit.entry(next).ok()?;
+        }
+        let line = entry.attr_value(gimli::DW_AT_decl_line)?.udata_value()?;
+        let index = match entry.attr_value(gimli::DW_AT_decl_file)? {
+            gimli::AttributeValue::FileIndex(index) => index,
+            other => other.udata_value()?,
+        };
+        let header = unit.line_program.as_ref()?.header();
+        let file = header.file(index)?;
+        let text = |value| {
+            unit.attr_string(value)
+                .ok()
+                .and_then(|text| text.to_string_lossy().ok().map(|t| t.into_owned()))
+        };
+        // Pushing an absolute part replaces what is before it.
+        let mut path = PathBuf::new();
+        if let Some(dir) = &unit.comp_dir {
+            path.push(dir.to_string_lossy().ok()?.as_ref());
+        }
+        if let Some(dir) = file.directory(header).and_then(text) {
+            path.push(dir);
+        }
+        path.push(text(file.path_name())?);
+        Some(format!("{}:{line}", path.display()))
+    }
+
+    /// `file:line` of `address` according to DWARF's line table.
+    fn first_line(&self, address: u64) -> Option<String> {
+        let location = self.dwarf.as_ref()?.find_location(address).ok()??;
+        match (location.file, location.line) {
+            (Some(file), Some(line)) => Some(format!("{file}:{line}")),
+            (Some(file), None) => Some(file.to_string()),
+            _ => None,
+        }
+    }
+}
+
+/// Adds the function symbols of `file` (`.symtab` and `.dynsym`) to `raw` as (start,
+/// size, rank, name); rank prefers global over weak over local names of one address.
+fn collect_symbols(file: &object::File, raw: &mut Vec<(u64, u64, u8, String)>) {
+    for symbol in file.symbols().chain(file.dynamic_symbols()) {
+        if symbol.kind() != SymbolKind::Text || !symbol.is_definition() || symbol.address() == 0 {
+            continue;
+        }
+        let Ok(name) = symbol.name() else { continue };
+        if name.is_empty() {
+            continue;
+        }
+        let rank = if symbol.is_global() {
+            0
+        } else if symbol.is_weak() {
+            1
+        } else {
+            2
+        };
+        raw.push((symbol.address(), symbol.size(), rank, name.to_string()));
+    }
+}
+
+/// One symbol per start (the best ranked, then the first name), sorted, with ends.
+fn sort_symbols(mut raw: Vec<(u64, u64, u8, String)>) -> Vec<Symbol> {
+    // Sizes of aliases: the largest known one.
+    raw.sort_by(|a, b| (a.0, a.2, &a.3).cmp(&(b.0, b.2, &b.3)));
+    let mut sizes: HashMap<u64, u64> = HashMap::new();
+    for entry in &raw {
+        let size = sizes.entry(entry.0).or_insert(0);
+        *size = (*size).max(entry.1);
+    }
+    raw.dedup_by_key(|entry| entry.0);
+    let starts: Vec<u64> = raw.iter().map(|entry| entry.0).collect();
+    raw.into_iter()
+        .enumerate()
+        .map(|(index, (start, _, _, name))| {
+            let size = sizes.get(&start).copied().unwrap_or(0);
+            let end = if size > 0 {
+                start.saturating_add(size)
+            } else {
+                starts.get(index + 1).copied().unwrap_or(u64::MAX)
+            };
+            Symbol {
+                start,
+                end,
+                sized: size > 0,
+                name,
+            }
+        })
+        .collect()
+}
+
+/// The DWARF sections of `file`, decompressed.
+fn load_dwarf(file: &object::File) -> Option<gimli::Dwarf<Reader>> {
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+        let data = file
+            .section_by_name(id.name())
+            .and_then(|section| section.uncompressed_data().ok())
+            .unwrap_or(Cow::Borrowed(&[]));
+        Ok(gimli::EndianRcSlice::new(Rc::from(&*data), endian))
+    };
+    gimli::Dwarf::load(load).ok()
+}
+
+/// The content of the separate debug file of `object` (read from `path`), if one is
+/// found (see the module documentation for where).
+fn find_debug_file(path: &Path, object: &object::File, options: &Options) -> Option<Vec<u8>> {
+    let build_id = object.build_id().ok().flatten().map(<[u8]>::to_vec);
+    let matches = |data: &[u8]| -> bool {
+        match (&build_id, object::File::parse(data)) {
+            (Some(id), Ok(debug)) => debug.build_id().ok().flatten() == Some(id.as_slice()),
+            (None, Ok(_)) => true,
+            (_, Err(_)) => false,
+        }
+    };
+    if let Some(id) = &build_id {
+        for dir in &options.debug_dirs {
+            if let Some(data) = read_if(&build_id_path(dir, id), &matches) {
+                return Some(data);
+            }
+        }
+    }
+    let directory = path.parent().unwrap_or(Path::new(""));
+    let debuglink = object.gnu_debuglink().ok().flatten();
+    if let Some((Ok(link), crc)) = debuglink.map(|(link, crc)| (std::str::from_utf8(link), crc)) {
+        let link = Path::new(link);
+        let mut candidates = vec![directory.join(link), directory.join(".debug").join(link)];
+        for dir in &options.debug_dirs {
+            candidates.push(under(dir, directory).join(link));
+        }
+        let with_crc = |data: &[u8]| {
+            let mut sum = flate2::Crc::new();
+            sum.update(data);
+            sum.sum() == crc && matches(data)
+        };
+        for candidate in candidates {
+            // The object itself may carry a link to a file of the same name.
+            if candidate != path {
+                if let Some(data) = read_if(&candidate, &with_crc) {
+                    return Some(data);
+                }
+            }
+        }
+    }
+    for dir in &options.debug_dirs {
+        let mut with_suffix = under(dir, path).into_os_string();
+        with_suffix.push(".debug");
+        for candidate in [PathBuf::from(with_suffix), under(dir, path)] {
+            if let Some(data) = read_if(&candidate, &matches) {
+                return Some(data);
+            }
+        }
+    }
+    None
+}
+
+/// The supplementary debug file (`.gnu_debugaltlink`, written by `dwz`, as in Debian's
+/// debug packages) that `debug` refers to, found by its build-id in the debug
+/// directories or at the path it names (relative to the object's directory).
+fn find_supplementary(path: &Path, debug: &object::File, options: &Options) -> Option<Vec<u8>> {
+    let (link, id) = debug.gnu_debugaltlink().ok()??;
+    let matches = |data: &[u8]| {
+        object::File::parse(data)
+            .ok()
+            .and_then(|file| file.build_id().ok().flatten().map(<[u8]>::to_vec))
+            .is_some_and(|found| found == id)
+    };
+    for dir in &options.debug_dirs {
+        if let Some(data) = read_if(&build_id_path(dir, id), &matches) {
+            return Some(data);
+        }
+    }
+    let link = Path::new(std::str::from_utf8(link).ok()?);
+    let candidate = path.parent().unwrap_or(Path::new("")).join(link);
+    read_if(&candidate, &matches)
+}
+
+/// `<dir>/.build-id/<first byte>/<other bytes>.debug`, bytes in lower-case hex.
+fn build_id_path(dir: &Path, id: &[u8]) -> PathBuf {
+    let hex: String = id.iter().map(|byte| format!("{byte:02x}")).collect();
+    let (first, rest) = hex.split_at(hex.len().min(2));
+    dir.join(".build-id")
+        .join(first)
+        .join(format!("{rest}.debug"))
+}
+
+/// `path` (absolute or not) placed under directory `dir`.
+fn under(dir: &Path, path: &Path) -> PathBuf {
+    dir.join(path.strip_prefix("/").unwrap_or(path))
+}
+
+/// The content of the file at `path` if it can be read and `accept` accepts it.
+fn read_if(path: &Path, accept: &dyn Fn(&[u8]) -> bool) -> Option<Vec<u8>> {
+    let data = fs::read(path).ok()?;
+    accept(&data).then_some(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unnamed_addresses() {
+        assert_eq!(unnamed_address("@?0x29c240"), Some(0x29c240));
+        assert_eq!(
+            unnamed_address("@?0xffffffffff600000"),
+            Some(0xffff_ffff_ff60_0000)
+        );
+        for name in [
+            "deflate",
+            "@?0x",
+            "@?(nil)",
+            "@?0xzz",
+            "@?0x10000000000000000",
+            "",
+        ] {
+            assert_eq!(unnamed_address(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn object_paths() {
+        assert!(is_object_path("/lib/x86_64-linux-gnu/libz.so.1"));
+        assert!(is_object_path("ls"));
+        for path in [
+            "",
+            "[vdso]",
+            "[unknown]",
+            "[python]",
+            "<dynamically generated>",
+            "linux-vdso.so.1",
+        ] {
+            assert!(!is_object_path(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn symbols_are_one_per_start_with_ends() {
+        let symbols = sort_symbols(vec![
+            (0x100, 0x20, 2, "local_alias".into()),
+            (0x100, 0, 0, "global".into()),
+            (0x200, 0, 1, "weak".into()),
+            (0x300, 0x10, 0, "last".into()),
+        ]);
+        let shape: Vec<(u64, u64, &str)> = symbols
+            .iter()
+            .map(|s| (s.start, s.end, s.name.as_str()))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (0x100, 0x120, "global"),
+                (0x200, 0x300, "weak"),
+                (0x300, 0x310, "last")
+            ]
+        );
+    }
+
+    #[test]
+    fn build_id_paths() {
+        assert_eq!(
+            build_id_path(Path::new("/usr/lib/debug"), &[0xab, 0xcd, 0x01]),
+            Path::new("/usr/lib/debug/.build-id/ab/cd01.debug")
+        );
+        assert_eq!(
+            under(Path::new("/usr/lib/debug"), Path::new("/lib/libz.so.1")),
+            Path::new("/usr/lib/debug/lib/libz.so.1")
+        );
+    }
+
+    fn symbolizer(symbols: Vec<(u64, u64, u8, String)>, vm_base: u64) -> Symbolizer {
+        Symbolizer {
+            symbols: sort_symbols(symbols),
+            vm_base,
+            dwarf: None,
+        }
+    }
+
+    #[test]
+    fn exact_lookups_need_a_symbol_start() {
+        let s = symbolizer(
+            vec![(0x1000, 0x40, 0, "f".into()), (0x1040, 0x40, 0, "g".into())],
+            0,
+        );
+        assert!(
+            matches!(s.lookup(0x1040, true), Lookup::Found(r) if r.name == "g" && r.start == 0x1040 && r.delta == 0)
+        );
+        assert!(matches!(s.lookup(0x1010, true), Lookup::Inside));
+        assert!(matches!(s.lookup(0x2000, true), Lookup::Missing));
+    }
+
+    #[test]
+    fn igprof_lookups_add_the_base_and_cover() {
+        // A non-PIE executable whose first PT_LOAD is at 0x8048000.
+        let s = symbolizer(vec![(0x804c500, 0x100, 0, "sort_files".into())], 0x8048000);
+        let Lookup::Found(rename) = s.lookup(0x4533, false) else {
+            panic!("not found");
+        };
+        assert_eq!(
+            (rename.name.as_str(), rename.start, rename.delta),
+            ("sort_files", 0x4500, 0x33)
+        );
+        assert!(matches!(s.lookup(0x4700, false), Lookup::Missing));
+    }
+}
