@@ -415,16 +415,12 @@ fn a_program_with_its_own_sigprof_handler_wins() {
 fn a_closed_library_keeps_its_names() {
     let python = python();
     let dir = scratch_dir("dlclose");
-    let source = dir.join("hot.c");
-    std::fs::write(&source, "double closed_spin(long n) { double x = 0; for (long i = 0; i < n; i++) x += i * 0.5; return x; }\n").unwrap();
-    let library = dir.join("libhot.so");
-    let gcc = Command::new("gcc")
-        .args(["-O0", "-shared", "-fPIC", "-o"])
-        .arg(&library)
-        .arg(&source)
-        .status()
-        .unwrap();
-    assert!(gcc.success());
+    let library = c_library(
+        &dir,
+        "hot",
+        "double closed_spin(long n) { double x = 0; for (long i = 0; i < n; i++) x += i * 0.5; return x; }\n",
+        &["-O0"],
+    );
     let program = format!(
         "import ctypes, _ctypes\nfor _ in range(3):\n    lib = ctypes.CDLL({:?})\n    lib.closed_spin(100000000)\n    _ctypes.dlclose(lib._handle)\n    del lib\n{SPIN}",
         library.to_str().unwrap()
@@ -494,28 +490,14 @@ fn deep_recursion_is_cut_with_a_marker() {
 fn deep_native_recursion_is_cut_with_a_marker() {
     let python = python();
     let dir = scratch_dir("native-recursion");
-    let source = dir.join("deep.c");
     // 5000 native frames (no tail calls at -O0) over a hot leaf.
-    std::fs::write(
-        &source,
+    let library = c_library(
+        &dir,
+        "deep",
         "double native_leaf(long n) { double x = 0; for (long i = 0; i < n; i++) x += i * 0.5; return x; }\n\
          double descend(int depth, long n) { return depth == 0 ? native_leaf(n) : descend(depth - 1, n) + 1; }\n",
-    )
-    .unwrap();
-    let library = dir.join("libdeep.so");
-    let gcc = Command::new("gcc")
-        .args([
-            "-O0",
-            "-fno-optimize-sibling-calls",
-            "-shared",
-            "-fPIC",
-            "-o",
-        ])
-        .arg(&library)
-        .arg(&source)
-        .status()
-        .unwrap();
-    assert!(gcc.success());
+        &["-O0", "-fno-optimize-sibling-calls"],
+    );
     let program = format!(
         "import ctypes\nlib = ctypes.CDLL({:?})\nlib.descend.restype = ctypes.c_double\nlib.descend(5000, ctypes.c_long(300000000))\nprint('done')\n",
         library.to_str().unwrap()

@@ -341,23 +341,7 @@ const SPIN_ONE_SECOND: &str =
 #[test]
 fn threads_started_before_and_after_the_constructor_are_sampled() {
     let dir = scratch_dir("early");
-    let source = dir.join("early.c");
-    std::fs::write(&source, EARLY_THREAD_C).unwrap();
-    let library = dir.join("libearly.so");
-    let gcc = std::process::Command::new("gcc")
-        .args([
-            "-O1",
-            "-g",
-            "-shared",
-            "-fPIC",
-            "-o",
-            library.to_str().unwrap(),
-            source.to_str().unwrap(),
-            "-lpthread",
-        ])
-        .status()
-        .expect("gcc");
-    assert!(gcc.success());
+    let library = c_library(&dir, "early", EARLY_THREAD_C, &["-O1", "-g", "-lpthread"]);
     let ours = artifacts().preload.to_string_lossy().into_owned();
     let early = library.to_string_lossy().into_owned();
     // The dynamic loader runs the constructors of LD_PRELOAD objects last-listed first: with

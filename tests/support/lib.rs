@@ -257,6 +257,27 @@ pub fn profiled_ok(python: &Interpreter, args: &[&str], env: &[(&str, &str)]) ->
     (run, profile)
 }
 
+/// Builds the shared library `dir/lib<name>.so` from the C source `source` with gcc and
+/// `flags` (e.g. `-O0`), and returns its path. Panics with gcc's output if it fails.
+pub fn c_library(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    let source_path = dir.join(format!("{name}.c"));
+    std::fs::write(&source_path, source).unwrap();
+    let library = dir.join(format!("lib{name}.so"));
+    let out = Command::new("gcc")
+        .args(flags)
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source_path)
+        .output()
+        .expect("run gcc");
+    assert!(
+        out.status.success(),
+        "gcc {name}.c: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    library
+}
+
 /// Path of a file under `examples/`.
 pub fn example(name: &str) -> String {
     repo()
