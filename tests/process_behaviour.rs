@@ -207,6 +207,44 @@ fn an_unwritable_profile_path_is_reported_and_changes_nothing_else() {
     );
 }
 
+/// Which of a series of `malloc` blocks glibc serves with `mmap` (`mallinfo2().hblks`): its
+/// dynamic threshold depends on the large blocks freed before, the profiler's included.
+const MMAP_THRESHOLD: &str = r#"
+import ctypes
+class MI(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MI
+out = []
+for kb in (140, 200, 300, 500, 800, 1500, 3000):
+    before = libc.mallinfo2().hblks
+    block = bytearray(kb << 10)
+    out.append("%d KiB: %s" % (kb, "mmap" if libc.mallinfo2().hblks > before else "heap"))
+    del block
+print(", ".join(out))
+"#;
+
+#[test]
+fn the_programs_malloc_tuning_is_left_alone() {
+    let Some(python) = python311("malloc threshold").into_iter().next() else {
+        return;
+    };
+    let plain = Command::new(&python.path)
+        .args(["-c", MMAP_THRESHOLD])
+        .output()
+        .unwrap();
+    let run = run_profiled(
+        &python.path,
+        &["-c", MMAP_THRESHOLD],
+        &[("PYIGPROF_QUIET", "1")],
+    );
+    assert!(run.output.status.success(), "{}", run.stderr());
+    let plain = String::from_utf8_lossy(&plain.stdout);
+    eprintln!("without pyigprof: {plain}with: {}", run.stdout());
+    assert!(plain.contains("140 KiB: mmap"), "{plain}");
+    assert_eq!(run.stdout(), plain);
+}
+
 #[test]
 fn a_full_disk_is_reported_and_leaves_no_partial_profile() {
     let Some(python) = python311("full disk").into_iter().next() else {

@@ -16,6 +16,7 @@
 //! ([`dump`]).
 
 pub mod adopt;
+pub mod alloc;
 pub mod config;
 pub mod dump;
 pub mod frames;
@@ -31,6 +32,11 @@ pub mod threads;
 pub mod timing;
 pub mod trace;
 pub mod unwind;
+
+/// Large blocks of the library's own are mapped directly, not taken from the program's
+/// `malloc` (see [`alloc`]).
+#[global_allocator]
+static ALLOCATOR: alloc::Allocator = alloc::Allocator;
 
 use config::Config;
 use pyigprof_hooks::{cpython, Callbacks};
