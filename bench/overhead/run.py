@@ -416,8 +416,14 @@ def summarise(results):
             for k in ("median_ns", "p99_ns", "max_ns", "base_ns", "native_frame_ns", "python_frame_ns",
                       "samples"):
                 row["handler_" + k] = median(r.get("handler", {}).get(k) for r in ok)
-            for k in ("samples", "ticks", "dropped"):
+            for k in ("samples", "ticks"):
                 row["stats_" + k] = median(r.get("stats", {}).get(k) for r in ok)
+            # Samples dropped, whatever the reason (dropped_no_slot, dropped_tree_full).
+            row["stats_dropped"] = median(
+                sum(v for key, v in r["stats"].items() if key.startswith("dropped_") and key != "dropped_ticks"
+                    and isinstance(v, (int, float)))
+                if r.get("stats") else None
+                for r in ok)
             row["profile_samples"] = median(r.get("samples") for r in ok)
             row["profile_ticks"] = median(r.get("ticks") for r in ok)
         elif cfg.startswith("py-spy"):
