@@ -324,6 +324,24 @@ impl FunctionAmounts {
             ),
         }
     }
+
+    /// Sorts `ids` as IgProf's text report ranks functions: by decreasing cumulative
+    /// amount, then decreasing self amount, then by shown name and location (`labels`,
+    /// indexed by function id), so that ranks are the same in every report.
+    pub fn rank(&self, ids: &mut [FunctionId], labels: &[crate::symbol::Label]) {
+        ids.sort_by(|&a, &b| {
+            let key = |id: FunctionId| {
+                (
+                    std::cmp::Reverse(self.cumulative[id as usize]),
+                    std::cmp::Reverse(self.self_values[id as usize].amount),
+                )
+            };
+            key(a).cmp(&key(b)).then_with(|| {
+                let (a, b) = (&labels[a as usize], &labels[b as usize]);
+                (&a.name, &a.location).cmp(&(&b.name, &b.location))
+            })
+        });
+    }
 }
 
 /// The direct calls (arcs) between functions in a profile, with the cost of the samples

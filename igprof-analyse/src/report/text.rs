@@ -115,18 +115,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Text, Error> {
         .iter()
         .map(|function| Label::of(profile, function))
         .collect();
-    order.sort_by(|&a, &b| {
-        let key = |id: FunctionId| {
-            (
-                std::cmp::Reverse(amounts.cumulative[id as usize]),
-                std::cmp::Reverse(amounts.self_values[id as usize].amount),
-            )
-        };
-        key(a).cmp(&key(b)).then_with(|| {
-            let (a, b) = (&labels[a as usize], &labels[b as usize]);
-            (&a.name, &a.location).cmp(&(&b.name, &b.location))
-        })
-    });
+    amounts.rank(&mut order, &labels);
     let mut rank_of: Vec<usize> = vec![0; profile.functions().len()];
     for (position, &id) in order.iter().enumerate() {
         rank_of[id as usize] = position + 1;
