@@ -178,19 +178,28 @@ pub fn write_profile() -> Option<PathBuf> {
 /// Waits (at most [`CHILD_TIMEOUT`]) while another thread writes the final profile.
 /// Async-signal-safe.
 fn wait_for_writer() {
+    poll_until_timeout(|| {
+        let writer = WRITER.load(Ordering::Acquire);
+        // SAFETY: gettid has no preconditions.
+        writer == 0 || writer == unsafe { libc::gettid() }
+    });
+}
+
+/// Checks `done` every millisecond until it is true (returns `true`) or [`CHILD_TIMEOUT`]
+/// has passed (returns `false`). Async-signal-safe when `done` is.
+fn poll_until_timeout(mut done: impl FnMut() -> bool) -> bool {
     let step = libc::timespec {
         tv_sec: 0,
         tv_nsec: 1_000_000,
     };
     for _ in 0..CHILD_TIMEOUT.as_millis() {
-        let writer = WRITER.load(Ordering::Acquire);
-        // SAFETY: gettid and nanosleep have no preconditions.
-        if writer == 0 || writer == unsafe { libc::gettid() } {
-            return;
+        if done() {
+            return true;
         }
-        // SAFETY: as above.
+        // SAFETY: nanosleep with a valid duration.
         unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
     }
+    done()
 }
 
 /// Collects and writes a profile for process `pid`: the final one, or snapshot number
@@ -398,19 +407,12 @@ fn write_from_child(snapshot: Option<u32>) {
         if child < 0 {
             return;
         }
-        let step = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 1_000_000,
-        };
-        let steps = CHILD_TIMEOUT.as_millis() as u64;
-        for _ in 0..steps {
+        let ended = poll_until_timeout(|| {
             let mut status = 0;
-            match libc::waitpid(child, &mut status, libc::WNOHANG) {
-                0 => {
-                    libc::nanosleep(&step, std::ptr::null_mut());
-                }
-                _ => return,
-            }
+            libc::waitpid(child, &mut status, libc::WNOHANG) != 0
+        });
+        if ended {
+            return;
         }
         libc::syscall(libc::SYS_kill, child, libc::SIGKILL);
         let mut status = 0;
