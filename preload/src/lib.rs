@@ -57,7 +57,19 @@ pub extern "C" fn init() {
     {
         return;
     }
-    let config = Config::from_env();
+    let mut config = Config::from_env();
+    if config.clock == config::Clock::Wall && version.is_some_and(|v| v < (3, 5, 0)) {
+        // Before PEP 475 (3.5) CPython does not retry system calls interrupted by a signal:
+        // `time.sleep`, `select` and blocking reads would end early under a wall-clock timer,
+        // which also fires while a thread is blocked. A CPU timer only fires while it runs.
+        let (major, minor, micro) = version.unwrap_or_default();
+        eprintln!(
+            "pyigprof: PYIGPROF_CLOCK=wall is not used with Python {major}.{minor}.{micro}: \
+             before 3.5 a signal ends time.sleep, select and blocking reads early; sampling CPU \
+             time instead"
+        );
+        config.clock = config::Clock::Cpu;
+    }
     modules::rescan();
     let runtime = version.and_then(python_runtime);
     let Some(sampler) = sampler::Sampler::new(config.period_ns(), config.clock, runtime) else {
@@ -97,6 +109,11 @@ pub extern "C" fn init() {
     }
     // SAFETY: registering plain extern "C" functions.
     unsafe {
+        libc::pthread_atfork(
+            Some(alloc::prepare_fork),
+            Some(alloc::after_fork_in_parent),
+            Some(alloc::after_fork_in_child),
+        );
         libc::pthread_atfork(None, None, Some(lifecycle::after_fork_in_child));
         libc::atexit(lifecycle::at_exit);
     }
@@ -176,17 +193,9 @@ fn thread_state_source(layout: &python::layout::Layout) -> python::ThreadStateSo
                 .and_then(|(_, object)| symbols::data_symbol(&object, symbol));
             at.map_or(Source::AttachedKey, |at| Source::Key { at })
         }
-        Lookup::GilHolder {
-            symbol,
-            thread_id,
-            interp,
-        } => match exported(symbol) {
+        Lookup::GilHolder { symbol, offsets } => match exported(symbol) {
             0 => Source::AttachedKey,
-            current => Source::GilHolder {
-                current,
-                thread_id,
-                interp,
-            },
+            current => Source::GilHolder { current, offsets },
         },
     }
 }
