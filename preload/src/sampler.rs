@@ -326,7 +326,15 @@ impl Sampler {
                 // SAFETY: the cache belongs to this slot, used only by its owner thread.
                 let cache = unsafe { &mut *cache };
                 let restorer = self.restorer.load(Ordering::Relaxed);
-                let u = unwind(snapshot, cache, regs, bounds, restorer, &mut slot.native);
+                let u = unwind(
+                    snapshot,
+                    cache,
+                    &mut slot.unwound,
+                    regs,
+                    bounds,
+                    restorer,
+                    &mut slot.native,
+                );
                 (u.frames, u.complete, u.cut)
             }
             _ => {
@@ -399,7 +407,7 @@ impl Sampler {
             .fetch_max(composed.len as u64, Ordering::Relaxed);
         match self
             .trees
-            .record(root, &slot.out[..composed.len], 1, weight)
+            .record_from(&mut slot.path, root, &slot.out[..composed.len], 1, weight)
         {
             Some(leaf) => slot.last_leaf.store(leaf, Ordering::Relaxed),
             None => return dropped(&stats.dropped_tree_full),

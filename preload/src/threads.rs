@@ -64,6 +64,10 @@ pub struct Slot {
     pub out: [u64; MAX_STACK],
     /// Scratch for text captured from the interpreter.
     pub text: [u8; crate::python::code::MAX_TEXT],
+    /// The thread's latest native unwinding, replayed by the next one.
+    pub unwound: crate::unwind::Memo,
+    /// The thread's latest recorded call stack and its trace-tree nodes.
+    pub path: crate::trace::PathMemo,
     /// The `PyThreadState*` last found for the thread (see
     /// `python::Runtime::current_thread_state`); 0 = none.
     pub thread_state: u64,
@@ -200,6 +204,7 @@ impl Slots {
             slot.timer.store(0, Ordering::Relaxed);
             slot.ticks.store(0, Ordering::Relaxed);
             slot.last_leaf.store(0, Ordering::Relaxed);
+            slot.path.root.store(0, Ordering::Relaxed);
             if slot.owner.load(Ordering::Relaxed) != me {
                 slot.ready.store(false, Ordering::Relaxed);
             }

@@ -8,6 +8,7 @@
 //! published with release stores so that a reader on another thread sees whole nodes.
 
 use crate::mem::Pool;
+use crate::threads::MAX_STACK;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// One node of a trace tree. All-zero is a valid empty node.
@@ -23,6 +24,20 @@ pub struct Node {
     pub samples: AtomicU64,
     /// CPU time those samples stand for, in ticks (1 + merged timer expirations each).
     pub ticks: AtomicU64,
+}
+
+/// The call stack a thread recorded last and the trace-tree node of each of its frames
+/// (see [`Trees::record_from`]). All-zero is a valid empty memo.
+#[repr(C)]
+pub struct PathMemo {
+    /// Root of the tree the path is in; 0 = no path (cleared when trees are forgotten).
+    pub root: AtomicU32,
+    /// Frames of the path.
+    pub len: usize,
+    /// The frames' keys, outermost first.
+    pub keys: [u64; MAX_STACK],
+    /// The node of each frame.
+    pub nodes: [u32; MAX_STACK],
 }
 
 /// All trace trees of the process.
@@ -73,6 +88,50 @@ impl Trees {
         for &key in stack {
             parent = self.child(parent, key)?;
         }
+        let leaf = self.node(parent);
+        leaf.samples.fetch_add(samples, Ordering::Relaxed);
+        leaf.ticks.fetch_add(ticks, Ordering::Relaxed);
+        Some(parent)
+    }
+
+    /// Like [`Trees::record`], starting below the frames this stack shares with the stack
+    /// `memo` holds (the thread's previous sample in the same tree): consecutive samples of
+    /// a thread share most of their outer frames, and looking those up again would touch
+    /// one node (a likely cache miss) per frame and per sibling passed. Updates `memo` to
+    /// this stack. Async-signal-safe; tree owner only.
+    pub fn record_from(
+        &self,
+        memo: &mut PathMemo,
+        root: u32,
+        stack: &[u64],
+        samples: u64,
+        ticks: u64,
+    ) -> Option<u32> {
+        let stack = &stack[..stack.len().min(memo.keys.len())];
+        let mut common = 0;
+        if memo.root.load(Ordering::Relaxed) == root {
+            let n = memo.len.min(stack.len());
+            while common < n && memo.keys[common] == stack[common] {
+                common += 1;
+            }
+        } else {
+            memo.root.store(root, Ordering::Relaxed);
+        }
+        let mut parent = if common == 0 {
+            root
+        } else {
+            memo.nodes[common - 1]
+        };
+        for (i, &key) in stack.iter().enumerate().skip(common) {
+            let Some(child) = self.child(parent, key) else {
+                memo.len = i;
+                return None;
+            };
+            memo.keys[i] = key;
+            memo.nodes[i] = child;
+            parent = child;
+        }
+        memo.len = stack.len();
         let leaf = self.node(parent);
         leaf.samples.fetch_add(samples, Ordering::Relaxed);
         leaf.ticks.fetch_add(ticks, Ordering::Relaxed);
@@ -169,6 +228,49 @@ mod tests {
         );
         // root + nodes 1, 2, 3, 5
         assert_eq!(trees.nodes_used(), 5);
+    }
+
+    #[test]
+    fn recording_from_the_previous_path_gives_the_same_tree() {
+        // The same stacks, recorded with and without the memo, in trees of one pool.
+        let stacks: [&[u64]; 7] = [
+            &[1, 2, 3],
+            &[1, 2, 3],
+            &[1, 2, 4, 5],
+            &[1, 2],
+            &[1, 6],
+            &[],
+            &[1, 2, 4, 5, 7],
+        ];
+        let trees = Trees::new(100).unwrap();
+        let plain = trees.new_root().unwrap();
+        let memoized = trees.new_root().unwrap();
+        let other = trees.new_root().unwrap();
+        // SAFETY: all-zero is a valid empty memo; boxed, it is too large for the stack.
+        let mut memo: Box<PathMemo> = unsafe { Box::new(std::mem::zeroed()) };
+        for (i, stack) in stacks.iter().enumerate() {
+            let a = trees.record(plain, stack, 1, i as u64).unwrap();
+            let b = trees
+                .record_from(&mut memo, memoized, stack, 1, i as u64)
+                .unwrap();
+            assert_eq!(
+                trees.node(a).key.load(Ordering::Relaxed),
+                trees.node(b).key.load(Ordering::Relaxed)
+            );
+            // A sample in another tree must not reuse this tree's path.
+            trees.record_from(&mut memo, other, &[9], 1, 1).unwrap();
+        }
+        assert_eq!(paths(&trees, plain), paths(&trees, memoized));
+        assert_eq!(paths(&trees, other), vec![(vec![9], 7, 7)]);
+        // A full pool keeps the memo to the prefix that exists.
+        let small = Trees::new(4).unwrap();
+        let root = small.new_root().unwrap();
+        assert!(small
+            .record_from(&mut memo, root, &[1, 2, 3, 4], 1, 1)
+            .is_none());
+        assert_eq!(memo.len, 2);
+        assert!(small.record_from(&mut memo, root, &[1, 2], 1, 1).is_some());
+        assert_eq!(paths(&small, root), vec![(vec![1, 2], 1, 1)]);
     }
 
     #[test]

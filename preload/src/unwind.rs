@@ -44,98 +44,303 @@ pub struct Unwound {
     pub complete: bool,
     /// Whether unwinding stopped because `out` was full (rather than because it failed).
     pub cut: bool,
+    /// How many of the outer frames were replayed from the [`Memo`] instead of unwound.
+    pub replayed: usize,
+}
+
+/// Most frames a [`Memo`] holds; the outer part of deeper stacks is unwound every time.
+pub const MEMO_FRAMES: usize = 256;
+/// Most stack words the unwinding of one memoized frame may read (its return address and a
+/// saved frame pointer).
+const MEMO_READS: usize = 2;
+
+/// One frame of an unwinding, as [`Memo`] keeps it: where it was and what its unwinding
+/// read. All-zero is a valid (unused) frame.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct MemoFrame {
+    /// The lookup address written to `out` for this frame.
+    pc: u64,
+    /// Stack pointer at this frame.
+    sp: u64,
+    /// Frame pointer at this frame.
+    bp: u64,
+    /// The stack words read to unwind this frame to its caller: `(address, value)`.
+    reads: [(u64, u64); MEMO_READS],
+    /// How many of `reads` are used; [`UNMEMOIZABLE`] when the frame cannot be replayed
+    /// (more reads, a read refused, a signal frame).
+    nreads: u8,
+    /// Whether `pc` came from a return address (framehop treats the first frame and frames
+    /// after a signal frame, reached by instruction pointer, differently).
+    from_return: bool,
+}
+
+/// `MemoFrame::nreads` of a frame that cannot be replayed.
+const UNMEMOIZABLE: u8 = u8::MAX;
+
+/// The previous unwinding of one thread's stack, so that the next sample only unwinds the
+/// frames that changed: consecutive samples of a thread share their outer frames (`_start`
+/// … the interpreter's main loop), and unwinding each of them costs a module lookup, a
+/// rule-cache lookup and its stack reads, mostly cache misses after milliseconds of the
+/// program's own work.
+///
+/// Replaying is exact: framehop's result for a frame is a function of the frame's address,
+/// its registers (ip, sp, bp) and the stack words it reads, under one set of modules. When
+/// unwinding reaches a frame whose address, kind, sp and bp equal a memoized frame's, and
+/// every stack word the memoized unwinding read from there outwards still holds the value
+/// it read (and is still readable), the rest of the stack is the memoized one. All-zero is
+/// a valid empty memo. Used only by the owner thread, from its signal handler.
+#[repr(C)]
+pub struct Memo {
+    /// Identity (address) of the module snapshot the frames were unwound with; 0 = empty.
+    snapshot: usize,
+    /// Frames in `frames`.
+    len: usize,
+    /// Whether that unwinding reached the outermost frame.
+    complete: bool,
+    /// The frames, outermost first.
+    frames: [MemoFrame; MEMO_FRAMES],
+    /// Scratch: the frames of the unwinding in progress, innermost first.
+    fresh: [MemoFrame; MEMO_FRAMES],
 }
 
 /// Unwinds from `regs` into `out` (innermost first): the interrupted instruction, then each
 /// caller's return address minus one. Stack reads are limited to aligned words inside
 /// `stack` (`[low, high)`). `restorer` is the signal trampoline's address (`__restore_rt`):
 /// a frame returning into it was a signal handler, and unwinding continues from the
-/// `ucontext_t` the kernel saved on the stack. Async-signal-safe.
+/// `ucontext_t` the kernel saved on the stack. The outer frames shared with the previous
+/// unwinding in `memo` are replayed from it (see [`Memo`]), and `memo` is updated.
+/// Async-signal-safe.
 pub fn unwind(
     snapshot: &Snapshot,
     cache: &mut UnwindCache,
+    memo: &mut Memo,
     regs: Regs,
     stack: (u64, u64),
     restorer: u64,
     out: &mut [u64],
 ) -> Unwound {
     let (low, high) = (stack.0.max(regs.sp.saturating_sub(256)), stack.1);
-    let mut read_stack = |addr: u64| -> Result<u64, ()> {
-        if addr >= low
-            && addr.checked_add(8).is_some_and(|end| end <= high)
-            && addr.is_multiple_of(8)
-        {
-            // SAFETY: inside the thread's stack, below its top and above the interrupted sp.
-            Ok(unsafe { std::ptr::read_volatile(addr as *const u64) })
-        } else {
-            Err(())
-        }
+    let readable = |addr: u64| {
+        addr >= low && addr.checked_add(8).is_some_and(|end| end <= high) && addr.is_multiple_of(8)
+    };
+    let identity = snapshot as *const Snapshot as usize;
+    // Candidates for a match are memo.frames[..next]: the merge below walks both stacks
+    // outwards (stack pointers grow) and compares frames at equal stack pointers.
+    let mut next = if memo.snapshot == identity {
+        memo.len
+    } else {
+        0
     };
     let mut uregs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
     let mut address = FrameAddress::from_instruction_pointer(regs.ip);
     let mut n = 0;
-    loop {
+    let result = loop {
         if n == out.len() {
-            return Unwound {
+            break Unwound {
                 frames: n,
                 complete: false,
                 cut: true,
+                replayed: 0,
             };
         }
         out[n] = address.address_for_lookup();
-        n += 1;
-        match snapshot
+        let from_return = matches!(address, FrameAddress::ReturnAddress(_));
+        let (sp, bp) = (uregs.sp(), uregs.bp());
+        while next > 0 && memo.frames[next - 1].sp < sp {
+            next -= 1;
+        }
+        if next > 0 {
+            let at = next - 1;
+            let f = &memo.frames[at];
+            if f.sp == sp
+                && f.bp == bp
+                && f.pc == out[n]
+                && f.from_return == from_return
+                && n + 1 + at <= out.len()
+                && still_holds(&memo.frames[..next], &readable)
+            {
+                return replay(memo, at, n, out);
+            }
+        }
+        let mut frame = MemoFrame {
+            pc: out[n],
+            sp,
+            bp,
+            from_return,
+            ..MemoFrame::default()
+        };
+        let mut signal_frame = false;
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            if !readable(addr) {
+                frame.nreads = UNMEMOIZABLE;
+                return Err(());
+            }
+            // SAFETY: inside the thread's stack, below its top and above the interrupted sp.
+            let value = unsafe { std::ptr::read_volatile(addr as *const u64) };
+            if (frame.nreads as usize) < MEMO_READS {
+                frame.reads[frame.nreads as usize] = (addr, value);
+                frame.nreads += 1;
+            } else {
+                frame.nreads = UNMEMOIZABLE;
+            }
+            Ok(value)
+        };
+        let step = snapshot
             .unwinder
-            .unwind_frame(address, &mut uregs, cache, &mut read_stack)
-        {
+            .unwind_frame(address, &mut uregs, cache, &mut read_stack);
+        n += 1;
+        let ended = match step {
             Ok(Some(ret)) if ret == restorer && restorer != 0 => {
                 // The frame below was a signal handler: the kernel's rt_sigframe holds the
-                // ucontext right where the return address was popped from.
+                // ucontext right where the return address was popped from. (Not replayed:
+                // more reads than a frame keeps.)
+                signal_frame = true;
                 let uc = uregs.sp();
-                let field = |offset: usize| read_stack(uc + offset as u64);
-                let (Ok(ip), Ok(sp), Ok(bp)) = (
+                let mut field = |offset: usize| read_stack(uc + offset as u64);
+                match (
                     field(greg_offset(libc::REG_RIP)),
                     field(greg_offset(libc::REG_RSP)),
                     field(greg_offset(libc::REG_RBP)),
-                ) else {
-                    return Unwound {
-                        frames: n,
-                        complete: false,
-                        cut: false,
-                    };
-                };
-                uregs = UnwindRegsX86_64::new(ip, sp, bp);
-                address = FrameAddress::from_instruction_pointer(ip);
+                ) {
+                    (Ok(ip), Ok(sp), Ok(bp)) => {
+                        uregs = UnwindRegsX86_64::new(ip, sp, bp);
+                        address = FrameAddress::from_instruction_pointer(ip);
+                        None
+                    }
+                    _ => Some(false),
+                }
             }
             Ok(Some(ret)) => match FrameAddress::from_return_address(ret) {
-                Some(next) => address = next,
-                None => {
-                    return Unwound {
-                        frames: n,
-                        complete: true,
-                        cut: false,
-                    }
+                Some(caller) => {
+                    address = caller;
+                    None
                 }
+                None => Some(true),
             },
-            Ok(None) => {
-                return Unwound {
-                    frames: n,
-                    complete: true,
-                    cut: false,
-                }
-            }
-            Err(_) => {
-                return Unwound {
-                    frames: n,
-                    complete: false,
-                    cut: false,
-                }
-            }
+            Ok(None) => Some(true),
+            Err(_) => Some(false),
+        };
+        if signal_frame {
+            frame.nreads = UNMEMOIZABLE;
         }
+        if n <= MEMO_FRAMES {
+            memo.fresh[n - 1] = frame;
+        }
+        if let Some(complete) = ended {
+            break Unwound {
+                frames: n,
+                complete,
+                cut: false,
+                replayed: 0,
+            };
+        }
+    };
+    // Nothing replayed: this unwinding becomes the memo, if it is whole and fits.
+    memo.len = 0;
+    if !result.cut && result.frames <= MEMO_FRAMES {
+        for (to, from) in memo.frames[..result.frames]
+            .iter_mut()
+            .zip(memo.fresh[..result.frames].iter().rev())
+        {
+            *to = *from;
+        }
+        memo.len = result.frames;
+        memo.complete = result.complete;
+        memo.snapshot = identity;
     }
+    result
+}
+
+/// Whether every stack word that unwinding `frames` read is still readable and unchanged.
+#[inline]
+fn still_holds(frames: &[MemoFrame], readable: &impl Fn(u64) -> bool) -> bool {
+    frames.iter().all(|f| {
+        f.nreads != UNMEMOIZABLE
+            && f.reads[..f.nreads as usize].iter().all(|&(addr, value)| {
+                // SAFETY: read only when inside the thread's stack (checked first).
+                readable(addr) && unsafe { std::ptr::read_volatile(addr as *const u64) } == value
+            })
+    })
+}
+
+/// Completes `out`, whose frame `n` (just written) is memoized frame `at`, with the
+/// memoized frames outwards of it, and makes the memo this unwinding.
+fn replay(memo: &mut Memo, at: usize, n: usize, out: &mut [u64]) -> Unwound {
+    for (slot, frame) in out[n + 1..].iter_mut().zip(memo.frames[..at].iter().rev()) {
+        *slot = frame.pc;
+    }
+    let unwound = Unwound {
+        frames: n + 1 + at,
+        complete: memo.complete,
+        cut: false,
+        replayed: at,
+    };
+    // The memo keeps frames 0..=at (outermost … this one); the fresh inner frames follow.
+    if at + 1 + n <= MEMO_FRAMES {
+        let (outer, fresh) = (&mut memo.frames, &memo.fresh);
+        for (to, from) in outer[at + 1..at + 1 + n]
+            .iter_mut()
+            .zip(fresh[..n].iter().rev())
+        {
+            *to = *from;
+        }
+        memo.len = at + 1 + n;
+    } else {
+        memo.len = 0;
+    }
+    unwound
 }
 
 /// Offset of general register `reg` inside a `ucontext_t`.
 fn greg_offset(reg: libc::c_int) -> usize {
     std::mem::offset_of!(libc::ucontext_t, uc_mcontext) + reg as usize * 8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hint::black_box;
+
+    /// The registers of the caller at the point of the call: its frame stays live while
+    /// `f` runs.
+    #[inline(never)]
+    fn at_depth(depth: usize, f: &mut dyn FnMut(Regs)) -> usize {
+        if depth > 0 {
+            return black_box(at_depth(depth - 1, f)) + 1;
+        }
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: reads registers only.
+        unsafe {
+            std::arch::asm!("lea {0}, [rip]", "mov {1}, rsp", "mov {2}, rbp",
+                out(reg) ip, out(reg) sp, out(reg) bp);
+        }
+        f(Regs { ip, sp, bp });
+        0
+    }
+
+    #[test]
+    fn replaying_the_memo_gives_the_frames_a_full_unwinding_gives() {
+        crate::modules::rescan();
+        let snapshot = crate::modules::current().expect("modules");
+        let bounds = pyigprof_hooks::threads::current_stack_bounds().expect("stack bounds");
+        let mut cache = Box::new(UnwindCache::new_in());
+        // SAFETY: all-zero is an empty memo; boxed, it is too large for the stack.
+        let mut memo: Box<Memo> = unsafe { Box::new(std::mem::zeroed()) };
+        let mut replayed = 0;
+        for depth in [5, 5, 3, 9, 9, 2, 6, 0, 6] {
+            at_depth(depth, &mut |regs| {
+                let mut fresh: Box<Memo> = unsafe { Box::new(std::mem::zeroed()) };
+                let (mut full, mut fast) = ([0u64; 128], [0u64; 128]);
+                let a = unwind(snapshot, &mut cache, &mut fresh, regs, bounds, 0, &mut full);
+                let b = unwind(snapshot, &mut cache, &mut memo, regs, bounds, 0, &mut fast);
+                assert!(a.frames > depth + 2, "{a:?}");
+                assert_eq!(a.replayed, 0);
+                assert_eq!((a.frames, a.complete, a.cut), (b.frames, b.complete, b.cut));
+                assert_eq!(full[..a.frames], fast[..b.frames], "depth {depth}");
+                replayed += b.replayed;
+            });
+        }
+        assert!(replayed > 0, "the memo was never replayed");
+    }
 }
