@@ -117,13 +117,9 @@ fn gunzip(path: &std::path::Path) -> String {
 
 #[test]
 fn each_thread_gets_its_own_mixed_stacks_and_its_own_cpu_time() {
-    // 2.7 finds a thread's state only once it has been sampled holding the GIL, so a thread
-    // that hashes with the GIL released from its start (hasher) would stay native-only.
-    for python in interpreters_since(
-        "threads",
-        (3, 6),
-        "no thread CPU clock in 2.7; its GIL-released threads are native-only",
-    ) {
+    // On 2.7 a thread that hashes with the GIL released from its start (hasher) finds its
+    // state in the interpreter's list of thread states.
+    for python in interpreters_with_python_frames("threads") {
         let run = run_profiled(&python.path, &[&example("threads.py")], &[]);
         assert!(run.output.status.success(), "{}", run.stderr());
         let stdout = run.stdout();
@@ -197,9 +193,9 @@ import threading, time
 def sleeper():
     time.sleep(1.0)
 def busy():
-    end = time.monotonic() + 1.0
+    end = time.time() + 1.0
     t = 0
-    while time.monotonic() < end:
+    while time.time() < end:
         t += 1
 s = threading.Thread(target=sleeper)
 s.start()
@@ -209,11 +205,34 @@ s.join()
 
 #[test]
 fn wall_clock_mode_shows_time_spent_blocked() {
-    for python in interpreters_since(
-        "wall_clock",
-        (3, 6),
-        "2.7 does not see a thread that sleeps from its start",
-    ) {
+    for python in interpreters_with_python_frames("wall_clock") {
+        if python.version < (3, 5) {
+            // No PEP 475: a wall-clock signal would end the sleep early. pyigprof says so and
+            // samples CPU time; the program sleeps as long as it asked.
+            let program =
+                format!("{WALL}\nimport sys; sys.stdout.write('%.2f' % (time.time() - started))");
+            let program = program.replacen(
+                "import threading, time",
+                "import threading, time\nstarted = time.time()",
+                1,
+            );
+            let (run, profile) =
+                profiled_ok(&python, &["-c", &program], &[("PYIGPROF_CLOCK", "wall")]);
+            let elapsed: f64 = run.stdout().trim().parse().expect("elapsed seconds");
+            assert!(elapsed >= 1.0, "{}: slept only {elapsed} s", python.name);
+            assert!(
+                run.stderr()
+                    .contains("PYIGPROF_CLOCK=wall is not used with Python 2.7"),
+                "{}",
+                run.stderr()
+            );
+            assert!(
+                share(&profile, |s| s.has("sleeper")) < 3.0,
+                "{}",
+                python.name
+            );
+            continue;
+        }
         let (_, profile) = profiled_ok(&python, &["-c", WALL], &[("PYIGPROF_CLOCK", "wall")]);
         let sleeping = share(&profile, |s| s.has("sleeper"));
         let busy = share(&profile, |s| s.has("busy"));
@@ -258,18 +277,7 @@ fn stripped_3_6_attaches_at_its_first_extension_import() {
     // 3.6 keeps its thread-state key in a static variable known only from libpython's
     // .symtab. Stripped of it, pyigprof learns the key when the program first imports an
     // extension module (math): Python frames from then on, native frames before.
-    let covered: Vec<Interpreter> = interpreters()
-        .into_iter()
-        .filter(|i| i.version == (3, 6))
-        .collect();
-    eprintln!(
-        "stripped_3_6: interpreters covered: {}",
-        covered
-            .iter()
-            .map(|i| i.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    let covered = interpreters_for("stripped_3_6", "3.6 interpreters", |i| i.version == (3, 6));
     for python in covered {
         let library = python
             .path
@@ -373,5 +381,72 @@ fn threads_started_before_and_after_the_constructor_are_sampled() {
             "{when}: {rooted:.1}% of {early_share:.1}% rooted"
         );
         assert!(share(&profile, |s| s.has("<module>")) > 40.0);
+    }
+}
+
+/// A program that presents itself as CPython `VERSION` (it exports `Py_GetVersion` and
+/// `Py_Initialize`, and a `_PyRuntime` whose `_Py_DebugOffsets` cookie is wrong), spins in
+/// `fake_eval_loop` and exits with status 7.
+const FAKE_INTERPRETER: &str = r#"
+#include <stdio.h>
+#include <time.h>
+const char *Py_GetVersion(void) { return VERSION " (fake, for pyigprof's tests)"; }
+void Py_Initialize(void) {}
+unsigned long long _PyRuntime[128] = { 0x6775626564796e6fULL, 0x030d00f0ULL };
+__attribute__((noinline)) double fake_eval_loop(double seconds) {
+    double t = 0;
+    while ((double)clock() / CLOCKS_PER_SEC < seconds) t += 1e-9 * t + 1;
+    return t;
+}
+int main(void) {
+    printf("%s %.0f\n", Py_GetVersion(), fake_eval_loop(0.4) > 0 ? 1.0 : 0.0);
+    return 7;
+}
+"#;
+
+#[test]
+fn an_interpreter_pyigprof_does_not_understand_gets_native_frames_and_one_line() {
+    // No real 3.14 is on this machine: fake interpreters stand for one that pyigprof
+    // cannot read: 3.99 (no layout table, no _Py_DebugOffsets) and a 3.13 whose
+    // _Py_DebugOffsets cookie is wrong.
+    for version in ["3.99.0", "3.13.0"] {
+        let dir = scratch_dir("fake-python");
+        let define = format!("-DVERSION=\"{version}\"");
+        let program = c_program(
+            &dir,
+            "fake-python",
+            FAKE_INTERPRETER,
+            &["-O1", "-rdynamic", &define],
+        );
+        let run = run_profiled(&program, &[], &[]);
+        assert_eq!(run.output.status.code(), Some(7), "{}", run.stderr());
+        assert_eq!(
+            run.stdout(),
+            format!("{version} (fake, for pyigprof's tests) 1\n"),
+            "the program's output is unchanged"
+        );
+        let stderr = run.stderr();
+        let said: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("is not a version pyigprof knows"))
+            .collect();
+        assert_eq!(said.len(), 1, "{version}: {stderr}");
+        assert!(
+            said[0].starts_with(&format!("pyigprof: Python {version} is not a version"))
+                && said[0].ends_with("recording native frames only"),
+            "{}",
+            said[0]
+        );
+        let profile = run.profile();
+        let hot = share(&profile, |s| s.has("fake_eval_loop"));
+        eprintln!("fake {version}: fake_eval_loop {hot:.1}%");
+        assert!(hot > 80.0, "{version}: fake_eval_loop only {hot:.1}%");
+        let python = share(&profile, |s| {
+            s.frames.iter().any(|(_, file)| file.ends_with(".py"))
+        });
+        assert_eq!(
+            python, 0.0,
+            "{version}: Python frames in a native-only profile"
+        );
     }
 }

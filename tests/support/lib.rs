@@ -106,45 +106,34 @@ fn version_of(path: &Path) -> Option<(u32, u32)> {
 }
 
 /// Every present interpreter (each gets Python frames: 3.8+ through the audit hook, 3.6/3.7
-/// from the thread-state key in memory, 2.7 from the GIL holder's state), printed so the
-/// test log says which ran.
+/// from the thread-state key in memory, 2.7 from the GIL holder's state and the
+/// interpreter's list of thread states), printed so the test log says which ran.
 pub fn interpreters_with_python_frames(test: &str) -> Vec<Interpreter> {
-    interpreters_since(test, (2, 7), "")
-}
-
-/// The present interpreters of version `min` or later, printed, with the others and
-/// `why_not` (what the test's program needs that they lack).
-pub fn interpreters_since(test: &str, min: (u32, u32), why_not: &str) -> Vec<Interpreter> {
-    let (with, without): (Vec<_>, Vec<_>) =
-        interpreters().into_iter().partition(|i| i.version >= min);
-    let names = |v: &[Interpreter]| {
-        v.iter()
-            .map(|i| i.name.clone())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    eprintln!("{test}: interpreters covered: {}", names(&with));
-    if !without.is_empty() {
-        eprintln!("{test}: not covered ({why_not}): {}", names(&without));
-    }
-    with
+    interpreters_for(test, "interpreters", |_| true)
 }
 
 /// The 3.11 interpreters issue 2 is about (pyenv's shared build and Debian's static one),
 /// printed.
 pub fn python311(test: &str) -> Vec<Interpreter> {
-    let v: Vec<Interpreter> = interpreters()
-        .into_iter()
-        .filter(|i| i.version == (3, 11))
-        .collect();
-    eprintln!(
-        "{test}: 3.11 interpreters covered: {}",
-        v.iter()
-            .map(|i| i.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    v
+    interpreters_for(test, "3.11 interpreters", |i| i.version == (3, 11))
+}
+
+/// The present interpreters that `wanted` accepts, and a line `test: KIND covered: name, …`
+/// on the test process's stderr. The line is written to the handle rather than through
+/// `eprintln!`, which the test harness captures (showing it only for failing tests): the
+/// log of a passing run says which interpreters ran.
+pub fn interpreters_for(
+    test: &str,
+    kind: &str,
+    wanted: impl Fn(&Interpreter) -> bool,
+) -> Vec<Interpreter> {
+    use std::io::Write;
+    let covered: Vec<Interpreter> = interpreters().into_iter().filter(|i| wanted(i)).collect();
+    let names: Vec<&str> = covered.iter().map(|i| i.name.as_str()).collect();
+    let line = format!("{test}: {kind} covered: {}\n", names.join(", "));
+    // A log line that cannot be written changes nothing the test checks.
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    covered
 }
 
 /// A fresh, empty directory for one test run.
@@ -260,13 +249,24 @@ pub fn profiled_ok(python: &Interpreter, args: &[&str], env: &[(&str, &str)]) ->
 /// Builds the shared library `dir/lib<name>.so` from the C source `source` with gcc and
 /// `flags` (e.g. `-O0`), and returns its path. Panics with gcc's output if it fails.
 pub fn c_library(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    let flags = [flags, &["-shared", "-fPIC"]].concat();
+    gcc(dir, name, source, &flags, &format!("lib{name}.so"))
+}
+
+/// Builds the program `dir/<name>` from the C source `source` with gcc and `flags`, and
+/// returns its path. Panics with gcc's output if it fails.
+pub fn c_program(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    gcc(dir, name, source, flags, name)
+}
+
+fn gcc(dir: &Path, name: &str, source: &str, flags: &[&str], output: &str) -> PathBuf {
     let source_path = dir.join(format!("{name}.c"));
     std::fs::write(&source_path, source).unwrap();
-    let library = dir.join(format!("lib{name}.so"));
+    let built = dir.join(output);
     let out = Command::new("gcc")
         .args(flags)
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&library)
+        .arg("-o")
+        .arg(&built)
         .arg(&source_path)
         .output()
         .expect("run gcc");
@@ -275,7 +275,7 @@ pub fn c_library(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBu
         "gcc {name}.c: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    library
+    built
 }
 
 /// Path of a file under `examples/`.

@@ -77,16 +77,28 @@ pub enum ThreadStateLookup {
     StaticKey { symbol: &'static str },
     /// 2.7: its thread-state TLS takes a mutex (`Python/thread.c` `keymutex`), so it is not
     /// read. Instead the exported `_PyThreadState_Current` (the GIL holder's state) is used
-    /// when its `thread_id` (at `thread_id` bytes, `pthread_self()` of its thread) is the
-    /// interrupted thread's (`interp` is the offset of `tstate->interp`); a thread that
-    /// released the GIL uses the state last seen for it (checked the same way, and that it
-    /// still points at the interpreter), so it keeps its Python frames once it has been
-    /// sampled holding the GIL.
+    /// when its `thread_id` (`pthread_self()` of its thread) is the interrupted thread's. A
+    /// thread that does not hold the GIL finds its state in the interpreter's list of thread
+    /// states (`interp->tstate_head`, linked by `next`), and remembers it: the next sample
+    /// only checks that the remembered state is still its own and still alive.
     GilHolder {
         symbol: &'static str,
-        thread_id: u16,
-        interp: u16,
+        offsets: ThreadStateOffsets,
     },
+}
+
+/// 2.7's `PyThreadState` and `PyInterpreterState` fields that find a thread's state without
+/// its TLS (`Include/pystate.h` of 2.7). Bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadStateOffsets {
+    /// `tstate->next`, the next state of the same interpreter.
+    pub next: u16,
+    /// `tstate->interp`.
+    pub interp: u16,
+    /// `tstate->thread_id` (a `long`: the `pthread_t` of the thread that owns it).
+    pub thread_id: u16,
+    /// `interp->tstate_head`, the first thread state of the interpreter.
+    pub tstate_head: u16,
 }
 
 /// Everything version-specific the sampler reads. All offsets in bytes.
@@ -207,8 +219,12 @@ impl Layout {
                 strings: StrModel::Bytes { data: 36 },
                 thread_state: ThreadStateLookup::GilHolder {
                     symbol: "_PyThreadState_Current",
-                    thread_id: 144,
-                    interp: 8,
+                    offsets: ThreadStateOffsets {
+                        next: 0,
+                        interp: 8,
+                        thread_id: 144,
+                        tstate_head: 8,
+                    },
                 },
                 ..frame_object(0, 0, 0, 0)
             }),

@@ -26,12 +26,11 @@ pub enum ThreadStateSource {
     Tss { at: u64 },
     /// 3.6: an `int` key at this address, -1 while there is none.
     Key { at: u64 },
-    /// 2.7: the address of `_PyThreadState_Current`, and the offsets of `thread_id` and
-    /// `interp` in a thread state.
+    /// 2.7: the address of `_PyThreadState_Current`, and where thread states keep their
+    /// owner, interpreter and list link.
     GilHolder {
         current: u64,
-        thread_id: u16,
-        interp: u16,
+        offsets: layout::ThreadStateOffsets,
     },
 }
 
@@ -53,7 +52,7 @@ pub struct Runtime {
     pub source: ThreadStateSource,
     tss_key: AtomicU32,
     attached: AtomicBool,
-    /// 2.7: the `PyInterpreterState*` of the last GIL holder seen.
+    /// 2.7: the `PyInterpreterState*` of the GIL holder last seen.
     interpreter: AtomicU64,
 }
 
@@ -127,38 +126,66 @@ impl Runtime {
                 Some(key) if key >= 0 => get(key as u32),
                 _ => 0,
             },
-            ThreadStateSource::GilHolder {
-                current,
-                thread_id,
-                interp,
-            } => {
-                // SAFETY: pthread_self only reads the thread pointer.
-                let me = unsafe { libc::pthread_self() } as u64;
-                let owned_by_me = |tstate: u64| {
-                    tstate != 0 && read::word(tstate + u64::from(thread_id)) == Some(me)
-                };
-                let holder = read::word(current).unwrap_or(0);
-                if owned_by_me(holder) {
-                    if let Some(interpreter) = read::word(holder + u64::from(interp)) {
-                        self.interpreter.store(interpreter, Ordering::Relaxed);
-                    }
-                    *seen = holder;
-                    return holder;
-                }
-                // The state last seen for this thread, if it is still alive: `free` overwrites
-                // the second word of a chunk (glibc's tcache key or free-list link), which is
-                // where `interp` is.
-                let alive = |tstate: u64| {
-                    read::word(tstate + u64::from(interp))
-                        == Some(self.interpreter.load(Ordering::Relaxed))
-                };
-                if owned_by_me(*seen) && alive(*seen) {
-                    *seen
-                } else {
-                    *seen = 0;
-                    0
-                }
+            ThreadStateSource::GilHolder { current, offsets } => {
+                self.gil_holder_state(current, offsets, seen)
             }
         }
+    }
+
+    /// 2.7's [`ThreadStateSource::GilHolder`] lookup, see [`layout::ThreadStateLookup`].
+    /// Thread states of other threads may be freed while they are read (a thread ending on
+    /// another CPU): a freed small block stays mapped, and a state is only used when its
+    /// `thread_id` is the calling thread's and its `interp` is the interpreter, which
+    /// `free` overwrites (the second word of a chunk holds glibc's tcache key or free-list
+    /// link).
+    #[inline(never)]
+    fn gil_holder_state(
+        &self,
+        current: u64,
+        offsets: layout::ThreadStateOffsets,
+        seen: &mut u64,
+    ) -> u64 {
+        /// Most thread states looked at in the interpreter's list.
+        const MAX_THREAD_STATES: usize = 1024;
+        // SAFETY: pthread_self only reads the thread pointer.
+        let me = unsafe { libc::pthread_self() } as u64;
+        let field = |tstate: u64, offset: u16| read::word(tstate + u64::from(offset));
+        let owned_by_me = |tstate: u64| tstate != 0 && field(tstate, offsets.thread_id) == Some(me);
+        let holder = read::word(current).unwrap_or(0);
+        if owned_by_me(holder) {
+            // Our own state cannot be freed under us: the interpreter read from it is sound.
+            if let Some(interpreter) = field(holder, offsets.interp) {
+                self.interpreter.store(interpreter, Ordering::Relaxed);
+            }
+            *seen = holder;
+            return holder;
+        }
+        let mut interpreter = self.interpreter.load(Ordering::Relaxed);
+        if interpreter == 0 && holder != 0 {
+            // No GIL holder sampled on its own thread yet: take another thread's holder's
+            // interpreter (the holder pointer is cleared before a state is freed).
+            interpreter = field(holder, offsets.interp).unwrap_or(0);
+            self.interpreter.store(interpreter, Ordering::Relaxed);
+        }
+        if interpreter == 0 {
+            return 0;
+        }
+        let alive = |tstate: u64| field(tstate, offsets.interp) == Some(interpreter);
+        if owned_by_me(*seen) && alive(*seen) {
+            return *seen;
+        }
+        *seen = 0;
+        let mut tstate = field(interpreter, offsets.tstate_head).unwrap_or(0);
+        for _ in 0..MAX_THREAD_STATES {
+            if tstate == 0 || !alive(tstate) {
+                break;
+            }
+            if owned_by_me(tstate) {
+                *seen = tstate;
+                return tstate;
+            }
+            tstate = field(tstate, offsets.next).unwrap_or(0);
+        }
+        0
     }
 }
