@@ -45,6 +45,8 @@ pub mod report;
 pub mod resolve;
 pub mod stats;
 pub mod symbol;
+#[cfg(test)]
+mod testing;
 pub mod transform;
 pub mod view;
 

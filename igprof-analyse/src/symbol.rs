@@ -94,6 +94,15 @@ pub struct Label {
 }
 
 impl Label {
+    /// The label of every function of `profile`, indexed by function id.
+    pub fn all(profile: &Profile) -> Vec<Label> {
+        profile
+            .functions()
+            .iter()
+            .map(|function| Label::of(profile, function))
+            .collect()
+    }
+
     /// How `function` of `profile` is shown.
     pub fn of(profile: &Profile, function: &Function) -> Label {
         let file = profile.file(function.file);

@@ -547,34 +547,13 @@ fn rebuild(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse::load_reader;
-
-    fn load(text: &[u8]) -> Profile {
-        let mut profile = Profile::new();
-        load_reader(&mut profile, "t.txt", text).unwrap();
-        profile
-    }
+    use crate::testing::{load, stacks_named};
 
     /// Every stack of `profile` with self values, as `frame;frame;… amount`, sorted.
     fn stacks(profile: &Profile) -> Vec<String> {
-        let mut stacks: Vec<String> = Vec::new();
-        for (index, node) in profile.nodes().iter().enumerate() {
-            let amount = node.value(0).amount;
-            if amount == 0 {
-                continue;
-            }
-            let mut names = Vec::new();
-            let mut at = Some(index as NodeId);
-            while let Some(id) = at {
-                let node = &profile.nodes()[id as usize];
-                names.push(profile.function(node.function).name.clone());
-                at = node.parent;
-            }
-            names.reverse();
-            stacks.push(format!("{} {amount}", names.join(";")));
-        }
-        stacks.sort();
-        stacks
+        stacks_named(profile, |profile, node| {
+            profile.function(node.function).name.clone()
+        })
     }
 
     const DUMP: &[u8] = b"P=(HEX ID=1 N=(python3 x.py) T=0.004000)

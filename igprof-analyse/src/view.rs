@@ -106,36 +106,14 @@ pub fn python(profile: &Profile) -> Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse::load_reader;
     use crate::profile::Values;
+    use crate::testing::{load, stacks_named};
 
-    fn load(text: &[u8]) -> Profile {
-        let mut profile = Profile::new();
-        load_reader(&mut profile, "t.txt", text).unwrap();
-        profile
-    }
-
-    /// Every stack of `profile` with self values, as `frame;frame;… amount`, sorted.
+    /// Every stack of `profile` with self values, as `frame+offset;… amount`, sorted.
     fn stacks(profile: &Profile) -> Vec<String> {
-        let mut stacks: Vec<String> = Vec::new();
-        for (index, node) in profile.nodes().iter().enumerate() {
-            let amount = node.value(0).amount;
-            if amount == 0 {
-                continue;
-            }
-            let mut names = Vec::new();
-            let mut at = Some(index as NodeId);
-            while let Some(id) = at {
-                let node = &profile.nodes()[id as usize];
-                let function = profile.function(node.function);
-                names.push(format!("{}+{}", function.name, node.offset));
-                at = node.parent;
-            }
-            names.reverse();
-            stacks.push(format!("{} {amount}", names.join(";")));
-        }
-        stacks.sort();
-        stacks
+        stacks_named(profile, |profile, node| {
+            format!("{}+{}", profile.function(node.function).name, node.offset)
+        })
     }
 
     /// A pyenv interpreter (libpython) running Python that calls zlib through the

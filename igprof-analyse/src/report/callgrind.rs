@@ -115,11 +115,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Callgrind, Error>
     let nodes = profile.nodes();
     let amounts = profile.subtree_amounts(counter);
     let counts = super::subtree_counts(profile, counter);
-    let labels: Vec<Label> = profile
-        .functions()
-        .iter()
-        .map(|function| Label::of(profile, function))
-        .collect();
+    let labels: Vec<Label> = Label::all(profile);
     let mut shared: HashMap<&str, usize> = HashMap::new();
     for label in &labels {
         *shared.entry(label.name.as_str()).or_default() += 1;

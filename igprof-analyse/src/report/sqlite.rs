@@ -220,11 +220,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Database, Error> 
     let mut order: Vec<FunctionId> = (0..profile.functions().len() as FunctionId)
         .filter(|&id| function_paths[id as usize] > 0)
         .collect();
-    let labels: Vec<Label> = profile
-        .functions()
-        .iter()
-        .map(|function| Label::of(profile, function))
-        .collect();
+    let labels: Vec<Label> = Label::all(profile);
     amounts.rank(&mut order, &labels);
     let mut file_seen = vec![false; profile.files().len()];
     for (position, &id) in order.iter().enumerate() {

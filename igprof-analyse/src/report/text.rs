@@ -110,11 +110,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Text, Error> {
             amounts.self_values[id as usize].amount != 0 || amounts.cumulative[id as usize] != 0
         })
         .collect();
-    let labels: Vec<Label> = profile
-        .functions()
-        .iter()
-        .map(|function| Label::of(profile, function))
-        .collect();
+    let labels: Vec<Label> = Label::all(profile);
     amounts.rank(&mut order, &labels);
     let mut rank_of: Vec<usize> = vec![0; profile.functions().len()];
     for (position, &id) in order.iter().enumerate() {
@@ -439,6 +435,20 @@ mod tests {
             .collect()
     }
 
+    /// The `--text` report of `profile` with `options`.
+    fn written(profile: &Profile, options: &Options) -> String {
+        let text = compute(profile, options).unwrap();
+        let mut out = Vec::new();
+        write(profile, &text, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// The lines of the `n`-th block between the call graph's dashed rules.
+    fn call_graph_entry(out: &str, n: usize) -> Vec<&str> {
+        let rule = format!("{}\n", "- ".repeat(35).trim_end());
+        out.split(rule.as_str()).nth(n).unwrap().lines().collect()
+    }
+
     #[test]
     fn callers_and_callees_with_recursion() {
         let text = compute(&load("rec.txt", RECURSIVE), &Options::default()).unwrap();
@@ -467,14 +477,10 @@ mod tests {
             paths: true,
             ..Options::default()
         };
-        let text = compute(&profile, &options).unwrap();
-        let mut out = Vec::new();
-        write(&profile, &text, &mut out).unwrap();
-        let out = String::from_utf8(out).unwrap();
+        let out = written(&profile, &options);
         // fib: 10 samples with fib on the stack, 3 call paths; fib → fib: 8 samples on 2
         // paths, over fib's 10 and 3; <module> → fib: all of fib's, on 1 path of 3.
-        let rule = format!("{}\n", "- ".repeat(35).trim_end());
-        let block: Vec<&str> = out.split(rule.as_str()).nth(3).unwrap().lines().collect();
+        let block = call_graph_entry(&out, 3);
         assert_eq!(
             block,
             [
@@ -495,12 +501,8 @@ mod tests {
     #[test]
     fn layout() {
         let profile = load("rec.txt", RECURSIVE);
-        let text = compute(&profile, &Options::default()).unwrap();
-        let mut out = Vec::new();
-        write(&profile, &text, &mut out).unwrap();
-        let out = String::from_utf8(out).unwrap();
-        let rule = format!("{}\n", "- ".repeat(35).trim_end());
-        let block: Vec<&str> = out.split(rule.as_str()).nth(3).unwrap().lines().collect();
+        let out = written(&profile, &Options::default());
+        let block = call_graph_entry(&out, 3);
         assert_eq!(
             block,
             [
