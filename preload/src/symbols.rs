@@ -260,8 +260,11 @@ pub fn table_for(object: &ObjectInfo, is_main: bool) -> Arc<SymbolTable> {
 
 fn load(object: &ObjectInfo, is_main: bool) -> Option<SymbolTable> {
     if object.in_memory {
-        // The vDSO is a complete ELF image, mapped from its first address.
-        let len = (object.range.1 - object.range.0) as usize;
+        // The vDSO is a complete ELF image, mapped in whole pages from its first address. Its
+        // `PT_LOAD` ends before the section headers (0x1522 vs 0x15e0 on this machine's
+        // kernel), which are on the last page: the image read ends at the page boundary.
+        let page = 4096;
+        let len = (object.range.1.div_ceil(page) * page - object.range.0) as usize;
         // SAFETY: the vDSO stays mapped for the life of the process.
         let image = unsafe { std::slice::from_raw_parts(object.range.0 as *const u8, len) };
         return SymbolTable::from_elf(image, false);
@@ -327,6 +330,23 @@ mod tests {
         assert_eq!(table.lookup(f.start).unwrap().start, f.start);
         assert_eq!(table.lookup(f.end - 1).unwrap().start, f.start);
         assert_eq!(table.ranges_of("deflate").len(), 1);
+    }
+
+    #[test]
+    fn functions_of_the_vdso_are_named_from_its_image_in_memory() {
+        crate::modules::rescan();
+        let snapshot = crate::modules::current().expect("modules");
+        let Some(vdso) = snapshot.objects.iter().find(|o| o.in_memory) else {
+            return; // a kernel without a vDSO
+        };
+        let table = table_for(vdso, false);
+        let (start, end) = *table
+            .ranges_of("__vdso_clock_gettime")
+            .first()
+            .expect("__vdso_clock_gettime in the vDSO's symbols");
+        // An address inside the function (the profile's frames are return addresses - 1).
+        let inside = table.lookup(start + (end - start) / 2).expect("a symbol");
+        assert!(inside.name.contains("clock_gettime"), "{}", inside.name);
     }
 
     #[test]
