@@ -158,7 +158,10 @@ fn the_profile_carries_the_profilers_statistics() {
         .map(|s| s.samples)
         .sum();
     assert_eq!(number("stats.with_python"), with_python as f64);
-    assert!(with_python as f64 > 0.5 * samples as f64, "{with_python} of {samples}");
+    assert!(
+        with_python as f64 > 0.5 * samples as f64,
+        "{with_python} of {samples}"
+    );
     for why in [
         "dropped_no_slot",
         "dropped_tree_full",

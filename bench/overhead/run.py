@@ -434,7 +434,26 @@ def summarise(results):
         b = base.get((r["python"], r["program"]))
         r["cpu_ratio"] = r["cpu_s"] / b["cpu_s"] if b and b["cpu_s"] and r["cpu_s"] is not None else None
         r["wall_ratio"] = r["wall_s"] / b["wall_s"] if b and b["wall_s"] and r["wall_s"] is not None else None
+        add_noise(r, results["runs"])
     return rows
+
+
+def add_noise(row, runs):
+    """Run-to-run noise of `row`: for the baseline, the spread of its CPU times ((max - min) /
+    median); for a configuration, its CPU time over the baseline's in the same round (runs
+    alternate, so a round's runs share the machine's state), median over rounds, and how many
+    rounds exceed the 1 kHz target ratio."""
+    key = "%s|%s|" % (row["python"], row["program"])
+    base = {r["round"]: r["cpu_s"] for r in runs.get(key + BASELINE, []) if r.get("ok") and r.get("cpu_s")}
+    if row["config"] == BASELINE:
+        cpu = list(base.values())
+        row["baseline_spread"] = (max(cpu) - min(cpu)) / statistics.median(cpu) if len(cpu) > 1 else None
+        return
+    paired = [r["cpu_s"] / base[r["round"]] for r in runs.get(key + row["config"], [])
+              if r.get("ok") and r.get("cpu_s") is not None and r.get("round") in base]
+    row["paired_ratio"] = statistics.median(paired) if paired else None
+    row["paired_rounds"] = len(paired)
+    row["paired_over_target"] = sum(p > TARGET_CPU_RATIO_1K for p in paired)
 
 
 def render(results, rows):
@@ -495,6 +514,24 @@ def render(results, rows):
                 fmt(r.get("handler_max_ns"), ".0f"), fmt(r.get("handler_base_ns"), ".1f"),
                 fmt(r.get("handler_native_frame_ns"), ".1f"), fmt(r.get("handler_python_frame_ns"), ".1f")))
         out.append("")
+    out.append("Run-to-run noise: the baseline's spread ((max - min) / median of its CPU times); for "
+               "each configuration, its CPU time over the baseline's in the same round (runs "
+               "alternate), median over rounds, and the rounds above %.2f. A ratio closer to 1 "
+               "than the spread is within the noise of this invocation." % TARGET_CPU_RATIO_1K)
+    out.append("")
+    out.append("| Python | program | baseline spread | configuration | paired CPU ratio | rounds above %.2f |"
+               % TARGET_CPU_RATIO_1K)
+    out.append("|---|---|---|---|---|---|")
+    spread = {(r["python"], r["program"]): r.get("baseline_spread") for r in rows if r["config"] == BASELINE}
+    for r in rows:
+        if r["config"] == BASELINE:
+            continue
+        out.append("| %s | %s | %s | %s | %s | %s |" % (
+            r["python"], r["program"],
+            fmt(spread.get((r["python"], r["program"])) and 100 * spread[(r["python"], r["program"])], ".1f") + " %",
+            r["config"], fmt(r.get("paired_ratio"), ".3f"),
+            "%d/%d" % (r.get("paired_over_target", 0), r.get("paired_rounds", 0))))
+    out.append("")
     out.append("Targets:")
     out.append("")
     for line in targets(rows):
@@ -517,6 +554,14 @@ def targets(rows):
         lines.append("CPU ratio at 1 kHz <= %.2f on every program: %s (worst %.3f, %s%s)" % (
             TARGET_CPU_RATIO_1K, "PASS" if ok else "MISS", worst["cpu_ratio"], where(worst),
             "; %d program(s) without a result" % len(failed) if failed else ""))
+        paired = [r for r in have if r.get("paired_ratio") is not None]
+        if paired:
+            worst = max(paired, key=lambda r: r["paired_ratio"])
+            lines.append("CPU ratio at 1 kHz paired by round: worst %.3f (%s), median over programs %.3f; %d of %d programs above %.2f"
+                         % (worst["paired_ratio"], where(worst),
+                            statistics.median(r["paired_ratio"] for r in paired),
+                            sum(r["paired_ratio"] > TARGET_CPU_RATIO_1K for r in paired), len(paired),
+                            TARGET_CPU_RATIO_1K))
     pig = [r for r in rows if r["config"].startswith("pyigprof")]
     hm = [r for r in pig if r.get("handler_median_ns") is not None]
     if not hm:
