@@ -457,10 +457,7 @@ const MANY_THREADS: &str = "import threading, time, json, resource\ndef short():
 #[test]
 fn thousands_of_short_lived_threads() {
     let python = python();
-    let plain = Command::new(&python.path)
-        .args(["-c", MANY_THREADS])
-        .output()
-        .unwrap();
+    let plain = plain_ok(&python, &["-c", MANY_THREADS]);
     let plain_rss = json_number(&String::from_utf8_lossy(&plain.stdout), "maxrss_kb");
     let (run, profile) = profiled_ok(&python, &["-c", MANY_THREADS], &[]);
     let cpu = json_number(&run.stdout(), "process_cpu_s");

@@ -6,7 +6,6 @@
 use pyigprof::python::layout::{Layout, LineTable};
 use pyigprof::python::lines::line_for_offset;
 use pyigprof_suite::*;
-use std::process::Command;
 
 /// Compiles real standard-library modules and, for every code object, prints its line table
 /// (hex), first line, the step between instruction offsets and PyCode_Addr2Line of each
@@ -62,16 +61,7 @@ fn lines_equal_pycode_addr2line_for_every_instruction_on_every_interpreter() {
     let all = interpreters_for("line_tables", "interpreters", |_| true);
     assert!(!all.is_empty());
     for python in all {
-        let out = Command::new(&python.path)
-            .args(["-c", DUMP])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}: {}",
-            python.name,
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = plain_ok(&python, &["-c", DUMP]);
         let format = format_of(python.version);
         let (mut checked, mut codes) = (0usize, 0usize);
         for row in String::from_utf8(out.stdout).unwrap().lines() {

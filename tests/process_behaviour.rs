@@ -229,10 +229,7 @@ fn the_programs_malloc_tuning_is_left_alone() {
     let Some(python) = python311("malloc threshold").into_iter().next() else {
         return;
     };
-    let plain = Command::new(&python.path)
-        .args(["-c", MMAP_THRESHOLD])
-        .output()
-        .unwrap();
+    let plain = plain_ok(&python, &["-c", MMAP_THRESHOLD]);
     let run = run_profiled(
         &python.path,
         &["-c", MMAP_THRESHOLD],
@@ -269,15 +266,7 @@ fn the_programs_heap_holds_none_of_pyigprofs_memory() {
             let mut it = text.split_whitespace().map(|w| w.parse::<i64>().unwrap());
             (it.next().unwrap(), it.next().unwrap())
         };
-        let plain = Command::new(&python.path)
-            .args(["-c", HEAP_IN_USE])
-            .output()
-            .unwrap();
-        assert!(
-            plain.status.success(),
-            "{}",
-            String::from_utf8_lossy(&plain.stderr)
-        );
+        let plain = plain_ok(&python, &["-c", HEAP_IN_USE]);
         let run = run_profiled(
             &python.path,
             &["-c", HEAP_IN_USE],

@@ -217,6 +217,22 @@ impl Run {
     }
 }
 
+/// Runs `python args…` without the profiler and asserts that it exited successfully.
+pub fn plain_ok(python: &Interpreter, args: &[&str]) -> Output {
+    let out = Command::new(&python.path)
+        .args(args)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "{} without pyigprof: exit {:?}\n{}",
+        python.name,
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Runs `python args…` in a fresh directory with the profiler preloaded and `env` set.
 pub fn run_profiled(python: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let dir = scratch_dir("run");
