@@ -104,9 +104,10 @@ fn seconds_of(profile: &igprof_analyse::Profile) -> f64 {
 fn mixed_program_on_every_interpreter() {
     let interpreters = interpreters_with_python_frames("mixed_program");
     assert!(!interpreters.is_empty(), "no Python interpreter found");
+    // 3 s (~750 samples) on each: at 2 s, 3.13's python_work share once came out 4.1 points
+    // from the program's own measurement (bound 4), a sampling miss.
     for python in &interpreters {
-        let seconds = if python.version == (3, 11) { "3" } else { "2" };
-        check_mixed_program(python, seconds, &[]);
+        check_mixed_program(python, "3", &[]);
     }
 }
 
