@@ -89,8 +89,8 @@ unsafe impl Sync for Slots {}
 unsafe impl Send for Slots {}
 
 impl Slots {
-    /// Reserves [`MAX_THREADS`] slots (`size_of::<Slot>()`, 94,368 bytes, each; a page
-    /// is resident once used).
+    /// Reserves [`MAX_THREADS`] slots (`size_of::<Slot>()`, 127,136 bytes, each; a
+    /// page is resident once used).
     pub fn new() -> Option<Slots> {
         let base = map_region(MAX_THREADS * std::mem::size_of::<Slot>())?.cast::<Slot>();
         Some(Slots {

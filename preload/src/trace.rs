@@ -26,18 +26,56 @@ pub struct Node {
     pub ticks: AtomicU64,
 }
 
-/// The call stack a thread recorded last and the trace-tree node of each of its frames
-/// (see [`Trees::record_from`]). All-zero is a valid empty memo.
+/// Entries in a [`PathMemo`]'s leaf cache (a power of two; 16 bytes each).
+pub const LEAF_CACHE: usize = 2048;
+
+/// One entry of the leaf cache: a whole call stack, by its [`stack_hash`], and the node
+/// its samples were counted on. All-zero is an empty entry.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct LeafEntry {
+    /// [`stack_hash`] of the call stack.
+    hash: u64,
+    /// The trace-tree node of the stack's innermost frame.
+    node: u32,
+    /// The [`PathMemo::epoch`] the entry was made in; older entries are stale.
+    epoch: u32,
+}
+
+/// What a thread remembers of the call stacks it recorded, so that the next sample
+/// touches few trace-tree nodes (see [`Trees::record_from`]): the previous call stack with
+/// the node of each frame, and a direct-mapped cache from whole call stacks to their
+/// innermost node. All-zero is a valid empty memo.
 #[repr(C)]
 pub struct PathMemo {
-    /// Root of the tree the path is in; 0 = no path (cleared when trees are forgotten).
+    /// Root of the tree the path and the leaf cache are in; 0 = none (cleared when trees
+    /// are forgotten).
     pub root: AtomicU32,
+    /// Generation of the leaf cache: incremented whenever `root` changes, which makes
+    /// every entry stale at once (node indexes are reused after trees are forgotten).
+    epoch: u32,
     /// Frames of the path.
     pub len: usize,
     /// The frames' keys, outermost first.
     pub keys: [u64; MAX_STACK],
     /// The node of each frame.
     pub nodes: [u32; MAX_STACK],
+    /// Whole call stacks recorded before, by hash.
+    leaves: [LeafEntry; LEAF_CACHE],
+}
+
+/// A 64-bit hash of a whole call stack (its keys and their order), for the leaf cache.
+/// Each step is a bijection of the running value for a given key, so distinct stacks
+/// collide only by chance (about 2^-64 per pair); a hit is checked against the innermost
+/// frame's key as well.
+#[inline]
+fn stack_hash(stack: &[u64]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = (stack.len() as u64).wrapping_mul(K);
+    for &key in stack {
+        h = (h.rotate_left(26) ^ key).wrapping_mul(K);
+    }
+    h ^ (h >> 32)
 }
 
 /// All trace trees of the process.
@@ -94,11 +132,17 @@ impl Trees {
         Some(parent)
     }
 
-    /// Like [`Trees::record`], starting below the frames this stack shares with the stack
-    /// `memo` holds (the thread's previous sample in the same tree): consecutive samples of
-    /// a thread share most of their outer frames, and looking those up again would touch
-    /// one node (a likely cache miss) per frame and per sibling passed. Updates `memo` to
-    /// this stack. Async-signal-safe; tree owner only.
+    /// Like [`Trees::record`], using what `memo` remembers of the thread's earlier samples
+    /// in the same tree, and updating it. Consecutive samples of a thread repeat whole
+    /// call stacks, or at least share most of their outer frames, and looking their frames
+    /// up again would touch one node (a likely cache miss after milliseconds of the
+    /// program's own work) per frame and per sibling passed:
+    /// - a call stack recorded before is found in the leaf cache by its hash, and only its
+    ///   innermost node is touched;
+    /// - otherwise the lookup starts below the frames the stack shares with the previous
+    ///   path that missed the leaf cache.
+    ///
+    /// Async-signal-safe; tree owner only.
     pub fn record_from(
         &self,
         memo: &mut PathMemo,
@@ -108,14 +152,28 @@ impl Trees {
         ticks: u64,
     ) -> Option<u32> {
         let stack = &stack[..stack.len().min(memo.keys.len())];
-        let mut common = 0;
-        if memo.root.load(Ordering::Relaxed) == root {
-            let n = memo.len.min(stack.len());
-            while common < n && memo.keys[common] == stack[common] {
-                common += 1;
-            }
-        } else {
+        if memo.root.load(Ordering::Relaxed) != root {
             memo.root.store(root, Ordering::Relaxed);
+            memo.len = 0;
+            memo.epoch = memo.epoch.wrapping_add(1).max(1);
+        }
+        let hash = stack_hash(stack);
+        let slot = (hash >> (64 - LEAF_CACHE.trailing_zeros())) as usize;
+        let entry = memo.leaves[slot];
+        if let Some(&innermost) = stack.last() {
+            if entry.epoch == memo.epoch && entry.hash == hash {
+                let leaf = self.node(entry.node);
+                if leaf.key.load(Ordering::Relaxed) == innermost {
+                    leaf.samples.fetch_add(samples, Ordering::Relaxed);
+                    leaf.ticks.fetch_add(ticks, Ordering::Relaxed);
+                    return Some(entry.node);
+                }
+            }
+        }
+        let n = memo.len.min(stack.len());
+        let mut common = 0;
+        while common < n && memo.keys[common] == stack[common] {
+            common += 1;
         }
         let mut parent = if common == 0 {
             root
@@ -132,6 +190,11 @@ impl Trees {
             parent = child;
         }
         memo.len = stack.len();
+        memo.leaves[slot] = LeafEntry {
+            hash,
+            node: parent,
+            epoch: memo.epoch,
+        };
         let leaf = self.node(parent);
         leaf.samples.fetch_add(samples, Ordering::Relaxed);
         leaf.ticks.fetch_add(ticks, Ordering::Relaxed);
@@ -271,6 +334,38 @@ mod tests {
         assert_eq!(memo.len, 2);
         assert!(small.record_from(&mut memo, root, &[1, 2], 1, 1).is_some());
         assert_eq!(paths(&small, root), vec![(vec![1, 2], 1, 1)]);
+    }
+
+    #[test]
+    fn a_repeated_call_stack_is_counted_on_its_node_and_stale_entries_are_never_used() {
+        let trees = Trees::new(100).unwrap();
+        let root = trees.new_root().unwrap();
+        // SAFETY: all-zero is a valid empty memo; boxed, it is too large for the stack.
+        let mut memo: Box<PathMemo> = unsafe { Box::new(std::mem::zeroed()) };
+        let first = trees.record_from(&mut memo, root, &[1, 2, 3], 1, 1).unwrap();
+        trees.record_from(&mut memo, root, &[1, 4], 1, 1).unwrap();
+        let used = trees.nodes_used();
+        // Found by its hash: same node, nothing inserted, and the previous path (which the
+        // next miss starts from) is still the one that missed.
+        assert_eq!(trees.record_from(&mut memo, root, &[1, 2, 3], 1, 2), Some(first));
+        assert_eq!(trees.nodes_used(), used);
+        assert_eq!(memo.keys[..memo.len], [1, 4]);
+        assert_eq!(
+            paths(&trees, root),
+            vec![(vec![1, 2, 3], 2, 3), (vec![1, 4], 1, 1)]
+        );
+        // Trees forgotten (a fork child): node indexes are handed out again over stale
+        // nodes. Node 4 held key 3 for [1, 2, 3]; after [7, 3] and [9] it is free again
+        // but still holds key 3, and the old entry for [1, 2, 3] points at it.
+        trees.reset();
+        memo.root.store(0, Ordering::Relaxed);
+        let root = trees.new_root().unwrap();
+        trees.record_from(&mut memo, root, &[7, 3], 1, 1).unwrap();
+        trees.record_from(&mut memo, root, &[1, 2, 3], 1, 1).unwrap();
+        assert_eq!(
+            paths(&trees, root),
+            vec![(vec![1, 2, 3], 1, 1), (vec![7, 3], 1, 1)]
+        );
     }
 
     #[test]
