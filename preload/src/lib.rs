@@ -17,6 +17,7 @@
 
 pub mod adopt;
 pub mod alloc;
+pub mod cfi;
 pub mod config;
 pub mod dump;
 pub mod frames;

@@ -9,6 +9,7 @@
 //! images (`PT_GNU_EH_FRAME`); before `dlclose` can unmap an object, its module is removed
 //! and the samples in flight are waited for.
 
+use crate::cfi::CfiModule;
 use framehop::x86_64::UnwinderX86_64;
 use framehop::{ExplicitModuleSectionInfo, Module, MustNotAllocateDuringUnwind, Unwinder};
 use std::ffi::CStr;
@@ -39,6 +40,9 @@ pub struct ObjectInfo {
 pub struct Snapshot {
     /// CFI unwinder over every object with unwind tables.
     pub unwinder: NativeUnwinder,
+    /// The same objects' unwind sections for the CFI row cache (`cfi.rs`), sorted by
+    /// start address.
+    pub cfi: Vec<CfiModule>,
     /// The objects, in `dl_iterate_phdr` order.
     pub objects: Vec<ObjectInfo>,
 }
@@ -76,20 +80,23 @@ pub fn rescan() {
     let found = enumerate();
     let old = current();
     let mut unwinder = old.map(|s| s.unwinder.clone()).unwrap_or_default();
+    let mut cfi = old.map(|s| s.cfi.clone()).unwrap_or_default();
     let old_objects: &[ObjectInfo] = old.map(|s| &s.objects[..]).unwrap_or(&[]);
     for gone in old_objects
         .iter()
         .filter(|o| !found.iter().any(|f| f.info == **o))
     {
         unwinder.remove_module(gone.range.0);
+        cfi.retain(|m| m.range.0 != gone.range.0);
     }
     let mut history = HISTORY.lock().ok();
     for f in &found {
         if old_objects.contains(&f.info) {
             continue;
         }
-        if let Some(module) = build_module(f) {
-            unwinder.add_module(module);
+        if let Some(sections) = Sections::of(f) {
+            unwinder.add_module(sections.framehop_module(f));
+            cfi.extend(sections.cfi_module(f));
         }
         if let Some(h) = history.as_mut() {
             if !h.contains(&f.info) {
@@ -98,7 +105,12 @@ pub fn rescan() {
         }
     }
     let objects = found.into_iter().map(|f| f.info).collect();
-    publish(Snapshot { unwinder, objects });
+    cfi.sort_by_key(|m| m.range.0);
+    publish(Snapshot {
+        unwinder,
+        cfi,
+        objects,
+    });
 }
 
 /// Removes the object that `handle` (from `dlopen`) refers to from the unwinder, so that
@@ -135,8 +147,10 @@ pub fn forget_handle(handle: *mut libc::c_void) {
         return;
     }
     let mut unwinder = old.unwinder.clone();
+    let mut cfi = old.cfi.clone();
     for o in &doomed {
         unwinder.remove_module(o.range.0);
+        cfi.retain(|m| m.range.0 != o.range.0);
     }
     let objects = old
         .objects
@@ -144,7 +158,11 @@ pub fn forget_handle(handle: *mut libc::c_void) {
         .filter(|o| !doomed.contains(o))
         .cloned()
         .collect();
-    publish(Snapshot { unwinder, objects });
+    publish(Snapshot {
+        unwinder,
+        cfi,
+        objects,
+    });
     crate::sampler::wait_for_handlers();
 }
 
@@ -237,41 +255,71 @@ fn image(f: &Found, lo: u64, hi: u64) -> &'static [u8] {
     unsafe { std::slice::from_raw_parts((f.info.bias + lo) as *const u8, (hi - lo) as usize) }
 }
 
-fn build_module(f: &Found) -> Option<Module<&'static [u8]>> {
-    let (hdr_lo, hdr_hi) = f.eh_frame_hdr?;
-    let hdr = image(f, hdr_lo, hdr_hi);
-    // .eh_frame_hdr: version 1, eh_frame_ptr encoding, fde count encoding, table encoding,
-    // then the encoded eh_frame_ptr.
-    if hdr.len() < 8 || hdr[0] != 1 {
-        return None;
+/// An object's unwind sections in its mapped image, at their ELF virtual addresses.
+struct Sections {
+    eh_frame_hdr: (&'static [u8], u64),
+    eh_frame: (&'static [u8], u64),
+    text: Option<(&'static [u8], u64)>,
+}
+
+impl Sections {
+    /// Finds `.eh_frame_hdr` (`PT_GNU_EH_FRAME`) and the `.eh_frame` it points to; `None`
+    /// for objects without them.
+    fn of(f: &Found) -> Option<Sections> {
+        let (hdr_lo, hdr_hi) = f.eh_frame_hdr?;
+        let hdr = image(f, hdr_lo, hdr_hi);
+        // .eh_frame_hdr: version 1, eh_frame_ptr encoding, fde count encoding, table
+        // encoding, then the encoded eh_frame_ptr.
+        if hdr.len() < 8 || hdr[0] != 1 {
+            return None;
+        }
+        let field = i32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
+        let eh_frame_lo = match hdr[1] {
+            0x1b => (hdr_lo + 4).wrapping_add(field as i64 as u64), // DW_EH_PE_pcrel | sdata4
+            0x03 => field as u32 as u64,                            // DW_EH_PE_udata4
+            0x0b => field as i64 as u64,                            // DW_EH_PE_sdata4
+            _ => return None,
+        };
+        let &(_, eh_frame_hi) = f
+            .segments
+            .iter()
+            .find(|s| s.0 <= eh_frame_lo && eh_frame_lo < s.1)?;
+        Some(Sections {
+            eh_frame_hdr: (hdr, hdr_lo),
+            eh_frame: (image(f, eh_frame_lo, eh_frame_hi), eh_frame_lo),
+            text: f.text.map(|(lo, hi)| (image(f, lo, hi), lo)),
+        })
     }
-    let field = i32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
-    let eh_frame_lo = match hdr[1] {
-        0x1b => (hdr_lo + 4).wrapping_add(field as i64 as u64), // DW_EH_PE_pcrel | sdata4
-        0x03 => field as u32 as u64,                            // DW_EH_PE_udata4
-        0x0b => field as i64 as u64,                            // DW_EH_PE_sdata4
-        _ => return None,
-    };
-    let &(_, eh_frame_hi) = f
-        .segments
-        .iter()
-        .find(|s| s.0 <= eh_frame_lo && eh_frame_lo < s.1)?;
-    let mut section_info = ExplicitModuleSectionInfo::<&'static [u8]> {
-        base_svma: 0,
-        eh_frame_hdr_svma: Some(hdr_lo..hdr_hi),
-        eh_frame_hdr: Some(hdr),
-        eh_frame_svma: Some(eh_frame_lo..eh_frame_hi),
-        eh_frame: Some(image(f, eh_frame_lo, eh_frame_hi)),
-        ..Default::default()
-    };
-    if let Some((lo, hi)) = f.text {
-        section_info.text_svma = Some(lo..hi);
-        section_info.text = Some(image(f, lo, hi));
+
+    fn framehop_module(&self, f: &Found) -> Module<&'static [u8]> {
+        let svma = |(data, lo): (&[u8], u64)| lo..lo + data.len() as u64;
+        let mut section_info = ExplicitModuleSectionInfo::<&'static [u8]> {
+            base_svma: 0,
+            eh_frame_hdr_svma: Some(svma(self.eh_frame_hdr)),
+            eh_frame_hdr: Some(self.eh_frame_hdr.0),
+            eh_frame_svma: Some(svma(self.eh_frame)),
+            eh_frame: Some(self.eh_frame.0),
+            ..Default::default()
+        };
+        if let Some(text) = self.text {
+            section_info.text_svma = Some(svma(text));
+            section_info.text = Some(text.0);
+        }
+        Module::new(
+            f.info.path.to_string_lossy().into_owned(),
+            f.info.range.0..f.info.range.1,
+            f.info.bias,
+            section_info,
+        )
     }
-    Some(Module::new(
-        f.info.path.to_string_lossy().into_owned(),
-        f.info.range.0..f.info.range.1,
-        f.info.bias,
-        section_info,
-    ))
+
+    fn cfi_module(&self, f: &Found) -> Option<CfiModule> {
+        CfiModule::new(
+            f.info.range,
+            f.info.bias,
+            self.eh_frame_hdr,
+            self.eh_frame,
+            self.text.map(|t| t.1),
+        )
+    }
 }

@@ -10,8 +10,6 @@
 //! descriptors and their stacks) takes over its slot and adds to its tree.
 
 use crate::mem::map_region;
-use framehop::x86_64::CacheX86_64;
-use framehop::MustNotAllocateDuringUnwind;
 use std::sync::atomic::{
     AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
@@ -26,8 +24,7 @@ pub const MAX_STACK: usize = MAX_NATIVE_FRAMES + MAX_PYTHON_FRAMES + 1;
 /// Most threads with a slot; further threads' samples are counted as dropped.
 pub const MAX_THREADS: usize = 4096;
 
-/// The unwinding cache type (about 33 KB, no allocation during unwinding).
-pub type UnwindCache = CacheX86_64<MustNotAllocateDuringUnwind>;
+pub use crate::unwind::UnwindCache;
 
 /// One thread's state. All-zero is a free slot.
 #[repr(C)]
@@ -178,10 +175,8 @@ impl Slots {
             // A slot may be reused by a new thread with the same pthread_t.
             slot.thread_state = 0;
             if slot.cache.load(Ordering::Acquire).is_null() {
-                slot.cache.store(
-                    Box::into_raw(Box::new(UnwindCache::new_in())),
-                    Ordering::Release,
-                );
+                slot.cache
+                    .store(Box::into_raw(UnwindCache::new()), Ordering::Release);
             }
             if let Some((lo, hi)) = bounds {
                 slot.stack.0.store(lo, Ordering::Relaxed);

@@ -342,12 +342,17 @@ mod tests {
         let root = trees.new_root().unwrap();
         // SAFETY: all-zero is a valid empty memo; boxed, it is too large for the stack.
         let mut memo: Box<PathMemo> = unsafe { Box::new(std::mem::zeroed()) };
-        let first = trees.record_from(&mut memo, root, &[1, 2, 3], 1, 1).unwrap();
+        let first = trees
+            .record_from(&mut memo, root, &[1, 2, 3], 1, 1)
+            .unwrap();
         trees.record_from(&mut memo, root, &[1, 4], 1, 1).unwrap();
         let used = trees.nodes_used();
         // Found by its hash: same node, nothing inserted, and the previous path (which the
         // next miss starts from) is still the one that missed.
-        assert_eq!(trees.record_from(&mut memo, root, &[1, 2, 3], 1, 2), Some(first));
+        assert_eq!(
+            trees.record_from(&mut memo, root, &[1, 2, 3], 1, 2),
+            Some(first)
+        );
         assert_eq!(trees.nodes_used(), used);
         assert_eq!(memo.keys[..memo.len], [1, 4]);
         assert_eq!(
@@ -361,7 +366,9 @@ mod tests {
         memo.root.store(0, Ordering::Relaxed);
         let root = trees.new_root().unwrap();
         trees.record_from(&mut memo, root, &[7, 3], 1, 1).unwrap();
-        trees.record_from(&mut memo, root, &[1, 2, 3], 1, 1).unwrap();
+        trees
+            .record_from(&mut memo, root, &[1, 2, 3], 1, 1)
+            .unwrap();
         assert_eq!(
             paths(&trees, root),
             vec![(vec![1, 2, 3], 1, 1), (vec![7, 3], 1, 1)]

@@ -2,10 +2,30 @@
 //! (`ucontext_t`), with framehop: DWARF CFI where an object has it, frame pointers
 //! otherwise (shared/design/unwinding.md).
 
+use crate::cfi::{self, RowCache, Rule};
 use crate::modules::Snapshot;
-use crate::threads::UnwindCache;
-use framehop::x86_64::UnwindRegsX86_64;
-use framehop::{FrameAddress, Unwinder};
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
+use framehop::{FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
+
+/// One thread's unwinding caches: CFI rows by address range ([`RowCache`], tried first)
+/// and framehop's rules by exact address (for the frames the row cache leaves to framehop).
+/// About 60 KB; allocated when the thread registers, never in the handler.
+pub struct UnwindCache {
+    /// framehop's cache (about 33 KB).
+    pub framehop: CacheX86_64<MustNotAllocateDuringUnwind>,
+    /// The row cache (about 23 KB).
+    pub rows: Box<RowCache>,
+}
+
+impl UnwindCache {
+    /// Empty caches.
+    pub fn new() -> Box<UnwindCache> {
+        Box::new(UnwindCache {
+            framehop: CacheX86_64::new_in(),
+            rows: RowCache::new(),
+        })
+    }
+}
 
 /// The interrupted registers framehop starts from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,9 +206,20 @@ pub fn unwind(
             }
             Ok(value)
         };
-        let step = snapshot
-            .unwinder
-            .unwind_frame(address, &mut uregs, cache, &mut read_stack);
+        let step = match cache.rows.rule(&snapshot.cfi, identity, out[n]) {
+            Rule::Framehop => snapshot
+                .unwinder
+                .unwind_frame(address, &mut uregs, &mut cache.framehop, &mut read_stack)
+                .map_err(|_| ()),
+            rule => {
+                let mut r = (uregs.ip(), uregs.sp(), uregs.bp());
+                let step = cfi::exec(rule, !from_return, &mut r, &mut read_stack);
+                if let Ok(Some(_)) = step {
+                    uregs = UnwindRegsX86_64::new(r.0, r.1, r.2);
+                }
+                step.map_err(|_| ())
+            }
+        };
         n += 1;
         let ended = match step {
             Ok(Some(ret)) if ret == restorer && restorer != 0 => {
@@ -324,7 +355,7 @@ mod tests {
         crate::modules::rescan();
         let snapshot = crate::modules::current().expect("modules");
         let bounds = pyigprof_hooks::threads::current_stack_bounds().expect("stack bounds");
-        let mut cache = Box::new(UnwindCache::new_in());
+        let mut cache = UnwindCache::new();
         // SAFETY: all-zero is an empty memo; boxed, it is too large for the stack.
         let mut memo: Box<Memo> = unsafe { Box::new(std::mem::zeroed()) };
         let mut replayed = 0;
