@@ -20,6 +20,7 @@
 //! Async-signal-safe: no allocation (gimli runs with fixed-size storage kept in the
 //! cache), no locks; reads only the mapped images' unwind sections.
 
+use framehop::x86_64::UnwindRegsX86_64;
 use gimli::{
     BaseAddresses, CfaRule, EhFrame, EndianSlice, LittleEndian, ParsedEhFrameHdr, Register,
     RegisterRule, UnwindContext, UnwindContextStorage, UnwindSection, UnwindTableRow, X86_64,
@@ -248,13 +249,13 @@ impl RowCache {
             self.sets = [[Entry::default(); WAYS]; SETS];
             self.generation = generation;
         }
-        let set = &mut self.sets[(address >> 12) as usize % SETS];
-        if let Some(way) = set.iter().position(|e| e.covers(address)) {
+        let set = (address >> 12) as usize % SETS;
+        if let Some(way) = self.sets[set].iter().position(|e| e.covers(address)) {
             self.stats.hits += 1;
-            let entry = set[way];
+            let entry = self.sets[set][way];
             // Most recently used first.
-            set.copy_within(0..way, 1);
-            set[0] = entry;
+            self.sets[set].copy_within(0..way, 1);
+            self.sets[set][0] = entry;
             return entry.rule();
         }
         self.stats.misses += 1;
@@ -263,9 +264,8 @@ impl RowCache {
             address + 1,
             Rule::Framehop,
         ));
-        let set = &mut self.sets[(address >> 12) as usize % SETS];
-        set.copy_within(0..WAYS - 1, 1);
-        set[0] = Entry::new(start, end, rule);
+        self.sets[set].copy_within(0..WAYS - 1, 1);
+        self.sets[set][0] = Entry::new(start, end, rule);
         rule
     }
 }
@@ -312,18 +312,18 @@ fn evaluate(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Failed;
 
-/// Unwinds one frame with `rule` from `(ip, sp, bp)`, reading stack words with
-/// `read_stack`; returns the caller's return address (and updates the registers), `None`
+/// Unwinds one frame with `rule` from `regs`, reading stack words with `read_stack`;
+/// returns the caller's return address (and updates the registers), `None`
 /// at the end of the stack. The checks are framehop's (`UnwindRuleX86_64::exec`): a zero
 /// return address or frame pointer ends the stack; a frame that does not advance, or a
 /// frame-pointer step that moves backwards, fails. `rule` must not be [`Rule::Framehop`].
 pub fn exec(
     rule: Rule,
     is_first_frame: bool,
-    regs: &mut (u64, u64, u64),
+    regs: &mut UnwindRegsX86_64,
     read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
 ) -> Result<Option<u64>, Failed> {
-    let (ip, sp, bp) = *regs;
+    let (ip, sp, bp) = (regs.ip(), regs.sp(), regs.bp());
     let (new_sp, new_bp) = match rule {
         Rule::EndOfStack => return Ok(None),
         Rule::OffsetSp { sp_offset_by_8 } => (
@@ -369,14 +369,14 @@ pub fn exec(
     if new_sp == sp && return_address == ip {
         return Err(Failed);
     }
-    *regs = (return_address, new_sp, new_bp);
+    *regs = UnwindRegsX86_64::new(return_address, new_sp, new_bp);
     Ok(Some(return_address))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
+    use framehop::x86_64::CacheX86_64;
     use framehop::{FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
 
     /// A made-up stack: every aligned word of `[low, low + 4096)` holds a value derived
@@ -437,11 +437,11 @@ mod tests {
                             read_fake(a, low)
                         })
                         .map_err(|_| ());
-                    let mut ours = (ip, sp, bp);
+                    let mut ours = UnwindRegsX86_64::new(ip, sp, bp);
                     let got =
                         exec(rule, first, &mut ours, &mut |a| read_fake(a, low)).map_err(|_| ());
                     assert_eq!(
-                        (got, ours),
+                        (got, (ours.ip(), ours.sp(), ours.bp())),
                         (expected, (theirs.ip(), theirs.sp(), theirs.bp())),
                         "{} at {address:#x} (+{:#x}), first frame {first}, {rule:?}",
                         object.path.display(),

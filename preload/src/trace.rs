@@ -126,10 +126,16 @@ impl Trees {
         for &key in stack {
             parent = self.child(parent, key)?;
         }
-        let leaf = self.node(parent);
-        leaf.samples.fetch_add(samples, Ordering::Relaxed);
-        leaf.ticks.fetch_add(ticks, Ordering::Relaxed);
+        self.count(parent, samples, ticks);
         Some(parent)
+    }
+
+    /// Adds `samples` signals and `ticks` ticks to the self counts of node `index`.
+    #[inline]
+    fn count(&self, index: u32, samples: u64, ticks: u64) {
+        let node = self.node(index);
+        node.samples.fetch_add(samples, Ordering::Relaxed);
+        node.ticks.fetch_add(ticks, Ordering::Relaxed);
     }
 
     /// Like [`Trees::record`], using what `memo` remembers of the thread's earlier samples
@@ -161,13 +167,12 @@ impl Trees {
         let slot = (hash >> (64 - LEAF_CACHE.trailing_zeros())) as usize;
         let entry = memo.leaves[slot];
         if let Some(&innermost) = stack.last() {
-            if entry.epoch == memo.epoch && entry.hash == hash {
-                let leaf = self.node(entry.node);
-                if leaf.key.load(Ordering::Relaxed) == innermost {
-                    leaf.samples.fetch_add(samples, Ordering::Relaxed);
-                    leaf.ticks.fetch_add(ticks, Ordering::Relaxed);
-                    return Some(entry.node);
-                }
+            if entry.epoch == memo.epoch
+                && entry.hash == hash
+                && self.node(entry.node).key.load(Ordering::Relaxed) == innermost
+            {
+                self.count(entry.node, samples, ticks);
+                return Some(entry.node);
             }
         }
         let n = memo.len.min(stack.len());
@@ -195,9 +200,7 @@ impl Trees {
             node: parent,
             epoch: memo.epoch,
         };
-        let leaf = self.node(parent);
-        leaf.samples.fetch_add(samples, Ordering::Relaxed);
-        leaf.ticks.fetch_add(ticks, Ordering::Relaxed);
+        self.count(parent, samples, ticks);
         Some(parent)
     }
 

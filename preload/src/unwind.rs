@@ -211,14 +211,7 @@ pub fn unwind(
                 .unwinder
                 .unwind_frame(address, &mut uregs, &mut cache.framehop, &mut read_stack)
                 .map_err(|_| ()),
-            rule => {
-                let mut r = (uregs.ip(), uregs.sp(), uregs.bp());
-                let step = cfi::exec(rule, !from_return, &mut r, &mut read_stack);
-                if let Ok(Some(_)) = step {
-                    uregs = UnwindRegsX86_64::new(r.0, r.1, r.2);
-                }
-                step.map_err(|_| ())
-            }
+            rule => cfi::exec(rule, !from_return, &mut uregs, &mut read_stack).map_err(|_| ()),
         };
         n += 1;
         let ended = match step {
