@@ -3,8 +3,8 @@
 //! present — each with its own table format (co_lnotab, 3.10's co_linetable, 3.11+'s
 //! location table).
 
-use pyigprof::python::layout::{Layout, LineTable};
-use pyigprof::python::lines::line_for_offset;
+use pyigprof::capture::python::layout::{Layout, LineTable};
+use pyigprof::capture::python::lines::line_for_offset;
 use pyigprof_suite::*;
 
 /// Compiles real standard-library modules and, for every code object, prints its line table

@@ -6,41 +6,47 @@
 //! LD_PRELOAD=libpyigprof.so python3 app.py     # writes pyigprof.<pid>.gz
 //! ```
 //!
+//! The flow of a sample, one folder a stage:
+//!
+//! | stage | folder | what is there |
+//! |---|---|---|
+//! | sources | [`sources`] | per-thread CPU/wall timers ([`sources::timer`]), the `SIGPROF` handler ([`sources::handler`]), threads that predate the constructor ([`sources::adopt`]) |
+//! | capture | [`capture`] | native unwinding ([`capture::unwind`], CFI rows in [`capture::unwind::cfi`]), CPython frames ([`capture::python`]; version knowledge in [`capture::python::layout`]), the splice ([`capture::mixed`]) |
+//! | record | [`record`] | the trace tree ([`record::trace`]), per-thread slots ([`record::threads`]), statistics |
+//! | output | [`output`] | the dump writer ([`output::dump`]) and when it runs ([`output::lifecycle`]) |
+//!
+//! [`sampler`] joins them: one [`sampler::Sampler`] holds the state every source shares,
+//! and its `sample` captures one call stack and records it. Underneath: settings
+//! ([`config`]), memory mapped ahead of time ([`mem`]), the library's own heap ([`alloc`]),
+//! and keeping handlers out of critical sections ([`signal_guard`]).
+//!
 //! Start-up ([`init`], run from `.init_array`): in a process that is not Python nothing
-//! happens. Otherwise the constructor reads the settings ([`config`]), finds the
-//! interpreter's evaluator and layout ([`python`]), maps all sampler memory, installs the
-//! `SIGPROF` handler and a CPU-time timer ([`sampler`]), and registers an audit hook that
-//! attaches to the runtime once it exists. Each sample unwinds the interrupted thread
-//! ([`unwind`]), splices in its Python frames ([`mixed`]) and counts the stack into the
-//! thread's trace tree ([`trace`]). At exit the trees are merged, symbolized and written
-//! ([`dump`]).
+//! happens. Otherwise the constructor reads the settings, finds the interpreter's runtime
+//! ([`capture::python::discover`]), maps all sampler memory, installs the `SIGPROF` handler
+//! and each thread's timer, and registers an audit hook that attaches to the runtime once
+//! it exists.
 
-pub mod adopt;
 pub mod alloc;
-pub mod cfi;
+pub mod capture;
 pub mod config;
-pub mod dump;
-pub mod frames;
-pub mod lifecycle;
 pub mod mem;
-pub mod mixed;
-pub mod modules;
-pub mod python;
+pub mod output;
+pub mod record;
 pub mod sampler;
-pub mod stats;
-pub mod symbols;
-pub mod threads;
-pub mod timing;
-pub mod trace;
-pub mod unwind;
+pub mod signal_guard;
+pub mod sources;
 
 /// Large blocks of the library's own are mapped directly, not taken from the program's
 /// `malloc` (see [`alloc`]).
 #[global_allocator]
 static ALLOCATOR: alloc::Allocator = alloc::Allocator;
 
+use capture::python::discover;
+use capture::unwind::modules;
 use config::Config;
+use output::lifecycle;
 use pyigprof_hooks::{cpython, Callbacks};
+use sources::adopt;
 
 /// The library constructor. Runs before `main` (and so before Python initialises).
 #[used]
@@ -72,12 +78,12 @@ pub extern "C" fn init() {
         config.clock = config::Clock::Cpu;
     }
     modules::rescan();
-    let runtime = version.and_then(python_runtime);
+    let runtime = version.and_then(discover::runtime);
     let Some(sampler) = sampler::Sampler::new(config.period_ns(), config.clock, runtime) else {
         eprintln!("pyigprof: cannot map the profiler's memory; not profiling");
         return;
     };
-    let sampler = match sampler.install() {
+    let sampler = match sources::handler::install(sampler) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("pyigprof: {e}; not profiling");
@@ -132,145 +138,8 @@ fn with_sampler(f: impl FnOnce(&'static sampler::Sampler)) {
     }
 }
 
-/// Describes the CPython runtime of this process, or says on stderr why Python frames will
-/// be missing.
-fn python_runtime(version: (u8, u8, u8)) -> Option<python::Runtime> {
-    let (major, minor, micro) = version;
-    let Some(layout) = layout_of(major, minor) else {
-        eprintln!(
-            "pyigprof: Python {major}.{minor}.{micro} is not a version pyigprof knows \
-             (no layout table, and no plausible _Py_DebugOffsets); recording native frames only"
-        );
-        return None;
-    };
-    let evaluator_name = if major == 2 {
-        "PyEval_EvalFrameEx"
-    } else {
-        "_PyEval_EvalFrameDefault"
-    };
-    let evaluator = evaluator_ranges(evaluator_name);
-    let sym = |name: &std::ffi::CStr| cpython::symbol(name) as u64;
-    let types = if major == 2 {
-        python::code::Types {
-            code: sym(c"PyCode_Type"),
-            text: sym(c"PyString_Type"),
-            bytes: sym(c"PyString_Type"),
-        }
-    } else {
-        python::code::Types {
-            code: sym(c"PyCode_Type"),
-            text: sym(c"PyUnicode_Type"),
-            bytes: sym(c"PyBytes_Type"),
-        }
-    };
-    let source = thread_state_source(&layout);
-    let runtime = python::Runtime::new(layout, &evaluator, types, source);
-    if runtime.is_none() {
-        eprintln!(
-            "pyigprof: cannot find {evaluator_name} or the type objects of Python {major}.{minor}.{micro}; \
-             recording native frames only"
-        );
-    }
-    runtime
-}
-
-/// Resolves how this CPython's thread states are found to this process's addresses.
-fn thread_state_source(layout: &python::layout::Layout) -> python::ThreadStateSource {
-    use python::{layout::ThreadStateLookup as Lookup, ThreadStateSource as Source};
-    let exported =
-        |name: &str| std::ffi::CString::new(name).map_or(0, |name| cpython::symbol(&name) as u64);
-    match layout.thread_state {
-        Lookup::AttachedKey => Source::AttachedKey,
-        Lookup::RuntimeTss { offset } => match exported("_PyRuntime") {
-            0 => Source::AttachedKey,
-            runtime => Source::Tss {
-                at: runtime + u64::from(offset),
-            },
-        },
-        Lookup::StaticKey { symbol } => {
-            // A local symbol of the object that defines the C-API.
-            let api = exported("PyGILState_GetThisThreadState");
-            let at = object_containing(api)
-                .and_then(|(_, object)| symbols::data_symbol(&object, symbol));
-            at.map_or(Source::AttachedKey, |at| Source::Key { at })
-        }
-        Lookup::GilHolder { symbol, offsets } => match exported(symbol) {
-            0 => Source::AttachedKey,
-            current => Source::GilHolder { current, offsets },
-        },
-    }
-}
-
-/// The loaded object whose segments contain `addr`, with its index in the module list.
-fn object_containing(addr: u64) -> Option<(usize, modules::ObjectInfo)> {
-    let snapshot = modules::current()?;
-    snapshot
-        .objects
-        .iter()
-        .enumerate()
-        .find(|(_, o)| o.range.0 <= addr && addr < o.range.1)
-        .map(|(index, object)| (index, object.clone()))
-}
-
-/// The frame layout of CPython `major.minor`: the table up to 3.12, the interpreter's own
-/// `_Py_DebugOffsets` (at the start of `_PyRuntime`, statically initialised, so readable
-/// before Python starts) from 3.13.
-fn layout_of(major: u8, minor: u8) -> Option<python::layout::Layout> {
-    use python::layout::{Layout, DEBUG_OFFSETS_WORDS};
-    if (major, minor) < (3, 13) {
-        return Layout::for_version(major, minor);
-    }
-    let runtime = cpython::symbol(c"_PyRuntime");
-    if runtime == 0 {
-        return None;
-    }
-    // SAFETY: _PyRuntime is a static object larger than its _Py_DebugOffsets header.
-    let words = unsafe { std::slice::from_raw_parts(runtime as *const u64, DEBUG_OFFSETS_WORDS) };
-    Layout::from_debug_offsets(words, major, minor)
-}
-
-/// Run-time address ranges of every part of the evaluator function: the symbol table of the
-/// object that defines it (`.symtab` has the `.cold` parts), or its dynamic symbol's size.
-fn evaluator_ranges(name: &str) -> Vec<(u64, u64)> {
-    let Ok(cname) = std::ffi::CString::new(name) else {
-        return Vec::new();
-    };
-    let addr = cpython::symbol(&cname) as u64;
-    if addr == 0 {
-        return Vec::new();
-    }
-    if let Some((index, object)) = object_containing(addr) {
-        let table = symbols::table_for(&object, index == 0);
-        let ranges: Vec<(u64, u64)> = table
-            .ranges_of(name)
-            .into_iter()
-            .map(|(lo, hi)| (lo + object.bias, hi + object.bias))
-            .collect();
-        if ranges.iter().any(|&(lo, hi)| lo <= addr && addr < hi) {
-            return ranges;
-        }
-    }
-    // Fall back to the dynamic symbol's size.
-    // SAFETY: dladdr1 with RTLD_DL_SYMENT stores a pointer to the ELF symbol.
-    unsafe {
-        let mut info: libc::Dl_info = std::mem::zeroed();
-        let mut sym: *const libc::Elf64_Sym = std::ptr::null();
-        let found = libc::dladdr1(
-            addr as *const libc::c_void,
-            &mut info,
-            (&mut sym as *mut *const libc::Elf64_Sym).cast(),
-            RTLD_DL_SYMENT,
-        );
-        if found != 0 && !sym.is_null() && (*sym).st_size > 0 {
-            return vec![(addr, addr + (*sym).st_size)];
-        }
-    }
-    Vec::new()
-}
-
-/// `dladdr1` request for the ELF symbol (`<dlfcn.h>`).
-const RTLD_DL_SYMENT: libc::c_int = 1;
-
+/// The audit hook (or a later attachment) saw the runtime: hand its thread-state key to
+/// the sampler.
 fn on_attach(attached: cpython::Attached) {
     with_sampler(|s| {
         if let Some(rt) = &s.python {

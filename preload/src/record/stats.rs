@@ -3,7 +3,7 @@
 //! `#pyigprof` lines (docs/dump-format.md, "The profiler's statistics") and summed up in
 //! the line printed at exit.
 
-use crate::timing::{HandlerSummary, HandlerTimes};
+use crate::record::timing::{HandlerSummary, HandlerTimes};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters of the sampler's own work, all in samples (signals handled) unless named
@@ -19,7 +19,7 @@ pub struct Stats {
     /// Samples whose native stack reached its outermost frame.
     pub complete: AtomicU64,
     /// Samples dropped because every thread slot was taken (more than
-    /// [`crate::threads::MAX_THREADS`] threads at once).
+    /// [`crate::record::threads::MAX_THREADS`] threads at once).
     pub dropped_no_slot: AtomicU64,
     /// Samples dropped because the trace-tree node pool was full.
     pub dropped_tree_full: AtomicU64,
@@ -33,7 +33,7 @@ pub struct Stats {
     /// Deepest recorded call stack, in frames.
     pub deepest: AtomicU64,
     /// Ticks of threads that ended before their last expirations were delivered, counted
-    /// at their end ([`crate::frames::Marker::Unsampled`]).
+    /// at their end ([`crate::capture::frames::Marker::Unsampled`]).
     pub unsampled_ticks: AtomicU64,
     /// Threads whose timer was armed.
     pub threads: AtomicU64,

@@ -23,7 +23,10 @@
 //! the sampler ([`is_owner`]).
 
 use crate::config::{Clock, Config};
-use crate::{dump, sampler};
+use crate::output::dump;
+use crate::sampler;
+use crate::signal_guard::BlockSignals;
+use crate::sources::{handler, timer};
 use pyigprof_hooks::signals;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
@@ -58,7 +61,7 @@ const SENT_FATAL_SIGNALS: [libc::c_int; 5] = [
 ];
 
 /// `si_value` of the periodic-dump timer's signals ("pyigdump").
-pub const DUMP_COOKIE: usize = 0x7079_6967_6475_6d70;
+const DUMP_COOKIE: usize = 0x7079_6967_6475_6d70;
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 /// The working directory at start-up: a relative `PYIGPROF_OUTPUT` is relative to it, even
@@ -154,7 +157,7 @@ pub extern "C" fn at_exit() {
 /// `SIGPROF` of the program's own `ITIMER_PROF` (whose handler Python removes when it
 /// finalizes) must not end the process by its default action meanwhile.
 fn block_sigprof_for_good() {
-    std::mem::forget(sampler::BlockSignals::sampling());
+    std::mem::forget(BlockSignals::sampling());
 }
 
 /// Stops sampling and writes the profile (once per process image), then prints the
@@ -166,7 +169,7 @@ pub fn write_profile() -> Option<PathBuf> {
     let (sampler, config) = (sampler::get()?, CONFIG.get()?);
     // A signal ending the process meanwhile (`Pool.terminate` sends `SIGTERM` to workers
     // that may be exiting on their own) ends it once the profile is written.
-    let _deferred = sampler::BlockSignals::new(&SENT_FATAL_SIGNALS);
+    let _deferred = BlockSignals::new(&SENT_FATAL_SIGNALS);
     // SAFETY: gettid has no preconditions.
     WRITER.store(unsafe { libc::gettid() }, Ordering::Release);
     sampler.stop();
@@ -424,7 +427,8 @@ fn write_from_child(snapshot: Option<u32>) {
 /// [`DUMP_COOKIE`] to the process (any thread).
 fn start_dump_timer(seconds: u32) -> Result<(), String> {
     let period_ns = u64::from(seconds) * 1_000_000_000;
-    sampler::create_timer(
+    handler::on_timer(DUMP_COOKIE, snapshot_from_handler);
+    timer::create_timer(
         "a timer",
         libc::CLOCK_MONOTONIC,
         None,

@@ -3,8 +3,8 @@
 //! `pthread_create` interposition, so nothing registered them.
 //!
 //! The constructor finds them in `/proc/self/task` and holds a roll call: it sends each a
-//! `SIGPROF` carrying [`ROLL_CALL_COOKIE`] (`rt_tgsigqueueinfo`), and the handler, running on
-//! that thread, answers with its `pthread_t` and stack pointer ([`answer`], a few atomic
+//! `SIGPROF` carrying `ROLL_CALL_COOKIE` (`rt_tgsigqueueinfo`), and the handler, running on
+//! that thread, answers with its `pthread_t` and stack pointer (`answer`, a few atomic
 //! stores). The constructor then finds the stack mapping that holds the stack pointer in
 //! `/proc/self/maps`, registers the thread with those bounds, and creates its timer on that
 //! thread's CPU clock. A thread that has `SIGPROF` blocked does not answer within

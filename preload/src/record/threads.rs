@@ -24,7 +24,7 @@ pub const MAX_STACK: usize = MAX_NATIVE_FRAMES + MAX_PYTHON_FRAMES + 1;
 /// Most threads with a slot; further threads' samples are counted as dropped.
 pub const MAX_THREADS: usize = 4096;
 
-pub use crate::unwind::UnwindCache;
+pub use crate::capture::unwind::UnwindCache;
 
 /// One thread's state. All-zero is a free slot.
 #[repr(C)]
@@ -60,11 +60,11 @@ pub struct Slot {
     /// Scratch: the call stack being recorded, outermost first.
     pub out: [u64; MAX_STACK],
     /// Scratch for text captured from the interpreter.
-    pub text: [u8; crate::python::code::MAX_TEXT],
+    pub text: [u8; crate::capture::python::code::MAX_TEXT],
     /// The thread's latest native unwinding, replayed by the next one.
-    pub unwound: crate::unwind::Memo,
+    pub unwound: crate::capture::unwind::Memo,
     /// The thread's latest recorded call stack and its trace-tree nodes.
-    pub path: crate::trace::PathMemo,
+    pub path: crate::record::trace::PathMemo,
     /// The `PyThreadState*` last found for the thread (see
     /// `python::Runtime::current_thread_state`); 0 = none.
     pub thread_state: u64,
@@ -153,7 +153,7 @@ impl Slots {
         let bounds = pyigprof_hooks::threads::current_stack_bounds();
         // Block SIGPROF while the slot is being filled, so the handler never sees it half
         // written.
-        let guard = crate::sampler::BlockSignals::sampling();
+        let guard = crate::signal_guard::BlockSignals::sampling();
         // SAFETY: we are the owner thread and SIGPROF is blocked.
         unsafe { self.register(thread, bounds, arm) };
         drop(guard);
@@ -192,7 +192,7 @@ impl Slots {
     pub fn unregister_current(&self, disarm: impl FnOnce(&Slot)) {
         // SAFETY: pthread_self is always valid.
         let thread = unsafe { libc::pthread_self() } as usize;
-        let guard = crate::sampler::BlockSignals::sampling();
+        let guard = crate::signal_guard::BlockSignals::sampling();
         // SAFETY: owner thread, SIGPROF blocked.
         if let Some(slot) = unsafe { self.find_or_claim(thread) } {
             disarm(slot);

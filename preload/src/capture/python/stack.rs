@@ -6,7 +6,7 @@
 use super::code::{is_shim, CodeError, Codes, Types};
 use super::layout::{FrameModel, Layout, Position};
 use super::read;
-use crate::frames::python_key;
+use crate::capture::frames::python_key;
 
 /// Where the frames of a thread's Python stack were put, innermost first.
 pub struct PyStack<'a> {

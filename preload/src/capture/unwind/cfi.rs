@@ -391,8 +391,8 @@ mod tests {
 
     #[test]
     fn every_rule_from_a_row_unwinds_as_framehop_does() {
-        crate::modules::rescan();
-        let snapshot = crate::modules::current().expect("modules");
+        crate::capture::unwind::modules::rescan();
+        let snapshot = crate::capture::unwind::modules::current().expect("modules");
         let identity = snapshot as *const _ as usize;
         let mut rows = RowCache::new();
         let mut framehop = CacheX86_64::<MustNotAllocateDuringUnwind>::new_in();
@@ -470,8 +470,8 @@ mod tests {
 
     #[test]
     fn a_row_is_cached_for_its_whole_range_and_forgotten_with_its_modules() {
-        crate::modules::rescan();
-        let snapshot = crate::modules::current().expect("modules");
+        crate::capture::unwind::modules::rescan();
+        let snapshot = crate::capture::unwind::modules::current().expect("modules");
         let identity = snapshot as *const _ as usize;
         // A function of this object, away from its prologue: its body is one row.
         let address = every_rule_from_a_row_unwinds_as_framehop_does as *const () as u64 + 64;

@@ -9,7 +9,7 @@
 //! images (`PT_GNU_EH_FRAME`); before `dlclose` can unmap an object, its module is removed
 //! and the samples in flight are waited for.
 
-use crate::cfi::CfiModule;
+use crate::capture::unwind::cfi::CfiModule;
 use framehop::x86_64::UnwinderX86_64;
 use framehop::{ExplicitModuleSectionInfo, Module, MustNotAllocateDuringUnwind, Unwinder};
 use std::ffi::CStr;
@@ -163,7 +163,7 @@ pub fn forget_handle(handle: *mut libc::c_void) {
         cfi,
         objects,
     });
-    crate::sampler::wait_for_handlers();
+    crate::signal_guard::wait_for_handlers();
 }
 
 /// glibc's `struct link_map` (public part, `<link.h>`).

@@ -11,7 +11,7 @@
 //! cut (or a chain that was cut) is paired from the inner end. Evaluator frames left
 //! without a group, and paired with an empty group, stay as native frames.
 
-use crate::frames::{marker_key, Marker};
+use crate::capture::frames::{marker_key, Marker};
 
 /// The native side of a sample.
 pub struct Native<'a> {

@@ -2,10 +2,13 @@
 //! (`ucontext_t`), with framehop: DWARF CFI where an object has it, frame pointers
 //! otherwise (shared/design/unwinding.md).
 
-use crate::cfi::{self, RowCache, Rule};
-use crate::modules::Snapshot;
+pub mod cfi;
+pub mod modules;
+
+use cfi::{RowCache, Rule};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
+use modules::Snapshot;
 
 /// One thread's unwinding caches: CFI rows by address range ([`RowCache`], tried first)
 /// and framehop's rules by exact address (for the frames the row cache leaves to framehop).
@@ -345,8 +348,8 @@ mod tests {
 
     #[test]
     fn replaying_the_memo_gives_the_frames_a_full_unwinding_gives() {
-        crate::modules::rescan();
-        let snapshot = crate::modules::current().expect("modules");
+        crate::capture::unwind::modules::rescan();
+        let snapshot = crate::capture::unwind::modules::current().expect("modules");
         let bounds = pyigprof_hooks::threads::current_stack_bounds().expect("stack bounds");
         let mut cache = UnwindCache::new();
         // SAFETY: all-zero is an empty memo; boxed, it is too large for the stack.

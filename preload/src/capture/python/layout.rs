@@ -7,7 +7,7 @@
 //! `shared/design/cpython.md` §3. From 3.13 the interpreter publishes them itself:
 //! `_PyRuntime` starts with `_Py_DebugOffsets` (`Include/internal/pycore_runtime.h`), read
 //! at start-up by [`Layout::from_debug_offsets`]; only what it lacks is kept here per
-//! version ([`DebugConstants`]). A newer version is tried with the newest known struct
+//! version (`DebugConstants`). A newer version is tried with the newest known struct
 //! revision and constants, and refused unless the values it yields are plausible.
 
 /// How the frames of one thread are chained and grouped per native evaluator activation.
@@ -37,7 +37,7 @@ pub enum Position {
     Pointer { offset: u16, code_start: u16 },
 }
 
-/// The format of a code object's line table (see [`crate::python::lines`]).
+/// The format of a code object's line table (see [`crate::capture::python::lines`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LineTable {
     /// `co_lnotab` (≤ 3.9): (address step, line step) byte pairs; the line step is signed

@@ -1,5 +1,5 @@
 //! The trace tree: IgProf's `IgProfTrace` idea. Each thread owns one tree; a node is one
-//! frame of a call stack, keyed by a [`FrameKey`](crate::frames) value, with the counters of
+//! frame of a call stack, keyed by a [`FrameKey`](crate::capture::frames) value, with the counters of
 //! the samples whose stack ended exactly there (self counts). Cumulative counts are derived
 //! when the profile is read.
 //!
@@ -8,7 +8,7 @@
 //! published with release stores so that a reader on another thread sees whole nodes.
 
 use crate::mem::Pool;
-use crate::threads::MAX_STACK;
+use crate::record::threads::MAX_STACK;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// One node of a trace tree. All-zero is a valid empty node.

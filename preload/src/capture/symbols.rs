@@ -2,7 +2,7 @@
 //! `.dynsym`, read with the `object` crate. Used when the profile is written and once at
 //! start-up (to find every part of the evaluator); never in the signal handler.
 
-use crate::modules::ObjectInfo;
+use crate::capture::unwind::modules::ObjectInfo;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -334,8 +334,8 @@ mod tests {
 
     #[test]
     fn functions_of_the_vdso_are_named_from_its_image_in_memory() {
-        crate::modules::rescan();
-        let snapshot = crate::modules::current().expect("modules");
+        crate::capture::unwind::modules::rescan();
+        let snapshot = crate::capture::unwind::modules::current().expect("modules");
         let Some(vdso) = snapshot.objects.iter().find(|o| o.in_memory) else {
             return; // a kernel without a vDSO
         };

@@ -3,7 +3,7 @@
 //! | bits | meaning |
 //! |---|---|
 //! | bit 63 clear, bit 62 clear | a native frame: the instruction address. The interrupted frame keeps its exact address; a caller's return address is stored minus one, so that it points inside the call instruction (the right function and line even when the call is the last instruction of a function). |
-//! | bit 63 set | a Python frame: bits 32–62 the code record ([`crate::python::code`]), bits 0–31 the instruction index plus one (0 = the frame has not started executing). |
+//! | bit 63 set | a Python frame: bits 32–62 the code record ([`crate::capture::python::code`]), bits 0–31 the instruction index plus one (0 = the frame has not started executing). |
 //! | bit 62 set, bit 63 clear | a marker frame ([`Marker`]), e.g. where a too-deep stack was cut. |
 //!
 //! User-space addresses on x86-64 are below 2^47, so the three never collide.

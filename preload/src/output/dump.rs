@@ -2,11 +2,11 @@
 //! written in IgProf's text format (docs/dump-format.md; IgProf `doc/dump-format`, `HEX`
 //! variant). Runs after sampling stopped (at exit), so it may allocate and read files.
 
-use crate::frames::{decode, Frame};
-use crate::modules::{self, ObjectInfo};
-use crate::python::lines::line_for_offset;
+use crate::capture::frames::{decode, Frame};
+use crate::capture::python::lines::line_for_offset;
+use crate::capture::symbols::table_for;
+use crate::capture::unwind::modules::{self, ObjectInfo};
 use crate::sampler::Sampler;
-use crate::symbols::table_for;
 use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -43,7 +43,7 @@ pub struct Profile {
     /// Program command line.
     pub program: Vec<u8>,
     /// The profiler's statistics, written after the call tree as `#pyigprof` lines
-    /// ([`crate::stats::Stats::trailer`]); empty for none.
+    /// ([`crate::record::stats::Stats::trailer`]); empty for none.
     pub trailer: String,
 }
 

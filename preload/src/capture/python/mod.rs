@@ -8,6 +8,7 @@
 //! - [`lines`]: line tables, decoded when the profile is written.
 
 pub mod code;
+pub mod discover;
 pub mod layout;
 pub mod lines;
 pub mod read;

@@ -1,0 +1,9 @@
+//! Output: writing the trace trees as an IgProf profile.
+//!
+//! - [`dump`]: the dump writer — trees merged, frames named, IgProf text (gzip);
+//! - [`lifecycle`]: when a profile is written — at exit, before exec, on fatal signals, in
+//!   fork children, on a dump signal or interval — and how the process then ends as it
+//!   would have.
+
+pub mod dump;
+pub mod lifecycle;

@@ -1,0 +1,133 @@
+//! The `SIGPROF` handler: the one entry point of every signal-driven sample.
+//!
+//! It tells the signals it is sent apart by their `si_value` cookie — a sampling timer's
+//! ([`crate::sources::timer`]) becomes one sample (`Sampler::sample`), the roll call of
+//! threads that existed before the constructor is answered ([`crate::sources::adopt`]), and
+//! the timer of periodic snapshot profiles runs the action registered for it
+//! ([`on_timer`]) — preserves `errno`, and times itself ([`crate::record::timing`]).
+//!
+//! Handler rules: no allocation, no locks, no C-API calls; memory comes from regions mapped
+//! before sampling; every read of the interrupted program's memory is checked.
+
+use crate::capture::unwind::Regs;
+use crate::sampler::{Sampler, STATE, YIELDED};
+use crate::signal_guard::InFlight;
+use crate::sources::timer::{clock_ns, ticks_of, TIMER_COOKIE};
+use crate::sources::{adopt, timer};
+use pyigprof_hooks::signals;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Installs `sampler` as the process's sampler and the `SIGPROF` handler. Returns an error
+/// message when the handler cannot be installed.
+pub fn install(sampler: Sampler) -> Result<&'static Sampler, String> {
+    let sampler = sampler.publish();
+    // The handler, kept invisible to the program while it leaves SIGPROF alone
+    // (hooks::signals); an inherited "ignore" is overridden.
+    if !signals::guard(
+        libc::SIGPROF,
+        on_sigprof,
+        libc::SA_RESTART,
+        true,
+        program_took_sigprof,
+    ) {
+        // SAFETY: installing a SA_SIGINFO handler with a valid function.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_sigprof as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            if signals::real_sigaction(libc::SIGPROF, &action, std::ptr::null_mut()) != 0 {
+                return Err(format!(
+                    "cannot install the SIGPROF handler: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+        }
+    }
+    // SAFETY: querying the installed action.
+    unsafe {
+        // glibc fills in its signal trampoline (`__restore_rt`) as sa_restorer.
+        let mut installed: libc::sigaction = std::mem::zeroed();
+        signals::real_sigaction(libc::SIGPROF, std::ptr::null(), &mut installed);
+        sampler.restorer.store(
+            installed.sa_restorer.map_or(0, |f| f as usize as u64),
+            Ordering::Relaxed,
+        );
+    }
+    timer::watch_thread_exits(sampler);
+    STATE.store(crate::sampler::SAMPLING, Ordering::Release);
+    Ok(sampler)
+}
+
+/// The program installed a `SIGPROF` handler of its own: it wins; sampling stops, and the
+/// profile written at exit covers the time before.
+fn program_took_sigprof(_signal: libc::c_int) {
+    if let Some(sampler) = crate::sampler::get() {
+        sampler.stop();
+        STATE.store(YIELDED, Ordering::Release);
+        eprintln!(
+            "pyigprof: the program installed its own SIGPROF handler; sampling stopped \
+             (the profile covers the time before)"
+        );
+    }
+}
+
+/// Cookie and action of the one other timer whose `SIGPROF` the handler serves (0 = none).
+static OTHER_TIMER: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// Makes the handler run `action` (async-signal-safe) for `SIGPROF`s from a POSIX timer
+/// whose `si_value` is `cookie` (the snapshot timer of `PYIGPROF_DUMP_INTERVAL`).
+pub fn on_timer(cookie: usize, action: fn()) {
+    OTHER_TIMER[1].store(action as usize, Ordering::Release);
+    OTHER_TIMER[0].store(cookie, Ordering::Release);
+}
+
+/// Whether the signal was sent by a sampling timer (si_value carries our cookie).
+fn is_ours(info: *const libc::siginfo_t) -> bool {
+    is_timer_with(info, TIMER_COOKIE)
+}
+
+/// Whether the signal was sent by a POSIX timer whose `si_value` is `cookie`.
+fn is_timer_with(info: *const libc::siginfo_t, cookie: usize) -> bool {
+    // SAFETY: for SI_TIMER signals si_value is at offset 24 (after si_tid, si_overrun).
+    unsafe {
+        (*info).si_code == libc::SI_TIMER && *(info as *const u8).add(24).cast::<usize>() == cookie
+    }
+}
+
+/// The `SIGPROF` handler (`SA_SIGINFO`).
+pub extern "C" fn on_sigprof(
+    _signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    uc: *mut libc::c_void,
+) {
+    // SAFETY: __errno_location is the calling thread's errno.
+    let errno = unsafe { *libc::__errno_location() };
+    let _in_flight = InFlight::enter();
+    let other = OTHER_TIMER[0].load(Ordering::Acquire);
+    if crate::sampler::sampling() && is_ours(info) {
+        if let Some(sampler) = crate::sampler::get() {
+            let start = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
+            // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
+            let regs = unsafe { Regs::from_ucontext(uc.cast()) };
+            let (native, python) = sampler.sample(ticks_of(info), regs);
+            let end = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(start);
+            sampler
+                .stats
+                .handler
+                .record(end.saturating_sub(start), native, python);
+        }
+    } else if adopt::is_roll_call(info) {
+        adopt::answer(uc.cast());
+    } else if other != 0 && is_timer_with(info, other) {
+        let action = OTHER_TIMER[1].load(Ordering::Acquire);
+        if action != 0 {
+            // SAFETY: stored from a `fn()` by on_timer.
+            let action: fn() = unsafe { std::mem::transmute::<usize, fn()>(action) };
+            action();
+        }
+    }
+    drop(_in_flight);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}

@@ -1,0 +1,341 @@
+//! Per-thread sampling timers: the source of CPU-time (and wall-time) samples.
+//!
+//! Timers (shared/design/timers.md): one POSIX timer per thread, created by the thread
+//! itself when it registers, on its own CPU clock (`CLOCK_THREAD_CPUTIME_ID`, or
+//! `CLOCK_MONOTONIC` in wall mode), delivering `SIGPROF` to that thread
+//! (`SIGEV_THREAD_ID`). So each thread's time is attributed to that thread. The kernel
+//! checks CPU timers on its scheduler tick, so at rates above the tick rate several
+//! expirations merge into one signal; a POSIX timer reports how many in `si_overrun`, and
+//! each sample counts `1 + si_overrun` ticks (`ticks_of`). Profile time = ticks × period
+//! therefore matches the time used, whatever the rate.
+
+use crate::capture::frames::{marker_key, Marker};
+use crate::config::Clock;
+use crate::record::threads::Slot;
+use crate::sampler::{get, Sampler, OFF, SAMPLING, STATE, YIELDED};
+use crate::signal_guard::wait_for_handlers;
+use std::sync::atomic::Ordering;
+
+/// `sigev_value` our sampling timers' signals carry, to tell them from anybody else's
+/// `SIGPROF` ("pyigprof").
+pub(crate) const TIMER_COOKIE: usize = 0x7079_6967_7072_6f66;
+
+impl Sampler {
+    /// Registers the calling thread and starts its timer (at thread start, and for the main
+    /// thread in the constructor). Reports a failure to start the timer on stderr.
+    pub fn register_current_thread(&self) {
+        let mut failure = None;
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        self.slots.register_current(|slot| {
+            if let Err(e) = self.arm(slot, tid) {
+                failure = Some(e);
+            }
+        });
+        let key = self.exit_key.load(Ordering::Relaxed);
+        if key != usize::MAX {
+            // A non-null value makes the key's destructor run when the thread exits.
+            // SAFETY: a key we created.
+            unsafe {
+                libc::pthread_setspecific(
+                    key as libc::pthread_key_t,
+                    std::ptr::dangling::<libc::c_void>(),
+                )
+            };
+        }
+        if let Some(e) = failure {
+            eprintln!("pyigprof: {e}; this thread is not sampled");
+        }
+    }
+
+    /// Registers a thread that existed before the constructor (see [`crate::sources::adopt`]):
+    /// `thread` is its `pthread_t`, `tid` its kernel id, `bounds` its stack. Its timer is
+    /// created here, on that thread's CPU clock; it is deleted when sampling stops (the
+    /// thread's exit is not seen, and a dead thread's CPU clock no longer runs).
+    pub fn register_existing_thread(
+        &self,
+        thread: usize,
+        tid: libc::pid_t,
+        bounds: (u64, u64),
+    ) -> Result<(), String> {
+        let mut result = Ok(());
+        // SAFETY: the thread's timer is not armed yet, so the handler does not run for it.
+        unsafe {
+            self.slots
+                .register(thread, Some(bounds), |slot| result = self.arm(slot, tid))
+        };
+        result
+    }
+
+    /// Creates and arms the timer of thread `tid` (its CPU clock, or the monotonic clock in
+    /// wall mode) and stores it in its `slot`.
+    fn arm(&self, slot: &Slot, tid: libc::pid_t) -> Result<(), String> {
+        if STATE.load(Ordering::Acquire) != SAMPLING {
+            return Ok(());
+        }
+        if slot.timer.load(Ordering::Acquire) != 0 {
+            if slot.tid.load(Ordering::Relaxed) == tid {
+                return Ok(());
+            }
+            // The slot's last owner was an adopted thread that ended, and a new thread got
+            // its pthread_t.
+            Sampler::disarm(slot);
+        }
+        let clock = match self.clock {
+            Clock::Cpu => thread_cpu_clock(tid),
+            Clock::Wall => libc::CLOCK_MONOTONIC,
+        };
+        // The first expiry at a random point of the first period: a thread that runs for
+        // less than a period (thousands of short-lived threads) is then sampled with
+        // probability (its time / period), so the expected ticks equal its time, instead
+        // of never.
+        let first = 1 + random(tid as u64) % self.period_ns;
+        let timer = create_timer(
+            "a sampling timer",
+            clock,
+            Some(tid),
+            TIMER_COOKIE,
+            first,
+            self.period_ns,
+        )?;
+        slot.tid.store(tid, Ordering::Relaxed);
+        slot.first_ns.store(first, Ordering::Relaxed);
+        slot.armed_cpu_ns
+            .store(clock_ns(clock).unwrap_or(0), Ordering::Relaxed);
+        slot.ticks.store(0, Ordering::Relaxed);
+        slot.last_leaf.store(0, Ordering::Relaxed);
+        self.stats.threads.fetch_add(1, Ordering::Relaxed);
+        // Kernel timer ids start at 0: the slot keeps id + 1.
+        slot.timer.store(timer as usize + 1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Deletes the timer stored in `slot`, if any.
+    fn disarm(slot: &Slot) {
+        let timer = slot.timer.swap(0, Ordering::AcqRel);
+        if timer != 0 {
+            // SAFETY: a timer we created (stored as id + 1) and nobody else deletes (the swap
+            // took it).
+            unsafe { libc::timer_delete((timer - 1) as libc::timer_t) };
+        }
+    }
+
+    /// Stops sampling: deletes the timer and waits for handlers in flight. Afterwards the
+    /// trees can be read safely.
+    pub fn stop(&self) {
+        STATE.store(OFF, Ordering::Release);
+        self.slots.for_each(Sampler::disarm);
+        wait_for_handlers();
+    }
+
+    /// Starts sampling again after [`Sampler::stop`] (an `exec` that failed): re-arms the
+    /// timer of every registered thread.
+    pub fn resume(&self) {
+        if STATE
+            .compare_exchange(OFF, SAMPLING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        self.slots.for_each(|slot| {
+            let tid = slot.tid.load(Ordering::Relaxed);
+            if slot.ready.load(Ordering::Acquire)
+                && slot.owner.load(Ordering::Relaxed) != 0
+                && tid != 0
+            {
+                let _ = self.arm(slot, tid);
+            }
+        });
+    }
+
+    /// In a fork child: forget the parent's samples, and start a timer of our own (timers
+    /// are not inherited by `fork`). Takes no lock.
+    pub fn restart_after_fork(&self) {
+        if STATE.load(Ordering::Acquire) == YIELDED {
+            return;
+        }
+        STATE.store(OFF, Ordering::Release);
+        self.trees.reset();
+        self.slots.reset_after_fork();
+        self.stats.reset();
+        // No locks here: another thread of the parent may have held one at fork time.
+        STATE.store(SAMPLING, Ordering::Release);
+        let mut armed = false;
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        self.slots
+            .register_current(|slot| armed = self.arm(slot, tid).is_ok());
+        if !armed {
+            let msg =
+                b"pyigprof: cannot start a sampling timer in the fork child; it is not profiled\n";
+            // SAFETY: writing a static buffer to stderr.
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        }
+    }
+
+    /// The calling thread is ending (its exit key's destructor, `SIGPROF` blocked): stops
+    /// its timer and counts the ticks of the expirations the kernel had not delivered yet.
+    ///
+    /// The kernel checks a thread's CPU timer on its tick (every 4 ms at 250 Hz), so a
+    /// thread that ends a few milliseconds after an expiry loses that signal: a thread
+    /// living less than a tick is mostly never sampled. From the thread's CPU time, the
+    /// random first expiry and the period, the expirations that occurred are known exactly;
+    /// those not delivered are added as ticks (without samples) to the thread's latest
+    /// sample, or to an `<unsampled thread time>` marker when it has none, so the profile's
+    /// total stays equal to the CPU time. (Wall-clock timers fire precisely: no correction.)
+    fn thread_ending(&self, slot: &Slot) {
+        Sampler::disarm(slot);
+        let tid = slot.tid.load(Ordering::Relaxed);
+        if self.clock != Clock::Cpu || tid == 0 || STATE.load(Ordering::Acquire) != SAMPLING {
+            return;
+        }
+        let Some(now) = clock_ns(thread_cpu_clock(tid)) else {
+            return;
+        };
+        let ran = now.saturating_sub(slot.armed_cpu_ns.load(Ordering::Relaxed));
+        let first = slot.first_ns.load(Ordering::Relaxed);
+        let expirations = if ran >= first {
+            (ran - first) / self.period_ns + 1
+        } else {
+            0
+        };
+        let missed = expirations.saturating_sub(slot.ticks.load(Ordering::Relaxed));
+        if missed == 0 {
+            return;
+        }
+        self.stats
+            .unsampled_ticks
+            .fetch_add(missed, Ordering::Relaxed);
+        self.stats.ticks.fetch_add(missed, Ordering::Relaxed);
+        let leaf = slot.last_leaf.load(Ordering::Relaxed);
+        if leaf != 0 {
+            self.trees
+                .node(leaf)
+                .ticks
+                .fetch_add(missed, Ordering::Relaxed);
+            return;
+        }
+        let mut root = slot.root.load(Ordering::Relaxed);
+        if root == 0 {
+            let Some(fresh) = self.trees.new_root() else {
+                return;
+            };
+            slot.root.store(fresh, Ordering::Release);
+            root = fresh;
+        }
+        let marker = [marker_key(Marker::Unsampled)];
+        let _ = self.trees.record(root, &marker, 0, missed);
+    }
+}
+
+/// Creates the key whose destructor tells the sampler that a registered thread is
+/// exiting ([`thread_exiting`]). Without it, threads' timers live until sampling stops.
+pub(crate) fn watch_thread_exits(sampler: &Sampler) {
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: creating a key with a plain extern "C" destructor.
+    if unsafe { libc::pthread_key_create(&mut key, Some(thread_exiting)) } == 0 {
+        sampler.exit_key.store(key as usize, Ordering::Relaxed);
+    }
+}
+
+/// The CPU clock of thread `tid` (`MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)` of the
+/// kernel's posix-timers.h, as glibc's `pthread_getcpuclockid` computes it).
+fn thread_cpu_clock(tid: libc::pid_t) -> libc::clockid_t {
+    (!tid << 3) | 6
+}
+
+/// The time of `clock` in nanoseconds. Async-signal-safe.
+pub(crate) fn clock_ns(clock: libc::clockid_t) -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// Creates and arms a POSIX timer on `clock` that sends `SIGPROF` carrying `cookie` in
+/// `si_value` — to thread `tid` (`SIGEV_THREAD_ID`), or to the process when `None` — first
+/// after `first_ns`, then every `period_ns` nanoseconds. The error ("cannot create/arm
+/// `what`: …") says which step failed.
+pub fn create_timer(
+    what: &str,
+    clock: libc::clockid_t,
+    tid: Option<libc::pid_t>,
+    cookie: usize,
+    first_ns: u64,
+    period_ns: u64,
+) -> Result<libc::timer_t, String> {
+    let timespec = |ns: u64| libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: plain timer_create/timer_settime calls with initialised structures.
+    unsafe {
+        let mut event: libc::sigevent = std::mem::zeroed();
+        event.sigev_signo = libc::SIGPROF;
+        event.sigev_value = libc::sigval {
+            sival_ptr: cookie as *mut libc::c_void,
+        };
+        match tid {
+            Some(tid) => {
+                event.sigev_notify = libc::SIGEV_THREAD_ID;
+                event.sigev_notify_thread_id = tid;
+            }
+            None => event.sigev_notify = libc::SIGEV_SIGNAL,
+        }
+        let mut timer: libc::timer_t = std::ptr::null_mut();
+        if libc::timer_create(clock, &mut event, &mut timer) != 0 {
+            return Err(format!(
+                "cannot create {what}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let spec = libc::itimerspec {
+            it_interval: timespec(period_ns),
+            it_value: timespec(first_ns),
+        };
+        if libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) != 0 {
+            let err = std::io::Error::last_os_error();
+            libc::timer_delete(timer);
+            return Err(format!("cannot arm {what}: {err}"));
+        }
+        Ok(timer)
+    }
+}
+
+/// A pseudo-random number from `seed` and the monotonic clock (splitmix64).
+fn random(seed: u64) -> u64 {
+    let now = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
+    let mut z = seed ^ now.wrapping_mul(1_000_000_007);
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Destructor of the exit key: a registered thread is exiting; stop its timer.
+extern "C" fn thread_exiting(_value: *mut libc::c_void) {
+    if let Some(sampler) = get() {
+        sampler
+            .slots
+            .unregister_current(|slot| sampler.thread_ending(slot));
+    }
+}
+
+/// How many ticks a signal stands for: 1 plus the expirations the kernel merged into it.
+pub(crate) fn ticks_of(info: *const libc::siginfo_t) -> u64 {
+    // SAFETY: the kernel passes a valid siginfo; for SI_TIMER signals si_overrun is the int
+    // at offset 20 (after si_signo, si_errno, si_code, padding, si_tid).
+    unsafe {
+        if (*info).si_code == libc::SI_TIMER {
+            let overrun = *(info as *const u8).add(20).cast::<i32>();
+            1 + overrun.max(0) as u64
+        } else {
+            1
+        }
+    }
+}
