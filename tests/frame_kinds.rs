@@ -99,7 +99,7 @@ async def main():
     await asyncio.gather(coro(200), coro(200))
 for _ in range(4):
     sum(delegate(100))
-asyncio.get_event_loop().run_until_complete(main())
+asyncio.new_event_loop().run_until_complete(main())
 "#;
 
 #[test]

@@ -111,6 +111,64 @@ fn mixed_program_on_every_interpreter() {
     }
 }
 
+/// Whether `python` has CPython's JIT (`sys._jit.is_available()`, 3.14+ built with
+/// `--enable-experimental-jit`), and turns it on with `PYTHON_JIT=1`.
+fn has_jit(python: &Interpreter) -> bool {
+    let out = std::process::Command::new(&python.path)
+        .args([
+            "-c",
+            "import sys; j = getattr(sys, '_jit', None); print(bool(j and j.is_available() and j.is_enabled()))",
+        ])
+        .env("PYTHON_JIT", "1")
+        .output();
+    out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "True")
+}
+
+#[test]
+fn jitted_code_keeps_its_python_frames() {
+    // Debian sid's 3.14 and 3.15 are built with the experimental JIT, off unless
+    // PYTHON_JIT=1. Jitted machine code has no symbols and no unwind tables: samples that
+    // land in it must still carry their thread's Python frames, with the same shares.
+    for python in &interpreters_for("jit", "interpreters with a JIT", has_jit) {
+        let who = &python.name;
+        let (run, profile) =
+            profiled_ok(python, &[&example("mixed.py"), "3"], &[("PYTHON_JIT", "1")]);
+        let stdout = run.stdout();
+        let cpu = json_number(&stdout, "process_cpu_s");
+        for phase in ["python_work", "squeeze", "digest"] {
+            let measured = 100.0 * json_number(&stdout, phase) / cpu;
+            let profiled = share(&profile, |s| s.has(phase));
+            eprintln!("{who} (JIT): {phase}: profile {profiled:.1}%, measured {measured:.1}%");
+            assert!(
+                (profiled - measured).abs() <= 4.0,
+                "{who} (JIT): {phase} is {profiled:.1}% of the profile but {measured:.1}% measured"
+            );
+        }
+        // Samples whose innermost frame is in anonymous executable memory (the JIT's code).
+        let in_jit = |s: &Stack| s.frames.last().is_some_and(|(_, file)| file == "[unknown]");
+        let jitted = share(&profile, in_jit);
+        let jitted_with_python = share(&profile, |s| in_jit(s) && s.has("python_work"));
+        eprintln!("{who} (JIT): {jitted:.1}% of samples in jitted code, {jitted_with_python:.1}% under python_work");
+        assert!(
+            jitted > 2.0,
+            "{who}: no sample in jitted code ({jitted:.1}%): was the JIT on?"
+        );
+        assert!(
+            jitted_with_python >= 0.95 * jitted,
+            "{who}: only {jitted_with_python:.1}% of the {jitted:.1}% in jitted code have their Python frames"
+        );
+        let stats = run.statistics();
+        let ratio = |key: &str| {
+            stats[key].parse::<f64>().unwrap() / stats["stats.samples"].parse::<f64>().unwrap()
+        };
+        assert!(
+            ratio("stats.with_python") >= 0.97,
+            "{who}: {:.1}% of samples with Python frames",
+            100.0 * ratio("stats.with_python")
+        );
+    }
+}
+
 #[test]
 fn reported_time_matches_cpu_time_at_one_kilohertz() {
     for python in python311("one_kilohertz") {

@@ -418,14 +418,14 @@ fn threads_started_before_and_after_the_constructor_are_sampled() {
 }
 
 /// A program that presents itself as CPython `VERSION` (it exports `Py_GetVersion` and
-/// `Py_Initialize`, and a `_PyRuntime` whose `_Py_DebugOffsets` cookie is wrong), spins in
+/// `Py_Initialize`, and a `_PyRuntime` that starts with the words `RUNTIME`), spins in
 /// `fake_eval_loop` and exits with status 7.
 const FAKE_INTERPRETER: &str = r#"
 #include <stdio.h>
 #include <time.h>
 const char *Py_GetVersion(void) { return VERSION " (fake, for pyigprof's tests)"; }
 void Py_Initialize(void) {}
-unsigned long long _PyRuntime[128] = { 0x6775626564796e6fULL, 0x030d00f0ULL };
+unsigned long long _PyRuntime[128] = { RUNTIME };
 __attribute__((noinline)) double fake_eval_loop(double seconds) {
     double t = 0;
     while ((double)clock() / CLOCKS_PER_SEC < seconds) t += 1e-9 * t + 1;
@@ -437,19 +437,51 @@ int main(void) {
 }
 "#;
 
+/// 3.15.2's `_Py_DebugOffsets` after the header (the first 40 of its 108 words), with a
+/// word inserted before the frame section: what a 3.16 that grew its struct would look
+/// like to a reader that assumed 3.15's revision.
+const GROWN_3_15_STRUCT: &str = "346568, 912, 936, 226240, 7272, 7264, 7336, 7352, 7400, 7592, \
+    7576, 7584, 16, 7736, 0, 7752, 7744, 7944, 0, 888, 0, 0, 8, 16, 72, 80, 88, 96, 176, 184, \
+    256, 32, 36, 40, 136, 288, 0, 88, 8, 0, 56, 80, 74, 64, 0, 216, 112, 120, 128, 136, 68, 52";
+
 #[test]
 fn an_interpreter_pyigprof_does_not_understand_gets_native_frames_and_one_line() {
-    // No real 3.14 is on this machine: fake interpreters stand for one that pyigprof
-    // cannot read: 3.99 (no layout table, no _Py_DebugOffsets) and a 3.13 whose
-    // _Py_DebugOffsets cookie is wrong.
-    for version in ["3.99.0", "3.13.0"] {
+    // Fake interpreters stand for ones whose frames pyigprof cannot read: (version,
+    // _PyRuntime's first words, the reason said). "xdebugpy" is 0x7970677562656478.
+    let grown = format!("0x7970677562656478ULL, 0x031000a1ULL, 0, {GROWN_3_15_STRUCT}");
+    let cases = [
+        (
+            "3.99.0",
+            "0x6775626564796e6fULL, 0x030d00f0ULL".to_string(),
+            "_PyRuntime does not start with _Py_DebugOffsets",
+        ),
+        (
+            "3.13.0",
+            "0x6775626564796e6fULL, 0x030d00f0ULL".to_string(),
+            "_PyRuntime does not start with _Py_DebugOffsets",
+        ),
+        (
+            "3.14.0",
+            "0x7970677562656478ULL, 0x030e00f0ULL, 1".to_string(),
+            "it is a free-threaded build",
+        ),
+        (
+            "3.16.0",
+            grown,
+            "newer than any pyigprof knows, and its _Py_DebugOffsets are not self-consistent",
+        ),
+    ];
+    for (version, runtime, reason) in cases {
         let dir = scratch_dir("fake-python");
-        let define = format!("-DVERSION=\"{version}\"");
+        let defines = [
+            format!("-DVERSION=\"{version}\""),
+            format!("-DRUNTIME={runtime}"),
+        ];
         let program = c_program(
             &dir,
             "fake-python",
             FAKE_INTERPRETER,
-            &["-O1", "-rdynamic", &define],
+            &["-O1", "-rdynamic", &defines[0], &defines[1]],
         );
         let run = run_profiled(&program, &[], &[]);
         assert_eq!(run.output.status.code(), Some(7), "{}", run.stderr());
@@ -461,13 +493,14 @@ fn an_interpreter_pyigprof_does_not_understand_gets_native_frames_and_one_line()
         let stderr = run.stderr();
         let said: Vec<&str> = stderr
             .lines()
-            .filter(|l| l.contains("is not a version pyigprof knows"))
+            .filter(|l| l.contains("cannot read the Python frames"))
             .collect();
         assert_eq!(said.len(), 1, "{version}: {stderr}");
+        let expected =
+            format!("pyigprof: cannot read the Python frames of Python {version}: {reason}");
         assert!(
-            said[0].starts_with(&format!("pyigprof: Python {version} is not a version"))
-                && said[0].ends_with("recording native frames only"),
-            "{}",
+            said[0].starts_with(&expected) && said[0].ends_with("recording native frames only"),
+            "{version}: {}\nexpected {expected}…",
             said[0]
         );
         let profile = run.profile();

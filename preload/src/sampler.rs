@@ -16,11 +16,11 @@
 //! before sampling; every read of the interrupted program's memory is checked; `errno` is
 //! preserved (by the handler, [`crate::sources::handler`]).
 
-use crate::capture::mixed::{compose, Native, Python};
+use crate::capture::mixed::{compose, pair, Evaluator, Native, Python};
 use crate::capture::python::code::Codes;
 use crate::capture::python::stack::{walk, PyStack};
 use crate::capture::python::Runtime;
-use crate::capture::unwind::{modules, unwind, Regs};
+use crate::capture::unwind::{modules, unwind, Frames, Regs};
 use crate::config::Clock;
 pub use crate::record::stats::Stats;
 use crate::record::threads::Slots;
@@ -147,12 +147,16 @@ impl Sampler {
                     regs,
                     bounds,
                     restorer,
-                    &mut slot.native,
+                    Frames {
+                        pcs: &mut slot.native,
+                        sps: &mut slot.native_sps,
+                    },
                 );
                 (u.frames, u.complete, u.cut)
             }
             _ => {
                 slot.native[0] = regs.ip;
+                slot.native_sps[0] = regs.sp;
                 (1, false, false)
             }
         };
@@ -163,9 +167,12 @@ impl Sampler {
         // Python frames.
         let mut python = None;
         if let Some(rt) = &self.python {
-            let has_evaluator = slot.native[..native_len]
-                .iter()
-                .any(|&pc| rt.is_evaluator(pc));
+            // Without markers, a stack without evaluator frames has no Python frames to
+            // place: skip the walk.
+            let has_evaluator = rt.pairs_by_marker()
+                || slot.native[..native_len]
+                    .iter()
+                    .any(|&pc| rt.is_evaluator(pc));
             let tstate = if has_evaluator {
                 rt.current_thread_state(&mut slot.thread_state)
             } else {
@@ -175,6 +182,7 @@ impl Sampler {
                 let out = PyStack {
                     keys: &mut slot.python,
                     group_ends: &mut slot.groups,
+                    markers: &mut slot.markers,
                 };
                 match walk(
                     tstate,
@@ -195,6 +203,7 @@ impl Sampler {
 
         let native = Native {
             frames: &slot.native[..native_len],
+            sps: &slot.native_sps[..native_len],
             complete,
             cut,
         };
@@ -203,18 +212,25 @@ impl Sampler {
                 let py = Python {
                     keys: &slot.python[..w.frames],
                     group_ends: &slot.groups[..w.groups],
+                    markers: &slot.markers[..w.groups],
                     truncated: w.truncated,
                 };
-                let c = compose(&native, Some(&py), |pc| rt.is_evaluator(pc), &mut slot.out);
+                let evaluator = if rt.pairs_by_marker() {
+                    Evaluator::Marker
+                } else {
+                    Evaluator::Address(|pc| rt.is_evaluator(pc))
+                };
+                let n = pair(&native, &py, &evaluator, &mut slot.paired);
+                let c = compose(&native, Some((&py, &slot.paired[..n])), &mut slot.out);
                 if c.paired > 0 {
                     stats.with_python.fetch_add(1, Ordering::Relaxed);
                 }
-                if c.evaluators != w.groups {
+                if c.unplaced > 0 {
                     stats.python_mismatches.fetch_add(1, Ordering::Relaxed);
                 }
                 c
             }
-            _ => compose(&native, None, |_| false, &mut slot.out),
+            _ => compose(&native, None, &mut slot.out),
         };
         stats
             .deepest

@@ -66,8 +66,24 @@ pub struct Interpreter {
     pub version: (u32, u32),
 }
 
-/// Every interpreter the brief lists that is present: pyenv's builds and Debian's static
-/// `/usr/bin/python3.11`, oldest first.
+/// Where `scripts/install-debian-pythons.sh` installs Debian's newer interpreters (trixie's
+/// 3.13, sid's 3.14 and 3.15): `$PYIGPROF_PYTHONS_DIR`, else
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/pyigprof/pythons`.
+pub fn installed_pythons_dir() -> Option<PathBuf> {
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    var("PYIGPROF_PYTHONS_DIR")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("pyigprof/pythons")))
+        .or_else(|| var("HOME").map(|d| d.join(".cache/pyigprof/pythons")))
+}
+
+/// Every interpreter the brief lists that is present: pyenv's builds, Debian's static
+/// `/usr/bin/python3.11`, and the Debian builds the install script put in
+/// [`installed_pythons_dir`] (listed in its `interpreters.txt`), oldest first. Versions
+/// are asked of each interpreter, never taken from its name.
 pub fn interpreters() -> Vec<Interpreter> {
     let mut found = Vec::new();
     if let Ok(entries) = std::fs::read_dir("/root/.pyenv/versions") {
@@ -90,6 +106,23 @@ pub fn interpreters() -> Vec<Interpreter> {
             path: debian,
             version,
         });
+    }
+    if let Some(list) = installed_pythons_dir()
+        .and_then(|dir| std::fs::read_to_string(dir.join("interpreters.txt")).ok())
+    {
+        for line in list.lines() {
+            let Some((name, path)) = line.split_once(' ') else {
+                continue;
+            };
+            let path = PathBuf::from(path.trim());
+            if let Some(version) = version_of(&path) {
+                found.push(Interpreter {
+                    name: name.to_string(),
+                    path,
+                    version,
+                });
+            }
+        }
     }
     found.sort_by(|a, b| (a.version, &a.name).cmp(&(b.version, &b.name)));
     found

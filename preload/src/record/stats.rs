@@ -28,7 +28,8 @@ pub struct Stats {
     /// Samples whose Python part was abandoned after a read that failed validation (the
     /// native part is kept).
     pub python_abandoned: AtomicU64,
-    /// Samples whose evaluator frames and Python frame groups did not pair one to one.
+    /// Samples with a non-empty group of Python frames that no native evaluator frame was
+    /// found for, in a whole native stack: the group was left out (`capture::mixed`).
     pub python_mismatches: AtomicU64,
     /// Deepest recorded call stack, in frames.
     pub deepest: AtomicU64,

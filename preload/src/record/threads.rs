@@ -53,10 +53,16 @@ pub struct Slot {
     pub last_leaf: AtomicU32,
     /// Scratch: native frame addresses, innermost first.
     pub native: [u64; MAX_NATIVE_FRAMES],
+    /// Scratch: each native frame's stack pointer.
+    pub native_sps: [u64; MAX_NATIVE_FRAMES],
     /// Scratch: Python frame keys, innermost first.
     pub python: [u64; MAX_PYTHON_FRAMES],
     /// Scratch: Python group ends (see `python::stack`).
     pub groups: [u16; MAX_NATIVE_FRAMES],
+    /// Scratch: each Python group's marker on the C stack (see `python::stack`).
+    pub markers: [u64; MAX_NATIVE_FRAMES],
+    /// Scratch: the native frame of each Python group (see `mixed::pair`).
+    pub paired: [u16; MAX_NATIVE_FRAMES],
     /// Scratch: the call stack being recorded, outermost first.
     pub out: [u64; MAX_STACK],
     /// Scratch for text captured from the interpreter.

@@ -3,43 +3,38 @@
 //! ranges, the type objects, and how thread states are found. Runs in the constructor
 //! (may allocate and read files); the result is the [`Runtime`] the handler uses.
 
-use super::layout::Layout;
+use super::layout::{DebugOffsetsError, FrameModel, Layout, TypeSizes, NEWEST_KNOWN, TP_BASICSIZE};
 use super::{code, Runtime, ThreadStateSource};
 use crate::capture::symbols;
 use crate::capture::unwind::modules;
 use pyigprof_hooks::cpython;
 
-/// Describes the CPython runtime of this process, or says on stderr why Python frames will
-/// be missing.
+/// Describes the CPython runtime of this process, or says on stderr (one line) why Python
+/// frames will be missing.
 pub fn runtime(version: (u8, u8, u8)) -> Option<Runtime> {
     let (major, minor, micro) = version;
-    let Some(layout) = layout_of(major, minor) else {
-        eprintln!(
-            "pyigprof: Python {major}.{minor}.{micro} is not a version pyigprof knows \
-             (no layout table, and no plausible _Py_DebugOffsets); recording native frames only"
-        );
-        return None;
+    let layout = match layout_of(major, minor) {
+        Ok(layout) => layout,
+        Err(why) => {
+            eprintln!(
+                "pyigprof: cannot read the Python frames of Python {major}.{minor}.{micro}: {why}; \
+                 recording native frames only"
+            );
+            return None;
+        }
     };
+    // Only interpreters whose evaluator leaves no marker on the C stack (≤ 3.10) need its
+    // symbols.
     let evaluator_name = if major == 2 {
         "PyEval_EvalFrameEx"
     } else {
         "_PyEval_EvalFrameDefault"
     };
-    let evaluator = evaluator_ranges(evaluator_name);
-    let sym = |name: &std::ffi::CStr| cpython::symbol(name) as u64;
-    let types = if major == 2 {
-        code::Types {
-            code: sym(c"PyCode_Type"),
-            text: sym(c"PyString_Type"),
-            bytes: sym(c"PyString_Type"),
-        }
-    } else {
-        code::Types {
-            code: sym(c"PyCode_Type"),
-            text: sym(c"PyUnicode_Type"),
-            bytes: sym(c"PyBytes_Type"),
-        }
+    let evaluator = match layout.frame {
+        FrameModel::FrameObject => evaluator_ranges(evaluator_name),
+        _ => Vec::new(),
     };
+    let types = types(major);
     let source = thread_state_source(&layout);
     let runtime = Runtime::new(layout, &evaluator, types, source);
     if runtime.is_none() {
@@ -51,12 +46,86 @@ pub fn runtime(version: (u8, u8, u8)) -> Option<Runtime> {
     runtime
 }
 
+/// The type objects that validate reads, from the exported symbols.
+fn types(major: u8) -> code::Types {
+    let sym = |name: &std::ffi::CStr| cpython::symbol(name) as u64;
+    if major == 2 {
+        code::Types {
+            code: sym(c"PyCode_Type"),
+            text: sym(c"PyString_Type"),
+            bytes: sym(c"PyString_Type"),
+        }
+    } else {
+        code::Types {
+            code: sym(c"PyCode_Type"),
+            text: sym(c"PyUnicode_Type"),
+            bytes: sym(c"PyBytes_Type"),
+        }
+    }
+}
+
+/// The offset from the thread pointer (`%fs:0`) of the variable that
+/// `PyGILState_GetThisThreadState` at `code` returns, when its machine code is a plain
+/// thread-local read (3.15 keeps the thread state in `_Py_tss_gilstate`, a thread-local
+/// variable, not a pthread key): `mov %fs:disp32,%rax; ret` (local-exec TLS, executables),
+/// or `mov disp32(%rip),%rax; mov %fs:(%rax),%rax; ret` (initial-exec, shared libraries).
+/// An optional `endbr64` may come first. `None` for any other code.
+pub fn decode_tls_read(code: &[u8]) -> Option<i64> {
+    let code = code.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa]).unwrap_or(code);
+    let disp = |b: &[u8]| i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    // 64 48 8b 04 25 <disp32> c3
+    if code.len() >= 10 && code[..5] == [0x64, 0x48, 0x8b, 0x04, 0x25] && code[9] == 0xc3 {
+        return Some(i64::from(disp(&code[5..9])));
+    }
+    None
+}
+
+/// The initial-exec form of [`decode_tls_read`]: the address of the GOT slot that holds the
+/// offset, for `mov disp32(%rip),%rax; mov %fs:(%rax),%rax; ret` at run-time address `at`.
+fn initial_exec_slot(code: &[u8], at: u64) -> Option<u64> {
+    let (code, at) = match code.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa]) {
+        Some(rest) => (rest, at + 4),
+        None => (code, at),
+    };
+    // 48 8b 05 <disp32>   64 48 8b 00   c3
+    if code.len() >= 12
+        && code[..3] == [0x48, 0x8b, 0x05]
+        && code[7..11] == [0x64, 0x48, 0x8b, 0x00]
+        && code[11] == 0xc3
+    {
+        let disp = i32::from_le_bytes([code[3], code[4], code[5], code[6]]);
+        return Some((at + 7).wrapping_add(disp as i64 as u64));
+    }
+    None
+}
+
+/// Where `PyGILState_GetThisThreadState` reads the calling thread's state, if it is a
+/// thread-local variable (see [`decode_tls_read`]).
+fn thread_local_state() -> Option<i64> {
+    let at = cpython::symbol(c"PyGILState_GetThisThreadState") as u64;
+    if at == 0 {
+        return None;
+    }
+    // SAFETY: the first 16 bytes of an exported function's code, mapped and readable (a
+    // function is longer than that, or followed by more code or padding in its segment).
+    let code = unsafe { std::slice::from_raw_parts(at as *const u8, 16) };
+    if let Some(offset) = decode_tls_read(code) {
+        return Some(offset);
+    }
+    let slot = initial_exec_slot(code, at)?;
+    // SAFETY: a GOT slot the function's own code reads.
+    Some(unsafe { *(slot as *const i64) })
+}
+
 /// Resolves how this CPython's thread states are found to this process's addresses.
 fn thread_state_source(layout: &Layout) -> ThreadStateSource {
     use super::layout::ThreadStateLookup as Lookup;
     use ThreadStateSource as Source;
     let exported =
         |name: &str| std::ffi::CString::new(name).map_or(0, |name| cpython::symbol(&name) as u64);
+    if let Some(offset) = thread_local_state() {
+        return Source::ThreadLocal { offset };
+    }
     match layout.thread_state {
         Lookup::AttachedKey => Source::AttachedKey,
         Lookup::RuntimeTss { offset } => match exported("_PyRuntime") {
@@ -92,19 +161,36 @@ fn object_containing(addr: u64) -> Option<(usize, modules::ObjectInfo)> {
 
 /// The frame layout of CPython `major.minor`: the table up to 3.12, the interpreter's own
 /// `_Py_DebugOffsets` (at the start of `_PyRuntime`, statically initialised, so readable
-/// before Python starts) from 3.13.
-fn layout_of(major: u8, minor: u8) -> Option<Layout> {
+/// before Python starts) from 3.13, checked against its type objects. The error is the
+/// reason, for the one stderr line.
+fn layout_of(major: u8, minor: u8) -> Result<Layout, String> {
     use super::layout::DEBUG_OFFSETS_WORDS;
     if (major, minor) < (3, 13) {
-        return Layout::for_version(major, minor);
+        return Layout::for_version(major, minor)
+            .ok_or_else(|| "not a version pyigprof knows".to_string());
     }
     let runtime = cpython::symbol(c"_PyRuntime");
     if runtime == 0 {
-        return None;
+        return Err("no _PyRuntime symbol".into());
     }
     // SAFETY: _PyRuntime is a static object larger than its _Py_DebugOffsets header.
     let words = unsafe { std::slice::from_raw_parts(runtime as *const u64, DEBUG_OFFSETS_WORDS) };
-    Layout::from_debug_offsets(words, major, minor)
+    let basic_size = |name: &std::ffi::CStr| match cpython::symbol(name) {
+        0 => 0,
+        // SAFETY: an exported type object: tp_basicsize is inside its header.
+        ty => unsafe { *((ty as u64 + TP_BASICSIZE) as *const u64) },
+    };
+    let sizes = TypeSizes {
+        code: basic_size(c"PyCode_Type"),
+        bytes: basic_size(c"PyBytes_Type"),
+        unicode: basic_size(c"PyUnicode_Type"),
+    };
+    Layout::from_debug_offsets(words, major, minor, &sizes).map_err(|e| match e {
+        DebugOffsetsError::Inconsistent(_) if (major, minor) > NEWEST_KNOWN => {
+            format!("newer than any pyigprof knows, and {e}")
+        }
+        e => e.to_string(),
+    })
 }
 
 /// Run-time address ranges of every part of the evaluator function: the symbol table of the
@@ -148,3 +234,37 @@ fn evaluator_ranges(name: &str) -> Vec<(u64, u64)> {
 
 /// `dladdr1` request for the ELF symbol (`<dlfcn.h>`).
 const RTLD_DL_SYMENT: libc::c_int = 1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_local_accessor_is_decoded_and_other_code_is_not() {
+        // Debian sid's 3.15.2: endbr64; mov %fs:0xffffffffffffffd8,%rax; ret.
+        let python_3_15 = [
+            0xf3, 0x0f, 0x1e, 0xfa, 0x64, 0x48, 0x8b, 0x04, 0x25, 0xd8, 0xff, 0xff, 0xff, 0xc3,
+        ];
+        assert_eq!(decode_tls_read(&python_3_15), Some(-0x28));
+        assert_eq!(
+            decode_tls_read(&python_3_15[4..]),
+            Some(-0x28),
+            "without endbr64"
+        );
+        // Debian sid's 3.14.10: endbr64; cmpl $0,…(%rip) (is the pthread key created?): a
+        // pthread key, not a thread-local variable.
+        let python_3_14 = [
+            0xf3, 0x0f, 0x1e, 0xfa, 0x83, 0x3d, 0x3b, 0x49, 0x77, 0x00, 0x00, 0x74, 0x0a, 0xbf,
+        ];
+        assert_eq!(decode_tls_read(&python_3_14), None);
+        assert_eq!(decode_tls_read(&python_3_15[..9]), None, "cut short");
+        // Initial-exec, as a shared libpython would have it: mov 0x100(%rip),%rax;
+        // mov %fs:(%rax),%rax; ret — the GOT slot is 0x100 past the end of the first
+        // instruction.
+        let shared = [
+            0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00, 0x64, 0x48, 0x8b, 0x00, 0xc3,
+        ];
+        assert_eq!(decode_tls_read(&shared), None);
+        assert_eq!(initial_exec_slot(&shared, 0x1000), Some(0x1000 + 7 + 0x100));
+    }
+}

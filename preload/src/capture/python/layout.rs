@@ -17,10 +17,17 @@ pub enum FrameModel {
     /// exactly one of them.
     FrameObject,
     /// 3.11: `_PyInterpreterFrame`s linked by `previous`; the byte at `offset` (`is_entry`)
-    /// is set on the outermost frame of each evaluator activation.
-    IsEntry { offset: u16 },
-    /// 3.12+: an activation's frames end at a frame whose `owner` byte (at `offset`) is
-    /// `FRAME_OWNED_BY_CSTACK` (`value`); that frame is plumbing, not Python code.
+    /// is set on the outermost frame of each evaluator activation. Each activation's local
+    /// `_PyCFrame` is its marker on the C stack: `tstate->cframe` is the innermost one, and
+    /// each links to the next outer one at `cframe_previous`.
+    IsEntry { offset: u16, cframe_previous: u16 },
+    /// 3.12+: an activation's frames end at its entry frame, a local of the evaluator's C
+    /// frame (so also its marker on the C stack), whose `owner` byte (at `offset`) is at
+    /// least `value`: `FRAME_OWNED_BY_CSTACK` (3) in 3.12/3.13, `FRAME_OWNED_BY_INTERPRETER`
+    /// (3) from 3.14, where `FRAME_OWNED_BY_CSTACK` became 4 (`pycore_frame.h`,
+    /// `pycore_interpframe_structs.h`). That frame is plumbing, not Python code. 3.15 also
+    /// ends every chain with the thread's base frame (same owner, kept in the thread state,
+    /// not on the C stack).
     CStackOwner { offset: u16, value: u8 },
 }
 
@@ -115,6 +122,9 @@ pub struct Layout {
     pub frame: FrameModel,
     /// Offset of the code object pointer in a frame (`f_code`, 3.13 `f_executable`).
     pub frame_code: u16,
+    /// Bits of the word at `frame_code` that hold the pointer: 3.14 made `f_executable` a
+    /// tagged `_PyStackRef` whose low two bits are flags (`pycore_stackref.h`).
+    pub frame_code_mask: u64,
     /// Offset of the caller link (`f_back` / `previous`).
     pub frame_back: u16,
     /// Where the current instruction is kept.
@@ -152,6 +162,7 @@ impl Layout {
             cframe_current: None,
             frame: FrameModel::FrameObject,
             frame_code: 32,
+            frame_code_mask: u64::MAX,
             frame_back: 24,
             position: if minor == 10 {
                 Position::LastiCodeUnits { offset: lasti }
@@ -185,6 +196,7 @@ impl Layout {
                 value: 3,
             },
             frame_code: 0,
+            frame_code_mask: u64::MAX,
             frame_back: 8,
             position: Position::Pointer {
                 offset: 56,
@@ -241,7 +253,10 @@ impl Layout {
             (3, 8) | (3, 9) => Some(frame_object(104, 104, 40, 120)),
             (3, 10) => Some(frame_object(96, 104, 40, 120)),
             (3, 11) => Some(Layout {
-                frame: FrameModel::IsEntry { offset: 68 },
+                frame: FrameModel::IsEntry {
+                    offset: 68,
+                    cframe_previous: 16,
+                },
                 frame_code: 32,
                 frame_back: 48,
                 position: Position::Pointer {
@@ -262,20 +277,36 @@ impl Layout {
     }
 
     /// The layout of CPython `major.minor` (3.13+) from the `_Py_DebugOffsets` at the start of
-    /// its `_PyRuntime`, given as 64-bit words (at least [`DEBUG_OFFSETS_WORDS`]). `None` when
-    /// the cookie is wrong or the offsets are implausible.
-    pub fn from_debug_offsets(words: &[u64], major: u8, minor: u8) -> Option<Layout> {
-        if words.len() < DEBUG_OFFSETS_WORDS || words[0].to_le_bytes() != *b"xdebugpy" {
-            return None;
+    /// its `_PyRuntime`, given as 64-bit words (at least [`DEBUG_OFFSETS_WORDS`]), read with
+    /// the struct revision of that version (the newest known for a newer one). `sizes` are
+    /// the interpreter's own type objects' sizes: the offsets must agree with them. An error
+    /// says what is wrong (for the one stderr line the caller prints).
+    pub fn from_debug_offsets(
+        words: &[u64],
+        major: u8,
+        minor: u8,
+        sizes: &TypeSizes,
+    ) -> Result<Layout, DebugOffsetsError> {
+        if words.len() < DEBUG_OFFSETS_WORDS {
+            return Err(DebugOffsetsError::Short);
+        }
+        if words[0].to_le_bytes() != *b"xdebugpy" {
+            return Err(DebugOffsetsError::NoCookie);
         }
         // `version` is the runtime's PY_VERSION_HEX: it must be the version we were told.
         let hex = words[1];
-        if (hex >> 24) as u8 != major || ((hex >> 16) & 0xff) as u8 != minor || words[2] != 0 {
-            return None; // other version, or a free-threaded build (different object layout)
+        if (hex >> 24) as u8 != major || ((hex >> 16) & 0xff) as u8 != minor {
+            return Err(DebugOffsetsError::OtherVersion { hex });
+        }
+        if words[2] != 0 {
+            return Err(DebugOffsetsError::FreeThreaded);
         }
         let map = DebugOffsetsMap::for_version(major, minor);
         let constants = DebugConstants::for_version(major, minor);
-        let w = |index: usize| -> Option<u16> { u16::try_from(words[index]).ok() };
+        let w = |index: usize| -> Result<u16, DebugOffsetsError> {
+            u16::try_from(words[index])
+                .map_err(|_| DebugOffsetsError::Inconsistent("an offset above 64 KiB"))
+        };
         let frame_size = words[map.frame_size];
         let code_size = words[map.code_size];
         let layout = Layout {
@@ -284,9 +315,10 @@ impl Layout {
             cframe_current: None,
             frame: FrameModel::CStackOwner {
                 offset: w(map.owner)?,
-                value: constants.cstack_owner,
+                value: constants.entry_owner,
             },
             frame_code: w(map.executable)?,
+            frame_code_mask: constants.executable_mask,
             frame_back: w(map.previous)?,
             position: Position::Pointer {
                 offset: w(map.instr_ptr)?,
@@ -307,16 +339,41 @@ impl Layout {
             },
             thread_state: ThreadStateLookup::AttachedKey,
         };
-        // Plausibility: every frame field inside the frame, every code field inside the code
-        // object header, pointers aligned.
+        // Self-consistency: the sizes the struct gives agree with the interpreter's own type
+        // objects (a struct read with the wrong revision gives other numbers), every frame
+        // field is inside the frame, every code field inside the code object header,
+        // pointers aligned.
+        let check = |ok: bool, what: &'static str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(DebugOffsetsError::Inconsistent(what))
+            }
+        };
+        check(
+            u64::from(w(map.code_adaptive)?) == sizes.code,
+            "co_code_adaptive is not the code type's basic size",
+        )?;
+        check(
+            u64::from(layout.bytes_data) + 1 == sizes.bytes,
+            "ob_sval is not the bytes type's basic size less 1",
+        )?;
+        check(
+            words[map.unicode_size] == sizes.unicode,
+            "the unicode object size is not the str type's basic size",
+        )?;
         let in_frame = |off: u16, len: u64| u64::from(off) + len <= frame_size;
         let in_code = |off: u16, len: u64| u64::from(off) + len <= code_size;
-        let plausible = frame_size >= 16
-            && in_frame(layout.frame_code, 8)
-            && in_frame(layout.frame_back, 8)
-            && matches!(layout.position, Position::Pointer { offset, .. } if in_frame(offset, 8))
-            && matches!(layout.frame, FrameModel::CStackOwner { offset, .. } if in_frame(offset, 1))
-            && [
+        check(
+            frame_size >= 16
+                && in_frame(layout.frame_code, 8)
+                && in_frame(layout.frame_back, 8)
+                && matches!(layout.position, Position::Pointer { offset, .. } if in_frame(offset, 8))
+                && matches!(layout.frame, FrameModel::CStackOwner { offset, .. } if in_frame(offset, 1)),
+            "a frame field outside the frame",
+        )?;
+        check(
+            [
                 layout.co_filename,
                 layout.co_name,
                 layout.co_qualname.unwrap_or(1),
@@ -324,24 +381,87 @@ impl Layout {
             ]
             .iter()
             .all(|&o| o % 8 == 0)
-            && in_code(layout.co_filename, 8)
-            && in_code(layout.co_linetable, 8)
-            && in_code(layout.co_firstlineno, 4)
-            && matches!(layout.position, Position::Pointer { code_start, .. } if u64::from(code_start) <= code_size)
-            && layout.thread_frame.is_multiple_of(8);
-        plausible.then_some(layout)
+                && in_code(layout.co_filename, 8)
+                && in_code(layout.co_linetable, 8)
+                && in_code(layout.co_firstlineno, 4)
+                && u64::from(w(map.code_adaptive)?) <= code_size
+                && layout.thread_frame.is_multiple_of(8),
+            "a code field outside the code object or misaligned",
+        )?;
+        Ok(layout)
     }
 }
 
-/// How many 64-bit words of `_Py_DebugOffsets` [`Layout::from_debug_offsets`] reads.
-pub const DEBUG_OFFSETS_WORDS: usize = 72;
+/// Why `_Py_DebugOffsets` could not be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DebugOffsetsError {
+    /// Fewer words than [`DEBUG_OFFSETS_WORDS`].
+    Short,
+    /// `_PyRuntime` does not start with the cookie `"xdebugpy"`.
+    NoCookie,
+    /// The struct's `version` (`PY_VERSION_HEX`) is not the interpreter's.
+    OtherVersion {
+        /// The `version` found.
+        hex: u64,
+    },
+    /// A free-threaded build (`free_threaded` is set): objects use tagged, deferred
+    /// references and each thread runs its own copy of the bytecode (docs/design.md).
+    FreeThreaded,
+    /// The offsets disagree with each other or with the interpreter's type objects.
+    Inconsistent(&'static str),
+}
+
+impl std::fmt::Display for DebugOffsetsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DebugOffsetsError::Short => write!(f, "its _Py_DebugOffsets are too short"),
+            DebugOffsetsError::NoCookie => {
+                write!(f, "_PyRuntime does not start with _Py_DebugOffsets")
+            }
+            DebugOffsetsError::OtherVersion { hex } => {
+                write!(f, "its _Py_DebugOffsets are of another version ({hex:#x})")
+            }
+            DebugOffsetsError::FreeThreaded => write!(
+                f,
+                "it is a free-threaded build, whose frames pyigprof cannot read yet"
+            ),
+            DebugOffsetsError::Inconsistent(what) => {
+                write!(f, "its _Py_DebugOffsets are not self-consistent ({what})")
+            }
+        }
+    }
+}
+
+/// The interpreter's own sizes of three object types (`tp_basicsize` of `PyCode_Type`,
+/// `PyBytes_Type`, `PyUnicode_Type`), against which `_Py_DebugOffsets` is checked:
+/// `offsetof(PyCodeObject, co_code_adaptive)`, `offsetof(PyBytesObject, ob_sval) + 1` and
+/// `sizeof(PyUnicodeObject)` (`Objects/codeobject.c`, `bytesobject.c`, `unicodeobject.c`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TypeSizes {
+    /// `PyCode_Type.tp_basicsize`.
+    pub code: u64,
+    /// `PyBytes_Type.tp_basicsize`.
+    pub bytes: u64,
+    /// `PyUnicode_Type.tp_basicsize`.
+    pub unicode: u64,
+}
+
+/// Offset of `tp_basicsize` in a type object (after `PyObject_VAR_HEAD` and `tp_name`), the
+/// same in every CPython 3.
+pub const TP_BASICSIZE: u64 = 32;
+
+/// The newest CPython whose `_Py_DebugOffsets` revision is known here; newer ones are read
+/// with it and used only if self-consistent.
+pub const NEWEST_KNOWN: (u8, u8) = (3, 15);
+
+/// How many 64-bit words of `_Py_DebugOffsets` [`Layout::from_debug_offsets`] reads (3.15's
+/// struct has 111).
+pub const DEBUG_OFFSETS_WORDS: usize = 112;
 
 /// Word indexes, inside `_Py_DebugOffsets`, of the fields the sampler uses: one revision of
-/// the struct. 3.13's, read from a 3.13.0 build: `cookie, version, free_threaded`, then
-/// `runtime_state` (3 words), `interpreter_state` (13), `thread_state` (9),
-/// `interpreter_frame` (6), `code_object` (10), `pyobject` (2), `type_object` (4),
-/// `tuple_object` (3), `list_object` (3), `dict_object` (3), `float_object` (2),
-/// `long_object` (3), `bytes_object` (3), `unicode_object` (4), each starting with its size.
+/// the struct (each version's `Include/internal/pycore_debug_offsets.h`; the struct is
+/// `cookie, version, free_threaded`, then sections that each start with their struct's
+/// size). Measured on the builds of shared/design/cpython.md §6.
 #[derive(Clone, Copy, Debug)]
 struct DebugOffsetsMap {
     current_frame: usize,
@@ -358,49 +478,79 @@ struct DebugOffsetsMap {
     firstlineno: usize,
     code_adaptive: usize,
     bytes_sval: usize,
+    unicode_size: usize,
     ascii_size: usize,
 }
 
 impl DebugOffsetsMap {
     /// The struct revision of `major.minor`; newer versions get the newest one known.
-    fn for_version(_major: u8, _minor: u8) -> DebugOffsetsMap {
+    fn for_version(major: u8, minor: u8) -> DebugOffsetsMap {
+        // Within the code object section the fields keep their order in every revision:
+        // size, filename, name, qualname, linetable, firstlineno, argcount,
+        // localsplusnames, localspluskinds, co_code_adaptive.
+        let code = |at: usize| (at, at + 1, at + 2, at + 3, at + 4, at + 5, at + 9);
+        let (thread, frame, owner, code_at, bytes, unicode) = match (major, minor) {
+            // 3.13: runtime_state (3 words), interpreter_state (13), thread_state (9),
+            // interpreter_frame (6: size, previous, executable, instr_ptr, localsplus,
+            // owner), code_object (10), then pyobject, type, tuple, list, dict, float, long.
+            (3, 13) => (23, 28, 33, 34, 66, 67),
+            // 3.14: interpreter_state grows to 16 words; interpreter_frame adds
+            // stackpointer and tlbc_index (8 words, owner 6th); code_object adds co_tlbc.
+            (3, 14) => (26, 31, 36, 39, 76, 77),
+            // 3.15: thread_state adds base_frame, last_profiled_frame, holds_gil, … (17
+            // words); the rest shifts.
+            _ => (26, 39, 44, 47, 88, 89),
+        };
+        let (code_size, filename, name, qualname, linetable, firstlineno, code_adaptive) =
+            code(code_at);
         DebugOffsetsMap {
-            current_frame: 23,
-            frame_size: 28,
-            previous: 29,
-            executable: 30,
-            instr_ptr: 31,
-            owner: 33,
-            code_size: 34,
-            filename: 35,
-            name: 36,
-            qualname: 37,
-            linetable: 38,
-            firstlineno: 39,
-            code_adaptive: 43,
-            bytes_sval: 66,
-            ascii_size: 70,
+            current_frame: thread,
+            frame_size: frame,
+            previous: frame + 1,
+            executable: frame + 2,
+            instr_ptr: frame + 3,
+            owner,
+            code_size,
+            filename,
+            name,
+            qualname,
+            linetable,
+            firstlineno,
+            code_adaptive,
+            bytes_sval: bytes,
+            unicode_size: unicode,
+            ascii_size: unicode + 3,
         }
     }
 }
 
-/// What `_Py_DebugOffsets` does not publish, per version (`Include/internal/pycore_frame.h`,
-/// `Include/cpython/code.h`).
+/// What `_Py_DebugOffsets` does not publish, per version (`Include/internal/pycore_frame.h`
+/// or `pycore_interpframe_structs.h`, `Include/cpython/code.h`, `pycore_stackref.h`).
 #[derive(Clone, Copy, Debug)]
 struct DebugConstants {
-    /// `FRAME_OWNED_BY_CSTACK`.
-    cstack_owner: u8,
+    /// The lowest `owner` of an entry frame: `FRAME_OWNED_BY_CSTACK` (3) in 3.13,
+    /// `FRAME_OWNED_BY_INTERPRETER` (3) from 3.14 (entry and base frames;
+    /// `FRAME_OWNED_BY_CSTACK` is 4 there).
+    entry_owner: u8,
+    /// Mask of `f_executable`'s pointer bits (3.14+: a tagged `_PyStackRef`).
+    executable_mask: u64,
     /// Offset of `co_flags` in a code object.
     co_flags: u16,
-    /// The `co_flags` bit of interpreter shim code (`_Py_InitCleanup`).
+    /// The `co_flags` bit of interpreter shim code (`_Py_InitCleanup`,
+    /// `CO_NO_MONITORING_EVENTS`).
     shim_flag: u32,
 }
 
 impl DebugConstants {
     /// The constants of `major.minor`; newer versions get the newest ones known.
-    fn for_version(_major: u8, _minor: u8) -> DebugConstants {
+    fn for_version(major: u8, minor: u8) -> DebugConstants {
         DebugConstants {
-            cstack_owner: 3,
+            entry_owner: 3,
+            executable_mask: if (major, minor) >= (3, 14) {
+                !3
+            } else {
+                u64::MAX
+            },
             co_flags: 48,
             shim_flag: 0x0200_0000,
         }
@@ -442,7 +592,13 @@ mod tests {
             (l.thread_frame, l.cframe_current, l.frame_code, l.frame_back),
             (56, Some(8), 32, 48)
         );
-        assert_eq!(l.frame, FrameModel::IsEntry { offset: 68 });
+        assert_eq!(
+            l.frame,
+            FrameModel::IsEntry {
+                offset: 68,
+                cframe_previous: 16
+            }
+        );
         assert_eq!(
             (l.co_firstlineno, l.co_linetable, l.co_qualname),
             (72, 136, Some(128))
@@ -456,149 +612,179 @@ mod tests {
         assert_eq!(l.position, Position::LastiCodeUnits { offset: 96 });
     }
 
-    /// The first 72 words of `_PyRuntime` of the pyenv 3.13.0 build on this machine.
-    const DEBUG_OFFSETS_3_13_0: [u64; 72] = [
-        u64::from_le_bytes(*b"xdebugpy"),
-        0x030d_00f0,
-        0,
-        283320,
-        608,
-        632,
-        194968,
-        7272,
-        7264,
-        7344,
-        7400,
-        7656,
-        7640,
-        7648,
-        16,
-        7752,
-        0,
-        7768,
-        7760,
-        304,
-        0,
-        8,
-        16,
-        72,
-        152,
-        160,
-        232,
-        32,
-        80,
-        8,
-        0,
-        56,
-        72,
-        70,
-        208,
-        112,
-        120,
-        128,
-        136,
-        68,
-        52,
-        96,
-        104,
-        200,
-        16,
-        8,
-        416,
-        24,
-        88,
-        168,
-        32,
-        24,
-        16,
-        40,
-        24,
-        16,
-        48,
-        32,
-        40,
-        24,
-        16,
-        32,
-        16,
-        24,
-        40,
-        16,
-        32,
-        64,
-        32,
-        16,
-        40,
-        0,
+    /// `_Py_DebugOffsets` after `cookie, version, free_threaded`: pyenv's 3.13.0 (73 words).
+    const STRUCT_3_13_0: &[u64] = &[
+        283320, 608, 632, 194968, 7272, 7264, 7344, 7400, 7656, 7640, 7648, 16, 7752, 0, 7768,
+        7760, 304, 0, 8, 16, 72, 152, 160, 232, 32, 80, 8, 0, 56, 72, 70, 208, 112, 120, 128, 136,
+        68, 52, 96, 104, 200, 16, 8, 416, 24, 88, 168, 32, 24, 16, 40, 24, 16, 48, 32, 40, 24, 16,
+        32, 16, 24, 40, 16, 32, 64, 32, 16, 40, 240, 200,
+    ];
+    /// The same of Debian sid's 3.14.10 (91 words).
+    const STRUCT_3_14_10: &[u64] = &[
+        316616, 784, 808, 225864, 7280, 7272, 7344, 7360, 7408, 7688, 7672, 7680, 16, 7784, 0,
+        7800, 7792, 7992, 0, 832, 0, 8, 16, 72, 152, 160, 232, 32, 88, 8, 0, 56, 80, 74, 64, 0,
+        216, 112, 120, 128, 136, 68, 52, 96, 104, 208, 0, 16, 8, 416, 24, 88, 168, 40, 32, 16, 40,
+        24, 16, 200, 24, 40, 32, 48, 32, 40, 24, 16, 32, 16, 24, 40, 16, 32, 64, 32, 16, 40, 264,
+        192, 160, 24, 72, 67, 0, 8, 24, 304,
+    ];
+    /// The same of Debian sid's 3.15.2 (111 words).
+    const STRUCT_3_15_2: &[u64] = &[
+        346568, 912, 936, 226240, 7272, 7264, 7336, 7352, 7400, 7592, 7576, 7584, 16, 7736, 0,
+        7752, 7744, 7944, 0, 888, 0, 8, 16, 72, 80, 88, 96, 176, 184, 256, 32, 36, 40, 136, 288, 0,
+        88, 8, 0, 56, 80, 74, 64, 0, 216, 112, 120, 128, 136, 68, 52, 96, 104, 208, 0, 16, 8, 424,
+        24, 88, 168, 32, 288, 944, 888, 40, 32, 16, 40, 24, 16, 200, 24, 40, 32, 48, 32, 40, 24,
+        16, 32, 16, 24, 40, 16, 32, 64, 32, 16, 40, 56, 176, 112, 120, 1120, 104, 160, 24, 72, 67,
+        0, 8, 24, 344, 8028, 0, 4, 512,
     ];
 
+    /// The `_PyRuntime` words of an interpreter with `struct_words` and version `hex`.
+    fn runtime(hex: u64, struct_words: &[u64]) -> Vec<u64> {
+        let mut words = vec![u64::from_le_bytes(*b"xdebugpy"), hex, 0];
+        words.extend_from_slice(struct_words);
+        words.resize(DEBUG_OFFSETS_WORDS, 0);
+        words
+    }
+
+    /// `tp_basicsize` of code, bytes and str objects (`type(c).__basicsize__`, …).
+    const SIZES_3_13: TypeSizes = TypeSizes {
+        code: 200,
+        bytes: 33,
+        unicode: 64,
+    };
+    const SIZES_3_14: TypeSizes = TypeSizes {
+        code: 208,
+        bytes: 33,
+        unicode: 64,
+    };
+
     #[test]
-    fn debug_offsets_of_3_13_give_the_measured_layout() {
-        let l = Layout::from_debug_offsets(&DEBUG_OFFSETS_3_13_0, 3, 13).expect("plausible");
-        // shared/design/cpython.md §3, 3.13 column.
-        assert_eq!(
-            (l.thread_frame, l.cframe_current, l.frame_code, l.frame_back),
-            (72, None, 0, 8)
-        );
-        assert_eq!(
-            l.position,
-            Position::Pointer {
-                offset: 56,
-                code_start: 200
-            }
-        );
-        assert_eq!(
-            l.frame,
-            FrameModel::CStackOwner {
-                offset: 70,
-                value: 3
-            }
-        );
-        assert_eq!(
-            (l.co_filename, l.co_name, l.co_qualname),
-            (112, 120, Some(128))
-        );
-        assert_eq!(
-            (l.co_firstlineno, l.co_linetable, l.bytes_data),
-            (68, 136, 32)
-        );
-        assert_eq!(
-            l.strings,
-            StrModel::Unicode {
-                ascii_data: 40,
-                compact_data: 56
-            }
-        );
-        assert_eq!(l.shim_flag, Some((48, 0x0200_0000)));
+    fn debug_offsets_of_each_version_give_its_measured_layout() {
+        // (version, words, sizes, owner offset, co_code_adaptive, f_executable mask): the
+        // byte offsets of shared/design/cpython.md §3 and §6.
+        let cases = [
+            (
+                (3, 13),
+                0x030d_00f0,
+                STRUCT_3_13_0,
+                SIZES_3_13,
+                70,
+                200,
+                u64::MAX,
+            ),
+            (
+                (3, 14),
+                0x030e_0af0,
+                STRUCT_3_14_10,
+                SIZES_3_14,
+                74,
+                208,
+                !3,
+            ),
+            ((3, 15), 0x030f_02f0, STRUCT_3_15_2, SIZES_3_14, 74, 208, !3),
+        ];
+        for ((major, minor), hex, words, sizes, owner, code_start, mask) in cases {
+            let l = Layout::from_debug_offsets(&runtime(hex, words), major, minor, &sizes)
+                .unwrap_or_else(|e| panic!("{major}.{minor}: {e}"));
+            assert_eq!(
+                (l.thread_frame, l.cframe_current, l.frame_code, l.frame_back),
+                (72, None, 0, 8),
+                "{major}.{minor}"
+            );
+            assert_eq!(
+                l.position,
+                Position::Pointer {
+                    offset: 56,
+                    code_start
+                }
+            );
+            assert_eq!(
+                l.frame,
+                FrameModel::CStackOwner {
+                    offset: owner,
+                    value: 3
+                }
+            );
+            assert_eq!(l.frame_code_mask, mask);
+            assert_eq!(
+                (
+                    l.co_filename,
+                    l.co_name,
+                    l.co_qualname,
+                    l.co_firstlineno,
+                    l.co_linetable
+                ),
+                (112, 120, Some(128), 68, 136)
+            );
+            assert_eq!(l.bytes_data, 32);
+            assert_eq!(
+                l.strings,
+                StrModel::Unicode {
+                    ascii_data: 40,
+                    compact_data: 56
+                }
+            );
+            assert_eq!(l.shim_flag, Some((48, 0x0200_0000)));
+        }
+    }
+
+    #[test]
+    fn a_newer_version_is_read_with_the_newest_revision_when_it_is_consistent() {
+        let words = runtime(0x0310_00a1, STRUCT_3_15_2);
+        let l = Layout::from_debug_offsets(&words, 3, 16, &SIZES_3_14).expect("consistent");
+        assert_eq!(l.version, (3, 16));
+        // A struct that grew a field before the frame section: refused, never misread.
+        let mut grown = STRUCT_3_15_2.to_vec();
+        grown.insert(20, 0);
+        let words = runtime(0x0310_00a1, &grown);
+        assert!(matches!(
+            Layout::from_debug_offsets(&words, 3, 16, &SIZES_3_14),
+            Err(DebugOffsetsError::Inconsistent(_))
+        ));
     }
 
     #[test]
     fn debug_offsets_are_refused_when_wrong() {
-        let mut words = DEBUG_OFFSETS_3_13_0;
-        assert!(
-            Layout::from_debug_offsets(&words, 3, 14).is_none(),
-            "version mismatch"
+        let good = runtime(0x030d_00f0, STRUCT_3_13_0);
+        let read = |words: &[u64], minor: u8, sizes: &TypeSizes| {
+            Layout::from_debug_offsets(words, 3, minor, sizes)
+        };
+        assert!(read(&good, 13, &SIZES_3_13).is_ok());
+        assert_eq!(
+            read(&good, 14, &SIZES_3_13),
+            Err(DebugOffsetsError::OtherVersion { hex: 0x030d_00f0 })
         );
-        words[2] = 1;
-        assert!(
-            Layout::from_debug_offsets(&words, 3, 13).is_none(),
-            "free-threaded build"
+        // The 3.14 revision's positions do not fit 3.13's struct.
+        let mut as_314 = good.clone();
+        as_314[1] = 0x030e_0af0;
+        assert!(matches!(
+            read(&as_314, 14, &SIZES_3_14),
+            Err(DebugOffsetsError::Inconsistent(_))
+        ));
+        let mut free_threaded = good.clone();
+        free_threaded[2] = 1;
+        assert_eq!(
+            read(&free_threaded, 13, &SIZES_3_13),
+            Err(DebugOffsetsError::FreeThreaded)
         );
-        let mut words = DEBUG_OFFSETS_3_13_0;
-        words[0] = 0;
-        assert!(
-            Layout::from_debug_offsets(&words, 3, 13).is_none(),
-            "cookie"
+        let mut no_cookie = good.clone();
+        no_cookie[0] = 0;
+        assert_eq!(
+            read(&no_cookie, 13, &SIZES_3_13),
+            Err(DebugOffsetsError::NoCookie)
         );
-        let mut words = DEBUG_OFFSETS_3_13_0;
-        words[33] = 4000; // frame owner outside the frame
-        assert!(
-            Layout::from_debug_offsets(&words, 3, 13).is_none(),
-            "implausible"
-        );
-        assert!(
-            Layout::from_debug_offsets(&DEBUG_OFFSETS_3_13_0[..10], 3, 13).is_none(),
-            "short"
+        let mut outside = good.clone();
+        outside[33] = 4000; // frame owner outside the frame
+        assert!(matches!(
+            read(&outside, 13, &SIZES_3_13),
+            Err(DebugOffsetsError::Inconsistent(_))
+        ));
+        assert!(matches!(
+            read(&good, 13, &SIZES_3_14),
+            Err(DebugOffsetsError::Inconsistent(_))
+        ));
+        assert_eq!(
+            read(&good[..10], 13, &SIZES_3_13),
+            Err(DebugOffsetsError::Short)
         );
     }
 }

@@ -27,6 +27,9 @@ pub enum ThreadStateSource {
     Tss { at: u64 },
     /// 3.6: an `int` key at this address, -1 while there is none.
     Key { at: u64 },
+    /// 3.15+: a thread-local variable at `offset` bytes from the thread pointer (`%fs:0`),
+    /// found by decoding `PyGILState_GetThisThreadState` (discover.rs).
+    ThreadLocal { offset: i64 },
     /// 2.7: the address of `_PyThreadState_Current`, and where thread states keep their
     /// owner, interpreter and list link.
     GilHolder {
@@ -45,7 +48,8 @@ pub struct Runtime {
     /// Type object addresses used to validate reads.
     pub types: code::Types,
     /// `[start, end)` address ranges of the evaluator (`_PyEval_EvalFrameDefault`, or
-    /// `PyEval_EvalFrameEx` in 2.7), including compiler-split `.cold` parts.
+    /// `PyEval_EvalFrameEx` in 2.7), including compiler-split `.cold` parts; used only where
+    /// activations leave no marker on the C stack (≤ 3.10, [`Runtime::pairs_by_marker`]).
     pub evaluator: [(u64, u64); MAX_EVALUATOR_RANGES],
     /// How many entries of `evaluator` are used.
     pub evaluator_ranges: usize,
@@ -59,15 +63,20 @@ pub struct Runtime {
 
 impl Runtime {
     /// Builds the runtime description for a CPython with `layout`, whose thread states are
-    /// found through `source`. `None` when the evaluator or the type objects cannot be
-    /// found.
+    /// found through `source`. `None` when the type objects cannot be found, or the
+    /// evaluator's ranges when the version needs them.
     pub fn new(
         layout: Layout,
         evaluator: &[(u64, u64)],
         types: code::Types,
         source: ThreadStateSource,
     ) -> Option<Runtime> {
-        if evaluator.is_empty() || types.code == 0 || types.text == 0 || types.bytes == 0 {
+        let by_marker = !matches!(layout.frame, layout::FrameModel::FrameObject);
+        if (evaluator.is_empty() && !by_marker)
+            || types.code == 0
+            || types.text == 0
+            || types.bytes == 0
+        {
             return None;
         }
         let mut ranges = [(0, 0); MAX_EVALUATOR_RANGES];
@@ -95,6 +104,13 @@ impl Runtime {
     /// Whether this runtime waits for [`Runtime::attach`] before it can read Python frames.
     pub fn needs_attachment(&self) -> bool {
         self.source == ThreadStateSource::AttachedKey
+    }
+
+    /// Whether evaluator activations are paired with their Python frames by the markers
+    /// they keep on the C stack (3.11+), rather than by the evaluator's addresses.
+    #[inline(always)]
+    pub fn pairs_by_marker(&self) -> bool {
+        !matches!(self.layout.frame, layout::FrameModel::FrameObject)
     }
 
     /// Whether `pc` is inside the evaluator.
@@ -127,6 +143,15 @@ impl Runtime {
                 Some(key) if key >= 0 => get(key as u32),
                 _ => 0,
             },
+            ThreadStateSource::ThreadLocal { offset } => {
+                let thread_pointer: u64;
+                // SAFETY: reads the TCB's self pointer (x86-64 glibc: `%fs:0`).
+                unsafe {
+                    std::arch::asm!("mov {}, fs:0", out(reg) thread_pointer,
+                        options(nostack, readonly, preserves_flags));
+                }
+                read::word(thread_pointer.wrapping_add(offset as u64)).unwrap_or(0)
+            }
             ThreadStateSource::GilHolder { current, offsets } => {
                 self.gil_holder_state(current, offsets, seen)
             }

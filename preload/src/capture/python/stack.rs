@@ -15,6 +15,10 @@ pub struct PyStack<'a> {
     /// `group_ends[g]` is the index in `keys` one past the last (outermost) frame of group
     /// `g`; group 0 is run by the innermost evaluator activation. Groups may be empty.
     pub group_ends: &'a mut [u16],
+    /// `markers[g]` is the address of group `g`'s marker on the C stack of the evaluator
+    /// activation that runs it (3.11: its `_PyCFrame`; 3.12+: its entry frame), 0 when the
+    /// version has none (≤ 3.10) or it is unknown. At least as long as `group_ends`.
+    pub markers: &'a mut [u64],
 }
 
 /// The result of a walk.
@@ -51,28 +55,43 @@ pub fn walk(
     let mut frames = 0usize;
     let mut groups = 0usize;
     let mut truncated = false;
-    let close_group = |groups: &mut usize, frames: usize, ends: &mut [u16]| -> bool {
-        if *groups >= ends.len() {
+    // 3.11: the innermost activation's `_PyCFrame`; each group's marker is the next one.
+    let mut cframe = match layout.frame {
+        FrameModel::IsEntry { .. } => {
+            read::word(tstate + u64::from(layout.thread_frame)).unwrap_or(0)
+        }
+        _ => 0,
+    };
+    let (ends, markers) = (&mut *out.group_ends, &mut *out.markers);
+    let limit = ends.len().min(markers.len());
+    // Ends group `groups` after `frames` frames, with its marker; false when full.
+    let mut close_group = |groups: &mut usize, frames: usize, marker: u64| -> bool {
+        if *groups >= limit {
             return false;
         }
         ends[*groups] = frames as u16;
+        markers[*groups] = marker;
         *groups += 1;
         true
     };
+    let mut last_end = 0;
     while frame != 0 {
         if !read::plausible(frame, 80, 8) {
             return Err(WalkError::BadRead);
         }
-        let code = read::word(frame + u64::from(layout.frame_code)).ok_or(WalkError::BadRead)?;
+        let code = read::word(frame + u64::from(layout.frame_code)).ok_or(WalkError::BadRead)?
+            & layout.frame_code_mask;
         let back = read::word(frame + u64::from(layout.frame_back)).ok_or(WalkError::BadRead)?;
         match layout.frame {
             FrameModel::CStackOwner { offset, value } => {
-                if read::byte(frame + u64::from(offset)) == Some(value) {
-                    // The entry frame of an activation: ends its group, is not Python code.
-                    if !close_group(&mut groups, frames, out.group_ends) {
+                if read::byte(frame + u64::from(offset)).is_some_and(|owner| owner >= value) {
+                    // The entry frame of an activation (a local of its C frame): ends its
+                    // group and marks it, is not Python code.
+                    if !close_group(&mut groups, frames, frame) {
                         truncated = true;
                         break;
                     }
+                    last_end = frames;
                     frame = back;
                     continue;
                 }
@@ -94,25 +113,33 @@ pub fn walk(
             frames += 1;
         }
         let ends_group = match layout.frame {
-            FrameModel::FrameObject => true,
-            FrameModel::IsEntry { offset } => {
-                read::byte(frame + u64::from(offset)).is_some_and(|b| b != 0)
-            }
-            FrameModel::CStackOwner { .. } => false,
+            FrameModel::FrameObject => Some(0),
+            FrameModel::IsEntry {
+                offset,
+                cframe_previous,
+            } => read::byte(frame + u64::from(offset))
+                .is_some_and(|b| b != 0)
+                .then(|| {
+                    let marker = cframe;
+                    cframe = match cframe {
+                        0 => 0,
+                        c => read::word(c + u64::from(cframe_previous)).unwrap_or(0),
+                    };
+                    marker
+                }),
+            FrameModel::CStackOwner { .. } => None,
         };
-        if ends_group && !close_group(&mut groups, frames, out.group_ends) {
-            truncated = true;
-            break;
+        if let Some(marker) = ends_group {
+            if !close_group(&mut groups, frames, marker) {
+                truncated = true;
+                break;
+            }
+            last_end = frames;
         }
         frame = back;
     }
     // Frames after the last marker belong to the outermost activation.
-    let last_end = if groups == 0 {
-        0
-    } else {
-        out.group_ends[groups - 1] as usize
-    };
-    if frames > last_end && !close_group(&mut groups, frames, out.group_ends) {
+    if frames > last_end && !close_group(&mut groups, frames, cframe) {
         truncated = true;
     }
     Ok(Walked {

@@ -127,8 +127,18 @@ pub struct Memo {
     fresh: [MemoFrame; MEMO_FRAMES],
 }
 
-/// Unwinds from `regs` into `out` (innermost first): the interrupted instruction, then each
-/// caller's return address minus one. Stack reads are limited to aligned words inside
+/// Where [`unwind`] writes the frames it finds, innermost first.
+pub struct Frames<'a> {
+    /// Frame addresses: the interrupted instruction, then each caller's return address
+    /// minus one.
+    pub pcs: &'a mut [u64],
+    /// `sps[n]` is frame `n`'s stack pointer, so that frame `n`'s locals lie in
+    /// `[sps[n], sps[n + 1])` (the evaluator's marker is found that way,
+    /// [`crate::capture::mixed`]). At most `min(pcs.len(), sps.len())` frames are written.
+    pub sps: &'a mut [u64],
+}
+
+/// Unwinds from `regs` into `into` (see [`Frames`]). Stack reads are limited to aligned words inside
 /// `stack` (`[low, high)`). `restorer` is the signal trampoline's address (`__restore_rt`):
 /// a frame returning into it was a signal handler, and unwinding continues from the
 /// `ucontext_t` the kernel saved on the stack. The outer frames shared with the previous
@@ -141,8 +151,11 @@ pub fn unwind(
     regs: Regs,
     stack: (u64, u64),
     restorer: u64,
-    out: &mut [u64],
+    into: Frames<'_>,
 ) -> Unwound {
+    let Frames { pcs: out, sps } = into;
+    let frames = sps.len().min(out.len());
+    let out = &mut out[..frames];
     let (low, high) = (stack.0.max(regs.sp.saturating_sub(256)), stack.1);
     let readable = |addr: u64| {
         addr >= low && addr.checked_add(8).is_some_and(|end| end <= high) && addr.is_multiple_of(8)
@@ -170,6 +183,7 @@ pub fn unwind(
         out[n] = address.address_for_lookup();
         let from_return = matches!(address, FrameAddress::ReturnAddress(_));
         let (sp, bp) = (uregs.sp(), uregs.bp());
+        sps[n] = sp;
         while next > 0 && memo.frames[next - 1].sp < sp {
             next -= 1;
         }
@@ -183,7 +197,7 @@ pub fn unwind(
                 && n + 1 + at <= out.len()
                 && still_holds(&memo.frames[..next], &readable)
             {
-                return replay(memo, at, n, out);
+                return replay(memo, at, n, out, sps);
             }
         }
         let mut frame = MemoFrame {
@@ -293,9 +307,14 @@ fn still_holds(frames: &[MemoFrame], readable: &impl Fn(u64) -> bool) -> bool {
 
 /// Completes `out`, whose frame `n` (just written) is memoized frame `at`, with the
 /// memoized frames outwards of it, and makes the memo this unwinding.
-fn replay(memo: &mut Memo, at: usize, n: usize, out: &mut [u64]) -> Unwound {
-    for (slot, frame) in out[n + 1..].iter_mut().zip(memo.frames[..at].iter().rev()) {
+fn replay(memo: &mut Memo, at: usize, n: usize, out: &mut [u64], sps: &mut [u64]) -> Unwound {
+    for ((slot, sp), frame) in out[n + 1..]
+        .iter_mut()
+        .zip(sps[n + 1..].iter_mut())
+        .zip(memo.frames[..at].iter().rev())
+    {
         *slot = frame.pc;
+        *sp = frame.sp;
     }
     let unwound = Unwound {
         frames: n + 1 + at,
@@ -359,12 +378,42 @@ mod tests {
             at_depth(depth, &mut |regs| {
                 let mut fresh: Box<Memo> = unsafe { Box::new(std::mem::zeroed()) };
                 let (mut full, mut fast) = ([0u64; 128], [0u64; 128]);
-                let a = unwind(snapshot, &mut cache, &mut fresh, regs, bounds, 0, &mut full);
-                let b = unwind(snapshot, &mut cache, &mut memo, regs, bounds, 0, &mut fast);
+                let (mut full_sps, mut fast_sps) = ([0u64; 128], [0u64; 128]);
+                let a = unwind(
+                    snapshot,
+                    &mut cache,
+                    &mut fresh,
+                    regs,
+                    bounds,
+                    0,
+                    Frames {
+                        pcs: &mut full,
+                        sps: &mut full_sps,
+                    },
+                );
+                let b = unwind(
+                    snapshot,
+                    &mut cache,
+                    &mut memo,
+                    regs,
+                    bounds,
+                    0,
+                    Frames {
+                        pcs: &mut fast,
+                        sps: &mut fast_sps,
+                    },
+                );
                 assert!(a.frames > depth + 2, "{a:?}");
                 assert_eq!(a.replayed, 0);
                 assert_eq!((a.frames, a.complete, a.cut), (b.frames, b.complete, b.cut));
                 assert_eq!(full[..a.frames], fast[..b.frames], "depth {depth}");
+                assert_eq!(full_sps[..a.frames], fast_sps[..b.frames], "depth {depth}");
+                // Stack pointers grow outwards: each frame's locals lie below its caller's.
+                assert!(
+                    full_sps[..a.frames].windows(2).all(|w| w[0] <= w[1]),
+                    "{:?}",
+                    &full_sps[..a.frames]
+                );
                 replayed += b.replayed;
             });
         }
