@@ -169,6 +169,100 @@ fn jitted_code_keeps_its_python_frames() {
     }
 }
 
+/// A native function without unwind tables whose frame pointer leads to two zero words (as
+/// in BLAS kernels that use rbp as a general register): a frame-pointer step there finds a
+/// "return address" of 0, which is not the end of the stack.
+const NO_CFI_LIBRARY: &str = r#"
+__asm__(
+    ".text\n.globl nocfi_spin\n.type nocfi_spin,@function\n"
+    "nocfi_spin:\n"
+    "  push %rbp\n  push $0\n  push $0\n  mov %rsp, %rbp\n"
+    "1: sub $1, %rdi\n  jnz 1b\n"
+    "  add $16, %rsp\n  pop %rbp\n  ret\n"
+    ".size nocfi_spin, .-nocfi_spin\n");
+"#;
+
+/// Calls `nocfi_spin` from `kernel_caller` and does pure-Python work in `python_work`,
+/// timing both with the process's CPU clock; prints `kernel_caller SHARE python_work SHARE`.
+const NO_CFI_PROGRAM: &str = r#"
+import ctypes, sys, time
+clock = getattr(time, "process_time", None) or time.clock
+lib = ctypes.CDLL(sys.argv[1])
+def kernel_caller():
+    for _ in range(30):
+        lib.nocfi_spin(ctypes.c_long(20000000))
+def python_work():
+    t = 0
+    for i in range(1500000):
+        t += i % 7
+    return t
+t0 = clock(); kernel_caller(); t1 = clock(); python_work(); t2 = clock()
+total = t2 - t0
+print("kernel_caller %.4f python_work %.4f" % ((t1 - t0) / total, (t2 - t1) / total))
+"#;
+
+#[test]
+fn code_without_unwind_tables_keeps_its_python_caller_and_is_counted_incomplete() {
+    let dir = scratch_dir("nocfi");
+    let library = c_library(&dir, "nocfi", NO_CFI_LIBRARY, &["-O1"]);
+    let library = library.to_str().unwrap();
+    for python in &interpreters_with_python_frames("no_cfi") {
+        let who = &python.name;
+        let (run, profile) = profiled_ok(python, &["-c", NO_CFI_PROGRAM, library], &[]);
+        let words: Vec<String> = run.stdout().split_whitespace().map(String::from).collect();
+        let measured = |name: &str| {
+            let at = words
+                .iter()
+                .position(|w| w == name)
+                .expect("a measured share");
+            100.0 * words[at + 1].parse::<f64>().unwrap()
+        };
+        // The shares are of the timed part; the profile also holds start-up and imports.
+        let timed = share(&profile, |s| s.has("kernel_caller") || s.has("python_work"));
+        for name in ["kernel_caller", "python_work"] {
+            let profiled = 100.0 * share(&profile, |s| s.has(name)) / timed;
+            eprintln!(
+                "{who}: {name}: profile {profiled:.1}% of the timed part, measured {:.1}%",
+                measured(name)
+            );
+            assert!(
+                (profiled - measured(name)).abs() <= 3.0,
+                "{who}: {name} {profiled:.1}% of the timed part, measured {:.1}%",
+                measured(name)
+            );
+        }
+        // Samples in the function without CFI: under their Python caller, below an
+        // <incomplete stack> marker, never rooted at _start as if the stack were whole.
+        let spin = share(&profile, |s| {
+            s.frames.last().is_some_and(|(n, _)| n == "nocfi_spin")
+        });
+        let under_caller = share(&profile, |s| {
+            s.frames.last().is_some_and(|(n, _)| n == "nocfi_spin") && s.has("kernel_caller")
+        });
+        let marked = share(&profile, |s| {
+            s.frames.last().is_some_and(|(n, _)| n == "nocfi_spin")
+                && s.frames[0].0 == "<incomplete stack>"
+        });
+        assert!(spin > 20.0, "{who}: nocfi_spin only {spin:.1}%");
+        assert!(
+            under_caller >= 0.95 * spin,
+            "{who}: {under_caller:.1}% of {spin:.1}% under kernel_caller"
+        );
+        assert!(
+            marked >= 0.95 * spin,
+            "{who}: {marked:.1}% of {spin:.1}% marked incomplete"
+        );
+        let stats = run.statistics();
+        let complete = stats["stats.complete_native"].parse::<f64>().unwrap()
+            / stats["stats.samples"].parse::<f64>().unwrap();
+        assert!(
+            100.0 * complete <= 100.0 - 0.9 * spin,
+            "{who}: {:.1}% complete native stacks with {spin:.1}% in code without CFI",
+            100.0 * complete
+        );
+    }
+}
+
 #[test]
 fn reported_time_matches_cpu_time_at_one_kilohertz() {
     for python in python311("one_kilohertz") {

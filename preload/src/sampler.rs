@@ -167,9 +167,11 @@ impl Sampler {
         // Python frames.
         let mut python = None;
         if let Some(rt) = &self.python {
-            // Without markers, a stack without evaluator frames has no Python frames to
-            // place: skip the walk.
+            // Without markers, a whole stack without evaluator frames has no Python frames
+            // to place: skip the walk. (An incomplete one places them above what was
+            // unwound.)
             let has_evaluator = rt.pairs_by_marker()
+                || !complete
                 || slot.native[..native_len]
                     .iter()
                     .any(|&pc| rt.is_evaluator(pc));

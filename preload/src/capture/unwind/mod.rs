@@ -223,7 +223,13 @@ pub fn unwind(
             }
             Ok(value)
         };
-        let step = match cache.rows.rule(&snapshot.cfi, identity, out[n]) {
+        let rule = cache.rows.rule(&snapshot.cfi, identity, out[n]);
+        // Only CFI that says "no return address" (`_start`, `clone3`: `.cfi_undefined rip`)
+        // ends a stack at a thread's true root. A zero or absent return address anywhere
+        // else (a frame-pointer guess in code without CFI, such as BLAS kernels whose rbp
+        // is a general register) ends the walk as incomplete.
+        let at_root = matches!(rule, Rule::EndOfStack);
+        let step = match rule {
             Rule::Framehop => snapshot
                 .unwinder
                 .unwind_frame(address, &mut uregs, &mut cache.framehop, &mut read_stack)
@@ -257,9 +263,9 @@ pub fn unwind(
                     address = caller;
                     None
                 }
-                None => Some(true),
+                None => Some(at_root),
             },
-            Ok(None) => Some(true),
+            Ok(None) => Some(at_root),
             Err(_) => Some(false),
         };
         if signal_frame {
