@@ -169,9 +169,10 @@ fn jitted_code_keeps_its_python_frames() {
     }
 }
 
-/// A native function without unwind tables whose frame pointer leads to two zero words (as
-/// in BLAS kernels that use rbp as a general register): a frame-pointer step there finds a
-/// "return address" of 0, which is not the end of the stack.
+/// Native functions without unwind tables whose frame pointer leads to words that are not
+/// a frame (as in BLAS kernels that use rbp as a general register): `nocfi_spin`'s to two
+/// zero words (a "return address" of 0, which is not the end of the stack),
+/// `garbage_spin`'s to a stack address and the integer 1 (not a return address at all).
 const NO_CFI_LIBRARY: &str = r#"
 __asm__(
     ".text\n.globl nocfi_spin\n.type nocfi_spin,@function\n"
@@ -179,11 +180,18 @@ __asm__(
     "  push %rbp\n  push $0\n  push $0\n  mov %rsp, %rbp\n"
     "1: sub $1, %rdi\n  jnz 1b\n"
     "  add $16, %rsp\n  pop %rbp\n  ret\n"
-    ".size nocfi_spin, .-nocfi_spin\n");
+    ".size nocfi_spin, .-nocfi_spin\n"
+    ".globl garbage_spin\n.type garbage_spin,@function\n"
+    "garbage_spin:\n"
+    "  push %rbp\n  lea -64(%rsp), %rax\n  push $1\n  push %rax\n  mov %rsp, %rbp\n"
+    "1: sub $1, %rdi\n  jnz 1b\n"
+    "  add $16, %rsp\n  pop %rbp\n  ret\n"
+    ".size garbage_spin, .-garbage_spin\n");
 "#;
 
-/// Calls `nocfi_spin` from `kernel_caller` and does pure-Python work in `python_work`,
-/// timing both with the process's CPU clock; prints `kernel_caller SHARE python_work SHARE`.
+/// Calls `nocfi_spin` from `kernel_caller` and `garbage_spin` from `other_caller`, and does
+/// pure-Python work in `python_work`, timing each with the process's CPU clock; prints
+/// `NAME SHARE` for each.
 const NO_CFI_PROGRAM: &str = r#"
 import ctypes, sys, time
 clock = getattr(time, "process_time", None) or time.clock
@@ -191,14 +199,18 @@ lib = ctypes.CDLL(sys.argv[1])
 def kernel_caller():
     for _ in range(30):
         lib.nocfi_spin(ctypes.c_long(20000000))
+def other_caller():
+    for _ in range(15):
+        lib.garbage_spin(ctypes.c_long(20000000))
 def python_work():
     t = 0
     for i in range(1500000):
         t += i % 7
     return t
-t0 = clock(); kernel_caller(); t1 = clock(); python_work(); t2 = clock()
-total = t2 - t0
-print("kernel_caller %.4f python_work %.4f" % ((t1 - t0) / total, (t2 - t1) / total))
+t0 = clock(); kernel_caller(); t1 = clock(); other_caller(); t2 = clock(); python_work(); t3 = clock()
+total = t3 - t0
+print("kernel_caller %.4f other_caller %.4f python_work %.4f"
+      % ((t1 - t0) / total, (t2 - t1) / total, (t3 - t2) / total))
 "#;
 
 #[test]
@@ -218,8 +230,9 @@ fn code_without_unwind_tables_keeps_its_python_caller_and_is_counted_incomplete(
             100.0 * words[at + 1].parse::<f64>().unwrap()
         };
         // The shares are of the timed part; the profile also holds start-up and imports.
-        let timed = share(&profile, |s| s.has("kernel_caller") || s.has("python_work"));
-        for name in ["kernel_caller", "python_work"] {
+        let names = ["kernel_caller", "other_caller", "python_work"];
+        let timed = share(&profile, |s| names.iter().any(|n| s.has(n)));
+        for name in names {
             let profiled = 100.0 * share(&profile, |s| s.has(name)) / timed;
             eprintln!(
                 "{who}: {name}: profile {profiled:.1}% of the timed part, measured {:.1}%",
@@ -252,11 +265,31 @@ fn code_without_unwind_tables_keeps_its_python_caller_and_is_counted_incomplete(
             marked >= 0.95 * spin,
             "{who}: {marked:.1}% of {spin:.1}% marked incomplete"
         );
+        // What a frame-pointer guess finds that is not code never becomes a frame.
+        let garbage = share(&profile, |s| {
+            s.frames.iter().any(|(name, file)| {
+                name == "@?0x0" || name == "<unknown code>" || file == "[unknown]"
+            })
+        });
+        assert!(
+            garbage == 0.0,
+            "{who}: {garbage:.1}% of samples have frames that are not code"
+        );
+        let other = share(&profile, |s| {
+            s.frames.last().is_some_and(|(n, _)| n == "garbage_spin")
+        });
+        let other_under = share(&profile, |s| {
+            s.frames.last().is_some_and(|(n, _)| n == "garbage_spin") && s.has("other_caller")
+        });
+        assert!(
+            other > 10.0 && other_under >= 0.95 * other,
+            "{who}: garbage_spin {other:.1}%, {other_under:.1}% under other_caller"
+        );
         let stats = run.statistics();
         let complete = stats["stats.complete_native"].parse::<f64>().unwrap()
             / stats["stats.samples"].parse::<f64>().unwrap();
         assert!(
-            100.0 * complete <= 100.0 - 0.9 * spin,
+            100.0 * complete <= 100.0 - 0.9 * (spin + other),
             "{who}: {:.1}% complete native stacks with {spin:.1}% in code without CFI",
             100.0 * complete
         );

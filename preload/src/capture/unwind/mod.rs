@@ -258,6 +258,10 @@ pub fn unwind(
                     _ => Some(false),
                 }
             }
+            // A value that cannot be a return address (0, a stack address, data, a small
+            // integer): the rule was wrong for this frame (code without CFI, a frame-pointer
+            // guess); the walk ends here rather than making it a frame.
+            Ok(Some(ret)) if !snapshot.may_return_to(ret, stack) => Some(false),
             Ok(Some(ret)) => match FrameAddress::from_return_address(ret) {
                 Some(caller) => {
                     address = caller;

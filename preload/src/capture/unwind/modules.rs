@@ -45,7 +45,60 @@ pub struct Snapshot {
     pub cfi: Vec<CfiModule>,
     /// The objects, in `dl_iterate_phdr` order.
     pub objects: Vec<ObjectInfo>,
+    /// Run-time `[start, end)` of every object's executable segments (`PT_LOAD` with
+    /// `PF_X`), sorted.
+    pub code: Vec<(u64, u64)>,
+    /// Run-time `[start, end)` of every object, sorted.
+    pub spans: Vec<(u64, u64)>,
 }
+
+impl Snapshot {
+    /// Whether `ret`, a return address read from the stack, can be one: inside an object's
+    /// executable segment, or outside every object (code generated at run time, such as
+    /// the JIT's) at a user-space address that is not in the thread's stack `stack`.
+    /// Anything else — 0, small integers, stack addresses, an object's data, values above
+    /// user space — is not code, and ends the walk. Async-signal-safe.
+    #[inline]
+    pub fn may_return_to(&self, ret: u64, stack: (u64, u64)) -> bool {
+        let inside = |ranges: &[(u64, u64)]| {
+            let i = ranges.partition_point(|r| r.0 <= ret);
+            i > 0 && ret < ranges[i - 1].1
+        };
+        if inside(&self.code) {
+            return true;
+        }
+        !inside(&self.spans)
+            && (MIN_CODE_ADDRESS..USER_SPACE_END).contains(&ret)
+            && !(stack.0 <= ret && ret < stack.1)
+    }
+
+    fn new(unwinder: NativeUnwinder, cfi: Vec<CfiModule>, found: &[Found]) -> Snapshot {
+        let mut code: Vec<(u64, u64)> = found
+            .iter()
+            .flat_map(|f| {
+                f.code
+                    .iter()
+                    .map(|&(lo, hi)| (lo + f.info.bias, hi + f.info.bias))
+            })
+            .collect();
+        code.sort_unstable();
+        let mut spans: Vec<(u64, u64)> = found.iter().map(|f| f.info.range).collect();
+        spans.sort_unstable();
+        Snapshot {
+            unwinder,
+            cfi,
+            objects: found.iter().map(|f| f.info.clone()).collect(),
+            code,
+            spans,
+        }
+    }
+}
+
+/// Lowest address code can be at: Linux's default `vm.mmap_min_addr` (64 KiB) keeps the
+/// pages below it unmapped.
+const MIN_CODE_ADDRESS: u64 = 0x1_0000;
+/// End of x86-64 user space (47-bit addresses).
+const USER_SPACE_END: u64 = 1 << 47;
 
 static CURRENT: AtomicPtr<Snapshot> = AtomicPtr::new(std::ptr::null_mut());
 static UPDATE: Mutex<()> = Mutex::new(());
@@ -65,8 +118,11 @@ pub fn history() -> Vec<ObjectInfo> {
 }
 
 /// A module as found by `dl_iterate_phdr`, with what framehop needs.
+#[derive(Clone)]
 struct Found {
     info: ObjectInfo,
+    /// ELF virtual `[start, end)` of the executable `PT_LOAD` segments.
+    code: Vec<(u64, u64)>,
     eh_frame_hdr: Option<(u64, u64)>,
     text: Option<(u64, u64)>,
     segments: Vec<(u64, u64)>,
@@ -104,13 +160,8 @@ pub fn rescan() {
             }
         }
     }
-    let objects = found.into_iter().map(|f| f.info).collect();
     cfi.sort_by_key(|m| m.range.0);
-    publish(Snapshot {
-        unwinder,
-        cfi,
-        objects,
-    });
+    publish(Snapshot::new(unwinder, cfi, &found));
 }
 
 /// Removes the object that `handle` (from `dlopen`) refers to from the unwinder, so that
@@ -158,10 +209,13 @@ pub fn forget_handle(handle: *mut libc::c_void) {
         .filter(|o| !doomed.contains(o))
         .cloned()
         .collect();
+    let kept = |r: &&(u64, u64)| !doomed.iter().any(|o| o.range.0 <= r.0 && r.0 < o.range.1);
     publish(Snapshot {
         unwinder,
         cfi,
         objects,
+        code: old.code.iter().filter(kept).copied().collect(),
+        spans: old.spans.iter().filter(kept).copied().collect(),
     });
     crate::signal_guard::wait_for_handlers();
 }
@@ -206,14 +260,18 @@ fn describe(info: &libc::dl_phdr_info) -> Option<Found> {
     // SAFETY: the loader's program headers for this object.
     let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
     let mut segments = Vec::new();
+    let mut code = Vec::new();
     let mut eh_frame_hdr = None;
     let mut text = None;
     for ph in phdrs {
         match ph.p_type {
             libc::PT_LOAD => {
                 segments.push((ph.p_vaddr, ph.p_vaddr + ph.p_memsz));
-                if ph.p_flags & libc::PF_X != 0 && text.is_none() {
-                    text = Some((ph.p_vaddr, ph.p_vaddr + ph.p_memsz));
+                if ph.p_flags & libc::PF_X != 0 {
+                    code.push((ph.p_vaddr, ph.p_vaddr + ph.p_memsz));
+                    if text.is_none() {
+                        text = Some((ph.p_vaddr, ph.p_vaddr + ph.p_memsz));
+                    }
                 }
             }
             libc::PT_GNU_EH_FRAME => eh_frame_hdr = Some((ph.p_vaddr, ph.p_vaddr + ph.p_memsz)),
@@ -242,6 +300,7 @@ fn describe(info: &libc::dl_phdr_info) -> Option<Found> {
             range: (start, end),
             in_memory,
         },
+        code,
         eh_frame_hdr,
         text,
         segments,
