@@ -144,8 +144,9 @@ fn jitted_code_keeps_its_python_frames() {
                 "{who} (JIT): {phase} is {profiled:.1}% of the profile but {measured:.1}% measured"
             );
         }
-        // Samples whose innermost frame is in anonymous executable memory (the JIT's code).
-        let in_jit = |s: &Stack| s.frames.last().is_some_and(|(_, file)| file == "[unknown]");
+        // Samples in jitted code: a frame in anonymous executable memory (the JIT's code),
+        // innermost or calling the interpreter's helpers (`_PyLong_Add`, …).
+        let in_jit = |s: &Stack| s.frames.iter().any(|(_, file)| file == "[unknown]");
         let jitted = share(&profile, in_jit);
         let jitted_with_python = share(&profile, |s| in_jit(s) && s.has("python_work"));
         eprintln!("{who} (JIT): {jitted:.1}% of samples in jitted code, {jitted_with_python:.1}% under python_work");
