@@ -350,6 +350,7 @@ const EARLY_THREAD_C: &str = r#"
 #include <pthread.h>
 #include <time.h>
 static volatile double sink;
+static volatile int done;
 __attribute__((noinline)) void early_spin(void) {
     struct timespec t;
     double x = 0;
@@ -369,8 +370,11 @@ static void *run(void *arg) {
         clock_gettime(CLOCK_MONOTONIC, &now);
     } while ((now.tv_sec - start.tv_sec) * 1e9 + (now.tv_nsec - start.tv_nsec) < 0.3e9);
     early_spin();
+    done = 1;
     return 0;
 }
+/* Whether the thread has finished its spin: the program waits for it before exiting. */
+int early_done(void) { return done; }
 __attribute__((constructor)) static void start(void) {
     pthread_t t;
     pthread_create(&t, 0, run, 0);
@@ -378,10 +382,12 @@ __attribute__((constructor)) static void start(void) {
 "#;
 
 /// Spins one second of the main thread's CPU time (`getrusage(RUSAGE_THREAD)`, 1 on Linux:
-/// every interpreter has it, unlike `time.thread_time`).
-const SPIN_ONE_SECOND: &str = "import resource\n\
+/// every interpreter has it, unlike `time.thread_time`), then waits until the early thread
+/// of the library `sys.argv[1]` has finished (on a loaded machine it may not have).
+const SPIN_ONE_SECOND: &str = "import ctypes, resource, sys, time\n\
     def cpu():\n    u = resource.getrusage(1)\n    return u.ru_utime + u.ru_stime\n\
-    t = cpu()\nwhile cpu() - t < 1.0: pass\n";
+    t = cpu()\nwhile cpu() - t < 1.0: pass\n\
+    early = ctypes.CDLL(sys.argv[1])\nwhile not early.early_done(): time.sleep(0.01)\n";
 
 #[test]
 fn threads_started_before_and_after_the_constructor_are_sampled() {
@@ -399,7 +405,7 @@ fn threads_started_before_and_after_the_constructor_are_sampled() {
         ] {
             let (_, profile) = profiled_ok(
                 &python,
-                &["-c", SPIN_ONE_SECOND],
+                &["-c", SPIN_ONE_SECOND, &early],
                 &[("LD_PRELOAD", &preload)],
             );
             let early_share = share(&profile, |s| s.has("early_spin"));
