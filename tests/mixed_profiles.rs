@@ -158,14 +158,11 @@ fn jitted_code_keeps_its_python_frames() {
             jitted_with_python >= 0.95 * jitted,
             "{who}: only {jitted_with_python:.1}% of the {jitted:.1}% in jitted code have their Python frames"
         );
-        let stats = run.statistics();
-        let ratio = |key: &str| {
-            stats[key].parse::<f64>().unwrap() / stats["stats.samples"].parse::<f64>().unwrap()
-        };
+        let with_python = run.fraction_of_samples("stats.with_python");
         assert!(
-            ratio("stats.with_python") >= 0.97,
+            with_python >= 0.97,
             "{who}: {:.1}% of samples with Python frames",
-            100.0 * ratio("stats.with_python")
+            100.0 * with_python
         );
     }
 }
@@ -247,15 +244,13 @@ fn code_without_unwind_tables_keeps_its_python_caller_and_is_counted_incomplete(
         }
         // Samples in the function without CFI: under their Python caller, below an
         // <incomplete stack> marker, never rooted at _start as if the stack were whole.
-        let spin = share(&profile, |s| {
-            s.frames.last().is_some_and(|(n, _)| n == "nocfi_spin")
-        });
+        let leaf = |s: &Stack, name: &str| s.frames.last().is_some_and(|(n, _)| n == name);
+        let spin = share(&profile, |s| leaf(s, "nocfi_spin"));
         let under_caller = share(&profile, |s| {
-            s.frames.last().is_some_and(|(n, _)| n == "nocfi_spin") && s.has("kernel_caller")
+            leaf(s, "nocfi_spin") && s.has("kernel_caller")
         });
         let marked = share(&profile, |s| {
-            s.frames.last().is_some_and(|(n, _)| n == "nocfi_spin")
-                && s.frames[0].0 == "<incomplete stack>"
+            leaf(s, "nocfi_spin") && s.frames[0].0 == "<incomplete stack>"
         });
         assert!(spin > 20.0, "{who}: nocfi_spin only {spin:.1}%");
         assert!(
@@ -276,19 +271,15 @@ fn code_without_unwind_tables_keeps_its_python_caller_and_is_counted_incomplete(
             garbage == 0.0,
             "{who}: {garbage:.1}% of samples have frames that are not code"
         );
-        let other = share(&profile, |s| {
-            s.frames.last().is_some_and(|(n, _)| n == "garbage_spin")
-        });
+        let other = share(&profile, |s| leaf(s, "garbage_spin"));
         let other_under = share(&profile, |s| {
-            s.frames.last().is_some_and(|(n, _)| n == "garbage_spin") && s.has("other_caller")
+            leaf(s, "garbage_spin") && s.has("other_caller")
         });
         assert!(
             other > 10.0 && other_under >= 0.95 * other,
             "{who}: garbage_spin {other:.1}%, {other_under:.1}% under other_caller"
         );
-        let stats = run.statistics();
-        let complete = stats["stats.complete_native"].parse::<f64>().unwrap()
-            / stats["stats.samples"].parse::<f64>().unwrap();
+        let complete = run.fraction_of_samples("stats.complete_native");
         assert!(
             100.0 * complete <= 100.0 - 0.9 * (spin + other),
             "{who}: {:.1}% complete native stacks with {spin:.1}% in code without CFI",

@@ -170,12 +170,12 @@ impl Sampler {
             // Without markers, a whole stack without evaluator frames has no Python frames
             // to place: skip the walk. (An incomplete one places them above what was
             // unwound.)
-            let has_evaluator = rt.pairs_by_marker()
+            let walk_python = rt.pairs_by_marker()
                 || !complete
                 || slot.native[..native_len]
                     .iter()
                     .any(|&pc| rt.is_evaluator(pc));
-            let tstate = if has_evaluator {
+            let tstate = if walk_python {
                 rt.current_thread_state(&mut slot.thread_state)
             } else {
                 0

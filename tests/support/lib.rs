@@ -236,6 +236,14 @@ impl Run {
         out
     }
 
+    /// The statistic `key` of [`Run::statistics`] (`stats.with_python`, …) as a fraction of
+    /// the profile's samples (`stats.samples`).
+    pub fn fraction_of_samples(&self, key: &str) -> f64 {
+        let stats = self.statistics();
+        let number = |key: &str| -> f64 { stats[key].parse().expect("a number") };
+        number(key) / number("stats.samples")
+    }
+
     /// The single profile the run wrote, read with the analyser's reader.
     pub fn profile(&self) -> Profile {
         let paths = self.profiles();

@@ -166,9 +166,9 @@ pub fn compose(
         &p.keys[start.min(p.keys.len())..usize::from(p.group_ends[g]).min(p.keys.len())]
     }
     let (mut paired_groups, mut unplaced) = (0, 0);
-    // Groups by decreasing index: the next paired one, met walking the native stack outwards
-    // in.
-    let mut next = python.map_or(0, |(_, paired)| paired.len());
+    // Groups not yet met walking the native stack from the outermost frame in: those below
+    // index `next`.
+    let mut next = 0;
     if let Some((p, paired)) = python {
         // Unpaired groups outside the outermost paired one.
         let outermost = paired.iter().rposition(|&k| k != UNPAIRED);

@@ -72,14 +72,16 @@ fn program_took_sigprof(_signal: libc::c_int) {
     }
 }
 
-/// Cookie and action of the one other timer whose `SIGPROF` the handler serves (0 = none).
-static OTHER_TIMER: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+/// `si_value` of the one other timer whose `SIGPROF` the handler serves (0 = none).
+static OTHER_COOKIE: AtomicUsize = AtomicUsize::new(0);
+/// What the handler runs for it (a `fn()`; stored before the cookie).
+static OTHER_ACTION: AtomicUsize = AtomicUsize::new(0);
 
 /// Makes the handler run `action` (async-signal-safe) for `SIGPROF`s from a POSIX timer
 /// whose `si_value` is `cookie` (the snapshot timer of `PYIGPROF_DUMP_INTERVAL`).
 pub fn on_timer(cookie: usize, action: fn()) {
-    OTHER_TIMER[1].store(action as usize, Ordering::Release);
-    OTHER_TIMER[0].store(cookie, Ordering::Release);
+    OTHER_ACTION.store(action as usize, Ordering::Release);
+    OTHER_COOKIE.store(cookie, Ordering::Release);
 }
 
 /// Whether the signal was sent by a sampling timer (si_value carries our cookie).
@@ -103,8 +105,7 @@ pub extern "C" fn on_sigprof(
 ) {
     // SAFETY: __errno_location is the calling thread's errno.
     let errno = unsafe { *libc::__errno_location() };
-    let _in_flight = InFlight::enter();
-    let other = OTHER_TIMER[0].load(Ordering::Acquire);
+    let in_flight = InFlight::enter();
     if crate::sampler::sampling() && is_ours(info) {
         if let Some(sampler) = crate::sampler::get() {
             let start = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
@@ -119,15 +120,16 @@ pub extern "C" fn on_sigprof(
         }
     } else if adopt::is_roll_call(info) {
         adopt::answer(uc.cast());
-    } else if other != 0 && is_timer_with(info, other) {
-        let action = OTHER_TIMER[1].load(Ordering::Acquire);
-        if action != 0 {
-            // SAFETY: stored from a `fn()` by on_timer.
-            let action: fn() = unsafe { std::mem::transmute::<usize, fn()>(action) };
+    } else {
+        let cookie = OTHER_COOKIE.load(Ordering::Acquire);
+        if cookie != 0 && is_timer_with(info, cookie) {
+            // SAFETY: stored from a `fn()` by on_timer before the cookie.
+            let action: fn() =
+                unsafe { std::mem::transmute::<usize, fn()>(OTHER_ACTION.load(Ordering::Acquire)) };
             action();
         }
     }
-    drop(_in_flight);
+    drop(in_flight);
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }

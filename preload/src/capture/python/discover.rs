@@ -3,7 +3,7 @@
 //! ranges, the type objects, and how thread states are found. Runs in the constructor
 //! (may allocate and read files); the result is the [`Runtime`] the handler uses.
 
-use super::layout::{DebugOffsetsError, FrameModel, Layout, TypeSizes, NEWEST_KNOWN, TP_BASICSIZE};
+use super::layout::{DebugOffsetsError, Layout, TypeSizes, NEWEST_KNOWN, TP_BASICSIZE};
 use super::{code, Runtime, ThreadStateSource};
 use crate::capture::symbols;
 use crate::capture::unwind::modules;
@@ -30,16 +30,20 @@ pub fn runtime(version: (u8, u8, u8)) -> Option<Runtime> {
     } else {
         "_PyEval_EvalFrameDefault"
     };
-    let evaluator = match layout.frame {
-        FrameModel::FrameObject => evaluator_ranges(evaluator_name),
-        _ => Vec::new(),
+    let (evaluator, needed) = if layout.has_stack_markers() {
+        (Vec::new(), "the type objects".to_string())
+    } else {
+        (
+            evaluator_ranges(evaluator_name),
+            format!("{evaluator_name} or the type objects"),
+        )
     };
     let types = types(major);
     let source = thread_state_source(&layout);
     let runtime = Runtime::new(layout, &evaluator, types, source);
     if runtime.is_none() {
         eprintln!(
-            "pyigprof: cannot find {evaluator_name} or the type objects of Python {major}.{minor}.{micro}; \
+            "pyigprof: cannot find {needed} of Python {major}.{minor}.{micro}; \
              recording native frames only"
         );
     }
@@ -64,43 +68,50 @@ fn types(major: u8) -> code::Types {
     }
 }
 
-/// The offset from the thread pointer (`%fs:0`) of the variable that
-/// `PyGILState_GetThisThreadState` at `code` returns, when its machine code is a plain
-/// thread-local read (3.15 keeps the thread state in `_Py_tss_gilstate`, a thread-local
-/// variable, not a pthread key): `mov %fs:disp32,%rax; ret` (local-exec TLS, executables),
-/// or `mov disp32(%rip),%rax; mov %fs:(%rax),%rax; ret` (initial-exec, shared libraries).
-/// An optional `endbr64` may come first. `None` for any other code.
-pub fn decode_tls_read(code: &[u8]) -> Option<i64> {
-    let code = code.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa]).unwrap_or(code);
-    let disp = |b: &[u8]| i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-    // 64 48 8b 04 25 <disp32> c3
-    if code.len() >= 10 && code[..5] == [0x64, 0x48, 0x8b, 0x04, 0x25] && code[9] == 0xc3 {
-        return Some(i64::from(disp(&code[5..9])));
-    }
-    None
+/// How `PyGILState_GetThisThreadState` reads the calling thread's state, when its machine
+/// code is a plain thread-local read (3.15 keeps the thread state in `_Py_tss_gilstate`, a
+/// thread-local variable, not a pthread key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsRead {
+    /// `mov %fs:disp32,%rax; ret` (local-exec TLS, executables): the variable is at this
+    /// offset from the thread pointer (`%fs:0`).
+    Offset(i64),
+    /// `mov disp32(%rip),%rax; mov %fs:(%rax),%rax; ret` (initial-exec TLS, shared
+    /// libraries): the offset is in the GOT slot at this run-time address.
+    GotSlot(u64),
 }
 
-/// The initial-exec form of [`decode_tls_read`]: the address of the GOT slot that holds the
-/// offset, for `mov disp32(%rip),%rax; mov %fs:(%rax),%rax; ret` at run-time address `at`.
-fn initial_exec_slot(code: &[u8], at: u64) -> Option<u64> {
-    let (code, at) = match code.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa]) {
-        Some(rest) => (rest, at + 4),
+/// `endbr64`, which CET-enabled builds put first in every function.
+const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+
+/// Decodes the code of `PyGILState_GetThisThreadState`, found at run-time address `at`,
+/// after an optional `endbr64`; `None` for any code that is not one of the [`TlsRead`]
+/// forms.
+pub fn decode_tls_read(code: &[u8], at: u64) -> Option<TlsRead> {
+    let (code, at) = match code.strip_prefix(&ENDBR64) {
+        Some(rest) => (rest, at + ENDBR64.len() as u64),
         None => (code, at),
     };
-    // 48 8b 05 <disp32>   64 48 8b 00   c3
+    let disp = |b: &[u8]| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    // 64 48 8b 04 25 <disp32>   c3
+    if code.len() >= 10 && code[..5] == [0x64, 0x48, 0x8b, 0x04, 0x25] && code[9] == 0xc3 {
+        return Some(TlsRead::Offset(disp(&code[5..9])));
+    }
+    // 48 8b 05 <disp32>   64 48 8b 00   c3 (the displacement is from the next instruction)
     if code.len() >= 12
         && code[..3] == [0x48, 0x8b, 0x05]
         && code[7..11] == [0x64, 0x48, 0x8b, 0x00]
         && code[11] == 0xc3
     {
-        let disp = i32::from_le_bytes([code[3], code[4], code[5], code[6]]);
-        return Some((at + 7).wrapping_add(disp as i64 as u64));
+        return Some(TlsRead::GotSlot(
+            (at + 7).wrapping_add(disp(&code[3..7]) as u64),
+        ));
     }
     None
 }
 
-/// Where `PyGILState_GetThisThreadState` reads the calling thread's state, if it is a
-/// thread-local variable (see [`decode_tls_read`]).
+/// Where `PyGILState_GetThisThreadState` reads the calling thread's state, as an offset
+/// from the thread pointer, if it is a thread-local variable (see [`decode_tls_read`]).
 fn thread_local_state() -> Option<i64> {
     let at = cpython::symbol(c"PyGILState_GetThisThreadState") as u64;
     if at == 0 {
@@ -109,12 +120,11 @@ fn thread_local_state() -> Option<i64> {
     // SAFETY: the first 16 bytes of an exported function's code, mapped and readable (a
     // function is longer than that, or followed by more code or padding in its segment).
     let code = unsafe { std::slice::from_raw_parts(at as *const u8, 16) };
-    if let Some(offset) = decode_tls_read(code) {
-        return Some(offset);
+    match decode_tls_read(code, at)? {
+        TlsRead::Offset(offset) => Some(offset),
+        // SAFETY: a GOT slot the function's own code reads.
+        TlsRead::GotSlot(slot) => Some(unsafe { *(slot as *const i64) }),
     }
-    let slot = initial_exec_slot(code, at)?;
-    // SAFETY: a GOT slot the function's own code reads.
-    Some(unsafe { *(slot as *const i64) })
 }
 
 /// Resolves how this CPython's thread states are found to this process's addresses.
@@ -245,10 +255,13 @@ mod tests {
         let python_3_15 = [
             0xf3, 0x0f, 0x1e, 0xfa, 0x64, 0x48, 0x8b, 0x04, 0x25, 0xd8, 0xff, 0xff, 0xff, 0xc3,
         ];
-        assert_eq!(decode_tls_read(&python_3_15), Some(-0x28));
         assert_eq!(
-            decode_tls_read(&python_3_15[4..]),
-            Some(-0x28),
+            decode_tls_read(&python_3_15, 0),
+            Some(TlsRead::Offset(-0x28))
+        );
+        assert_eq!(
+            decode_tls_read(&python_3_15[4..], 0),
+            Some(TlsRead::Offset(-0x28)),
             "without endbr64"
         );
         // Debian sid's 3.14.10: endbr64; cmpl $0,…(%rip) (is the pthread key created?): a
@@ -256,15 +269,23 @@ mod tests {
         let python_3_14 = [
             0xf3, 0x0f, 0x1e, 0xfa, 0x83, 0x3d, 0x3b, 0x49, 0x77, 0x00, 0x00, 0x74, 0x0a, 0xbf,
         ];
-        assert_eq!(decode_tls_read(&python_3_14), None);
-        assert_eq!(decode_tls_read(&python_3_15[..9]), None, "cut short");
+        assert_eq!(decode_tls_read(&python_3_14, 0), None);
+        assert_eq!(decode_tls_read(&python_3_15[..9], 0), None, "cut short");
         // Initial-exec, as a shared libpython would have it: mov 0x100(%rip),%rax;
         // mov %fs:(%rax),%rax; ret — the GOT slot is 0x100 past the end of the first
         // instruction.
         let shared = [
             0x48, 0x8b, 0x05, 0x00, 0x01, 0x00, 0x00, 0x64, 0x48, 0x8b, 0x00, 0xc3,
         ];
-        assert_eq!(decode_tls_read(&shared), None);
-        assert_eq!(initial_exec_slot(&shared, 0x1000), Some(0x1000 + 7 + 0x100));
+        assert_eq!(
+            decode_tls_read(&shared, 0x1000),
+            Some(TlsRead::GotSlot(0x1000 + 7 + 0x100))
+        );
+        let mut with_endbr = ENDBR64.to_vec();
+        with_endbr.extend_from_slice(&shared);
+        assert_eq!(
+            decode_tls_read(&with_endbr, 0x1000),
+            Some(TlsRead::GotSlot(0x1000 + 4 + 7 + 0x100))
+        );
     }
 }

@@ -153,6 +153,13 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// Whether each evaluator activation keeps a marker on its C stack frame (3.11+: its
+    /// `_PyCFrame` or entry frame), by which its native frame is found
+    /// (`capture::mixed`); ≤ 3.10 have none and need the evaluator's symbols.
+    pub fn has_stack_markers(&self) -> bool {
+        !matches!(self.frame, FrameModel::FrameObject)
+    }
+
     /// The layout of CPython `major.minor`, or `None` for a version this profiler does not
     /// know (the sampler then records native frames only).
     pub fn for_version(major: u8, minor: u8) -> Option<Layout> {

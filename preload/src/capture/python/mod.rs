@@ -71,8 +71,7 @@ impl Runtime {
         types: code::Types,
         source: ThreadStateSource,
     ) -> Option<Runtime> {
-        let by_marker = !matches!(layout.frame, layout::FrameModel::FrameObject);
-        if (evaluator.is_empty() && !by_marker)
+        if (evaluator.is_empty() && !layout.has_stack_markers())
             || types.code == 0
             || types.text == 0
             || types.bytes == 0
@@ -110,7 +109,7 @@ impl Runtime {
     /// they keep on the C stack (3.11+), rather than by the evaluator's addresses.
     #[inline(always)]
     pub fn pairs_by_marker(&self) -> bool {
-        !matches!(self.layout.frame, layout::FrameModel::FrameObject)
+        self.layout.has_stack_markers()
     }
 
     /// Whether `pc` is inside the evaluator.

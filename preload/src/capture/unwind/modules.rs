@@ -118,13 +118,12 @@ pub fn history() -> Vec<ObjectInfo> {
 }
 
 /// A module as found by `dl_iterate_phdr`, with what framehop needs.
-#[derive(Clone)]
 struct Found {
     info: ObjectInfo,
-    /// ELF virtual `[start, end)` of the executable `PT_LOAD` segments.
+    /// ELF virtual `[start, end)` of the executable `PT_LOAD` segments (the first is the
+    /// text framehop is given).
     code: Vec<(u64, u64)>,
     eh_frame_hdr: Option<(u64, u64)>,
-    text: Option<(u64, u64)>,
     segments: Vec<(u64, u64)>,
 }
 
@@ -262,16 +261,12 @@ fn describe(info: &libc::dl_phdr_info) -> Option<Found> {
     let mut segments = Vec::new();
     let mut code = Vec::new();
     let mut eh_frame_hdr = None;
-    let mut text = None;
     for ph in phdrs {
         match ph.p_type {
             libc::PT_LOAD => {
                 segments.push((ph.p_vaddr, ph.p_vaddr + ph.p_memsz));
                 if ph.p_flags & libc::PF_X != 0 {
                     code.push((ph.p_vaddr, ph.p_vaddr + ph.p_memsz));
-                    if text.is_none() {
-                        text = Some((ph.p_vaddr, ph.p_vaddr + ph.p_memsz));
-                    }
                 }
             }
             libc::PT_GNU_EH_FRAME => eh_frame_hdr = Some((ph.p_vaddr, ph.p_vaddr + ph.p_memsz)),
@@ -302,7 +297,6 @@ fn describe(info: &libc::dl_phdr_info) -> Option<Found> {
         },
         code,
         eh_frame_hdr,
-        text,
         segments,
     })
 }
@@ -346,7 +340,7 @@ impl Sections {
         Some(Sections {
             eh_frame_hdr: (hdr, hdr_lo),
             eh_frame: (image(f, eh_frame_lo, eh_frame_hi), eh_frame_lo),
-            text: f.text.map(|(lo, hi)| (image(f, lo, hi), lo)),
+            text: f.code.first().map(|&(lo, hi)| (image(f, lo, hi), lo)),
         })
     }
 
