@@ -84,42 +84,72 @@ pub enum TlsRead {
 /// `endbr64`, which CET-enabled builds put first in every function.
 const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 
+/// A signed 32-bit displacement.
+fn disp32(b: &[u8]) -> i64 {
+    i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// `code` at run-time address `at` without a leading `endbr64`, and its new address.
+fn skip_endbr64(code: &[u8], at: u64) -> (&[u8], u64) {
+    match code.strip_prefix(&ENDBR64) {
+        Some(rest) => (rest, at + ENDBR64.len() as u64),
+        None => (code, at),
+    }
+}
+
+/// `mov disp32(%rip),%rax` (`48 8b 05 <disp32>`) at the start of `code`, at run-time
+/// address `at`: the address it loads from (the displacement counts from the next
+/// instruction) and the code after it.
+fn rip_relative_load(code: &[u8], at: u64) -> Option<(u64, &[u8])> {
+    (code.len() >= 7 && code[..3] == [0x48, 0x8b, 0x05]).then(|| {
+        (
+            (at + 7).wrapping_add(disp32(&code[3..7]) as u64),
+            &code[7..],
+        )
+    })
+}
+
 /// Decodes the code of `PyGILState_GetThisThreadState`, found at run-time address `at`,
 /// after an optional `endbr64`; `None` for any code that is not one of the [`TlsRead`]
 /// forms.
 pub fn decode_tls_read(code: &[u8], at: u64) -> Option<TlsRead> {
-    let (code, at) = match code.strip_prefix(&ENDBR64) {
-        Some(rest) => (rest, at + ENDBR64.len() as u64),
-        None => (code, at),
-    };
-    let disp = |b: &[u8]| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let (code, at) = skip_endbr64(code, at);
     // 64 48 8b 04 25 <disp32>   c3
     if code.len() >= 10 && code[..5] == [0x64, 0x48, 0x8b, 0x04, 0x25] && code[9] == 0xc3 {
-        return Some(TlsRead::Offset(disp(&code[5..9])));
+        return Some(TlsRead::Offset(disp32(&code[5..9])));
     }
-    // 48 8b 05 <disp32>   64 48 8b 00   c3 (the displacement is from the next instruction)
-    if code.len() >= 12
-        && code[..3] == [0x48, 0x8b, 0x05]
-        && code[7..11] == [0x64, 0x48, 0x8b, 0x00]
-        && code[11] == 0xc3
-    {
-        return Some(TlsRead::GotSlot(
-            (at + 7).wrapping_add(disp(&code[3..7]) as u64),
-        ));
-    }
-    None
+    // mov disp32(%rip),%rax   64 48 8b 00 (mov %fs:(%rax),%rax)   c3
+    let (slot, rest) = rip_relative_load(code, at)?;
+    rest.starts_with(&[0x64, 0x48, 0x8b, 0x00, 0xc3])
+        .then_some(TlsRead::GotSlot(slot))
+}
+
+/// The address of the variable that a getter at run-time address `at` returns, when its
+/// code is `[endbr64] mov disp32(%rip),%rax; ret` (2.7's `PyInterpreterState_Head`, which
+/// returns the static `interp_head`).
+pub fn decode_static_read(code: &[u8], at: u64) -> Option<u64> {
+    let (code, at) = skip_endbr64(code, at);
+    let (variable, rest) = rip_relative_load(code, at)?;
+    rest.starts_with(&[0xc3]).then_some(variable)
+}
+
+/// The first 16 bytes of the code of the exported function `name`, and its address.
+fn exported_code(name: &std::ffi::CStr) -> Option<(&'static [u8], u64)> {
+    let at = cpython::symbol(name) as u64;
+    // SAFETY: the first 16 bytes of an exported function's code, mapped and readable (a
+    // function is longer than that, or followed by more code or padding in its segment).
+    (at != 0).then(|| {
+        (
+            unsafe { std::slice::from_raw_parts(at as *const u8, 16) },
+            at,
+        )
+    })
 }
 
 /// Where `PyGILState_GetThisThreadState` reads the calling thread's state, as an offset
 /// from the thread pointer, if it is a thread-local variable (see [`decode_tls_read`]).
 fn thread_local_state() -> Option<i64> {
-    let at = cpython::symbol(c"PyGILState_GetThisThreadState") as u64;
-    if at == 0 {
-        return None;
-    }
-    // SAFETY: the first 16 bytes of an exported function's code, mapped and readable (a
-    // function is longer than that, or followed by more code or padding in its segment).
-    let code = unsafe { std::slice::from_raw_parts(at as *const u8, 16) };
+    let (code, at) = exported_code(c"PyGILState_GetThisThreadState")?;
     match decode_tls_read(code, at)? {
         TlsRead::Offset(offset) => Some(offset),
         // SAFETY: a GOT slot the function's own code reads.
@@ -153,7 +183,13 @@ fn thread_state_source(layout: &Layout) -> ThreadStateSource {
         }
         Lookup::GilHolder { symbol, offsets } => match exported(symbol) {
             0 => Source::AttachedKey,
-            current => Source::GilHolder { current, offsets },
+            current => Source::GilHolder {
+                current,
+                offsets,
+                interp_head: exported_code(c"PyInterpreterState_Head")
+                    .and_then(|(code, at)| decode_static_read(code, at))
+                    .unwrap_or(0),
+            },
         },
     }
 }
@@ -281,6 +317,15 @@ mod tests {
             decode_tls_read(&shared, 0x1000),
             Some(TlsRead::GotSlot(0x1000 + 7 + 0x100))
         );
+        // 2.7.18's PyInterpreterState_Head: mov 0xe08c9(%rip),%rax; ret.
+        let head = [0x48, 0x8b, 0x05, 0xc9, 0x08, 0x0e, 0x00, 0xc3];
+        assert_eq!(decode_static_read(&head, 0x116e00), Some(0x1f76d0));
+        assert_eq!(
+            decode_static_read(&shared, 0x1000),
+            None,
+            "not followed by ret"
+        );
+        assert_eq!(decode_tls_read(&head, 0x116e00), None);
         let mut with_endbr = ENDBR64.to_vec();
         with_endbr.extend_from_slice(&shared);
         assert_eq!(

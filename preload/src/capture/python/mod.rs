@@ -35,6 +35,9 @@ pub enum ThreadStateSource {
     GilHolder {
         current: u64,
         offsets: layout::ThreadStateOffsets,
+        /// The address of the static `interp_head` (decoded from `PyInterpreterState_Head`,
+        /// discover.rs), 0 when unknown: the interpreter before any GIL holder is sampled.
+        interp_head: u64,
     },
 }
 
@@ -151,9 +154,11 @@ impl Runtime {
                 }
                 read::word(thread_pointer.wrapping_add(offset as u64)).unwrap_or(0)
             }
-            ThreadStateSource::GilHolder { current, offsets } => {
-                self.gil_holder_state(current, offsets, seen)
-            }
+            ThreadStateSource::GilHolder {
+                current,
+                offsets,
+                interp_head,
+            } => self.gil_holder_state(current, offsets, interp_head, seen),
         }
     }
 
@@ -168,6 +173,7 @@ impl Runtime {
         &self,
         current: u64,
         offsets: layout::ThreadStateOffsets,
+        interp_head: u64,
         seen: &mut u64,
     ) -> u64 {
         /// Most thread states looked at in the interpreter's list.
@@ -186,10 +192,18 @@ impl Runtime {
             return holder;
         }
         let mut interpreter = self.interpreter.load(Ordering::Relaxed);
-        if interpreter == 0 && holder != 0 {
-            // No GIL holder sampled on its own thread yet: take another thread's holder's
-            // interpreter (the holder pointer is cleared before a state is freed).
-            interpreter = field(holder, offsets.interp).unwrap_or(0);
+        if interpreter == 0 {
+            // No GIL holder sampled on its own thread yet (a program whose first work is a
+            // C call that released the GIL): the runtime's first interpreter
+            // (`interp_head`), else another thread's holder's interpreter (the holder
+            // pointer is cleared before a state is freed).
+            interpreter = match interp_head {
+                0 => 0,
+                head => read::word(head).unwrap_or(0),
+            };
+            if interpreter == 0 && holder != 0 {
+                interpreter = field(holder, offsets.interp).unwrap_or(0);
+            }
             self.interpreter.store(interpreter, Ordering::Relaxed);
         }
         if interpreter == 0 {
