@@ -273,29 +273,39 @@ fn summary(
     );
 }
 
-fn has_samples() -> bool {
-    sampler::get().is_some_and(|s| s.stats.samples.load(Ordering::Relaxed) > 0)
+/// Stops sampling and tells whether the profile has anything in it: ticks of samples, or
+/// of timer expirations the kernel had not delivered (see `Sampler::stop`). A `fork` child
+/// that ran for less than a period before its `exec` failed and it ended with `_exit`
+/// has none, mostly.
+fn stop_with_ticks() -> bool {
+    sampler::get().is_some_and(|s| {
+        s.stop();
+        s.stats.ticks.load(Ordering::Relaxed) > 0
+    })
 }
 
-/// `_exit`/`_Exit`: writes the profile if there is anything in it (a `fork` child whose
-/// `exec` failed and that ends with `_exit` writes nothing).
+/// `_exit`/`_Exit`: writes the profile if there is anything in it.
 pub fn process_ending() {
-    if is_owner() && has_samples() {
+    if is_owner() {
         block_sigprof_for_good();
-        write_profile();
+        if stop_with_ticks() {
+            write_profile();
+        }
     }
 }
 
-/// Before an `exec`: writes the profile of the image about to be replaced.
+/// Before an `exec`: writes the profile of the image about to be replaced, if there is
+/// anything in it. Sampling stops either way.
 pub fn before_exec() {
-    if is_owner() && has_samples() {
+    if is_owner() && stop_with_ticks() {
         if let Some(path) = write_profile() {
             *BEFORE_EXEC.lock().unwrap_or_else(|e| e.into_inner()) = Some(path);
         }
     }
 }
 
-/// The `exec` failed: the process goes on; its profile will be written at its end.
+/// The `exec` failed: the process goes on, sampled again; its profile will be written at
+/// its end.
 pub fn exec_failed() {
     if !is_owner() {
         return;
@@ -303,9 +313,9 @@ pub fn exec_failed() {
     if let Some(path) = BEFORE_EXEC.lock().unwrap_or_else(|e| e.into_inner()).take() {
         let _ = std::fs::remove_file(path);
         DUMPED.store(false, Ordering::Release);
-        if let Some(s) = sampler::get() {
-            s.resume();
-        }
+    }
+    if let Some(s) = sampler::get() {
+        s.resume();
     }
 }
 

@@ -49,6 +49,9 @@ pub struct Slot {
     pub armed_cpu_ns: AtomicU64,
     /// Ticks of the signals the thread received since its timer was armed.
     pub ticks: AtomicU64,
+    /// The thread's CPU clock (ns) when sampling stopped with its timer armed; 0 = not
+    /// stopped so (see `Sampler::stop`).
+    pub stopped_cpu_ns: AtomicU64,
     /// The trace-tree node of the thread's latest recorded sample (0 = none yet).
     pub last_leaf: AtomicU32,
     /// Scratch: native frame addresses, innermost first.
