@@ -124,7 +124,7 @@ impl Sampler {
     /// trees can be read safely.
     ///
     /// With the CPU clock, the expirations of each thread's timer that the kernel had not
-    /// delivered by then are counted as ticks ([`Sampler::count_undelivered`]): the
+    /// delivered by then are counted as ticks (see `count_undelivered`): the
     /// profile's total stays the threads' CPU time, and a process that ran for several
     /// periods without a single signal delivered (one polling its own CPU clock) still has
     /// its time in its profile.
