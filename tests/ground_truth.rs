@@ -144,8 +144,14 @@ impl Findings {
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect();
-            self.failures
-                .push(format!("  (profile kept: {})", paths.join(", ")));
+            let stats = run.statistics();
+            let stat = |key: &str| stats.get(key).map_or("?", String::as_str);
+            self.failures.push(format!(
+                "  (profile kept: {}; {} ticks, {} of them unsampled thread time)",
+                paths.join(", "),
+                stat("stats.ticks"),
+                stat("stats.unsampled_ticks")
+            ));
         }
     }
 
