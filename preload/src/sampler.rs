@@ -127,7 +127,7 @@ impl Sampler {
 
         // Native frames.
         let cache = slot.cache.load(Ordering::Acquire);
-        let (native_len, complete, cut) = match (
+        let (native_len, complete, cut, approximate) = match (
             modules::current(),
             slot.ready.load(Ordering::Acquire),
             cache.is_null(),
@@ -152,16 +152,19 @@ impl Sampler {
                         sps: &mut slot.native_sps,
                     },
                 );
-                (u.frames, u.complete, u.cut)
+                (u.frames, u.complete, u.cut, u.approximate)
             }
             _ => {
                 slot.native[0] = regs.ip;
                 slot.native_sps[0] = regs.sp;
-                (1, false, false)
+                (1, false, false, false)
             }
         };
         if complete {
             stats.complete.fetch_add(1, Ordering::Relaxed);
+        }
+        if approximate {
+            stats.approximate.fetch_add(1, Ordering::Relaxed);
         }
 
         // Python frames.
