@@ -97,10 +97,10 @@ fn measure(python: &Interpreter, program: &str, rounds: &str, parents: &[&str]) 
     }
 }
 
-/// The profiled share is within 5 points of the program's own measurement.
-fn agrees(python: &Interpreter, measured: f64, profiled: f64) {
+/// The profiled share is within `points` of the program's own measurement.
+fn agrees(python: &Interpreter, measured: f64, profiled: f64, points: f64) {
     assert!(
-        (profiled - measured).abs() < 5.0,
+        (profiled - measured).abs() < points,
         "{}: <garbage collection> is {profiled:.1} % of work, the program measured \
          {measured:.1} %",
         python.name
@@ -147,7 +147,7 @@ fn garbage_collection_is_its_own_node_under_the_function_that_ran_it() {
             "{}: the program spent only {measured:.1} % in gc.collect()",
             python.name
         );
-        agrees(&python, measured, profiled);
+        agrees(&python, measured, profiled, 5.0);
         assert!(
             under_sweep as f64 >= 0.95 * gc as f64,
             "{}: {under_sweep} of {gc} ticks in garbage collection directly under sweep",
@@ -240,7 +240,10 @@ fn automatic_collections_are_found_under_the_allocating_function() {
             "{}: automatic collections took only {measured:.1} %",
             python.name
         );
-        agrees(&python, measured, profiled);
+        // 10 points: the ground truth times each collection from its gc.callbacks start
+        // to stop, and a run gets 250-450 samples (the kernel's 4 ms tick merges the 1 kHz
+        // expirations): measured 22-29 %, profiled 21-32 %, up to 5.5 points apart in CI.
+        agrees(&python, measured, profiled, 10.0);
         assert!(
             under_churn as f64 >= 0.9 * gc as f64,
             "{}: {under_churn} of {gc} ticks in garbage collection directly under churn",
