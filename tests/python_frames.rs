@@ -371,6 +371,12 @@ static void *run(void *arg) {
     } while ((now.tv_sec - start.tv_sec) * 1e9 + (now.tv_nsec - start.tv_nsec) < 0.3e9);
     early_spin();
     done = 1;
+    /* Stay alive until the process ends: the profiler does not see an adopted thread end
+       (only threads it started through pthread_create), and the expirations of its timer
+       that the kernel had not delivered (tens of ms under load) are counted when sampling
+       stops, for the threads alive then. */
+    for (;;)
+        nanosleep(&pause, 0);
     return 0;
 }
 /* Whether the thread has finished its spin: the program waits for it before exiting. */
