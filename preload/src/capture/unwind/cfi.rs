@@ -348,14 +348,7 @@ impl Deref {
         } else {
             regs.bp
         };
-        if return_address == 0 {
-            return Ok(None);
-        }
-        if cfa == regs.sp && return_address == regs.ip {
-            return Err(Failed);
-        }
-        *regs = Regs::new(return_address, cfa, bp);
-        Ok(Some(return_address))
+        step_to(regs, Regs::new(return_address, cfa, bp))
     }
 }
 
@@ -408,6 +401,24 @@ fn evaluate(
     context: &mut UnwindContext<usize, Storage>,
     address: u64,
 ) -> Option<(u64, u64, Rule)> {
+    with_row(modules, context, address, |row, module| {
+        (
+            row.start_address().wrapping_add(module.bias),
+            row.end_address().wrapping_add(module.bias),
+            translate(row),
+        )
+    })
+}
+
+/// Finds the CFI row of `modules` that covers run-time `address` and returns what `f` makes
+/// of it (with its module); `None` when no module, FDE or row covers it, or the CFI does
+/// not evaluate.
+fn with_row<T>(
+    modules: &[CfiModule],
+    context: &mut UnwindContext<usize, Storage>,
+    address: u64,
+    f: impl FnOnce(&UnwindTableRow<usize, Storage>, &CfiModule) -> T,
+) -> Option<T> {
     let (module, svma) = module_for(modules, address)?;
     let fde = module
         .hdr
@@ -422,11 +433,7 @@ fn evaluate(
     let mut rows = fde.rows(&module.eh_frame, &module.bases, context).ok()?;
     while let Some(row) = rows.next_row().ok()? {
         if row.contains(svma) {
-            return Some((
-                row.start_address().wrapping_add(module.bias),
-                row.end_address().wrapping_add(module.bias),
-                translate(row),
-            ));
+            return Some(f(row, module));
         }
     }
     None
@@ -448,7 +455,7 @@ pub fn exec(
     regs: &mut Regs,
     read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
 ) -> Result<Option<u64>, Failed> {
-    let (ip, sp, bp) = (regs.ip, regs.sp, regs.bp);
+    let (sp, bp) = (regs.sp, regs.bp);
     let (new_sp, new_bp) = match rule {
         Rule::EndOfStack => return Ok(None),
         Rule::OffsetSp { sp_offset_by_8 } => (
@@ -488,14 +495,21 @@ pub fn exec(
         Rule::Evaluate | Rule::NoCfi => return Err(Failed),
     };
     let return_address = read_stack(new_sp - 8).map_err(|_| Failed)?;
-    if return_address == 0 {
+    step_to(regs, Regs::new(return_address, new_sp, new_bp))
+}
+
+/// Moves `regs` to `caller` (whose RIP is the frame's return address and RSP its CFA) and
+/// returns the return address: `None` when it is 0 (no caller), a failure when the frame
+/// does not advance (same stack pointer and instruction).
+fn step_to(regs: &mut Regs, caller: Regs) -> Result<Option<u64>, Failed> {
+    if caller.ip == 0 {
         return Ok(None);
     }
-    if new_sp == sp && return_address == ip {
+    if caller.sp == regs.sp && caller.ip == regs.ip {
         return Err(Failed);
     }
-    *regs = Regs::new(return_address, new_sp, new_bp);
-    Ok(Some(return_address))
+    *regs = caller;
+    Ok(Some(caller.ip))
 }
 
 /// gimli's fixed-size storage for evaluating DWARF expressions: 16 stack values, no
@@ -657,14 +671,7 @@ fn apply_row<S: UnwindContextStorage<usize>>(
             caller.set(register, value);
         }
     }
-    if return_address == 0 {
-        return Ok(None);
-    }
-    if cfa == regs.sp && return_address == regs.ip {
-        return Err(Failed);
-    }
-    *regs = caller;
-    Ok(Some(return_address))
+    step_to(regs, caller)
 }
 
 impl RowCache {
@@ -692,35 +699,19 @@ impl RowCache {
             self.derefs[0] = deref;
             return deref.exec(is_first_frame, regs, read_stack);
         }
-        let (module, svma) = module_for(modules, address).ok_or(Failed)?;
-        let fde = module
-            .hdr
-            .table()
-            .ok_or(Failed)?
-            .fde_for_address(
-                &module.eh_frame,
-                &module.bases,
-                svma,
-                EhFrame::cie_from_offset,
-            )
-            .map_err(|_| Failed)?;
-        let mut rows = fde
-            .rows(&module.eh_frame, &module.bases, &mut self.context)
-            .map_err(|_| Failed)?;
-        while let Some(row) = rows.next_row().map_err(|_| Failed)? {
-            if row.contains(svma) {
-                let (start, end) = (
-                    row.start_address().wrapping_add(module.bias),
-                    row.end_address().wrapping_add(module.bias),
-                );
-                if let Some(deref) = Deref::of(row, module, start, end) {
-                    self.derefs.copy_within(0..DEREFS - 1, 1);
-                    self.derefs[0] = deref;
-                }
-                return apply_row(row, module, is_first_frame, regs, read_stack);
+        let derefs = &mut self.derefs;
+        with_row(modules, &mut self.context, address, |row, module| {
+            let (start, end) = (
+                row.start_address().wrapping_add(module.bias),
+                row.end_address().wrapping_add(module.bias),
+            );
+            if let Some(deref) = Deref::of(row, module, start, end) {
+                derefs.copy_within(0..DEREFS - 1, 1);
+                derefs[0] = deref;
             }
-        }
-        Err(Failed)
+            apply_row(row, module, is_first_frame, regs, read_stack)
+        })
+        .unwrap_or(Err(Failed))
     }
 }
 
