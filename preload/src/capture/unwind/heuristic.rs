@@ -108,15 +108,12 @@ pub fn step(
         (value > sp && value < stack.1 && value.is_multiple_of(8) && beyond_first).then_some(value)
     };
     let mut previous = sp;
-    loop {
-        // The nearest seed beyond the last one tried (at most 16 registers: no sorting).
-        let Some(seed) = (0..16u16)
-            .filter_map(seed_of)
-            .filter(|&value| value > previous)
-            .min()
-        else {
-            break;
-        };
+    // The nearest seed beyond the last one tried (at most 16 registers: no sorting).
+    while let Some(seed) = (0..16u16)
+        .filter_map(seed_of)
+        .filter(|&value| value > previous)
+        .min()
+    {
         previous = seed;
         if let Some((at, word)) = first_plausible(snapshot, seed, SEED_SCAN_WORDS, read_stack) {
             if leads_to_root(&Regs::new(word, at + 8, bp)) {
