@@ -68,8 +68,15 @@ struct Measured {
     all: Vec<Stack>,
 }
 
-fn measure(python: &Interpreter, program: &str, rounds: &str, parents: &[&str]) -> Measured {
-    let (run, profile) = profiled_ok(python, &["-c", program, rounds], &[("PYIGPROF_HZ", "1000")]);
+fn measure(
+    python: &Interpreter,
+    program: &str,
+    rounds: &str,
+    parents: &[&str],
+    env: &[(&str, &str)],
+) -> Measured {
+    let env = [env, &[("PYIGPROF_HZ", "1000")]].concat();
+    let (run, profile) = profiled_ok(python, &["-c", program, rounds], &env);
     let out = run.stdout();
     let measured = 100.0 * json_number(&out, "gc_seconds") / json_number(&out, "work_seconds");
     let all = stacks(&profile);
@@ -127,7 +134,7 @@ fn garbage_collection_is_its_own_node_under_the_function_that_ran_it() {
             gc,
             under: under_sweep,
             all,
-        } = measure(&python, PROGRAM, "12", &["sweep"]);
+        } = measure(&python, PROGRAM, "12", &["sweep"], &[]);
         let ticks = |pred: &dyn Fn(&Stack) -> bool| -> i64 {
             all.iter().filter(|s| pred(s)).map(|s| s.ticks).sum()
         };
@@ -229,6 +236,7 @@ fn automatic_collections_are_found_under_the_allocating_function() {
             AUTOMATIC,
             "60",
             &["churn", "Node.__init__", "__init__"],
+            &[],
         );
         report.push(format!(
             "{}: measured {measured:.1} %, profiled {profiled:.1} % ({gc} of {in_work} ticks, \
@@ -251,4 +259,75 @@ fn automatic_collections_are_found_under_the_allocating_function() {
         );
     }
     log("automatic_collections", &report);
+}
+
+/// 2.7 and 3.6 keep the collector's flag in a `static int collecting` that only `.symtab`
+/// names: with the interpreter's library stripped of it (as distributions ship it), the
+/// flag is found from the exported `PyGC_Collect`, which tests it first.
+#[test]
+fn a_stripped_interpreter_still_shows_garbage_collection() {
+    let mut report = Vec::new();
+    let dir = scratch_dir("stripped-libpython");
+    for python in interpreters_for(
+        "garbage_collection_stripped",
+        "interpreters whose collector flag is a static (2.7, 3.6 with a shared libpython)",
+        |p| matches!(p.version, (2, 7) | (3, 6)) && p.name.starts_with("pyenv"),
+    ) {
+        // The shared library the interpreter loads, copied and stripped of every symbol
+        // that is not exported; LD_LIBRARY_PATH makes the interpreter load the copy.
+        let lib = python.path.parent().unwrap().parent().unwrap().join("lib");
+        let Some(libpython) = std::fs::read_dir(&lib).ok().and_then(|entries| {
+            entries.flatten().map(|e| e.path()).find(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                name.starts_with("libpython") && name.ends_with(".so.1.0")
+            })
+        }) else {
+            continue;
+        };
+        let copy_dir = dir.join(&python.name);
+        std::fs::create_dir_all(&copy_dir).unwrap();
+        let copy = copy_dir.join(libpython.file_name().unwrap());
+        std::fs::copy(&libpython, &copy).unwrap();
+        let strip = std::process::Command::new("strip")
+            .arg("--strip-all")
+            .arg(&copy)
+            .status()
+            .expect("run strip");
+        assert!(strip.success(), "strip {}", copy.display());
+        let library_path = copy_dir.to_string_lossy().into_owned();
+        let loaded = std::process::Command::new(&python.path)
+            .args([
+                "-c",
+                "print([l.split()[-1] for l in open('/proc/self/maps') if 'libpython' in l][0])",
+            ])
+            .env("LD_LIBRARY_PATH", &library_path)
+            .output()
+            .expect("run python");
+        assert_eq!(
+            String::from_utf8_lossy(&loaded.stdout).trim(),
+            copy.to_string_lossy(),
+            "{}: the stripped copy is not the library loaded",
+            python.name
+        );
+        let m = measure(
+            &python,
+            PROGRAM,
+            "12",
+            &["sweep"],
+            &[("LD_LIBRARY_PATH", &library_path)],
+        );
+        report.push(format!(
+            "{} (stripped): measured {:.1} %, profiled {:.1} % ({} of {} ticks)",
+            python.name, m.measured, m.profiled, m.gc, m.in_work
+        ));
+        agrees(&python, m.measured, m.profiled, 5.0);
+        assert!(
+            m.under as f64 >= 0.95 * m.gc as f64,
+            "{}: {} of {} ticks in garbage collection directly under sweep",
+            python.name,
+            m.under,
+            m.gc
+        );
+    }
+    log("garbage_collection_stripped", &report);
 }

@@ -215,7 +215,7 @@ def config_command(cfg, py, prog_argv, venv_env, preload, rundir):
     if cfg["kind"] == "plain":
         return [py] + prog_argv, env
     if cfg["kind"] == "pyigprof":
-        env["LD_PRELOAD"] = preload
+        env["LD_PRELOAD"] = cfg.get("preload") or preload
         env["PYIGPROF_OUTPUT"] = os.path.join(rundir, "pyigprof.%p.gz")
         env["PYIGPROF_QUIET"] = "1"
         if cfg["hz"]:
@@ -468,6 +468,8 @@ def render(results, rows):
                % (meta["date"], meta["host"], meta["cpus"], meta["kernel"], meta["load_before"],
                   meta.get("load_after", "n/a")))
     out.append("- pyigprof: %s (commit %s)" % (meta["preload"], meta["commit"]))
+    if meta.get("preload_before"):
+        out.append("- pyigprof (before): %s" % meta["preload_before"])
     out.append("- runs per configuration: %d, alternating; target CPU time per baseline run: %.2f s"
                % (meta["runs"], meta["target_cpu_s"]))
     for v in meta["pythons"]:
@@ -563,7 +565,8 @@ def targets(rows):
                             statistics.median(r["paired_ratio"] for r in paired),
                             sum(r["paired_ratio"] > TARGET_CPU_RATIO_1K for r in paired), len(paired),
                             TARGET_CPU_RATIO_1K))
-    pig = [r for r in rows if r["config"].startswith("pyigprof")]
+    # The targets are for the library measured; an A/B's older build is only compared.
+    pig = [r for r in rows if r["config"].startswith("pyigprof") and not r["config"].endswith("(before)")]
     hm = [r for r in pig if r.get("handler_median_ns") is not None]
     if not hm:
         lines.append("handler median <= %.0f us: n/a (the profiles carry no `#pyigprof handler` line)"
@@ -583,6 +586,16 @@ def targets(rows):
             worst["handler_median_ns"], where(worst), worst["config"],
             sum(r["handler_median_ns"] <= TARGET_HANDLER_MEDIAN_NS for r in hm), len(hm),
             TARGET_HANDLER_MEDIAN_NS / 1000))
+    before = {(r["python"], r["program"], r["config"].replace(" (before)", "")): r
+              for r in rows if r["config"].endswith("(before)")}
+    for r in pig:
+        b = before.get((r["python"], r["program"], r["config"].replace(" (default)", "")))
+        if b is None:
+            continue
+        lines.append("handler before -> after, %s, %s: median %s -> %s ns, p99 %s -> %s ns, CPU ratio %s -> %s" % (
+            where(r), r["config"], fmt(b.get("handler_median_ns"), ".0f"), fmt(r.get("handler_median_ns"), ".0f"),
+            fmt(b.get("handler_p99_ns"), ".0f"), fmt(r.get("handler_p99_ns"), ".0f"),
+            fmt(b.get("cpu_ratio"), ".3f"), fmt(r.get("cpu_ratio"), ".3f")))
     rep = [r for r in pig if r.get("reported_over_cpu") is not None]
     if not rep:
         lines.append("reported time within %.0f %% of CPU time: n/a (no profiles)" % (TARGET_REPORTED_DEV * 100))
@@ -617,6 +630,11 @@ def main():
     ap.add_argument("--no-install", action="store_true", help="do not create venvs or pip install")
     ap.add_argument("--preload", default=os.path.join(REPO, "target", "release", "libpyigprof.so"),
                     help="the pyigprof library (default %(default)s)")
+    ap.add_argument("--preload-before", metavar="LIBRARY",
+                    help="an A/B of the library: another build (e.g. of an older commit) run as "
+                         "two more configurations, 'pyigprof 250 Hz (before)' and 'pyigprof 1 kHz "
+                         "(before)', alternating with the others; the targets list the handler "
+                         "median and p99 before -> after per program")
     args = ap.parse_args()
 
     runs = args.runs or (2 if args.smoke else 5)
@@ -641,6 +659,13 @@ def main():
             sys.exit("bench: unknown configuration kind(s): %s" % ", ".join(sorted(unknown)))
         CONFIGS = [c for c in CONFIGS if c["kind"] == "plain" or c["kind"] in kinds]
 
+    if args.preload_before:
+        if not os.path.exists(args.preload_before):
+            sys.exit("bench: no library at %s (--preload-before)" % args.preload_before)
+        CONFIGS = CONFIGS + [dict(c, name=c["name"].replace(" (default)", "") + " (before)",
+                                  preload=args.preload_before)
+                             for c in CONFIGS if c["kind"] == "pyigprof"]
+
     interps = find_interpreters(args.pythons or (SMOKE_PYTHON if args.smoke else DEFAULT_PYTHONS))
     if args.smoke:
         interps = interps[:1]
@@ -655,6 +680,7 @@ def main():
             "smoke": args.smoke, "date": datetime.datetime.now().isoformat(timespec="seconds"),
             "host": platform.node(), "cpus": os.cpu_count(), "kernel": platform.release(),
             "load_before": "%.2f %.2f %.2f" % os.getloadavg(), "preload": args.preload, "commit": commit,
+            "preload_before": args.preload_before,
             "runs": runs, "target_cpu_s": target, "pythons": []}
     results = {"meta": meta, "runs": {}}
 

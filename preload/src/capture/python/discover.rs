@@ -138,14 +138,15 @@ pub fn decode_static_read(code: &[u8], at: u64) -> Option<u64> {
     rest.starts_with(&[0xc3]).then_some(variable)
 }
 
-/// The first 16 bytes of the code of the exported function `name`, and its address.
+/// The first 32 bytes of the code of the exported function `name`, and its address.
 fn exported_code(name: &std::ffi::CStr) -> Option<(&'static [u8], u64)> {
     let at = cpython::symbol(name) as u64;
-    // SAFETY: the first 16 bytes of an exported function's code, mapped and readable (a
-    // function is longer than that, or followed by more code or padding in its segment).
+    // SAFETY: the first 32 bytes of an exported function's code, mapped and readable (a
+    // function is longer than that, or followed by more code or padding in its segment,
+    // which ends at a page boundary).
     (at != 0).then(|| {
         (
-            unsafe { std::slice::from_raw_parts(at as *const u8, 16) },
+            unsafe { std::slice::from_raw_parts(at as *const u8, 32) },
             at,
         )
     })
@@ -180,10 +181,15 @@ fn thread_state_source(layout: &Layout) -> ThreadStateSource {
             },
         },
         Lookup::StaticKey { symbol } => {
-            // A local symbol of the object that defines the C-API.
+            // A local symbol of the object that defines the C-API, or, stripped, the key
+            // that `PyGILState_GetThisThreadState` passes to `PyThread_get_key_value`.
             let api = exported("PyGILState_GetThisThreadState");
             let at = object_containing(api)
-                .and_then(|(_, object)| symbols::data_symbol(&object, symbol));
+                .and_then(|(_, object)| symbols::data_symbol(&object, symbol))
+                .or_else(|| {
+                    let (code, at) = exported_code(c"PyGILState_GetThisThreadState")?;
+                    decode_int_load(code, at, Register::Edi).map(|(key, _)| key)
+                });
             at.map_or(Source::AttachedKey, |at| Source::Key { at })
         }
         Lookup::GilHolder { symbol, offsets } => match exported(symbol) {
@@ -199,8 +205,59 @@ fn thread_state_source(layout: &Layout) -> ThreadStateSource {
     }
 }
 
+/// The address of the variable `name` of the object that defines the C-API: exported, or
+/// a `static` one from its `.symtab` (or debug file); `None` when stripped.
+fn variable(name: &str) -> Option<u64> {
+    let cname = std::ffi::CString::new(name).ok()?;
+    match cpython::symbol(&cname) as u64 {
+        0 => {
+            let api = cpython::symbol(c"PyGILState_GetThisThreadState") as u64;
+            let (_, object) = object_containing(api)?;
+            symbols::data_symbol(&object, name)
+        }
+        at => Some(at),
+    }
+}
+
+/// A 32-bit register that [`decode_int_load`] looks for, by its ModRM byte with RIP-relative
+/// addressing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Register {
+    /// `%eax` (ModRM 0x05).
+    Eax = 0x05,
+    /// `%edi` (ModRM 0x3d), the first argument of a call.
+    Edi = 0x3d,
+}
+
+/// The first `mov disp32(%rip),<register>` (`8b <modrm> <disp32>`) in `code`, which starts
+/// at run-time address `at` (after an optional `endbr64`): the address of the `int`
+/// variable it loads and the bytes after the instruction. 3.6's
+/// `PyGILState_GetThisThreadState` loads the static `autoTLSkey` into `%edi` for
+/// `PyThread_get_key_value`; 2.7's and 3.6's `PyGC_Collect` load `collecting` into `%eax`
+/// after their prologue.
+pub fn decode_int_load(code: &[u8], at: u64, register: Register) -> Option<(u64, &[u8])> {
+    let (code, at) = skip_endbr64(code, at);
+    (0..code.len().saturating_sub(5)).find_map(|i| {
+        (code[i] == 0x8b && code[i + 1] == register as u8).then(|| {
+            let end = i + 6;
+            (
+                (at + end as u64).wrapping_add(disp32(&code[i + 2..end]) as u64),
+                &code[end..],
+            )
+        })
+    })
+}
+
+/// The address of the `int` flag that the code at run-time address `at` tests first:
+/// `mov disp32(%rip),%eax; test %eax,%eax` (2.7's and 3.6's `PyGC_Collect`:
+/// `push %rbx; sub $0x20,%rsp;` then `if (collecting)`).
+pub fn decode_flag_test(code: &[u8], at: u64) -> Option<u64> {
+    let (flag, rest) = decode_int_load(code, at, Register::Eax)?;
+    rest.starts_with(&[0x85, 0xc0]).then_some(flag)
+}
+
 /// The garbage-collection check of `gc` at this process's addresses; `None` when a symbol
-/// it needs is missing (the `static` `collecting` of a stripped 2.7 or 3.6).
+/// it needs is missing.
 fn gc_probe(gc: GcLayout) -> Option<GcProbe> {
     let resolve = |place: Place| -> Option<Where> {
         Some(match place {
@@ -212,18 +269,12 @@ fn gc_probe(gc: GcLayout) -> Option<GcProbe> {
                 0 => return None,
                 runtime => Where::At(runtime + u64::from(offset)),
             },
-            Place::Symbol(name) => {
-                let cname = std::ffi::CString::new(name).ok()?;
-                match cpython::symbol(&cname) as u64 {
-                    0 => {
-                        // A static variable of the object that defines the C-API.
-                        let api = cpython::symbol(c"PyGILState_GetThisThreadState") as u64;
-                        let (_, object) = object_containing(api)?;
-                        Where::At(symbols::data_symbol(&object, name)?)
-                    }
-                    at => Where::At(at),
-                }
-            }
+            Place::Symbol(name) => Where::At(variable(name)?),
+            Place::Flag { symbol, tester } => Where::At(variable(symbol).or_else(|| {
+                let name = std::ffi::CString::new(tester).ok()?;
+                let (code, at) = exported_code(&name)?;
+                decode_flag_test(code, at)
+            })?),
         })
     };
     Some(GcProbe {
@@ -327,6 +378,77 @@ const RTLD_DL_SYMENT: libc::c_int = 1;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_collecting_flag_is_decoded_from_the_code_that_tests_it() {
+        // pyenv's 2.7 and 3.6 keep `collecting` in .symtab: the decoded address must be it.
+        let mut checked = 0;
+        for pattern in ["2.7", "3.6"] {
+            let Ok(dir) = std::fs::read_dir("/root/.pyenv/versions") else {
+                return;
+            };
+            for entry in dir.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if !name.starts_with(pattern) {
+                    continue;
+                }
+                let lib = entry.path().join("lib");
+                let Some(path) = std::fs::read_dir(&lib).ok().and_then(|d| {
+                    d.flatten()
+                        .map(|e| e.path())
+                        .find(|p| p.to_string_lossy().ends_with(".so.1.0"))
+                }) else {
+                    continue;
+                };
+                use object::{Object, ObjectSection, ObjectSymbol};
+                let data = std::fs::read(&path).unwrap();
+                let elf = object::File::parse(&*data).unwrap();
+                let find = |wanted: &str| {
+                    elf.symbols()
+                        .chain(elf.dynamic_symbols())
+                        .find(|s| s.name() == Ok(wanted))
+                        .map(|s| s.address())
+                };
+                let (Some(tester), Some(collecting)) = (find("PyGC_Collect"), find("collecting"))
+                else {
+                    continue;
+                };
+                let text = elf.section_by_name(".text").unwrap();
+                let code = |at: u64| {
+                    let offset = (at - text.address() + text.file_range().unwrap().0) as usize;
+                    &data[offset..offset + 32]
+                };
+                assert_eq!(
+                    decode_flag_test(code(tester), tester),
+                    Some(collecting),
+                    "{}",
+                    path.display()
+                );
+                if let (Some(getter), Some(key)) =
+                    (find("PyGILState_GetThisThreadState"), find("autoTLSkey"))
+                {
+                    assert_eq!(
+                        decode_int_load(code(getter), getter, Register::Edi).map(|(at, _)| at),
+                        Some(key),
+                        "{}",
+                        path.display()
+                    );
+                }
+                checked += 1;
+            }
+        }
+        eprintln!("collecting decoded from PyGC_Collect in {checked} libraries");
+        // Code without the pattern.
+        assert_eq!(decode_flag_test(&[0x90; 32], 0), None);
+        assert_eq!(
+            decode_flag_test(&[0x8b, 0x05, 1, 0, 0, 0, 0x85, 0xc1], 0),
+            None
+        );
+        assert_eq!(
+            decode_flag_test(&[0x53, 0x8b, 0x05, 0x10, 0, 0, 0, 0x85, 0xc0], 0x1000),
+            Some(0x1000 + 7 + 0x10)
+        );
+    }
 
     #[test]
     fn a_thread_local_accessor_is_decoded_and_other_code_is_not() {

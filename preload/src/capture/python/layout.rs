@@ -79,8 +79,9 @@ pub enum ThreadStateLookup {
     /// and after `_PyGILState_Fini`.
     RuntimeTss { offset: u16 },
     /// 3.6: `static int autoTLSkey` of `Python/pystate.c`, a local symbol (`.symtab` only);
-    /// -1 until `_PyGILState_Init` and after `_PyGILState_Fini`. A stripped 3.6 falls back to
-    /// [`ThreadStateLookup::AttachedKey`], attached at the first extension-module import.
+    /// -1 until `_PyGILState_Init` and after `_PyGILState_Fini`. In a stripped 3.6 it is the
+    /// variable that `PyGILState_GetThisThreadState` loads into `%edi` for
+    /// `PyThread_get_key_value`.
     StaticKey { symbol: &'static str },
     /// 2.7: its thread-state TLS takes a mutex (`Python/thread.c` `keymutex`), so it is not
     /// read. Instead the exported `_PyThreadState_Current` (the GIL holder's state) is used
@@ -122,6 +123,14 @@ pub enum Place {
     /// A variable of the object that defines the C-API, by symbol: exported (`.dynsym`), or
     /// a `static` one from `.symtab` (absent from stripped builds).
     Symbol(&'static str),
+    /// A `static int` flag by symbol as [`Place::Symbol`]; in a build stripped of it, the
+    /// flag that the exported function `tester` tests first
+    /// (`mov disp32(%rip),%eax; test %eax,%eax`, as 2.7's and 3.6's `PyGC_Collect` start
+    /// with `if (collecting)`).
+    Flag {
+        symbol: &'static str,
+        tester: &'static str,
+    },
 }
 
 /// How a sample tells that its thread is running the cyclic garbage collector: the
@@ -162,7 +171,10 @@ impl GcLayout {
             // released. `PyThreadState.interp` follows `next` in 2.7 (`Include/pystate.h`).
             (2, 7) | (3, 6) => GcLayout {
                 thread_interp: if major == 2 { 8 } else { 16 },
-                collecting: Place::Symbol("collecting"),
+                collecting: Place::Flag {
+                    symbol: "collecting",
+                    tester: "PyGC_Collect",
+                },
                 holder: Place::Symbol("_PyThreadState_Current"),
                 locked: None,
             },
@@ -919,7 +931,13 @@ mod tests {
     #[test]
     fn every_table_version_knows_where_the_collector_says_it_collects() {
         let gc = |minor: u8| Layout::for_version(3, minor).unwrap().gc.unwrap();
-        assert_eq!(gc(6).collecting, Place::Symbol("collecting"));
+        assert_eq!(
+            gc(6).collecting,
+            Place::Flag {
+                symbol: "collecting",
+                tester: "PyGC_Collect"
+            }
+        );
         assert_eq!(gc(6).holder, Place::Symbol("_PyThreadState_Current"));
         assert_eq!(
             Layout::for_version(2, 7).unwrap().gc.unwrap().thread_interp,
