@@ -143,10 +143,12 @@ struct Cli {
     #[arg(long, requires = "comparison", conflicts_with = "format")]
     markdown: bool,
 
-    /// Show every frame as the profile has it. By default (the Python view) the native
-    /// frames of the interpreter itself (libpython*.so, the python executable) below a
-    /// Python frame are hidden and their time counts as their caller's, so that stacks
-    /// read Python function -> extension or library function. Applies to every report.
+    /// Show every frame as the profile has it. By default (the Python view) the
+    /// interpreter's plumbing below a Python frame (evaluation loop, call dispatch,
+    /// trampolines, and its unnamed frames) is hidden and its time counts as its
+    /// caller's, so that stacks read Python function -> native function (builtin_sorted,
+    /// sre_search, gc_collect_main, an extension's or a library's). Applies to every
+    /// report.
     #[arg(long)]
     all_frames: bool,
 
