@@ -7,6 +7,7 @@
 //! the same parent, the same function and the same offset are one node whose counter
 //! values are summed. See docs/dump-format.md and IgProf doc/dump-format.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::symbol::{is_python_code_name, is_python_file};
@@ -132,6 +133,43 @@ pub struct Profile {
     child_index: HashMap<(Option<NodeId>, FunctionId, i64), NodeId>,
 }
 
+/// `path` with its `.` components, empty components (`//`) and each `..` with the
+/// component before it left out, as the path reads without following links:
+/// `/x/numpy/_core/../../numpy.libs/a.so` is `/x/numpy.libs/a.so`. The filesystem is not
+/// looked at (profiles are read on other machines than the one profiled). A `..` at the
+/// start of a relative path stays, one at the root goes (`/..` is `/`). Pseudo-files
+/// (`<frozen site>`, `[pyigprof]`) and paths without such components are unchanged.
+pub fn lexical_path(path: &str) -> Cow<'_, str> {
+    if path.starts_with('<') || path.starts_with('[') {
+        return Cow::Borrowed(path);
+    }
+    let plain = !path.split('/').any(|c| c == "." || c == "..") && !path.contains("//");
+    if plain {
+        return Cow::Borrowed(path);
+    }
+    let absolute = path.starts_with('/');
+    let mut kept: Vec<&str> = Vec::new();
+    for component in path.split('/') {
+        match component {
+            "" | "." => {}
+            ".." => match kept.last() {
+                Some(&last) if last != ".." => {
+                    kept.pop();
+                }
+                _ if absolute => {}
+                _ => kept.push(".."),
+            },
+            component => kept.push(component),
+        }
+    }
+    let joined = kept.join("/");
+    Cow::Owned(match (absolute, joined.is_empty()) {
+        (true, _) => format!("/{joined}"),
+        (false, true) => ".".to_string(),
+        (false, false) => joined,
+    })
+}
+
 fn next_id(len: usize) -> Result<u32, CapacityError> {
     u32::try_from(len).map_err(|_| CapacityError)
 }
@@ -210,8 +248,12 @@ impl Profile {
         self.python_files[id as usize]
     }
 
-    /// The id of file `path`, adding it if new.
+    /// The id of file `path`, adding it if new. The path is stored in its
+    /// [`lexical_path`] form, so that `/x/numpy/_core/../../numpy.libs/libz.so` and
+    /// `/x/numpy.libs/libz.so` are one file, shown the short way in every report.
     pub fn intern_file(&mut self, path: &str) -> Result<FileId, CapacityError> {
+        let path = lexical_path(path);
+        let path = path.as_ref();
         let id = intern_name(&mut self.files, &mut self.file_index, path)?;
         if id as usize == self.python_files.len() {
             self.python_files.push(is_python_file(path));
@@ -459,5 +501,53 @@ mod tests {
         assert_ne!(profile.intern_function("f", y, 3).unwrap(), f);
         assert_ne!(profile.intern_function("g", x, 3).unwrap(), f);
         assert_eq!(profile.functions().len(), 3);
+    }
+
+    #[test]
+    fn paths_are_lexically_normal() {
+        let normal = |path: &str| lexical_path(path).into_owned();
+        assert_eq!(
+            normal(
+                "/x/site-packages/numpy/_core/../../numpy.libs/libscipy_openblas64_-ff651d7f.so"
+            ),
+            "/x/site-packages/numpy.libs/libscipy_openblas64_-ff651d7f.so"
+        );
+        assert_eq!(
+            normal("/usr/lib/./x86_64-linux-gnu//libz.so.1"),
+            "/usr/lib/x86_64-linux-gnu/libz.so.1"
+        );
+        assert_eq!(normal("/../lib/libc.so.6"), "/lib/libc.so.6");
+        assert_eq!(normal("/a/b/.."), "/a");
+        assert_eq!(normal("/.."), "/");
+        assert_eq!(normal("./x.py"), "x.py");
+        assert_eq!(normal("../../lib/x.py"), "../../lib/x.py");
+        assert_eq!(normal("a/../../x.py"), "../x.py");
+        assert_eq!(normal("a/.."), ".");
+        // Names with dots that are not components, and pseudo-files, are left alone.
+        for path in [
+            "/lib/libpython3.11.so.1.0",
+            "/x/..hidden/.a.so",
+            "x.py",
+            "..",
+            "<frozen importlib._bootstrap>",
+            "[pyigprof]",
+            "",
+        ] {
+            assert_eq!(normal(path), path);
+        }
+    }
+
+    #[test]
+    fn files_are_interned_by_their_normal_path() {
+        let mut profile = Profile::new();
+        let long = profile
+            .intern_file("/x/numpy/_core/../../numpy.libs/libopenblas.so")
+            .unwrap();
+        let short = profile.intern_file("/x/numpy.libs/libopenblas.so").unwrap();
+        assert_eq!(long, short);
+        assert_eq!(profile.file(long), "/x/numpy.libs/libopenblas.so");
+        let script = profile.intern_file("/work/./app/../app.py").unwrap();
+        assert_eq!(profile.file(script), "/work/app.py");
+        assert!(profile.is_python_code(script));
     }
 }
