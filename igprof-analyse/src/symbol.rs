@@ -79,6 +79,142 @@ pub fn demangle(name: &str) -> String {
     name.to_string()
 }
 
+/// Template argument lists nested in another one are shown as `<…>` when their text is
+/// longer than this ([`short_name`]).
+pub const NESTED_TEMPLATE_WIDTH: usize = 16;
+/// Outermost template argument lists are shown as `<…>` when their text (with nested
+/// lists already elided) is longer than this ([`short_name`]).
+pub const TEMPLATE_WIDTH: usize = 48;
+/// Parameter lists are shown as `(…)` when their text is longer than this, or names a
+/// template type ([`short_name`]).
+pub const PARAMETERS_WIDTH: usize = 40;
+
+/// `name` as the tables (`--top`, `--text`, `--tree`) show it: a C++ symbol demangled
+/// without its return type (`foo<int>(int)`, not `void foo<int>(int)`), its template
+/// argument lists shown as `<…>` when longer than [`NESTED_TEMPLATE_WIDTH`] (nested in
+/// another list) or [`TEMPLATE_WIDTH`] (outermost), its parameter list as `(…)` when
+/// longer than [`PARAMETERS_WIDTH`] or when it names a template type (as
+/// `std::string const&` is `std::__cxx11::basic_string<char, …> const&`), and `> >`
+/// written `>>`:
+/// `_ZNSt6vectorISt4pairIidESaIS1_EE9push_backERKS1_` is
+/// `std::vector<std::pair<int, double>, std::allocator<…>>::push_back(…)`. Other names
+/// are [`demangle`]d (exports keep that full name).
+pub fn short_name(name: &str) -> String {
+    if rustc_demangle::try_demangle(name).is_ok()
+        || !(name.starts_with("_Z") || name.starts_with("__Z"))
+    {
+        return demangle(name);
+    }
+    let options = cpp_demangle::DemangleOptions::new().no_return_type();
+    match cpp_demangle::Symbol::new(name.as_bytes())
+        .ok()
+        .and_then(|symbol| symbol.demangle_with_options(&options).ok())
+    {
+        Some(text) => elide_cpp(&text).unwrap_or(text),
+        None => name.to_string(),
+    }
+}
+
+/// A bracketed part of a demangled C++ name being read by [`elide_cpp`].
+struct Group {
+    /// `<` or `(`.
+    open: char,
+    /// The text inside, as shown so far.
+    text: String,
+    /// How many template argument lists enclose this one (0 for outermost ones).
+    depth: usize,
+}
+
+/// `text`, a demangled C++ name, with long template argument and parameter lists
+/// elided as [`short_name`] says; `None` when its brackets do not pair up as expected
+/// (then it is shown whole).
+fn elide_cpp(text: &str) -> Option<String> {
+    // Characters of an operator's name after `operator` (`operator<<`, `operator->`).
+    const OPERATOR: &str = "<>=!+-*/%&|^~,[]";
+    let mut stack: Vec<Group> = vec![Group {
+        open: ' ',
+        text: String::new(),
+        depth: 0,
+    }];
+    let mut chars = text.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        let top = stack.last_mut()?;
+        match c {
+            '<' | '(' => {
+                if c == '(' && text[at..].starts_with("(anonymous namespace)") {
+                    top.text.push_str("(anonymous namespace)");
+                    for _ in 1.."(anonymous namespace)".len() {
+                        chars.next();
+                    }
+                    continue;
+                }
+                let templates = stack.iter().filter(|g| g.open == '<').count();
+                stack.push(Group {
+                    open: c,
+                    text: String::new(),
+                    depth: templates,
+                });
+            }
+            '>' | ')' => {
+                let group = stack.pop()?;
+                if stack.is_empty() || group.open != if c == '>' { '<' } else { '(' } {
+                    return None;
+                }
+                let limit = match (group.open, group.depth) {
+                    ('(', _) => PARAMETERS_WIDTH,
+                    (_, 0) => TEMPLATE_WIDTH,
+                    _ => NESTED_TEMPLATE_WIDTH,
+                };
+                // `std::allocator<int> >`: the space before `>` goes.
+                let inner = group.text.trim_end();
+                let templated = group.open == '(' && inner.contains('<');
+                let inner = if templated || inner.chars().count() > limit {
+                    "…"
+                } else {
+                    inner
+                };
+                let outer = stack.last_mut()?;
+                outer.text.push(group.open);
+                outer.text.push_str(inner);
+                outer.text.push(c);
+            }
+            '{' => {
+                // `{lambda(int)#1}`, `{unnamed type#1}`: as they are.
+                let end = at + text[at..].find('}')?;
+                top.text.push_str(&text[at..=end]);
+                while chars.peek().is_some_and(|&(next, _)| next <= end) {
+                    chars.next();
+                }
+            }
+            _ => {
+                top.text.push(c);
+                let word = top.text.strip_suffix("operator").is_some_and(|before| {
+                    !before.ends_with(|c: char| c.is_alphanumeric() || c == '_')
+                });
+                if word {
+                    while let Some(&(next_at, next)) = chars.peek() {
+                        let paren = text[next_at..].starts_with("()");
+                        if !(OPERATOR.contains(next) || paren) {
+                            break;
+                        }
+                        top.text.push(next);
+                        chars.next();
+                        if paren {
+                            top.text.push(')');
+                            chars.next();
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    match stack.pop() {
+        Some(group) if stack.is_empty() => Some(group.text),
+        _ => None,
+    }
+}
+
 /// How one function is shown in reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Label {
@@ -86,6 +222,9 @@ pub struct Label {
     pub name: String,
     /// Where it is: `file:first-line` for Python, the object's full path for native code.
     pub location: String,
+    /// The name as the tables (`--top`, `--text`, `--tree`) show it: [`short_name`] for
+    /// native code, the same as `name` for Python.
+    pub short: String,
     /// Whether the function is Python code.
     pub python: bool,
     /// For native code named from debug information: where the function starts in its
@@ -109,6 +248,7 @@ impl Label {
         if profile.is_python_code(function.file) {
             Label {
                 name: function.name.clone(),
+                short: function.name.clone(),
                 location: format!("{file}:{}", function.start),
                 python: true,
                 source: None,
@@ -116,6 +256,7 @@ impl Label {
         } else {
             Label {
                 name: demangle(&function.name),
+                short: short_name(&function.name),
                 location: file.to_string(),
                 python: false,
                 source: function.source.clone(),
@@ -152,10 +293,19 @@ impl Label {
     /// One-line form: `name (file:line)` for Python, `name  (object path)` for native
     /// code, `name  (object path; source:line)` when the source is known.
     pub fn line(&self) -> String {
+        self.line_with(&self.name)
+    }
+
+    /// [`Label::line`] with the short name ([`Label::short`]), as tables show it.
+    pub fn short_line(&self) -> String {
+        self.line_with(&self.short)
+    }
+
+    fn line_with(&self, name: &str) -> String {
         match (self.python, &self.source) {
-            (true, _) => format!("{} ({})", self.name, self.location),
-            (false, None) => format!("{}  ({})", self.name, self.location),
-            (false, Some(source)) => format!("{}  ({}; {})", self.name, self.location, source),
+            (true, _) => format!("{name} ({})", self.location),
+            (false, None) => format!("{name}  ({})", self.location),
+            (false, Some(source)) => format!("{name}  ({}; {source})", self.location),
         }
     }
 }
@@ -176,6 +326,101 @@ mod tests {
             "std::rt::lang_start"
         );
         assert_eq!(demangle("_RNvCs1234_7mycrate3foo"), "mycrate::foo");
+    }
+
+    #[test]
+    fn short_names_of_cpp_functions() {
+        let vector = "_ZNSt6vectorISt4pairIidESaIS1_EE9push_backERKS1_";
+        assert_eq!(
+            demangle(vector),
+            "std::vector<std::pair<int, double>, std::allocator<std::pair<int, double> > >::push_back(std::pair<int, double> const&)"
+        );
+        assert_eq!(
+            short_name(vector),
+            "std::vector<std::pair<int, double>, std::allocator<…>>::push_back(…)"
+        );
+        // No return type.
+        assert_eq!(demangle("_Z3fooIiEvT_"), "void foo<int>(int)");
+        assert_eq!(short_name("_Z3fooIiEvT_"), "foo<int>(int)");
+        // std::map<std::string, std::vector<int>>::find: the outermost list is too long.
+        let find = "_ZNSt3mapINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt6vectorIiSaIiEESt4lessIS5_ESaISt4pairIKS5_S8_EEE4findERSC_";
+        assert!(demangle(find).len() > 200, "{}", demangle(find));
+        assert_eq!(short_name(find), "std::map<…>::find(…)");
+        // Short lists stay; operators and lambdas are read as such.
+        assert_eq!(
+            short_name("_ZN5space3fooEibc"),
+            "space::foo(int, bool, char)"
+        );
+        assert_eq!(
+            short_name("_ZN8geometry4areaERKNS_5ShapeEi"),
+            "geometry::area(geometry::Shape const&, int)"
+        );
+        // A std::string parameter is a template type: (…).
+        assert_eq!(
+            short_name("_ZN4text5countERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"),
+            "text::count(…)"
+        );
+        assert_eq!(
+            short_name("_ZNSt6vectorIiSaIiEEixEm"),
+            "std::vector<int, std::allocator<int>>::operator[](unsigned long)"
+        );
+        assert_eq!(
+            short_name("_ZlsRSoRK3Foo"),
+            "operator<<(std::ostream&, Foo const&)"
+        );
+        assert_eq!(short_name("_ZlsRSoRKSt6vectorIiSaIiEE"), "operator<<(…)");
+        assert_eq!(
+            short_name("_ZZ4mainENKUliE_clEi"),
+            "main::{lambda(int)#1}::operator()(int) const"
+        );
+        assert_eq!(
+            short_name("_ZN12_GLOBAL__N_16helperEv"),
+            "(anonymous namespace)::helper()"
+        );
+        // Rust, C and names that are not symbols: as demangle gives them.
+        for name in [
+            "_ZN3std2rt10lang_start17h0123456789abcdefE",
+            "_RNvCs1234_7mycrate3foo",
+            "deflate_slow",
+            "@?0x13adab",
+            "_Zgarbage(",
+            "",
+        ] {
+            assert_eq!(short_name(name), demangle(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn unpaired_brackets_show_the_whole_name() {
+        for text in ["a<b", "a>b", "f(int", "f)(", "x<y)", "a{b"] {
+            assert_eq!(elide_cpp(text), None, "{text}");
+        }
+        assert_eq!(
+            elide_cpp("operator->(A)"),
+            Some("operator->(A)".to_string())
+        );
+        assert_eq!(
+            elide_cpp("my_operator<int>"),
+            Some("my_operator<int>".to_string())
+        );
+    }
+
+    #[test]
+    fn tables_show_short_names_exports_full_ones() {
+        let mut profile = Profile::new();
+        let so = profile.intern_file("/lib/libfoo.so").unwrap();
+        let vector = "_ZNSt6vectorISt4pairIidESaIS1_EE9push_backERKS1_";
+        let id = profile.intern_function(vector, so, 0x10).unwrap();
+        let label = Label::of(&profile, profile.function(id));
+        assert_eq!(label.name, demangle(vector));
+        assert_eq!(
+            label.short_line(),
+            "std::vector<std::pair<int, double>, std::allocator<…>>::push_back(…)  (/lib/libfoo.so)"
+        );
+        assert_eq!(
+            label.line(),
+            format!("{}  (/lib/libfoo.so)", demangle(vector))
+        );
     }
 
     #[test]

@@ -268,7 +268,7 @@ pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<
     let name_of = |other: Option<FunctionId>| -> (String, i64, i64, i64) {
         match other.and_then(|id| entry_of.get(&id)) {
             Some(entry) => (
-                format!("{} [{}]", entry.label.line(), entry.rank),
+                format!("{} [{}]", entry.label.short_line(), entry.rank),
                 entry.cumulative,
                 entry.cumulative_count,
                 entry.paths,
@@ -304,7 +304,7 @@ pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<
                 percent(value, total),
                 amount(value),
                 flat_extra(count, entry.paths),
-                entry.label.line(),
+                entry.label.short_line(),
                 entry.rank
             )?;
         }
@@ -383,7 +383,7 @@ pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<
                 (entry.cumulative_count.to_string(), String::new()),
                 (entry.paths.to_string(), String::new())
             ),
-            entry.label.line()
+            entry.label.short_line()
         )?;
         for arc in &entry.callees {
             arc_line(out, arc)?;

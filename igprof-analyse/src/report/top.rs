@@ -35,9 +35,10 @@ impl Item for Function {
 }
 
 impl fmt::Display for Function {
-    /// [`Label::line`].
+    /// [`Label::short_line`]: C++ names without their return type, long template
+    /// arguments and parameters elided.
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
-        out.write_str(&self.label.line())
+        out.write_str(&self.label.short_line())
     }
 }
 

@@ -86,8 +86,9 @@ pub fn write(profile: &Profile, tree: &Tree, out: &mut dyn Write) -> io::Result<
     let mut names: Vec<Option<String>> = vec![None; profile.functions().len()];
     for (&id, cell) in order.iter().zip(&cells) {
         let node = &tree.calls.nodes[id as usize];
-        let name = names[node.function as usize]
-            .get_or_insert_with(|| Label::of(profile, profile.function(node.function)).line());
+        let name = names[node.function as usize].get_or_insert_with(|| {
+            Label::of(profile, profile.function(node.function)).short_line()
+        });
         let indent = "  ".repeat(node.depth.min(MAX_INDENT));
         let text = if node.depth > MAX_INDENT {
             // Depths as the dump counts them: 1 for an outermost frame.
