@@ -178,7 +178,9 @@ struct Cli {
 
     /// Leave out the frames of the functions REGEXP matches (by name, else by file):
     /// their cost counts as their caller's, as the Python view does for the
-    /// interpreter's frames. Outermost frames are kept.
+    /// interpreter's plumbing. Outermost frames are kept. E.g. --hide libpython (an
+    /// interpreter built as a shared library) counts all the interpreter's work (integer
+    /// arithmetic, allocation, list.sort) as the Python functions' own time.
     #[arg(long, value_name = "REGEXP")]
     hide: Option<String>,
 
