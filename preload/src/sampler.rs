@@ -16,7 +16,10 @@
 //! before sampling; every read of the interrupted program's memory is checked; `errno` is
 //! preserved (by the handler, [`crate::sources::handler`]).
 
-use crate::capture::mixed::{compose, pair, Evaluator, Native, Python};
+use crate::capture::frames::{marker_key, Marker};
+use crate::capture::mixed::{
+    compose, insert_below_innermost_python, pair, Evaluator, Native, Python,
+};
 use crate::capture::python::code::Codes;
 use crate::capture::python::stack::{walk, PyStack};
 use crate::capture::python::Runtime;
@@ -127,7 +130,7 @@ impl Sampler {
 
         // Native frames.
         let cache = slot.cache.load(Ordering::Acquire);
-        let (native_len, complete, cut) = match (
+        let (native_len, complete, cut, approximate) = match (
             modules::current(),
             slot.ready.load(Ordering::Acquire),
             cache.is_null(),
@@ -152,20 +155,24 @@ impl Sampler {
                         sps: &mut slot.native_sps,
                     },
                 );
-                (u.frames, u.complete, u.cut)
+                (u.frames, u.complete, u.cut, u.approximate)
             }
             _ => {
                 slot.native[0] = regs.ip;
                 slot.native_sps[0] = regs.sp;
-                (1, false, false)
+                (1, false, false, false)
             }
         };
         if complete {
             stats.complete.fetch_add(1, Ordering::Relaxed);
         }
+        if approximate {
+            stats.approximate.fetch_add(1, Ordering::Relaxed);
+        }
 
         // Python frames.
         let mut python = None;
+        let mut collecting = false;
         if let Some(rt) = &self.python {
             // Without markers, a whole stack without evaluator frames has no Python frames
             // to place: skip the walk. (An incomplete one places them above what was
@@ -175,12 +182,13 @@ impl Sampler {
                 || slot.native[..native_len]
                     .iter()
                     .any(|&pc| rt.is_evaluator(pc));
-            let tstate = if walk_python {
+            let tstate = if walk_python || rt.gc.is_some() {
                 rt.current_thread_state(&mut slot.thread_state)
             } else {
                 0
             };
-            if tstate != 0 {
+            collecting = tstate != 0 && rt.gc.is_some_and(|gc| gc.collecting(tstate));
+            if tstate != 0 && walk_python {
                 let out = PyStack {
                     keys: &mut slot.python,
                     group_ends: &mut slot.groups,
@@ -234,12 +242,17 @@ impl Sampler {
             }
             _ => compose(&native, None, &mut slot.out),
         };
-        stats
-            .deepest
-            .fetch_max(composed.len as u64, Ordering::Relaxed);
+        let len = match collecting {
+            true => {
+                let gc = marker_key(Marker::GarbageCollection);
+                insert_below_innermost_python(&mut slot.out, composed.len, gc)
+            }
+            false => composed.len,
+        };
+        stats.deepest.fetch_max(len as u64, Ordering::Relaxed);
         match self
             .trees
-            .record_from(&mut slot.path, root, &slot.out[..composed.len], 1, weight)
+            .record_from(&mut slot.path, root, &slot.out[..len], 1, weight)
         {
             Some(leaf) => slot.last_leaf.store(leaf, Ordering::Relaxed),
             None => return dropped(&stats.dropped_tree_full),

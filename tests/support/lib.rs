@@ -316,20 +316,44 @@ pub fn c_program(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBu
     gcc(dir, name, source, flags, name)
 }
 
+/// Builds the shared library `dir/lib<name>.so` from the assembler source `source` (a `.S`
+/// file: GNU assembler syntax, run through the C preprocessor) with gcc, and returns its
+/// path. Only what the source says goes into its unwind tables: an object assembled from
+/// code without `.cfi_*` directives has no FDE for that code. Panics with gcc's output if
+/// it fails.
+pub fn asm_library(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let source_path = dir.join(format!("{name}.S"));
+    std::fs::write(&source_path, source).unwrap();
+    gcc_file(
+        dir,
+        &source_path,
+        &["-shared", "-fPIC"],
+        &format!("lib{name}.so"),
+    )
+}
+
 fn gcc(dir: &Path, name: &str, source: &str, flags: &[&str], output: &str) -> PathBuf {
     let source_path = dir.join(format!("{name}.c"));
     std::fs::write(&source_path, source).unwrap();
+    gcc_file(dir, &source_path, flags, output)
+}
+
+fn gcc_file(dir: &Path, source_path: &Path, flags: &[&str], output: &str) -> PathBuf {
+    let name = source_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let built = dir.join(output);
     let out = Command::new("gcc")
         .args(flags)
         .arg("-o")
         .arg(&built)
-        .arg(&source_path)
+        .arg(source_path)
         .output()
         .expect("run gcc");
     assert!(
         out.status.success(),
-        "gcc {name}.c: {}",
+        "gcc {name}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     built
@@ -450,4 +474,234 @@ pub fn analyse(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run pyigprof-analyse")
+}
+
+/// Where the tests keep the virtual environments they make (numpy from PyPI, …):
+/// `$PYIGPROF_VENVS_DIR`, else `${XDG_CACHE_HOME:-$HOME/.cache}/pyigprof/venvs`.
+pub fn venvs_dir() -> PathBuf {
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    var("PYIGPROF_VENVS_DIR")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("pyigprof/venvs")))
+        .or_else(|| var("HOME").map(|d| d.join(".cache/pyigprof/venvs")))
+        .unwrap_or_else(|| std::env::temp_dir().join("pyigprof-venvs"))
+}
+
+/// An exclusive lock on `path` (created if missing), held until the returned file is
+/// dropped: `flock`, so it also keeps apart two tests of one process that open it.
+fn lock_file(path: &Path) -> Result<std::fs::File, String> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("open {}: {e}", path.display()))?;
+    file.lock()
+        .map_err(|e| format!("lock {}: {e}", path.display()))?;
+    Ok(file)
+}
+
+/// Runs `program args…` and returns its stdout, or a one-line reason it failed (its last
+/// line of stderr).
+fn run_for_text(program: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(program)
+        .args(args)
+        .env_remove("LD_PRELOAD")
+        .env_remove("PYTHONPATH")
+        .env_remove("PYTHONHOME")
+        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+        .output()
+        .map_err(|e| format!("{}: {e}", program.display()))?;
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
+    Err(format!(
+        "`{} {}` failed ({}): {}",
+        program.display(),
+        args.join(" "),
+        out.status,
+        last.unwrap_or("").trim()
+    ))
+}
+
+/// A pip wheel from PyPI for interpreters whose venvs come without pip (Debian's, which
+/// lack `ensurepip`): downloaded once into `venvs_dir()/.pip-wheel` by the pip of any
+/// interpreter of 3.9+ that has one, and run from the wheel (`python pip.whl/pip install
+/// pip.whl`, as pip documents) to install itself into a venv.
+fn pip_wheel(root: &Path) -> Result<PathBuf, String> {
+    let _lock = lock_file(&root.join(".pip-wheel.lock"))?;
+    let dir = root.join(".pip-wheel");
+    let find = || -> Option<PathBuf> {
+        if !dir.join(".complete").exists() {
+            return None;
+        }
+        std::fs::read_dir(&dir)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name().is_some_and(|n| {
+                    let n = n.to_string_lossy();
+                    n.starts_with("pip-") && n.ends_with(".whl")
+                })
+            })
+    };
+    if let Some(wheel) = find() {
+        return Ok(wheel);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let helper = interpreters()
+        .into_iter()
+        .filter(|i| i.version >= (3, 9))
+        .find(|i| run_for_text(&i.path, &["-m", "pip", "--version"]).is_ok())
+        .ok_or("no interpreter with pip to download pip from PyPI")?;
+    let dest = dir.to_string_lossy().into_owned();
+    run_for_text(
+        &helper.path,
+        &[
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--only-binary=:all:",
+            "--no-deps",
+            "-d",
+            &dest,
+            "pip",
+        ],
+    )?;
+    std::fs::write(dir.join(".complete"), &helper.name).map_err(|e| e.to_string())?;
+    find().ok_or_else(|| format!("no pip wheel in {dest} after pip download"))
+}
+
+/// A virtual environment of `base` with numpy from PyPI.
+#[derive(Clone, Debug)]
+pub struct NumpyVenv {
+    /// The venv's interpreter, named as `base` is (its version is `base`'s).
+    pub python: Interpreter,
+    /// `numpy.__version__`.
+    pub numpy: String,
+    /// The OpenBLAS library numpy's wheel bundles (`numpy.libs/libscipy_openblas64_*.so`),
+    /// if any.
+    pub openblas: Option<PathBuf>,
+}
+
+/// The venv `venvs_dir()/<base name>-numpy` with numpy installed from PyPI (binary wheels
+/// only: an interpreter without a numpy wheel is refused rather than compiled for), made
+/// the first time it is asked for and reused after. Made under an exclusive lock
+/// (`<base name>-numpy.lock` beside it), so that parallel tests and test processes wait for
+/// one another, and marked complete (`.complete`, holding the base interpreter's path and
+/// `sys.version`) only once numpy imports; a venv without the marker, or made from another
+/// build of the interpreter, is made anew. `python -m venv` where it works; where it does
+/// not (no `ensurepip`), `--without-pip` and pip from PyPI (see [`pip_wheel`]). Returns why
+/// not when it cannot be made.
+pub fn numpy_venv(base: &Interpreter) -> Result<NumpyVenv, String> {
+    let root = venvs_dir();
+    std::fs::create_dir_all(&root).map_err(|e| format!("create {}: {e}", root.display()))?;
+    let dir = root.join(format!("{}-numpy", base.name));
+    let _lock = lock_file(&root.join(format!("{}-numpy.lock", base.name)))?;
+    let python = dir.join("bin/python");
+    let marker = dir.join(".complete");
+    let identity = format!(
+        "{}\n{}",
+        base.path.display(),
+        run_for_text(&base.path, &["-c", "import sys; print(sys.version)"])?.trim()
+    );
+    let probe = |python: &Path| -> Result<(String, Option<PathBuf>), String> {
+        let text = run_for_text(
+            python,
+            &[
+                "-c",
+                "import glob, os, numpy\n\
+                 libs = os.path.join(os.path.dirname(os.path.dirname(numpy.__file__)), 'numpy.libs')\n\
+                 print(numpy.__version__)\n\
+                 print('\\n'.join(sorted(glob.glob(os.path.join(libs, 'libscipy_openblas*.so')))))",
+            ],
+        )?;
+        let mut lines = text.lines();
+        let version = lines.next().unwrap_or_default().trim().to_string();
+        let openblas = lines.next().filter(|l| !l.is_empty()).map(PathBuf::from);
+        Ok((version, openblas))
+    };
+    let venv = |(numpy, openblas)| NumpyVenv {
+        python: Interpreter {
+            name: base.name.clone(),
+            path: python.clone(),
+            version: base.version,
+        },
+        numpy,
+        openblas,
+    };
+    if std::fs::read_to_string(&marker).is_ok_and(|m| m == identity) {
+        if let Ok(found) = probe(&python) {
+            return Ok(venv(found));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let target = dir.to_string_lossy().into_owned();
+    if run_for_text(&base.path, &["-m", "venv", &target]).is_err() {
+        let _ = std::fs::remove_dir_all(&dir);
+        run_for_text(&base.path, &["-m", "venv", "--without-pip", &target])?;
+        let wheel = pip_wheel(&root)?;
+        let wheel = wheel.to_string_lossy().into_owned();
+        run_for_text(
+            &python,
+            &[
+                &format!("{wheel}/pip"),
+                "install",
+                "-q",
+                "--no-index",
+                &wheel,
+            ],
+        )?;
+    }
+    run_for_text(
+        &python,
+        &["-m", "pip", "install", "-q", "--only-binary=:all:", "numpy"],
+    )?;
+    let found = probe(&python)?;
+    std::fs::write(&marker, &identity).map_err(|e| format!("write {}: {e}", marker.display()))?;
+    Ok(venv(found))
+}
+
+/// The numpy venvs ([`numpy_venv`]) of the present interpreters of 3.11 and newer (numpy's
+/// wheels that bundle `libscipy_openblas64_`), made if missing; prints on the test
+/// process's stderr which were covered and why the others were not.
+pub fn numpy_interpreters(test: &str) -> Vec<NumpyVenv> {
+    use std::io::Write;
+    let mut covered = Vec::new();
+    let mut names = Vec::new();
+    let mut skipped = Vec::new();
+    for base in interpreters() {
+        if base.version < (3, 11) {
+            skipped.push(format!("{} (older than 3.11)", base.name));
+            continue;
+        }
+        let started = std::time::Instant::now();
+        match numpy_venv(&base) {
+            Ok(venv) => {
+                names.push(format!(
+                    "{} (numpy {}, {:.1} s)",
+                    base.name,
+                    venv.numpy,
+                    started.elapsed().as_secs_f64()
+                ));
+                covered.push(venv);
+            }
+            Err(why) => skipped.push(format!("{} ({why})", base.name)),
+        }
+    }
+    let line = format!(
+        "{test}: numpy venvs in {} covered: {}; skipped: {}\n",
+        venvs_dir().display(),
+        names.join(", "),
+        skipped.join(", ")
+    );
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    covered
 }

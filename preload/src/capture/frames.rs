@@ -28,6 +28,11 @@ pub enum Marker {
     /// 250 Hz, so a thread living a few milliseconds often ends first): counted in ticks,
     /// without samples, so that the profile's total still matches the CPU time.
     Unsampled = 3,
+    /// The thread was running the interpreter's cyclic garbage collector (its interpreter's
+    /// `collecting` flag was set and the thread held the GIL): put directly inside the
+    /// innermost Python frame, whose work triggered the collection, or outermost when the
+    /// stack has no Python frame (collections at shutdown).
+    GarbageCollection = 4,
 }
 
 impl Marker {
@@ -37,6 +42,7 @@ impl Marker {
             Marker::Truncated => "<truncated stack>",
             Marker::Incomplete => "<incomplete stack>",
             Marker::Unsampled => "<unsampled thread time>",
+            Marker::GarbageCollection => "<garbage collection>",
         }
     }
 }
@@ -47,6 +53,12 @@ impl Marker {
 pub fn python_key(record: u32, instr: Option<u32>) -> u64 {
     let pos = instr.map_or(0, |i| u64::from(i.saturating_add(1)));
     PYTHON_BIT | (u64::from(record & 0x7fff_ffff) << 32) | pos
+}
+
+/// Whether `key` is a Python frame's.
+#[inline(always)]
+pub fn is_python(key: u64) -> bool {
+    key & PYTHON_BIT != 0
 }
 
 /// The key of a marker frame.
@@ -77,6 +89,7 @@ pub fn decode(key: u64) -> Frame {
         Frame::Marker(match key & !MARKER_BIT {
             2 => Marker::Incomplete,
             3 => Marker::Unsampled,
+            4 => Marker::GarbageCollection,
             _ => Marker::Truncated,
         })
     } else {
@@ -124,5 +137,12 @@ mod tests {
             decode(marker_key(Marker::Unsampled)),
             Frame::Marker(Marker::Unsampled)
         );
+        assert_eq!(
+            decode(marker_key(Marker::GarbageCollection)),
+            Frame::Marker(Marker::GarbageCollection)
+        );
+        assert!(is_python(python_key(1, None)));
+        assert!(!is_python(marker_key(Marker::GarbageCollection)));
+        assert!(!is_python(0x7fff_1234_5678));
     }
 }

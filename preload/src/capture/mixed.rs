@@ -24,7 +24,7 @@
 //! carries its thread's Python frames. Otherwise an unpaired group is left out (counted,
 //! [`Composed::unplaced`]), and an unpaired evaluator frame stays a native frame.
 
-use crate::capture::frames::{marker_key, Marker};
+use crate::capture::frames::{is_python, marker_key, Marker};
 
 /// The native side of a sample.
 pub struct Native<'a> {
@@ -226,9 +226,32 @@ pub fn compose(
     }
 }
 
+/// Inserts the marker frame `key` into the composed stack `out[..len]` (outermost first)
+/// directly inside its innermost Python frame — the frame whose work the marked activity
+/// (a garbage collection) belongs to, so that the native frames of that activity come
+/// under the marker — or as the outermost frame when the stack has no Python frame.
+/// Returns the new length; when `out` is full, the innermost frame is dropped.
+/// Async-signal-safe.
+pub fn insert_below_innermost_python(out: &mut [u64], len: usize, key: u64) -> usize {
+    let len = len.min(out.len());
+    if out.is_empty() {
+        return 0;
+    }
+    let at = out[..len]
+        .iter()
+        .rposition(|&k| is_python(k))
+        .map_or(0, |i| i + 1)
+        .min(out.len() - 1);
+    let new_len = (len + 1).min(out.len());
+    out.copy_within(at..new_len - 1, at + 1);
+    out[at] = key;
+    new_len
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::frames::python_key;
 
     const EVAL: u64 = 0x5000;
     fn is_eval(pc: u64) -> bool {
@@ -423,5 +446,31 @@ mod tests {
         );
         assert_eq!(&out[..c.len], &[1, 2, 3]);
         assert_eq!((c.paired, c.unplaced), (0, 0));
+    }
+
+    #[test]
+    fn a_marker_goes_directly_inside_the_innermost_python_frame_or_outermost() {
+        let gc = marker_key(Marker::GarbageCollection);
+        let (py1, py2) = (python_key(1, Some(0)), python_key(2, Some(4)));
+        let mut out = [0x100, py1, 0x7000, py2, 0x9000, 0x9100, 0, 0];
+        let n = insert_below_innermost_python(&mut out, 6, gc);
+        assert_eq!(&out[..n], &[0x100, py1, 0x7000, py2, gc, 0x9000, 0x9100]);
+        // The innermost frame is Python: the marker becomes the leaf.
+        let mut out = [0x100, py1, 0];
+        let n = insert_below_innermost_python(&mut out, 2, gc);
+        assert_eq!(&out[..n], &[0x100, py1, gc]);
+        // No Python frame (a collection at shutdown): outermost.
+        let mut out = [0x100, 0x1000, 0x9000, 0];
+        let n = insert_below_innermost_python(&mut out, 3, gc);
+        assert_eq!(&out[..n], &[gc, 0x100, 0x1000, 0x9000]);
+        // Full: the innermost frame is dropped.
+        let mut out = [0x100, py1, 0x9000];
+        let n = insert_below_innermost_python(&mut out, 3, gc);
+        assert_eq!(&out[..n], &[0x100, py1, gc]);
+        let mut out = [0x100, py1];
+        let n = insert_below_innermost_python(&mut out, 2, gc);
+        assert_eq!(&out[..n], &[0x100, gc]);
+        let mut out: [u64; 0] = [];
+        assert_eq!(insert_below_innermost_python(&mut out, 0, gc), 0);
     }
 }

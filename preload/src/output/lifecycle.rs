@@ -263,12 +263,14 @@ fn summary(
     };
     eprintln!(
         "pyigprof: wrote {}: {recorded} samples, {:.3} s of {time} ({ticks} ticks of {:.3} ms); \
-         {:.1}% with Python frames, {:.1}% complete native stacks; handler {:.1} µs median{dropped}",
+         {:.1}% with Python frames, {:.1}% complete native stacks ({:.1}% approximate); \
+         handler {:.1} µs median{dropped}",
         path.display(),
         ticks as f64 * sampler.period_ns as f64 / 1e9,
         sampler.period_ns as f64 / 1e6,
         percent(stats.with_python.load(Ordering::Relaxed)),
         percent(stats.complete.load(Ordering::Relaxed)),
+        percent(stats.approximate.load(Ordering::Relaxed)),
         stats.handler.summary().median_ns as f64 / 1e3,
     );
 }

@@ -18,6 +18,9 @@ pub struct Stats {
     pub with_python: AtomicU64,
     /// Samples whose native stack reached its outermost frame.
     pub complete: AtomicU64,
+    /// Samples whose native stack has a frame found by a heuristic step (code without CFI:
+    /// a frame-pointer step or a stack scan, `capture::unwind::heuristic`).
+    pub approximate: AtomicU64,
     /// Samples dropped because every thread slot was taken (more than
     /// [`crate::record::threads::MAX_THREADS`] threads at once).
     pub dropped_no_slot: AtomicU64,
@@ -44,12 +47,13 @@ pub struct Stats {
 
 impl Stats {
     /// The counters by their names in the profile, in the order written.
-    fn counters(&self) -> [(&'static str, &AtomicU64); 12] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 13] {
         [
             ("samples", &self.samples),
             ("ticks", &self.ticks),
             ("with_python", &self.with_python),
             ("complete_native", &self.complete),
+            ("approximate_native", &self.approximate),
             ("dropped_no_slot", &self.dropped_no_slot),
             ("dropped_tree_full", &self.dropped_tree_full),
             ("dropped_ticks", &self.dropped_ticks),

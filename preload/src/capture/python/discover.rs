@@ -3,8 +3,10 @@
 //! ranges, the type objects, and how thread states are found. Runs in the constructor
 //! (may allocate and read files); the result is the [`Runtime`] the handler uses.
 
-use super::layout::{DebugOffsetsError, Layout, TypeSizes, NEWEST_KNOWN, TP_BASICSIZE};
-use super::{code, Runtime, ThreadStateSource};
+use super::layout::{
+    DebugOffsetsError, GcLayout, Layout, Place, TypeSizes, NEWEST_KNOWN, TP_BASICSIZE,
+};
+use super::{code, GcProbe, Runtime, ThreadStateSource, Where};
 use crate::capture::symbols;
 use crate::capture::unwind::modules;
 use pyigprof_hooks::cpython;
@@ -40,7 +42,10 @@ pub fn runtime(version: (u8, u8, u8)) -> Option<Runtime> {
     };
     let types = types(major);
     let source = thread_state_source(&layout);
-    let runtime = Runtime::new(layout, &evaluator, types, source);
+    let mut runtime = Runtime::new(layout, &evaluator, types, source);
+    if let Some(runtime) = &mut runtime {
+        runtime.gc = layout.gc.and_then(gc_probe);
+    }
     if runtime.is_none() {
         eprintln!(
             "pyigprof: cannot find {needed} of Python {major}.{minor}.{micro}; \
@@ -192,6 +197,44 @@ fn thread_state_source(layout: &Layout) -> ThreadStateSource {
             },
         },
     }
+}
+
+/// The garbage-collection check of `gc` at this process's addresses; `None` when a symbol
+/// it needs is missing (the `static` `collecting` of a stripped 2.7 or 3.6).
+fn gc_probe(gc: GcLayout) -> Option<GcProbe> {
+    let resolve = |place: Place| -> Option<Where> {
+        Some(match place {
+            Place::Interpreter(offset) => Where::Interpreter(offset),
+            Place::ThroughInterpreter { pointer, offset } => {
+                Where::ThroughInterpreter { pointer, offset }
+            }
+            Place::Runtime(offset) => match cpython::symbol(c"_PyRuntime") as u64 {
+                0 => return None,
+                runtime => Where::At(runtime + u64::from(offset)),
+            },
+            Place::Symbol(name) => {
+                let cname = std::ffi::CString::new(name).ok()?;
+                match cpython::symbol(&cname) as u64 {
+                    0 => {
+                        // A static variable of the object that defines the C-API.
+                        let api = cpython::symbol(c"PyGILState_GetThisThreadState") as u64;
+                        let (_, object) = object_containing(api)?;
+                        Where::At(symbols::data_symbol(&object, name)?)
+                    }
+                    at => Where::At(at),
+                }
+            }
+        })
+    };
+    Some(GcProbe {
+        thread_interp: gc.thread_interp,
+        collecting: resolve(gc.collecting)?,
+        holder: resolve(gc.holder)?,
+        locked: match gc.locked {
+            Some(place) => Some(resolve(place)?),
+            None => None,
+        },
+    })
 }
 
 /// The loaded object whose segments contain `addr`, with its index in the module list.

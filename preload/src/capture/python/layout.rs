@@ -108,6 +108,94 @@ pub struct ThreadStateOffsets {
     pub tstate_head: u16,
 }
 
+/// Where a variable that the garbage-collection check reads lives (see [`GcLayout`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// `offset` bytes into the sampled thread's interpreter state (`tstate->interp`).
+    Interpreter(u16),
+    /// `offset` bytes into the struct that the pointer `pointer` bytes into the interpreter
+    /// state points to (3.12+: `interp->ceval.gil`, the GIL that interpreter uses — its own
+    /// `_gil`, or the main interpreter's when it shares it).
+    ThroughInterpreter { pointer: u16, offset: u16 },
+    /// `offset` bytes into the exported `_PyRuntime` (3.7 – 3.11).
+    Runtime(u16),
+    /// A variable of the object that defines the C-API, by symbol: exported (`.dynsym`), or
+    /// a `static` one from `.symtab` (absent from stripped builds).
+    Symbol(&'static str),
+}
+
+/// How a sample tells that its thread is running the cyclic garbage collector: the
+/// collector's `collecting` flag is set, and the thread holds the GIL (a collection runs
+/// with the GIL held, on the thread that triggered it — from 3.12 whichever thread's eval
+/// breaker saw it scheduled; another thread seen then runs without the GIL, or runs
+/// Python code of a finalizer that released it). Offsets in bytes, from each version's
+/// headers (`offsetof` compiled against pyenv's installed `include/`), checked on every
+/// installed interpreter by reading them with `ctypes` inside a collection (a finalizer
+/// run by `gc.collect()`: flag 1 and this thread the holder) and outside it (flag 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GcLayout {
+    /// `PyThreadState.interp`.
+    pub thread_interp: u16,
+    /// A C `int`, non-zero while the interpreter collects.
+    pub collecting: Place,
+    /// A `PyThreadState*` that is the GIL holder's state.
+    pub holder: Place,
+    /// A C `int`, non-zero while the GIL is held, when `holder` keeps its value after the GIL
+    /// is released (`gil->last_holder`); `None` when the holder is cleared on release
+    /// (`_PyThreadState_Current`, `gilstate.tstate_current`).
+    pub locked: Option<Place>,
+}
+
+impl GcLayout {
+    /// The garbage-collection check of `major.minor` ≤ 3.12 (3.13+: from `_Py_DebugOffsets`,
+    /// [`Layout::from_debug_offsets`]).
+    fn for_version(major: u8, minor: u8) -> Option<GcLayout> {
+        let runtime = |collecting: Place, tstate_current: u16| GcLayout {
+            thread_interp: 16,
+            collecting,
+            holder: Place::Runtime(tstate_current),
+            locked: None,
+        };
+        Some(match (major, minor) {
+            // 2.7 and 3.6: `static int collecting` of `Modules/gcmodule.c`, and the exported
+            // `_PyThreadState_Current` (`Python/pystate.c`), cleared when the GIL is
+            // released. `PyThreadState.interp` follows `next` in 2.7 (`Include/pystate.h`).
+            (2, 7) | (3, 6) => GcLayout {
+                thread_interp: if major == 2 { 8 } else { 16 },
+                collecting: Place::Symbol("collecting"),
+                holder: Place::Symbol("_PyThreadState_Current"),
+                locked: None,
+            },
+            // 3.7, 3.8: `_PyRuntime.gc.collecting` (`struct _gc_runtime_state` moved into
+            // `_PyRuntimeState`: 3.7 `Include/internal/pystate.h`, 3.8
+            // `Include/internal/pycore_pystate.h`), `_PyRuntime.gilstate.tstate_current`.
+            (3, 7) => runtime(Place::Runtime(632), 1480),
+            (3, 8) => runtime(Place::Runtime(544), 1368),
+            // 3.9 – 3.11: per interpreter, `interp->gc.collecting` (`pycore_interp.h`);
+            // `_PyRuntime.gilstate.tstate_current` (`pycore_runtime.h`). Debian's 3.11.2
+            // equals 3.11.7.
+            (3, 9) | (3, 10) => runtime(Place::Interpreter(816), 568),
+            (3, 11) => runtime(Place::Interpreter(848), 576),
+            // 3.12: `interp->gc.collecting`; the GIL is `*interp->ceval.gil`
+            // (`pycore_ceval_state.h`), whose `last_holder` (8) and `locked` (16) are those of
+            // `struct _gil_runtime_state` (`pycore_gil.h`) in every version from 3.7.
+            (3, 12) => GcLayout {
+                thread_interp: 16,
+                collecting: Place::Interpreter(312),
+                holder: Place::ThroughInterpreter {
+                    pointer: 384,
+                    offset: 8,
+                },
+                locked: Some(Place::ThroughInterpreter {
+                    pointer: 384,
+                    offset: 16,
+                }),
+            },
+            _ => return None,
+        })
+    }
+}
+
 /// Everything version-specific the sampler reads. All offsets in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
@@ -150,6 +238,8 @@ pub struct Layout {
     pub strings: StrModel,
     /// How the interrupted thread's thread state is found.
     pub thread_state: ThreadStateLookup,
+    /// How a sample tells that its thread is collecting garbage; `None` when unknown.
+    pub gc: Option<GcLayout>,
 }
 
 impl Layout {
@@ -193,6 +283,7 @@ impl Layout {
                 compact_data: 72,
             },
             thread_state: ThreadStateLookup::AttachedKey,
+            gc: GcLayout::for_version(major, minor),
         };
         let interpreter_frame = |thread_frame: u16, cframe_current: Option<u16>| Layout {
             version: (major, minor),
@@ -222,6 +313,7 @@ impl Layout {
                 compact_data: 56,
             },
             thread_state: ThreadStateLookup::AttachedKey,
+            gc: GcLayout::for_version(major, minor),
         };
         match (major, minor) {
             (2, 7) => Some(Layout {
@@ -345,6 +437,7 @@ impl Layout {
                 compact_data: w(map.ascii_size)? + 16,
             },
             thread_state: ThreadStateLookup::AttachedKey,
+            gc: None,
         };
         // Self-consistency: the sizes the struct gives agree with the interpreter's own type
         // objects (a struct read with the wrong revision gives other numbers), every frame
@@ -395,8 +488,50 @@ impl Layout {
                 && layout.thread_frame.is_multiple_of(8),
             "a code field outside the code object or misaligned",
         )?;
-        Ok(layout)
+        Ok(Layout {
+            gc: gc_from_debug_offsets(words, &map),
+            ..layout
+        })
     }
+}
+
+/// The garbage-collection check from `_Py_DebugOffsets` (3.13+): `interpreter_state.gc` plus
+/// the `gc` section's `collecting` (3.13 added that section), the GIL through
+/// `interpreter_state.ceval_gil`, at the offsets of `last_holder` and `locked` inside it
+/// (`gil_runtime_state_holder` and `_locked` less `gil_runtime_state`, all offsets into the
+/// interpreter state). `None` when the values do not fit together (the frames may still be
+/// read).
+fn gc_from_debug_offsets(words: &[u64], map: &DebugOffsetsMap) -> Option<GcLayout> {
+    let w = |index: usize| u16::try_from(words[index]).ok();
+    let interp_size = words[map.interp_size];
+    let (gc, gc_size, collecting) = (
+        words[map.interp_gc],
+        words[map.gc_size],
+        w(map.gc_collecting)?,
+    );
+    let gil = words[map.gil_state];
+    let holder = u16::try_from(words[map.gil_holder].checked_sub(gil)?).ok()?;
+    let locked = u16::try_from(words[map.gil_locked].checked_sub(gil)?).ok()?;
+    let ceval_gil = w(map.ceval_gil)?;
+    let fits = u64::from(collecting) + 4 <= gc_size
+        && gc.checked_add(gc_size)? <= interp_size
+        && u64::from(ceval_gil) + 8 <= interp_size
+        && ceval_gil % 8 == 0
+        && holder % 8 == 0
+        && gil + u64::from(holder.max(locked)) + 8 <= interp_size
+        && holder != locked;
+    fits.then_some(GcLayout {
+        thread_interp: w(map.thread_interp)?,
+        collecting: Place::Interpreter(u16::try_from(gc + u64::from(collecting)).ok()?),
+        holder: Place::ThroughInterpreter {
+            pointer: ceval_gil,
+            offset: holder,
+        },
+        locked: Some(Place::ThroughInterpreter {
+            pointer: ceval_gil,
+            offset: locked,
+        }),
+    })
 }
 
 /// Why `_Py_DebugOffsets` could not be used.
@@ -471,6 +606,15 @@ pub const DEBUG_OFFSETS_WORDS: usize = 112;
 /// size). Measured on the builds of shared/design/cpython.md §6.
 #[derive(Clone, Copy, Debug)]
 struct DebugOffsetsMap {
+    interp_size: usize,
+    interp_gc: usize,
+    ceval_gil: usize,
+    gil_state: usize,
+    gil_locked: usize,
+    gil_holder: usize,
+    thread_interp: usize,
+    gc_size: usize,
+    gc_collecting: usize,
     current_frame: usize,
     frame_size: usize,
     previous: usize,
@@ -496,21 +640,36 @@ impl DebugOffsetsMap {
         // size, filename, name, qualname, linetable, firstlineno, argcount,
         // localsplusnames, localspluskinds, co_code_adaptive.
         let code = |at: usize| (at, at + 1, at + 2, at + 3, at + 4, at + 5, at + 9);
-        let (thread, frame, owner, code_at, bytes, unicode) = match (major, minor) {
-            // 3.13: runtime_state (3 words), interpreter_state (13), thread_state (9),
-            // interpreter_frame (6: size, previous, executable, instr_ptr, localsplus,
-            // owner), code_object (10), then pyobject, type, tuple, list, dict, float, long.
-            (3, 13) => (23, 28, 33, 34, 66, 67),
-            // 3.14: interpreter_state grows to 16 words; interpreter_frame adds
-            // stackpointer and tlbc_index (8 words, owner 6th); code_object adds co_tlbc.
-            (3, 14) => (26, 31, 36, 39, 76, 77),
+        let (thread, frame, owner, code_at, bytes, unicode, gc) = match (major, minor) {
+            // 3.13: runtime_state (3 words), interpreter_state (13: size, id, next,
+            // threads_head, gc, imports_modules, sysdict, builtins, ceval_gil,
+            // gil_runtime_state, _enabled, _locked, _holder), thread_state (9: size, prev,
+            // next, interp, current_frame, …), interpreter_frame (6: size, previous,
+            // executable, instr_ptr, localsplus, owner), code_object (10), then pyobject,
+            // type, tuple, list, dict, float, long, bytes, unicode, gc (size, collecting).
+            (3, 13) => (23, 28, 33, 34, 66, 67, 71),
+            // 3.14: interpreter_state grows to 16 words (threads_main after threads_head);
+            // interpreter_frame adds stackpointer and tlbc_index (8 words, owner 6th);
+            // code_object adds co_tlbc; a set section comes before gc.
+            (3, 14) => (26, 31, 36, 39, 76, 77, 81),
             // 3.15: thread_state adds base_frame, last_profiled_frame, holds_gil, … (17
-            // words); the rest shifts.
-            _ => (26, 39, 44, 47, 88, 89),
+            // words); the rest shifts; gc adds frame.
+            _ => (26, 39, 44, 47, 88, 89, 94),
         };
+        // The interpreter_state section: 3.14 inserted threads_main before gc.
+        let gc_field = if (major, minor) == (3, 13) { 10 } else { 11 };
         let (code_size, filename, name, qualname, linetable, firstlineno, code_adaptive) =
             code(code_at);
         DebugOffsetsMap {
+            interp_size: 6,
+            interp_gc: gc_field,
+            ceval_gil: gc_field + 4,
+            gil_state: gc_field + 5,
+            gil_locked: gc_field + 7,
+            gil_holder: gc_field + 8,
+            thread_interp: thread - 1,
+            gc_size: gc,
+            gc_collecting: gc + 1,
             current_frame: thread,
             frame_size: frame,
             previous: frame + 1,
@@ -731,7 +890,56 @@ mod tests {
                 }
             );
             assert_eq!(l.shim_flag, Some((48, 0x0200_0000)));
+            // interp->gc.collecting and the GIL through interp->ceval.gil, as read with
+            // ctypes inside a collection on pyenv's 3.13.0 and Debian's 3.13.5, 3.14.10,
+            // 3.15.2 (interpreter_state.gc 7400/7408/7400 + gc.collecting 200/192/112).
+            let collecting = match (major, minor) {
+                (3, 13) | (3, 14) => 7600,
+                _ => 7512,
+            };
+            assert_eq!(
+                l.gc,
+                Some(GcLayout {
+                    thread_interp: 16,
+                    collecting: Place::Interpreter(collecting),
+                    holder: Place::ThroughInterpreter {
+                        pointer: 16,
+                        offset: 8
+                    },
+                    locked: Some(Place::ThroughInterpreter {
+                        pointer: 16,
+                        offset: 16
+                    }),
+                }),
+                "{major}.{minor}"
+            );
         }
+    }
+
+    #[test]
+    fn every_table_version_knows_where_the_collector_says_it_collects() {
+        let gc = |minor: u8| Layout::for_version(3, minor).unwrap().gc.unwrap();
+        assert_eq!(gc(6).collecting, Place::Symbol("collecting"));
+        assert_eq!(gc(6).holder, Place::Symbol("_PyThreadState_Current"));
+        assert_eq!(
+            Layout::for_version(2, 7).unwrap().gc.unwrap().thread_interp,
+            8
+        );
+        assert_eq!(gc(7).collecting, Place::Runtime(632));
+        assert_eq!(gc(8).holder, Place::Runtime(1368));
+        assert_eq!(gc(10).collecting, Place::Interpreter(816));
+        assert_eq!(gc(11).collecting, Place::Interpreter(848));
+        assert_eq!(gc(11).holder, Place::Runtime(576));
+        assert_eq!(gc(12).collecting, Place::Interpreter(312));
+        assert!(gc(12).locked.is_some() && gc(11).locked.is_none());
+    }
+
+    #[test]
+    fn a_gc_section_that_does_not_fit_leaves_the_frames_readable() {
+        let mut words = runtime(0x030d_00f0, STRUCT_3_13_0);
+        words[72] = 4000; // gc.collecting outside struct _gc_runtime_state
+        let l = Layout::from_debug_offsets(&words, 3, 13, &SIZES_3_13).expect("frames");
+        assert_eq!(l.gc, None);
     }
 
     #[test]

@@ -41,6 +41,67 @@ pub enum ThreadStateSource {
     },
 }
 
+/// A [`layout::Place`] resolved to this process's addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Where {
+    /// A fixed address (a variable of libpython, or inside `_PyRuntime`).
+    At(u64),
+    /// `offset` bytes into the sampled thread's interpreter state.
+    Interpreter(u16),
+    /// `offset` bytes into what the pointer `pointer` bytes into the interpreter state
+    /// points to.
+    ThroughInterpreter { pointer: u16, offset: u16 },
+}
+
+/// How the handler tells that the sampled thread is collecting garbage: a
+/// [`layout::GcLayout`] resolved to this process's addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GcProbe {
+    /// `PyThreadState.interp`.
+    pub thread_interp: u16,
+    /// The `int` set while the interpreter collects.
+    pub collecting: Where,
+    /// The GIL holder's `PyThreadState*`.
+    pub holder: Where,
+    /// The `int` set while the GIL is held, when `holder` is not cleared at release.
+    pub locked: Option<Where>,
+}
+
+impl GcProbe {
+    /// Whether the thread whose state is `tstate` (the sampled thread's own, so alive) is
+    /// running a garbage collection: its interpreter's collector is collecting and the
+    /// thread holds the GIL. Every read is checked; a failed one answers `false`.
+    /// Async-signal-safe.
+    #[inline]
+    pub fn collecting(&self, tstate: u64) -> bool {
+        self.check(tstate).unwrap_or(false)
+    }
+
+    fn check(&self, tstate: u64) -> Option<bool> {
+        let interp = read::word(tstate + u64::from(self.thread_interp))?;
+        let address = |place: Where| -> Option<u64> {
+            match place {
+                Where::At(at) => Some(at),
+                Where::Interpreter(offset) => interp.checked_add(u64::from(offset)),
+                Where::ThroughInterpreter { pointer, offset } => {
+                    read::word(interp.checked_add(u64::from(pointer))?)?
+                        .checked_add(u64::from(offset))
+                }
+            }
+        };
+        if read::int(address(self.collecting)?)? == 0 {
+            return Some(false);
+        }
+        if read::word(address(self.holder)?)? != tstate {
+            return Some(false);
+        }
+        match self.locked {
+            Some(locked) => Some(read::int(address(locked)?)? != 0),
+            None => Some(true),
+        }
+    }
+}
+
 /// Most address ranges recorded for the evaluator function (its body and `.cold` parts).
 pub const MAX_EVALUATOR_RANGES: usize = 4;
 
@@ -58,6 +119,9 @@ pub struct Runtime {
     pub evaluator_ranges: usize,
     /// How thread states are found.
     pub source: ThreadStateSource,
+    /// How a sample tells that its thread collects garbage (set by `discover`); `None` when
+    /// the places are unknown (stripped 2.7 and 3.6, free-threaded builds).
+    pub gc: Option<GcProbe>,
     tss_key: AtomicU32,
     attached: AtomicBool,
     /// 2.7: the `PyInterpreterState*` of the GIL holder last seen.
@@ -90,6 +154,7 @@ impl Runtime {
             evaluator: ranges,
             evaluator_ranges: n,
             source,
+            gc: None,
             tss_key: AtomicU32::new(0),
             attached: AtomicBool::new(false),
             interpreter: AtomicU64::new(0),

@@ -1,36 +1,39 @@
 //! Native unwinding of the interrupted thread, from the register state the kernel saved
-//! (`ucontext_t`), with framehop: DWARF CFI where an object has it, frame pointers
-//! otherwise (shared/design/unwinding.md).
+//! (`ucontext_t`): DWARF CFI where an object has it ([`cfi`]: compact rules cached by row,
+//! full evaluation of the others), and for code without CFI a frame-pointer step where the
+//! chain is plausible, else a validated stack scan ([`heuristic`]; such stacks are
+//! approximate). shared/design/unwinding.md has the facts.
 
 pub mod cfi;
+pub mod heuristic;
 pub mod modules;
 
 use cfi::{RowCache, Rule};
-use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
-use framehop::{FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
 use modules::Snapshot;
 
-/// One thread's unwinding caches: CFI rows by address range ([`RowCache`], tried first)
-/// and framehop's rules by exact address (for the frames the row cache leaves to framehop).
-/// About 60 KB; allocated when the thread registers, never in the handler.
+/// One thread's unwinding caches: CFI rows by address range ([`RowCache`], about 23 KB)
+/// and the last stack scan's finding. Allocated when the thread registers, never in the
+/// handler.
 pub struct UnwindCache {
-    /// framehop's cache (about 33 KB).
-    pub framehop: CacheX86_64<MustNotAllocateDuringUnwind>,
-    /// The row cache (about 23 KB).
+    /// The row cache.
     pub rows: Box<RowCache>,
+    /// Where the last stack scan found a return address.
+    pub scan: heuristic::ScanHint,
 }
 
 impl UnwindCache {
     /// Empty caches.
     pub fn new() -> Box<UnwindCache> {
         Box::new(UnwindCache {
-            framehop: CacheX86_64::new_in(),
             rows: RowCache::new(),
+            scan: heuristic::ScanHint::default(),
         })
     }
 }
 
-/// The interrupted registers framehop starts from.
+/// Register state of a frame: RIP, RSP and RBP always, and the other general registers
+/// where known (all of them in the interrupted frame and after a signal frame, from the
+/// `ucontext_t`; in outer frames those the CFI rules recovered).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Regs {
     /// Instruction pointer.
@@ -39,10 +42,63 @@ pub struct Regs {
     pub sp: u64,
     /// Frame pointer.
     pub bp: u64,
+    /// General registers by DWARF number (0 RAX, 1 RDX, 2 RCX, 3 RBX, 4 RSI, 5 RDI, 8–15
+    /// R8–R15; the System V x86-64 psABI's numbering); RBP and RSP are in `bp`/`sp`.
+    others: [u64; 16],
+    /// Bit `n` set when `others[n]` is known.
+    known: u16,
 }
 
+/// `ucontext_t` general-register index (`REG_*` of `<sys/ucontext.h>`) of each DWARF
+/// register number 0–16 (RIP is 16).
+const GREG_OF_DWARF: [libc::c_int; 17] = [
+    libc::REG_RAX,
+    libc::REG_RDX,
+    libc::REG_RCX,
+    libc::REG_RBX,
+    libc::REG_RSI,
+    libc::REG_RDI,
+    libc::REG_RBP,
+    libc::REG_RSP,
+    libc::REG_R8,
+    libc::REG_R9,
+    libc::REG_R10,
+    libc::REG_R11,
+    libc::REG_R12,
+    libc::REG_R13,
+    libc::REG_R14,
+    libc::REG_R15,
+    libc::REG_RIP,
+];
+
 impl Regs {
-    /// Reads RIP, RSP and RBP from a `ucontext_t`.
+    /// RIP, RSP and RBP only.
+    pub fn new(ip: u64, sp: u64, bp: u64) -> Regs {
+        Regs {
+            ip,
+            sp,
+            bp,
+            others: [0; 16],
+            known: 0,
+        }
+    }
+
+    /// Every general register, from a `ucontext_t`'s `gregs` read with `greg`.
+    fn from_gregs(mut greg: impl FnMut(libc::c_int) -> Option<u64>) -> Option<Regs> {
+        let mut regs = Regs::new(
+            greg(libc::REG_RIP)?,
+            greg(libc::REG_RSP)?,
+            greg(libc::REG_RBP)?,
+        );
+        for (dwarf, &index) in GREG_OF_DWARF[..16].iter().enumerate() {
+            if !matches!(dwarf, 6 | 7) {
+                regs.set(dwarf as u16, greg(index)?);
+            }
+        }
+        Some(regs)
+    }
+
+    /// Reads every general register from a `ucontext_t`.
     ///
     /// # Safety
     /// `uc` must point to a readable `ucontext_t`.
@@ -50,11 +106,39 @@ impl Regs {
     pub unsafe fn from_ucontext(uc: *const libc::ucontext_t) -> Regs {
         // SAFETY: per the contract.
         let gregs = unsafe { &(*uc).uc_mcontext.gregs };
-        Regs {
-            ip: gregs[libc::REG_RIP as usize] as u64,
-            sp: gregs[libc::REG_RSP as usize] as u64,
-            bp: gregs[libc::REG_RBP as usize] as u64,
+        Regs::from_gregs(|i| Some(gregs[i as usize] as u64)).expect("every register is read")
+    }
+
+    /// The value of DWARF register `dwarf` (16 = RIP), if known.
+    #[inline]
+    pub fn get(&self, dwarf: u16) -> Option<u64> {
+        match dwarf {
+            6 => Some(self.bp),
+            7 => Some(self.sp),
+            16 => Some(self.ip),
+            n if n < 16 && self.known & (1 << n) != 0 => Some(self.others[n as usize]),
+            _ => None,
         }
+    }
+
+    /// Sets DWARF register `dwarf` (0–16).
+    #[inline]
+    pub fn set(&mut self, dwarf: u16, value: u64) {
+        match dwarf {
+            6 => self.bp = value,
+            7 => self.sp = value,
+            16 => self.ip = value,
+            n if n < 16 => {
+                self.others[n as usize] = value;
+                self.known |= 1 << n;
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether registers other than RIP, RSP and RBP are known.
+    fn knows_others(&self) -> bool {
+        self.known != 0
     }
 }
 
@@ -69,6 +153,8 @@ pub struct Unwound {
     pub cut: bool,
     /// How many of the outer frames were replayed from the [`Memo`] instead of unwound.
     pub replayed: usize,
+    /// Whether a frame was found by a heuristic step (code without CFI, [`heuristic`]).
+    pub approximate: bool,
 }
 
 /// Most frames a [`Memo`] holds; the outer part of deeper stacks is unwound every time.
@@ -91,10 +177,11 @@ pub struct MemoFrame {
     /// The stack words read to unwind this frame to its caller: `(address, value)`.
     reads: [(u64, u64); MEMO_READS],
     /// How many of `reads` are used; [`UNMEMOIZABLE`] when the frame cannot be replayed
-    /// (more reads, a read refused, a signal frame).
+    /// (more reads, a read refused, a signal frame, registers other than RIP, RSP and RBP
+    /// used, a heuristic step).
     nreads: u8,
-    /// Whether `pc` came from a return address (framehop treats the first frame and frames
-    /// after a signal frame, reached by instruction pointer, differently).
+    /// Whether `pc` came from a return address (the first frame and frames after a signal
+    /// frame, reached by instruction pointer, are looked up and unwound differently).
     from_return: bool,
 }
 
@@ -107,8 +194,9 @@ const UNMEMOIZABLE: u8 = u8::MAX;
 /// rule-cache lookup and its stack reads, mostly cache misses after milliseconds of the
 /// program's own work.
 ///
-/// Replaying is exact: framehop's result for a frame is a function of the frame's address,
-/// its registers (ip, sp, bp) and the stack words it reads, under one set of modules. When
+/// Replaying is exact: the unwinding of a frame is a function of the frame's address, its
+/// registers (ip, sp, bp; a frame that used others is not memoized) and the stack words it
+/// reads, under one set of modules. When
 /// unwinding reaches a frame whose address, kind, sp and bp equal a memoized frame's, and
 /// every stack word the memoized unwinding read from there outwards still holds the value
 /// it read (and is still readable), the rest of the stack is the memoized one. All-zero is
@@ -168,8 +256,11 @@ pub fn unwind(
     } else {
         0
     };
-    let mut uregs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
-    let mut address = FrameAddress::from_instruction_pointer(regs.ip);
+    let mut regs = regs;
+    // The frame's lookup address and whether it came from a return address (minus one, so
+    // that it lies inside the call instruction) or is an interrupted instruction.
+    let (mut pc, mut from_return) = (regs.ip, false);
+    let mut approximate = false;
     let mut n = 0;
     let result = loop {
         if n == out.len() {
@@ -178,11 +269,11 @@ pub fn unwind(
                 complete: false,
                 cut: true,
                 replayed: 0,
+                approximate,
             };
         }
-        out[n] = address.address_for_lookup();
-        let from_return = matches!(address, FrameAddress::ReturnAddress(_));
-        let (sp, bp) = (uregs.sp(), uregs.bp());
+        out[n] = pc;
+        let (sp, bp) = (regs.sp, regs.bp);
         sps[n] = sp;
         while next > 0 && memo.frames[next - 1].sp < sp {
             next -= 1;
@@ -197,7 +288,9 @@ pub fn unwind(
                 && n + 1 + at <= out.len()
                 && still_holds(&memo.frames[..next], &readable)
             {
-                return replay(memo, at, n, out, sps);
+                let mut unwound = replay(memo, at, n, out, sps);
+                unwound.approximate = approximate;
+                return unwound;
             }
         }
         let mut frame = MemoFrame {
@@ -207,7 +300,6 @@ pub fn unwind(
             from_return,
             ..MemoFrame::default()
         };
-        let mut signal_frame = false;
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             if !readable(addr) {
                 frame.nreads = UNMEMOIZABLE;
@@ -223,56 +315,73 @@ pub fn unwind(
             }
             Ok(value)
         };
-        let rule = cache.rows.rule(&snapshot.cfi, identity, out[n]);
+        let rule = cache.rows.rule(&snapshot.cfi, identity, pc);
         // Only CFI that says "no return address" (`_start`, `clone3`: `.cfi_undefined rip`)
         // ends a stack at a thread's true root. A zero or absent return address anywhere
-        // else (a frame-pointer guess in code without CFI, such as BLAS kernels whose rbp
-        // is a general register) ends the walk as incomplete.
-        let at_root = matches!(rule, Rule::EndOfStack);
+        // else (a heuristic step in code without CFI, such as BLAS kernels whose rbp is a
+        // general register) ends the walk as incomplete.
+        let mut at_root = matches!(rule, Rule::EndOfStack);
+        let used_others = regs.knows_others() && rule == Rule::Evaluate;
         let step = match rule {
-            Rule::Framehop => snapshot
-                .unwinder
-                .unwind_frame(address, &mut uregs, &mut cache.framehop, &mut read_stack)
-                .map_err(|_| ()),
-            rule => cfi::exec(rule, !from_return, &mut uregs, &mut read_stack).map_err(|_| ()),
+            Rule::Evaluate => {
+                let step = cache.rows.unwind_by_row(
+                    &snapshot.cfi,
+                    pc,
+                    !from_return,
+                    &mut regs,
+                    &mut read_stack,
+                );
+                at_root = matches!(step, Ok(None));
+                step
+            }
+            Rule::NoCfi => {
+                let (rows, scan) = (&mut cache.rows, &mut cache.scan);
+                let step = heuristic::step(
+                    snapshot,
+                    stack,
+                    scan,
+                    &mut regs,
+                    &mut read_stack,
+                    &mut |caller: &Regs| {
+                        leads_to_root(snapshot, rows, identity, stack, restorer, *caller)
+                    },
+                );
+                approximate |= matches!(step, Ok(Some(_)));
+                step
+            }
+            rule => cfi::exec(rule, !from_return, &mut regs, &mut read_stack),
         };
+        let guessed = rule == Rule::NoCfi;
         n += 1;
+        let mut signal_frame = false;
         let ended = match step {
             Ok(Some(ret)) if ret == restorer && restorer != 0 => {
                 // The frame below was a signal handler: the kernel's rt_sigframe holds the
                 // ucontext right where the return address was popped from. (Not replayed:
                 // more reads than a frame keeps.)
                 signal_frame = true;
-                let uc = uregs.sp();
-                let mut field = |offset: usize| read_stack(uc + offset as u64);
-                match (
-                    field(greg_offset(libc::REG_RIP)),
-                    field(greg_offset(libc::REG_RSP)),
-                    field(greg_offset(libc::REG_RBP)),
-                ) {
-                    (Ok(ip), Ok(sp), Ok(bp)) => {
-                        uregs = UnwindRegsX86_64::new(ip, sp, bp);
-                        address = FrameAddress::from_instruction_pointer(ip);
+                let uc = regs.sp;
+                match Regs::from_gregs(|reg| read_stack(uc + greg_offset(reg) as u64).ok()) {
+                    Some(interrupted) => {
+                        regs = interrupted;
+                        (pc, from_return) = (regs.ip, false);
                         None
                     }
-                    _ => Some(false),
+                    None => Some(false),
                 }
             }
             // A value that cannot be a return address (0, a stack address, data, a small
             // integer): the rule was wrong for this frame (code without CFI, a frame-pointer
             // guess); the walk ends here rather than making it a frame.
             Ok(Some(ret)) if !snapshot.may_return_to(ret, stack) => Some(false),
-            Ok(Some(ret)) => match FrameAddress::from_return_address(ret) {
-                Some(caller) => {
-                    address = caller;
-                    None
-                }
-                None => Some(at_root),
-            },
+            Ok(Some(ret)) => {
+                (pc, from_return) = (ret - 1, true);
+                None
+            }
             Ok(None) => Some(at_root),
             Err(_) => Some(false),
         };
-        if signal_frame {
+        if signal_frame || used_others || guessed {
             frame.nreads = UNMEMOIZABLE;
         }
         if n <= MEMO_FRAMES {
@@ -284,6 +393,7 @@ pub fn unwind(
                 complete,
                 cut: false,
                 replayed: 0,
+                approximate,
             };
         }
     };
@@ -301,6 +411,59 @@ pub fn unwind(
         memo.snapshot = identity;
     }
     result
+}
+
+/// Most frames [`leads_to_root`] walks.
+const PROBE_FRAMES: usize = 256;
+
+/// Whether unwinding from `caller`, the registers a heuristic step proposes for a frame's
+/// caller, reaches a thread's root (CFI that says there is no return address), a signal
+/// frame, or a return address after a call into code without CFI, by at least one frame
+/// of CFI, through return addresses that may be code: the check that tells a frame's real return address from
+/// the stale ones a stack scan passes. Reads only the thread's stack (`stack`).
+fn leads_to_root(
+    snapshot: &Snapshot,
+    rows: &mut RowCache,
+    identity: usize,
+    stack: (u64, u64),
+    restorer: u64,
+    caller: Regs,
+) -> bool {
+    let mut read = |addr: u64| -> Result<u64, ()> {
+        if addr >= stack.0
+            && addr.checked_add(8).is_some_and(|end| end <= stack.1)
+            && addr.is_multiple_of(8)
+        {
+            // SAFETY: inside the thread's stack.
+            Ok(unsafe { std::ptr::read_volatile(addr as *const u64) })
+        } else {
+            Err(())
+        }
+    };
+    let mut regs = caller;
+    for depth in 0..PROBE_FRAMES {
+        let pc = regs.ip - 1;
+        let step = match rows.rule(&snapshot.cfi, identity, pc) {
+            Rule::EndOfStack => return true,
+            // Code without CFI further out: as far as the chain can be checked, if it is a
+            // return address into an object's code after a call.
+            Rule::NoCfi => return depth > 0 && snapshot.follows_call(regs.ip),
+            Rule::Evaluate => {
+                match rows.unwind_by_row(&snapshot.cfi, pc, false, &mut regs, &mut read) {
+                    // The row says there is no return address: the root.
+                    Ok(None) => return true,
+                    step => step,
+                }
+            }
+            rule => cfi::exec(rule, false, &mut regs, &mut read),
+        };
+        match step {
+            Ok(Some(ret)) if ret == restorer && restorer != 0 => return depth > 0,
+            Ok(Some(ret)) if snapshot.may_return_to(ret, stack) => {}
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// Whether every stack word that unwinding `frames` read is still readable and unchanged.
@@ -331,6 +494,7 @@ fn replay(memo: &mut Memo, at: usize, n: usize, out: &mut [u64], sps: &mut [u64]
         complete: memo.complete,
         cut: false,
         replayed: at,
+        approximate: false,
     };
     // The memo keeps frames 0..=at (outermost … this one); the fresh inner frames follow.
     if at + 1 + n <= MEMO_FRAMES {
@@ -371,7 +535,7 @@ mod tests {
             std::arch::asm!("lea {0}, [rip]", "mov {1}, rsp", "mov {2}, rbp",
                 out(reg) ip, out(reg) sp, out(reg) bp);
         }
-        f(Regs { ip, sp, bp });
+        f(Regs::new(ip, sp, bp));
         0
     }
 

@@ -1,26 +1,19 @@
-//! The objects mapped into the process (executable, shared libraries, the vDSO) and the
-//! unwinder built from their CFI.
+//! The objects mapped into the process (executable, shared libraries, the vDSO), their
+//! executable code and their CFI.
 //!
 //! Facts (shared/design/unwinding.md): `dl_iterate_phdr` takes the loader lock and
-//! allocates, and `framehop`'s `Module::new`/`add_module` allocate, so the module list is
-//! rebuilt outside the handler — at start-up and after every `dlopen`/`dlclose` — and
+//! allocates, so the module list is rebuilt outside the handler — at start-up and after every `dlopen`/`dlclose` — and
 //! published as an immutable [`Snapshot`] through an atomic pointer. Snapshots are never
 //! freed: a handler may still be reading an old one. Unwind data points into the mapped
 //! images (`PT_GNU_EH_FRAME`); before `dlclose` can unmap an object, its module is removed
 //! and the samples in flight are waited for.
 
 use crate::capture::unwind::cfi::CfiModule;
-use framehop::x86_64::UnwinderX86_64;
-use framehop::{ExplicitModuleSectionInfo, Module, MustNotAllocateDuringUnwind, Unwinder};
 use std::ffi::CStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
-
-/// The unwinder type used in the handler: module data borrowed from the mapped images,
-/// no allocation during unwinding.
-pub type NativeUnwinder = UnwinderX86_64<&'static [u8], MustNotAllocateDuringUnwind>;
 
 /// One mapped object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,10 +31,8 @@ pub struct ObjectInfo {
 
 /// An immutable view of the mapped objects, read by the handler.
 pub struct Snapshot {
-    /// CFI unwinder over every object with unwind tables.
-    pub unwinder: NativeUnwinder,
-    /// The same objects' unwind sections for the CFI row cache (`cfi.rs`), sorted by
-    /// start address.
+    /// The unwind sections of every object that has them (`cfi.rs`), sorted by start
+    /// address.
     pub cfi: Vec<CfiModule>,
     /// The objects, in `dl_iterate_phdr` order.
     pub objects: Vec<ObjectInfo>,
@@ -72,7 +63,27 @@ impl Snapshot {
             && !(stack.0 <= ret && ret < stack.1)
     }
 
-    fn new(unwinder: NativeUnwinder, cfi: Vec<CfiModule>, found: &[Found]) -> Snapshot {
+    /// Whether `ret` lies in an object's executable segment right after a call instruction
+    /// (`heuristic::ends_with_call` on the up to 8 bytes before it): what a return address
+    /// of a frame of code without CFI must be. Async-signal-safe: reads only mapped code.
+    pub fn follows_call(&self, ret: u64) -> bool {
+        let i = self.code.partition_point(|r| r.0 <= ret);
+        if i == 0 {
+            return false;
+        }
+        let (start, end) = self.code[i - 1];
+        if ret >= end || ret < start + 2 {
+            return false;
+        }
+        let len = (ret - start).min(8) as usize;
+        // SAFETY: `[ret - len, ret)` lies inside an executable PT_LOAD segment of a mapped
+        // object (readable: x86-64 has no execute-only pages by default); an object is
+        // removed from the snapshot before it can be unmapped.
+        let code = unsafe { std::slice::from_raw_parts((ret - len as u64) as *const u8, len) };
+        super::heuristic::ends_with_call(code)
+    }
+
+    fn new(cfi: Vec<CfiModule>, found: &[Found]) -> Snapshot {
         let mut code: Vec<(u64, u64)> = found
             .iter()
             .flat_map(|f| {
@@ -85,7 +96,6 @@ impl Snapshot {
         let mut spans: Vec<(u64, u64)> = found.iter().map(|f| f.info.range).collect();
         spans.sort_unstable();
         Snapshot {
-            unwinder,
             cfi,
             objects: found.iter().map(|f| f.info.clone()).collect(),
             code,
@@ -117,11 +127,11 @@ pub fn history() -> Vec<ObjectInfo> {
     HISTORY.lock().map(|h| h.clone()).unwrap_or_default()
 }
 
-/// A module as found by `dl_iterate_phdr`, with what framehop needs.
+/// A module as found by `dl_iterate_phdr`, with what unwinding needs.
 struct Found {
     info: ObjectInfo,
     /// ELF virtual `[start, end)` of the executable `PT_LOAD` segments (the first is the
-    /// text framehop is given).
+    /// text that `DW_EH_PE_textrel` pointers are relative to).
     code: Vec<(u64, u64)>,
     eh_frame_hdr: Option<(u64, u64)>,
     segments: Vec<(u64, u64)>,
@@ -134,14 +144,12 @@ pub fn rescan() {
     let Ok(_guard) = UPDATE.lock() else { return };
     let found = enumerate();
     let old = current();
-    let mut unwinder = old.map(|s| s.unwinder.clone()).unwrap_or_default();
     let mut cfi = old.map(|s| s.cfi.clone()).unwrap_or_default();
     let old_objects: &[ObjectInfo] = old.map(|s| &s.objects[..]).unwrap_or(&[]);
     for gone in old_objects
         .iter()
         .filter(|o| !found.iter().any(|f| f.info == **o))
     {
-        unwinder.remove_module(gone.range.0);
         cfi.retain(|m| m.range.0 != gone.range.0);
     }
     let mut history = HISTORY.lock().ok();
@@ -150,7 +158,6 @@ pub fn rescan() {
             continue;
         }
         if let Some(sections) = Sections::of(f) {
-            unwinder.add_module(sections.framehop_module(f));
             cfi.extend(sections.cfi_module(f));
         }
         if let Some(h) = history.as_mut() {
@@ -160,10 +167,10 @@ pub fn rescan() {
         }
     }
     cfi.sort_by_key(|m| m.range.0);
-    publish(Snapshot::new(unwinder, cfi, &found));
+    publish(Snapshot::new(cfi, &found));
 }
 
-/// Removes the object that `handle` (from `dlopen`) refers to from the unwinder, so that
+/// Removes the object that `handle` (from `dlopen`) refers to from the snapshot, so that
 /// no sample reads its tables once `dlclose` may unmap it. Waits for samples in flight.
 /// `handle` is the argument of an interposed `dlclose`: a handle `dlopen` returned (a
 /// program passing anything else to `dlclose` is already undefined behaviour).
@@ -196,10 +203,8 @@ pub fn forget_handle(handle: *mut libc::c_void) {
     if doomed.is_empty() {
         return;
     }
-    let mut unwinder = old.unwinder.clone();
     let mut cfi = old.cfi.clone();
     for o in &doomed {
-        unwinder.remove_module(o.range.0);
         cfi.retain(|m| m.range.0 != o.range.0);
     }
     let objects = old
@@ -210,7 +215,6 @@ pub fn forget_handle(handle: *mut libc::c_void) {
         .collect();
     let kept = |r: &&(u64, u64)| !doomed.iter().any(|o| o.range.0 <= r.0 && r.0 < o.range.1);
     publish(Snapshot {
-        unwinder,
         cfi,
         objects,
         code: old.code.iter().filter(kept).copied().collect(),
@@ -342,28 +346,6 @@ impl Sections {
             eh_frame: (image(f, eh_frame_lo, eh_frame_hi), eh_frame_lo),
             text: f.code.first().map(|&(lo, hi)| (image(f, lo, hi), lo)),
         })
-    }
-
-    fn framehop_module(&self, f: &Found) -> Module<&'static [u8]> {
-        let svma = |(data, lo): (&[u8], u64)| lo..lo + data.len() as u64;
-        let mut section_info = ExplicitModuleSectionInfo::<&'static [u8]> {
-            base_svma: 0,
-            eh_frame_hdr_svma: Some(svma(self.eh_frame_hdr)),
-            eh_frame_hdr: Some(self.eh_frame_hdr.0),
-            eh_frame_svma: Some(svma(self.eh_frame)),
-            eh_frame: Some(self.eh_frame.0),
-            ..Default::default()
-        };
-        if let Some(text) = self.text {
-            section_info.text_svma = Some(svma(text));
-            section_info.text = Some(text.0);
-        }
-        Module::new(
-            f.info.path.to_string_lossy().into_owned(),
-            f.info.range.0..f.info.range.1,
-            f.info.bias,
-            section_info,
-        )
     }
 
     fn cfi_module(&self, f: &Found) -> Option<CfiModule> {

@@ -1,0 +1,188 @@
+//! One step out of a frame of code without CFI: hand-written assembly without `.cfi_*`
+//! directives (OpenBLAS's kernels, libjpeg-turbo's SIMD), objects without
+//! `PT_GNU_EH_FRAME`, code generated at run time.
+//!
+//! Such code says nothing about its frame, so the step is a guess, validated as far as the
+//! process's memory allows, and the sample is counted as approximate:
+//!
+//! 1. **Frame pointer**, where the chain is plausible: RBP points into the stack above RSP,
+//!    the word above it is a return address after a call (`plausible_return`) from which
+//!    the walk checks out, and the saved RBP below it is 0 or further out. Code built with
+//!    frame pointers unwinds exactly so; code that leaves RBP alone would skip its caller.
+//! 2. Else a **stack scan**: the first word from RSP outwards (at most [`MAX_SCAN_WORDS`])
+//!    that is a plausible return address is taken as the frame's if the walk from it
+//!    checks out, else the step fails (the stack is incomplete); RBP is kept (the
+//!    caller's CFI, if it uses RBP, then either finds it saved or fails validation). The
+//!    thread's next sample at the same stack pointer reuses the finding ([`ScanHint`]).
+//!
+//! A plausible return address lies in an object's executable segment right after a call
+//! instruction ([`Snapshot::follows_call`]), and the walk from it must lead to a thread's
+//! root by CFI (the caller's `leads_to_root`). The words a scan passes are not all the
+//! frame's own: a BLAS kernel that realigns its stack (OpenBLAS's Haswell DGEMM) leaves
+//! 28 KiB of stale stack below its return address, with the return addresses of calls
+//! made earlier (the loader's, `printf`'s), which follow calls too; taking the first one
+//! whose chain checks out put the kernel under a stale `dgemm_oncopy` frame, so the scan
+//! stops at the first plausible one instead. Async-signal-safe: reads only the thread's stack (through the
+//! caller's validated reader) and the mapped code.
+
+use super::modules::Snapshot;
+use super::Regs;
+use crate::capture::unwind::cfi::Failed;
+
+/// Most stack words a scan examines (64 KiB of stack: OpenBLAS's Haswell DGEMM kernel
+/// keeps a 28 KiB buffer, page-aligned, between its stack pointer and its return address).
+pub const MAX_SCAN_WORDS: u64 = 8192;
+
+/// Where the last scan of a thread found its return address: a frame of code without CFI
+/// keeps its stack pointer while it runs (a BLAS kernel's inner loops), so the next sample
+/// of it reuses the finding while the same word still holds the same value, instead of
+/// scanning up to [`MAX_SCAN_WORDS`] words again. All-zero is an empty hint.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ScanHint {
+    /// The stack pointer the scan started from.
+    sp: u64,
+    /// Where it found the return address, and the value it found.
+    at: u64,
+    value: u64,
+}
+
+/// Whether `value`, read from the stack, may be the return address of a frame of code
+/// without CFI: inside an object's executable code, right after a call instruction.
+fn plausible_return(snapshot: &Snapshot, value: u64) -> bool {
+    snapshot.follows_call(value)
+}
+
+/// Unwinds one frame of code without CFI from `regs` (see the module documentation),
+/// reading stack words with `read_stack` (which refuses words outside `stack`, the
+/// thread's `[low, high)`). Returns the caller's return address and updates `regs`; fails
+/// when neither step finds one.
+pub fn step(
+    snapshot: &Snapshot,
+    stack: (u64, u64),
+    hint: &mut ScanHint,
+    regs: &mut Regs,
+    read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
+    leads_to_root: &mut impl FnMut(&Regs) -> bool,
+) -> Result<Option<u64>, Failed> {
+    let (sp, bp) = (regs.sp, regs.bp);
+    if bp >= sp && bp < stack.1 && bp.is_multiple_of(8) {
+        if let (Ok(ret), Ok(saved_bp)) = (read_stack(bp + 8), read_stack(bp)) {
+            let caller = Regs::new(ret, bp + 16, saved_bp);
+            if plausible_return(snapshot, ret)
+                && (saved_bp == 0 || saved_bp > bp)
+                && leads_to_root(&caller)
+            {
+                *regs = caller;
+                return Ok(Some(ret));
+            }
+        }
+    }
+    if hint.sp == sp && hint.sp != 0 && read_stack(hint.at) == Ok(hint.value) {
+        *regs = Regs::new(hint.value, hint.at + 8, bp);
+        return Ok(Some(hint.value));
+    }
+    let mut at = sp.next_multiple_of(8);
+    for _ in 0..MAX_SCAN_WORDS {
+        let Ok(word) = read_stack(at) else {
+            break;
+        };
+        if plausible_return(snapshot, word) {
+            if !leads_to_root(&Regs::new(word, at + 8, bp)) {
+                // The nearest plausible return address does not check out: a stale one (or
+                // the chain is beyond checking). Going on would skip live frames whose
+                // return addresses fail the check for the same reason: give up.
+                break;
+            }
+            *hint = ScanHint {
+                sp,
+                at,
+                value: word,
+            };
+            *regs = Regs::new(word, at + 8, bp);
+            return Ok(Some(word));
+        }
+        at += 8;
+    }
+    Err(Failed)
+}
+
+/// Whether the bytes `code` (which end where a return address points) end with an x86-64
+/// call instruction: `E8 rel32`, or `FF /2` (`call r/m64`, with an optional `notrack`
+/// (3E) and REX prefix) in any of its addressing forms.
+pub fn ends_with_call(code: &[u8]) -> bool {
+    let len = code.len();
+    if len >= 5 && code[len - 5] == 0xe8 {
+        return true;
+    }
+    (2..=len.min(8)).any(|k| {
+        let insn = &code[len - k..];
+        let mut p = 0;
+        if insn[p] == 0x3e {
+            p += 1;
+        }
+        if p < insn.len() && insn[p] & 0xf0 == 0x40 {
+            p += 1;
+        }
+        if p + 1 >= insn.len() || insn[p] != 0xff {
+            return false;
+        }
+        let modrm = insn[p + 1];
+        if (modrm >> 3) & 7 != 2 {
+            return false;
+        }
+        let (mode, rm) = (modrm >> 6, modrm & 7);
+        let sib = rm == 4 && mode != 3;
+        let displacement = match mode {
+            0 if rm == 5 => 4,
+            0 if sib => match insn.get(p + 2) {
+                Some(&s) if s & 7 == 5 => 4,
+                Some(_) => 0,
+                None => return false,
+            },
+            1 => 1,
+            2 => 4,
+            _ => 0,
+        };
+        p + 2 + usize::from(sib) + displacement == k
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_instructions_are_recognised_in_every_form() {
+        let calls: [&[u8]; 12] = [
+            &[0xe8, 1, 2, 3, 4],                   // call rel32
+            &[0xff, 0xd0],                         // call *%rax
+            &[0x41, 0xff, 0xd3],                   // call *%r11
+            &[0x3e, 0xff, 0xd0],                   // notrack call *%rax
+            &[0xff, 0x10],                         // call *(%rax)
+            &[0xff, 0x50, 0x08],                   // call *8(%rax)
+            &[0xff, 0x90, 1, 2, 3, 4],             // call *disp32(%rax)
+            &[0xff, 0x15, 1, 2, 3, 4],             // call *disp32(%rip)
+            &[0xff, 0x14, 0x24],                   // call *(%rsp)
+            &[0xff, 0x54, 0x24, 0x08],             // call *8(%rsp)
+            &[0x41, 0xff, 0x94, 0x24, 1, 2, 3, 4], // call *disp32(%r12)
+            &[0xff, 0x14, 0x25, 1, 2, 3, 4],       // call *disp32 (SIB, no base)
+        ];
+        for call in calls {
+            let mut code = vec![0x90u8; 8];
+            code.extend_from_slice(call);
+            assert!(ends_with_call(&code), "{call:02x?}");
+        }
+        let not_calls: [&[u8]; 5] = [
+            &[0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90], // nops
+            &[0x48, 0x89, 0xe5],                               // mov %rsp,%rbp
+            &[0xff, 0xe0],                                     // jmp *%rax
+            &[0xc3],                                           // ret
+            &[0x48, 0x83, 0xc4, 0x08],                         // add $8,%rsp
+        ];
+        for other in not_calls {
+            let mut code = vec![0x90u8; 8];
+            code.extend_from_slice(other);
+            assert!(!ends_with_call(&code), "{other:02x?}");
+        }
+    }
+}

@@ -1,0 +1,760 @@
+//! Mixed stacks against ground truth the programs measure themselves: real native code
+//! (numpy's OpenBLAS matrix product, single- and multi-threaded; numpy's SIMD sort;
+//! OpenSSL's hand-written SHA-2 assembly, whose CFI puts the CFA in a register or in a
+//! DWARF expression; a library of our own with the same CFI forms and one function without
+//! CFI) is called from distinct Python functions, each program measures the CPU time of
+//! each phase itself, and each Python caller's share of the profile (ticks whose stack
+//! holds it) must be within 3 points of its measured share of the process's CPU time. No
+//! frame may lie outside executable code.
+//!
+//! Two tests read the same runs for what the CFI promises beyond the shares: a sample in
+//! code whose CFI describes every instruction (OpenSSL's SHA-2, our register- and
+//! expression-CFA functions) unwinds to `_start` under its Python caller
+//! (`…_are_complete`, `…_unwinds_to_start`). Each test runs every interpreter before it
+//! fails, and prints a table of measured against profiled shares.
+//!
+//! numpy comes from PyPI into venvs the tests make once (`numpy_venv`, cached under
+//! `$PYIGPROF_VENVS_DIR` or `~/.cache/pyigprof/venvs`).
+
+use igprof_analyse::Profile;
+use pyigprof_suite::*;
+use std::path::Path;
+use std::sync::OnceLock;
+
+/// Allowed distance, in points, between a Python caller's share of the profile and its
+/// share of the CPU time the program measured.
+const TOLERANCE: f64 = 3.0;
+
+/// CPU seconds each phase runs for.
+const PHASE_SECONDS: &str = "0.3";
+
+/// What the test programs share: `clock` (the process's CPU time, 2.7's `time.clock`),
+/// `tclock` (the calling thread's CPU time where there is one), `run_for(seconds, body)`
+/// (calls `body` until the process has spent `seconds` of CPU time in it), `timed(name, f)`
+/// (runs `f` and records the process and thread CPU time it took), `python_work`, and
+/// `report()` (prints `TRUTH key value …`: each phase's `NAME.process`, `NAME.thread`,
+/// and the process's and main thread's total CPU time at the end, `process` and `thread`;
+/// then ends the process with `os._exit`, which writes the profile).
+const PRELUDE: &str = r#"
+import os, sys, time
+clock = getattr(time, "process_time", None) or time.clock
+tclock = getattr(time, "thread_time", None) or clock
+SECONDS = float(sys.argv[1])
+measured = []
+def run_for(seconds, body):
+    t0 = clock()
+    while clock() - t0 < seconds:
+        body()
+def timed(name, f):
+    p0 = clock(); t0 = tclock()
+    f()
+    t1 = tclock(); p1 = clock()
+    measured.append((name, p1 - p0, t1 - t0))
+def python_work():
+    def chunk():
+        t = 0
+        for i in range(20000):
+            t += i % 7
+        return t
+    run_for(SECONDS, chunk)
+def report():
+    words = ["TRUTH"]
+    for name, p, t in measured:
+        words += ["%s.process" % name, "%.6f" % p, "%s.thread" % name, "%.6f" % t]
+    words += ["process", "%.6f" % clock(), "thread", "%.6f" % tclock()]
+    print(" ".join(words))
+    # No interpreter finalization after the last measurement: its CPU time (tenths of a
+    # second with numpy's modules) would be in the profile but not in what was measured.
+    sys.stdout.flush()
+    os._exit(0)
+"#;
+
+/// The numbers of a program's `TRUTH key value …` line.
+struct Truth(std::collections::HashMap<String, f64>);
+
+impl Truth {
+    fn of(stdout: &str) -> Truth {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("TRUTH "))
+            .unwrap_or_else(|| panic!("no TRUTH line in {stdout}"));
+        let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+        Truth(
+            words
+                .chunks(2)
+                .map(|kv| (kv[0].to_string(), kv[1].parse().expect("a number")))
+                .collect(),
+        )
+    }
+
+    fn get(&self, key: &str) -> f64 {
+        *self
+            .0
+            .get(key)
+            .unwrap_or_else(|| panic!("no {key} measured"))
+    }
+
+    /// Share (0–100) of the process's CPU time that `key` took.
+    fn share(&self, key: &str) -> f64 {
+        100.0 * self.get(key) / self.get("process")
+    }
+}
+
+/// One comparison of a share measured by the program with the profile's.
+struct Row {
+    program: String,
+    interpreter: String,
+    what: String,
+    measured: f64,
+    profiled: f64,
+}
+
+/// The rows of a test and what failed in it, printed as a table at the end (all
+/// interpreters run before the test fails, so the log has every figure).
+#[derive(Default)]
+struct Findings {
+    rows: Vec<Row>,
+    failures: Vec<String>,
+}
+
+impl Findings {
+    /// Records `profiled` against `measured` and fails the row beyond [`TOLERANCE`].
+    fn compare(&mut self, program: &str, who: &str, what: &str, measured: f64, profiled: f64) {
+        let ok = (profiled - measured).abs() <= TOLERANCE;
+        if !ok {
+            self.failures.push(format!(
+                "{program} on {who}: {what} is {profiled:.1}% of the profile but {measured:.1}% of the CPU time measured"
+            ));
+        }
+        self.rows.push(Row {
+            program: program.into(),
+            interpreter: who.into(),
+            what: what.into(),
+            measured,
+            profiled,
+        });
+    }
+
+    /// Adds where the profile of `run` is when the checks of that run since `before`
+    /// (a count of failures) failed, to look at it after.
+    fn keep(&mut self, before: usize, run: &Run) {
+        if self.failures.len() > before {
+            let paths: Vec<String> = run
+                .profiles()
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            let stats = run.statistics();
+            let stat = |key: &str| stats.get(key).map_or("?", String::as_str);
+            self.failures.push(format!(
+                "  (profile kept: {}; {} ticks, {} of them unsampled thread time)",
+                paths.join(", "),
+                stat("stats.ticks"),
+                stat("stats.unsampled_ticks")
+            ));
+        }
+    }
+
+    /// Records a failed check that is not a share.
+    fn check(&mut self, ok: bool, failure: impl FnOnce() -> String) {
+        if !ok {
+            self.failures.push(failure());
+        }
+    }
+
+    /// Prints the table (to the test process's stderr, past the harness's capture) and
+    /// fails with every failure.
+    fn finish(self, test: &str) {
+        use std::io::Write;
+        let mut text = format!(
+            "{test}: ground truth\n  {:<22} {:<20} {:<26} {:>9} {:>9}  result\n",
+            "program", "interpreter", "share of", "measured", "profiled"
+        );
+        for r in &self.rows {
+            let ok = (r.profiled - r.measured).abs() <= TOLERANCE;
+            text += &format!(
+                "  {:<22} {:<20} {:<26} {:>8.1}% {:>8.1}%  {}\n",
+                r.program,
+                r.interpreter,
+                r.what,
+                r.measured,
+                r.profiled,
+                if ok { "ok" } else { "FAIL" }
+            );
+        }
+        for f in &self.failures {
+            text += &format!("  failure: {f}\n");
+        }
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
+        assert!(
+            self.failures.is_empty(),
+            "{test}: {} failure(s):\n{}",
+            self.failures.len(),
+            self.failures.join("\n")
+        );
+    }
+}
+
+/// Whether a frame lies outside executable code: an address no loaded object covers
+/// (`[unknown]`: these programs run no JIT), a "function" at a small address (`@?0x0`,
+/// `@?0x1`: a zero or an integer taken for a return address), a stack or heap address, or
+/// a Python frame whose code was not found.
+fn not_code((name, file): &(String, String)) -> bool {
+    let small = name
+        .strip_prefix("@?0x")
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .is_some_and(|address| address < 0x1000);
+    small
+        || file == "[unknown]"
+        || file.contains("[stack")
+        || file.contains("[heap]")
+        || name == "<unknown code>"
+}
+
+/// Records the share of samples with a frame outside executable code (must be none), with
+/// an example.
+fn check_frames_are_code(findings: &mut Findings, program: &str, who: &str, profile: &Profile) {
+    let all = stacks(profile);
+    let bad: Vec<&Stack> = all
+        .iter()
+        .filter(|s| s.frames.iter().any(not_code))
+        .collect();
+    let share_bad = share(profile, |s| s.frames.iter().any(not_code));
+    findings.check(bad.is_empty(), || {
+        let example: Vec<String> = bad[0]
+            .frames
+            .iter()
+            .map(|(n, f)| format!("{n} ({f})"))
+            .collect();
+        format!(
+            "{program} on {who}: {share_bad:.1}% of the profile has frames outside executable code, e.g. {}",
+            example.join(" > ")
+        )
+    });
+}
+
+/// Writes `source` (after [`PRELUDE`]) as `dir/<name>.py` and returns its path.
+fn program(dir: &Path, name: &str, source: &str) -> String {
+    let path = dir.join(format!("{name}.py"));
+    std::fs::write(&path, format!("{PRELUDE}{source}")).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+/// numpy's matrix product (OpenBLAS) in `matmul`, numpy's SIMD sort in `phase_sort`, and
+/// pure Python in `python_work`; `sys.argv[2]` is `sort` to run the sort.
+const NUMPY_PROGRAM: &str = r#"
+import numpy as np
+rng = np.random.default_rng(1)
+a = rng.standard_normal((600, 600))
+b = rng.standard_normal((600, 600))
+x = rng.standard_normal(2000000)
+def matmul():
+    run_for(SECONDS, lambda: a @ b)
+def phase_sort():
+    run_for(SECONDS, lambda: np.sort(x))
+timed("matmul", matmul)
+if sys.argv[2] == "sort":
+    timed("phase_sort", phase_sort)
+# Last, so that the time OpenBLAS's worker threads spin after their last matrix product
+# is measured (it is the process's, not the main thread's).
+timed("python_work", python_work)
+report()
+"#;
+
+/// Whether a frame is a Python function's (in a `.py` file).
+fn is_python((_, file): &(String, String)) -> bool {
+    file.ends_with(".py") || file.contains(".py:")
+}
+
+#[test]
+fn numpy_matmul_and_sort_single_threaded() {
+    let venvs = numpy_interpreters("numpy_single_threaded");
+    let dir = scratch_dir("truth-numpy1");
+    let script = program(&dir, "numpy_single", NUMPY_PROGRAM);
+    let mut findings = Findings::default();
+    for venv in &venvs {
+        let who = &venv.python.name;
+        let before = findings.failures.len();
+        let (run, profile) = profiled_ok(
+            &venv.python,
+            &[&script, PHASE_SECONDS, "sort"],
+            &[("OPENBLAS_NUM_THREADS", "1"), ("OMP_NUM_THREADS", "1")],
+        );
+        let truth = Truth::of(&run.stdout());
+        let program = "numpy (1 BLAS thread)";
+        for phase in ["python_work", "matmul", "phase_sort"] {
+            let profiled = share(&profile, |s| s.has(phase));
+            findings.compare(
+                program,
+                who,
+                phase,
+                truth.share(&format!("{phase}.process")),
+                profiled,
+            );
+        }
+        check_frames_are_code(&mut findings, program, who, &profile);
+        findings.keep(before, &run);
+    }
+    assert!(
+        !venvs.is_empty() || interpreters().iter().all(|i| i.version < (3, 11)),
+        "no numpy venv could be made for any interpreter of 3.11+"
+    );
+    findings.finish("numpy_single_threaded");
+}
+
+#[test]
+fn numpy_matmul_on_two_blas_threads() {
+    let venvs = numpy_interpreters("numpy_two_threads");
+    let dir = scratch_dir("truth-numpy2");
+    let script = program(&dir, "numpy_threads", NUMPY_PROGRAM);
+    let mut findings = Findings::default();
+    for venv in &venvs {
+        let who = &venv.python.name;
+        let before = findings.failures.len();
+        let (run, profile) = profiled_ok(
+            &venv.python,
+            &[&script, PHASE_SECONDS, "nosort"],
+            &[("OPENBLAS_NUM_THREADS", "2"), ("OMP_NUM_THREADS", "2")],
+        );
+        let truth = Truth::of(&run.stdout());
+        let program = "numpy (2 BLAS threads)";
+        // The main thread's own time in each phase is its Python caller's; the BLAS worker
+        // thread runs no Python: its time is the process's less the main thread's.
+        for phase in ["python_work", "matmul"] {
+            let profiled = share(&profile, |s| s.has(phase));
+            findings.compare(
+                program,
+                who,
+                &format!("{phase} (main thread)"),
+                truth.share(&format!("{phase}.thread")),
+                profiled,
+            );
+        }
+        let workers = 100.0 * (truth.get("process") - truth.get("thread")) / truth.get("process");
+        let in_workers = share(&profile, |s| {
+            !s.frames.iter().any(is_python)
+                && s.frames.iter().any(|(_, file)| file.contains("openblas"))
+        });
+        findings.compare(program, who, "BLAS worker thread", workers, in_workers);
+        check_frames_are_code(&mut findings, program, who, &profile);
+        findings.keep(before, &run);
+    }
+    findings.finish("numpy_two_threads");
+}
+
+/// SHA-512 and SHA-256 of a 64 MiB buffer (OpenSSL's assembly: its SHA-2 code realigns the
+/// stack and describes the CFA by a register, then by a DWARF expression of a saved stack
+/// pointer), beside pure Python.
+const HASHLIB_PROGRAM: &str = r#"
+import hashlib
+buffer = b"\x5a" * (64 << 20)
+def do_sha512():
+    run_for(SECONDS, lambda: hashlib.sha512(buffer).digest())
+def do_sha256():
+    run_for(SECONDS, lambda: hashlib.sha256(buffer).digest())
+timed("python_work", python_work)
+timed("do_sha512", do_sha512)
+timed("do_sha256", do_sha256)
+report()
+"#;
+
+/// A program's run under the profiler on one interpreter.
+struct Measured {
+    python: Interpreter,
+    run: Run,
+    profile: Profile,
+    truth: Truth,
+}
+
+/// [`HASHLIB_PROGRAM`] run once on every interpreter, for the tests that read it.
+fn hashlib_runs() -> &'static [Measured] {
+    static RUNS: OnceLock<Vec<Measured>> = OnceLock::new();
+    RUNS.get_or_init(|| {
+        let dir = scratch_dir("truth-hashlib");
+        let script = program(&dir, "hashlib_sha2", HASHLIB_PROGRAM);
+        interpreters_with_python_frames("hashlib_sha2")
+            .into_iter()
+            .map(|python| {
+                let (run, profile) = profiled_ok(&python, &[&script, PHASE_SECONDS], &[]);
+                let truth = Truth::of(&run.stdout());
+                Measured {
+                    python,
+                    run,
+                    profile,
+                    truth,
+                }
+            })
+            .collect()
+    })
+}
+
+/// Where a run's SHA-2 ran: OpenSSL's libcrypto, or CPython's own modules where the
+/// interpreter was built without OpenSSL's hashes (pyenv's 2.7 and 3.6 here).
+fn hashlib_program_name(profile: &Profile) -> String {
+    let in_crypto = stacks(profile).iter().any(|s| {
+        s.has("do_sha512")
+            && s.frames
+                .last()
+                .is_some_and(|(_, file)| file.contains("libcrypto"))
+    });
+    format!(
+        "hashlib ({})",
+        if in_crypto { "libcrypto" } else { "builtin" }
+    )
+}
+
+#[test]
+fn hashlib_sha2_shares_match_measured_cpu_time() {
+    let mut findings = Findings::default();
+    for m in hashlib_runs() {
+        let who = &m.python.name;
+        let before = findings.failures.len();
+        let program = hashlib_program_name(&m.profile);
+        for phase in ["python_work", "do_sha512", "do_sha256"] {
+            let profiled = share(&m.profile, |s| s.has(phase));
+            findings.compare(
+                &program,
+                who,
+                phase,
+                m.truth.share(&format!("{phase}.process")),
+                profiled,
+            );
+        }
+        check_frames_are_code(&mut findings, &program, who, &m.profile);
+        findings.keep(before, &m.run);
+    }
+    findings.finish("hashlib_sha2_shares");
+}
+
+/// Whether a stack reaches the program's entry point under `caller` (a complete native
+/// stack with its Python caller spliced in).
+fn complete_under(s: &Stack, caller: &str) -> bool {
+    s.has(caller) && s.frames[0].0 == "_start"
+}
+
+/// The frames of the first stack that `pred` accepts, as `a > b > c`.
+fn example(profile: &Profile, pred: impl Fn(&Stack) -> bool) -> String {
+    stacks(profile)
+        .into_iter()
+        .find(|s| pred(s))
+        .map(|s| {
+            s.frames
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(" > ")
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn hashlib_sha2_stacks_through_openssl_assembly_are_complete() {
+    // OpenSSL's SHA-2 code has CFI for every instruction (a CFA in a register while it
+    // realigns the stack, then a DWARF expression of the stack pointer it saved): every
+    // sample in it unwinds to _start, under its Python caller.
+    let mut findings = Findings::default();
+    for m in hashlib_runs() {
+        let who = &m.python.name;
+        let program = hashlib_program_name(&m.profile);
+        for caller in ["do_sha512", "do_sha256"] {
+            let native_leaf = |s: &Stack| {
+                s.has(caller)
+                    && s.frames
+                        .last()
+                        .is_some_and(|(_, file)| !file.ends_with(".py"))
+            };
+            let all = share(&m.profile, native_leaf);
+            let whole = share(&m.profile, |s| native_leaf(s) && complete_under(s, caller));
+            findings.compare(
+                &program,
+                who,
+                &format!("{caller} complete, of all"),
+                all,
+                whole,
+            );
+            if whole < all - TOLERANCE {
+                let e = example(&m.profile, |s| native_leaf(s) && !complete_under(s, caller));
+                findings
+                    .failures
+                    .push(format!("{program} on {who}: e.g. {e}"));
+            }
+        }
+    }
+    findings.finish("hashlib_sha2_complete");
+}
+
+/// Three functions that spin for `%rdi` iterations, each as hand-written assembly does:
+/// `spin_cfa_register` realigns its stack and keeps the CFA in `%rax` during its loop;
+/// `spin_cfa_expression` saves the entry stack pointer on its realigned stack and
+/// describes the CFA as the DWARF expression `*(rsp + 64) + 8` (OpenSSL's
+/// `DW_OP_breg7 64; DW_OP_deref; DW_OP_plus_uconst 8`); both use `%rbp` as a general
+/// register pointing at words that are not a frame (a zero and the integer 1).
+/// `spin_nocfi` has no CFI at all (no FDE covers it): it pushes two registers and spins.
+const ASM_LIBRARY: &str = r#"
+    .text
+
+    .globl spin_cfa_register
+    .type spin_cfa_register,@function
+spin_cfa_register:
+    .cfi_startproc
+    mov %rsp, %rax
+    .cfi_def_cfa_register %rax
+    push %rbx
+    .cfi_offset %rbx, -16
+    push %rbp
+    .cfi_offset %rbp, -24
+    sub $128, %rsp
+    and $-64, %rsp
+    movq $0, (%rsp)
+    movq $1, 8(%rsp)
+    mov %rsp, %rbp
+1:  sub $1, %rdi
+    jnz 1b
+    mov -16(%rax), %rbp
+    mov -8(%rax), %rbx
+    mov %rax, %rsp
+    .cfi_def_cfa_register %rsp
+    .cfi_restore %rbx
+    .cfi_restore %rbp
+    ret
+    .cfi_endproc
+    .size spin_cfa_register, .-spin_cfa_register
+
+    .globl spin_cfa_expression
+    .type spin_cfa_expression,@function
+spin_cfa_expression:
+    .cfi_startproc
+    mov %rsp, %rax
+    .cfi_def_cfa_register %rax
+    push %rbx
+    .cfi_offset %rbx, -16
+    push %rbp
+    .cfi_offset %rbp, -24
+    sub $128, %rsp
+    and $-64, %rsp
+    mov %rax, 64(%rsp)
+    /* DW_CFA_def_cfa_expression, 6 bytes: DW_OP_breg7 (rsp) 64, DW_OP_deref,
+       DW_OP_plus_uconst 8 */
+    .cfi_escape 0x0f, 0x06, 0x77, 0xc0, 0x00, 0x06, 0x23, 0x08
+    movq $0, (%rsp)
+    movq $1, 8(%rsp)
+    mov %rsp, %rbp
+    xor %eax, %eax
+1:  sub $1, %rdi
+    jnz 1b
+    mov 64(%rsp), %rsi
+    .cfi_def_cfa %rsi, 8
+    mov -16(%rsi), %rbp
+    mov -8(%rsi), %rbx
+    mov %rsi, %rsp
+    .cfi_def_cfa_register %rsp
+    .cfi_restore %rbx
+    .cfi_restore %rbp
+    ret
+    .cfi_endproc
+    .size spin_cfa_expression, .-spin_cfa_expression
+
+    .globl spin_nocfi
+    .type spin_nocfi,@function
+spin_nocfi:
+    push %rbx
+    push %r12
+    sub $40, %rsp
+1:  sub $1, %rdi
+    jnz 1b
+    add $40, %rsp
+    pop %r12
+    pop %rbx
+    ret
+    .size spin_nocfi, .-spin_nocfi
+
+    .section .note.GNU-stack,"",@progbits
+"#;
+
+/// Calls each of [`ASM_LIBRARY`]'s functions through ctypes from its own Python function,
+/// beside pure Python.
+const ASM_PROGRAM: &str = r#"
+import ctypes
+lib = ctypes.CDLL(sys.argv[2])
+CHUNK = ctypes.c_long(20000000)
+def call_register():
+    run_for(SECONDS, lambda: lib.spin_cfa_register(CHUNK))
+def call_expression():
+    run_for(SECONDS, lambda: lib.spin_cfa_expression(CHUNK))
+def call_nocfi():
+    run_for(SECONDS, lambda: lib.spin_nocfi(CHUNK))
+timed("python_work", python_work)
+timed("call_register", call_register)
+timed("call_expression", call_expression)
+timed("call_nocfi", call_nocfi)
+report()
+"#;
+
+/// `[start, end)`.
+type AddressRange = (u64, u64);
+
+/// The address ranges `[start, end)` of the FDEs of `library` (`readelf --debug-dump=frames`)
+/// and the address of each of its dynamic symbols (`nm -D`).
+fn fdes_and_symbols(library: &Path) -> (Vec<AddressRange>, Vec<(String, u64)>) {
+    let run = |program: &str, args: &[&str]| {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .arg(library)
+            .output()
+            .unwrap_or_else(|e| panic!("run {program}: {e}"));
+        assert!(out.status.success(), "{program} {args:?} failed");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let fdes = run("readelf", &["-W", "--debug-dump=frames"])
+        .lines()
+        .filter_map(|l| {
+            let range = l.split("pc=").nth(1)?;
+            let (start, end) = range.trim().split_once("..")?;
+            Some((
+                u64::from_str_radix(start.trim(), 16).ok()?,
+                u64::from_str_radix(end.trim(), 16).ok()?,
+            ))
+        })
+        .collect();
+    let symbols = run("nm", &["-D", "--defined-only"])
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let address = u64::from_str_radix(words.next()?, 16).ok()?;
+            let name = words.nth(1)?;
+            Some((name.to_string(), address))
+        })
+        .collect();
+    (fdes, symbols)
+}
+
+/// Builds [`ASM_LIBRARY`], checks that its unwind tables are what it claims (FDEs for
+/// the two functions with CFI, none for `spin_nocfi`), and runs [`ASM_PROGRAM`] once on
+/// every interpreter, for the tests that read it.
+fn asm_runs() -> &'static [Measured] {
+    static RUNS: OnceLock<Vec<Measured>> = OnceLock::new();
+    RUNS.get_or_init(|| {
+        let dir = scratch_dir("truth-asm");
+        let library = asm_library(&dir, "truthasm", ASM_LIBRARY);
+        let (fdes, symbols) = fdes_and_symbols(&library);
+        let address = |name: &str| {
+            symbols
+                .iter()
+                .find(|(n, _)| n == name)
+                .unwrap_or_else(|| panic!("no {name} in {symbols:?}"))
+                .1
+        };
+        let covered = |a: u64| fdes.iter().any(|&(s, e)| s <= a && a < e);
+        assert!(covered(address("spin_cfa_register")), "{fdes:x?}");
+        assert!(covered(address("spin_cfa_expression")), "{fdes:x?}");
+        assert!(
+            !covered(address("spin_nocfi")),
+            "an FDE covers spin_nocfi: {fdes:x?}"
+        );
+        let script = program(&dir, "asm_spin", ASM_PROGRAM);
+        let library = library.to_string_lossy().into_owned();
+        interpreters_with_python_frames("hand_written_assembly")
+            .into_iter()
+            .map(|python| {
+                let (run, profile) = profiled_ok(&python, &[&script, PHASE_SECONDS, &library], &[]);
+                let truth = Truth::of(&run.stdout());
+                Measured {
+                    python,
+                    run,
+                    profile,
+                    truth,
+                }
+            })
+            .collect()
+    })
+}
+
+fn leaf(s: &Stack, name: &str) -> bool {
+    s.frames.last().is_some_and(|(n, _)| n == name)
+}
+
+#[test]
+fn hand_written_assembly_shares_match_measured_cpu_time() {
+    let mut findings = Findings::default();
+    let program = "own assembly";
+    for m in asm_runs() {
+        let who = &m.python.name;
+        let before = findings.failures.len();
+        for phase in [
+            "python_work",
+            "call_register",
+            "call_expression",
+            "call_nocfi",
+        ] {
+            let profiled = share(&m.profile, |s| s.has(phase));
+            findings.compare(
+                program,
+                who,
+                phase,
+                m.truth.share(&format!("{phase}.process")),
+                profiled,
+            );
+        }
+        check_frames_are_code(&mut findings, program, who, &m.profile);
+
+        // Samples in spin_nocfi: the statistics count them as approximate when the
+        // profiler reports approximate stacks (`stats.approximate`); without that count only
+        // the shares above are checked.
+        let stats = m.run.statistics();
+        if let Some(approximate) = stats.get("stats.approximate") {
+            let samples: f64 = stats["stats.samples"].parse().unwrap();
+            let approximate: f64 = approximate.parse().unwrap();
+            let nocfi: i64 = stacks(&m.profile)
+                .iter()
+                .filter(|s| leaf(s, "spin_nocfi"))
+                .map(|s| s.samples)
+                .sum();
+            findings.check(approximate >= 0.9 * nocfi as f64, || {
+                format!(
+                    "{program} on {who}: {approximate} of {samples} samples approximate, {nocfi} in spin_nocfi"
+                )
+            });
+        }
+        findings.keep(before, &m.run);
+    }
+    findings.finish("hand_written_assembly_shares");
+}
+
+#[test]
+fn hand_written_assembly_with_register_and_expression_cfa_unwinds_to_start() {
+    // The two functions with CFI describe their frames completely, whatever %rbp holds:
+    // every sample in them unwinds to _start, under its Python caller.
+    let mut findings = Findings::default();
+    let program = "own assembly";
+    for m in asm_runs() {
+        let who = &m.python.name;
+        for (function, caller) in [
+            ("spin_cfa_register", "call_register"),
+            ("spin_cfa_expression", "call_expression"),
+        ] {
+            let all = share(&m.profile, |s| leaf(s, function));
+            let whole = share(&m.profile, |s| {
+                leaf(s, function) && complete_under(s, caller)
+            });
+            findings.compare(
+                program,
+                who,
+                &format!("{function} complete, of all"),
+                all,
+                whole,
+            );
+            findings.check(all > 10.0, || {
+                format!("{program} on {who}: {function} only {all:.1}% of the profile")
+            });
+            if whole < all - TOLERANCE {
+                let e = example(&m.profile, |s| {
+                    leaf(s, function) && !complete_under(s, caller)
+                });
+                findings
+                    .failures
+                    .push(format!("{program} on {who}: e.g. {e}"));
+            }
+        }
+    }
+    findings.finish("hand_written_assembly_complete");
+}
