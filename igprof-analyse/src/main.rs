@@ -99,9 +99,10 @@ struct Cli {
     #[arg(long, value_name = "FILE.pb.gz", conflicts_with = "comparison")]
     pprof: Option<PathBuf>,
 
-    /// Compare profile NEW with profile BASE: per function, the self share in both, the
-    /// change in percentage points and whether it is larger than sampling noise
-    /// (two-proportion z-test on samples, corrected for the number of functions).
+    /// Compare profile NEW with profile BASE: per function, the self and cumulative
+    /// shares in both, their changes in percentage points and whether each is larger
+    /// than sampling noise (two-proportion z-tests on samples, corrected for the number
+    /// of tests).
     #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with = "profiles")]
     diff: Option<Vec<PathBuf>>,
 
@@ -123,14 +124,14 @@ struct Cli {
     #[arg(long, value_name = "ALPHA", default_value_t = diff::DEFAULT_ALPHA, value_parser = parse_alpha, requires = "comparison")]
     alpha: f64,
 
-    /// The correction of the comparison's p-values for testing every function:
-    /// bonferroni (family-wise error at most ALPHA) or bh (Benjamini-Hochberg, false
-    /// discovery rate at most ALPHA).
+    /// The correction of the comparison's p-values for testing every function's self
+    /// and cumulative share: bonferroni (family-wise error at most ALPHA) or bh
+    /// (Benjamini-Hochberg, false discovery rate at most ALPHA).
     #[arg(long, value_enum, default_value_t = CorrectionArg::Bonferroni, requires = "comparison")]
     correction: CorrectionArg,
 
-    /// With a comparison: exit with status 1 when some function's self share grew by
-    /// more than PCT percentage points and the growth is significant.
+    /// With a comparison: exit with status 1 when some function's self or cumulative
+    /// share grew by more than PCT percentage points and the growth is significant.
     #[arg(long, value_name = "PCT", value_parser = parse_points, requires = "comparison")]
     fail_on_regression: Option<f64>,
 
