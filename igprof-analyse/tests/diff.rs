@@ -544,6 +544,35 @@ fn hand_computed_counts() {
 }
 
 #[test]
+fn function_on_every_sample_has_no_cumulative_test() {
+    // f is on every sample of both profiles (10 of 10, 30 of 30): its self test is made
+    // (z 0, p 1), its cumulative test is not; `<module>` has no test at all.
+    let dir = TempDir::new("function_on_every_sample_has_no_cumulative_test");
+    dir.write("base.txt", dump(1, &[("f", 10, 10)]).as_bytes());
+    dir.write("new.txt", dump(2, &[("f", 30, 30)]).as_bytes());
+    let output = run(&["--diff", "base.txt", "new.txt"], &dir.0);
+    assert_status(&output, 0);
+    let text = stdout(&output);
+    assert!(
+        line_with(&text, "test: ").ends_with(
+            "Bonferroni correction over 1 test of 1 function, alpha 0.01: significant when |z| >= 2.58"
+        ),
+        "{text}"
+    );
+    let rows = rows(&text);
+    assert_eq!(rows.len(), 1, "{text}");
+    let f = &rows[0];
+    assert_eq!(f.function, "f (/work/app.py:10)");
+    assert_eq!(
+        f.cells[..],
+        [
+            "100.00", "100.00", "+0.00", "0.040", "0.120", "+0.00", "1.000", "100.00", "100.00",
+            "+0.00", "0.040", "0.120", "-", "-", "no"
+        ]
+    );
+}
+
+#[test]
 fn benjamini_hochberg_and_alpha() {
     let dir = hand_dir("benjamini_hochberg_and_alpha");
     let output = run(

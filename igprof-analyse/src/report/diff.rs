@@ -522,12 +522,21 @@ fn listed<'a>(diff: &'a Diff, output: &Output) -> &'a [Change] {
 /// functions, alpha 0.01`.
 fn method(diff: &Diff) -> String {
     format!(
-        "two-proportion z-test (pooled) on each function's self samples and on its cumulative samples (n = all samples of each profile), {} correction over {} tests of {} functions, alpha {}",
+        "two-proportion z-test (pooled) on each function's self samples and on its cumulative samples (n = all samples of each profile), {} correction over {} of {}, alpha {}",
         diff.correction.name(),
-        diff.tests,
-        diff.changes.len(),
+        counted(diff.tests, "test"),
+        counted(diff.changes.len(), "function"),
         diff.alpha
     )
+}
+
+/// `count` and `noun`, plural unless `count` is 1: `1 test`, `199 tests`.
+fn counted(count: usize, noun: &str) -> String {
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
 }
 
 /// The changes of `shares` of `change`, in words: `+5.84 points cumulative`,
