@@ -342,6 +342,68 @@ fn numpy_matmul_on_two_blas_threads() {
     findings.finish("numpy_two_threads");
 }
 
+/// OpenBLAS's Haswell kernels (chosen with `OPENBLAS_CORETYPE=Haswell`; what most x86-64
+/// machines without AVX-512 run) have no CFI, and `dgemm_kernel_HASWELL` moves its stack
+/// pointer 28 KiB down to a page boundary over stale stack: its caller is found by the
+/// scan from the register that keeps its entry stack pointer.
+#[test]
+fn numpy_matmul_on_openblas_haswell_kernels_without_cfi() {
+    let venvs = numpy_interpreters("numpy_haswell");
+    let dir = scratch_dir("truth-numpy-haswell");
+    let script = program(&dir, "numpy_haswell", NUMPY_PROGRAM);
+    let mut findings = Findings::default();
+    for venv in &venvs {
+        let who = &venv.python.name;
+        let before = findings.failures.len();
+        let (run, profile) = profiled_ok(
+            &venv.python,
+            &[&script, PHASE_SECONDS, "nosort"],
+            &[
+                ("OPENBLAS_NUM_THREADS", "1"),
+                ("OMP_NUM_THREADS", "1"),
+                ("OPENBLAS_CORETYPE", "Haswell"),
+            ],
+        );
+        let truth = Truth::of(&run.stdout());
+        let program = "numpy (Haswell kernels)";
+        for phase in ["python_work", "matmul"] {
+            let profiled = share(&profile, |s| s.has(phase));
+            findings.compare(
+                program,
+                who,
+                phase,
+                truth.share(&format!("{phase}.process")),
+                profiled,
+            );
+        }
+        // The kernel's samples: whole stacks from `_start` through `matmul` and OpenBLAS's
+        // driver, and counted approximate.
+        let in_kernel = |s: &Stack| {
+            s.frames
+                .last()
+                .is_some_and(|(name, _)| name.starts_with("dgemm_kernel_HASWELL"))
+        };
+        let kernel = share(&profile, in_kernel);
+        let whole = share(&profile, |s| {
+            in_kernel(s) && s.frames[0].0 == "_start" && s.has("matmul") && s.has("dgemm_nn")
+        });
+        eprintln!("{who}: dgemm_kernel_HASWELL {kernel:.1}%, {whole:.1}% in whole stacks");
+        findings.check(kernel > 20.0 && whole >= 0.9 * kernel, || {
+            format!(
+                "{who}: dgemm_kernel_HASWELL has {kernel:.1}% of the samples, {whole:.1}% \
+                 from _start through matmul and dgemm_nn"
+            )
+        });
+        let approximate = 100.0 * run.fraction_of_samples("stats.approximate_native");
+        findings.check(approximate >= 0.8 * kernel, || {
+            format!("{who}: {approximate:.1}% approximate with {kernel:.1}% in the kernel")
+        });
+        check_frames_are_code(&mut findings, program, who, &profile);
+        findings.keep(before, &run);
+    }
+    findings.finish("numpy_haswell");
+}
+
 /// SHA-512 and SHA-256 of a 64 MiB buffer (OpenSSL's assembly: its SHA-2 code realigns the
 /// stack and describes the CFA by a register, then by a DWARF expression of a saved stack
 /// pointer), beside pure Python.

@@ -317,6 +317,90 @@ fn code_without_unwind_tables_keeps_its_python_caller_and_is_counted_approximate
     }
 }
 
+/// A library stripped of its symbol table whose hot loop is hand-written assembly without
+/// unwind tables and without a symbol (`hidden_spin`, local, as libjpeg-turbo's SIMD
+/// kernels are in Debian's libjpeg): only its exported C caller `stripped_spin` is named.
+const STRIPPED_LIBRARY: &str = r#"
+__asm__(
+    ".text\n.local hidden_spin\n.type hidden_spin,@function\n"
+    "hidden_spin:\n"
+    "  mov %rdi, %rax\n"
+    "1: sub $1, %rax\n  jnz 1b\n"
+    "  mov %rdi, %rax\n"
+    "2: sub $1, %rax\n  jnz 2b\n"
+    "  ret\n");
+void hidden_spin(long n);
+__attribute__((noinline)) long stripped_spin(long n) {
+    hidden_spin(n);
+    __asm__ volatile("" ::: "memory");
+    return n;
+}
+"#;
+
+#[test]
+fn code_without_symbols_or_unwind_tables_is_one_function() {
+    let dir = scratch_dir("stripped");
+    let library = c_library(&dir, "stripped", STRIPPED_LIBRARY, &["-O1", "-s"]);
+    let library = library.to_str().unwrap();
+    let program = "import ctypes, sys\n\
+                   lib = ctypes.CDLL(sys.argv[1])\n\
+                   def caller():\n\
+                   \x20   for _ in range(40):\n\
+                   \x20       lib.stripped_spin(ctypes.c_long(10000000))\n\
+                   caller()\n";
+    for python in &interpreters_with_python_frames("stripped_no_cfi") {
+        let who = &python.name;
+        let (_, profile) = profiled_ok(python, &["-c", program, library], &[]);
+        // The samples in the library, by their innermost function there.
+        let in_library = |s: &Stack| {
+            s.frames
+                .iter()
+                .rev()
+                .find(|(_, file)| file.ends_with("libstripped.so"))
+                .map(|(name, _)| name.clone())
+        };
+        let mut functions: Vec<(String, f64)> = Vec::new();
+        for stack in &stacks(&profile) {
+            if let Some(name) = in_library(stack) {
+                match functions.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, ticks)) => *ticks += stack.ticks as f64,
+                    None => functions.push((name, stack.ticks as f64)),
+                }
+            }
+        }
+        let caller = share(&profile, |s| s.has("caller"));
+        let unnamed: Vec<&(String, f64)> = functions
+            .iter()
+            .filter(|(n, _)| n.starts_with("@?0x"))
+            .collect();
+        eprintln!("{who}: caller {caller:.1}%, functions of the library: {functions:?}");
+        // The loop without symbol or CFI is one function, named after where its code starts,
+        // and holds nearly all of the caller's time; the C caller is named.
+        assert_eq!(unnamed.len(), 1, "{who}: {functions:?}");
+        let spin = share(&profile, |s| {
+            in_library(s).is_some_and(|name| name == unnamed[0].0)
+        });
+        assert!(
+            caller > 50.0 && spin >= 0.9 * caller,
+            "{who}: the unnamed loop has {spin:.1}% of caller's {caller:.1}%"
+        );
+        assert!(
+            functions
+                .iter()
+                .all(|(n, _)| n == &unnamed[0].0 || n == "stripped_spin"),
+            "{who}: {functions:?}"
+        );
+        // Its native caller is found by the stack scan.
+        let called = share(&profile, |s| {
+            in_library(s).is_some_and(|name| name == unnamed[0].0) && s.has("stripped_spin")
+        });
+        assert!(
+            called >= 0.9 * spin,
+            "{who}: {called:.1}% of the loop's {spin:.1}% under stripped_spin"
+        );
+    }
+}
+
 #[test]
 fn reported_time_matches_cpu_time_at_one_kilohertz() {
     for python in python311("one_kilohertz") {

@@ -3,7 +3,7 @@
 //! start-up (to find every part of the evaluator); never in the signal handler.
 
 use crate::capture::unwind::modules::ObjectInfo;
-use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -55,7 +55,7 @@ impl SymbolTable {
         // Where no symbol covers a function that has unwind information (stripped objects,
         // static functions of a library without .symtab), the FDE's start is the function's
         // start: name it `@?0x<start>` so that one function stays one entry.
-        let fdes = fde_starts(&file);
+        let fdes = fde_ranges(&file);
         raw.sort_by(|a, b| (a.0, a.2, &a.3).cmp(&(b.0, b.2, &b.3)));
         raw.dedup_by_key(|s| s.0);
         let sized: Vec<(u64, u64)> = raw
@@ -67,22 +67,15 @@ impl SymbolTable {
             let at = sized.partition_point(|r| r.0 <= addr);
             at > 0 && addr < sized[at - 1].1
         };
-        for (i, &start) in fdes.iter().enumerate() {
+        for &(start, end) in &fdes {
             if !covered(start) && raw.binary_search_by_key(&start, |s| s.0).is_err() {
-                let end = fdes.get(i + 1).copied().unwrap_or(u64::MAX);
-                raw.push((
-                    start,
-                    end.saturating_sub(start),
-                    4,
-                    format!("@?{start:#x}"),
-                    u64::MAX,
-                ));
+                raw.push((start, end - start, 4, format!("@?{start:#x}"), u64::MAX));
             }
         }
         raw.sort_by(|a, b| (a.0, a.2, &a.3).cmp(&(b.0, b.2, &b.3)));
         raw.dedup_by_key(|s| s.0);
         let starts: Vec<u64> = raw.iter().map(|s| s.0).collect();
-        let symbols = raw
+        let mut symbols: Vec<Symbol> = raw
             .into_iter()
             .enumerate()
             .map(|(i, (start, size, _, name, section_end))| {
@@ -95,6 +88,12 @@ impl SymbolTable {
                 Symbol { start, end, name }
             })
             .collect();
+        // Code that neither a symbol nor an FDE describes (hand-written assembly without
+        // CFI in a stripped library, such as libjpeg-turbo's SIMD kernels) is one function
+        // per gap, named `@?0x<start of the gap>`, rather than one per address.
+        let regions = uncovered_code(&file, &symbols);
+        symbols.extend(regions);
+        symbols.sort_by_key(|s| s.start);
         Some(SymbolTable { symbols })
     }
 
@@ -129,6 +128,42 @@ impl SymbolTable {
     pub fn is_empty(&self) -> bool {
         self.symbols.is_empty()
     }
+}
+
+/// The parts of `file`'s executable sections that no symbol of `symbols` (sorted by start)
+/// covers, each as a [`Symbol`] named `@?0x<start>` (ELF virtual addresses).
+fn uncovered_code(file: &object::File<'_>, symbols: &[Symbol]) -> Vec<Symbol> {
+    let mut regions = Vec::new();
+    for section in file.sections() {
+        if section.kind() != SectionKind::Text || section.size() == 0 {
+            continue;
+        }
+        let (begin, end) = (section.address(), section.address() + section.size());
+        // Walk the symbols that overlap the section, keeping the end of what is covered.
+        let first = symbols.partition_point(|s| s.start < begin);
+        let mut covered_to = match first.checked_sub(1) {
+            Some(before) => symbols[before].end.clamp(begin, end),
+            None => begin,
+        };
+        for symbol in symbols[first..].iter().take_while(|s| s.start < end) {
+            if symbol.start > covered_to {
+                regions.push(Symbol {
+                    start: covered_to,
+                    end: symbol.start,
+                    name: format!("@?{covered_to:#x}"),
+                });
+            }
+            covered_to = covered_to.max(symbol.end);
+        }
+        if covered_to < end {
+            regions.push(Symbol {
+                start: covered_to,
+                end,
+                name: format!("@?{covered_to:#x}"),
+            });
+        }
+    }
+    regions
 }
 
 /// Appends the function symbols of `file` (`.symtab` and `.dynsym`) to `raw` as
@@ -194,44 +229,38 @@ fn debug_file_for(id: &[u8]) -> Option<memmap2::Mmap> {
     unsafe { memmap2::Mmap::map(&file) }.ok()
 }
 
-/// Start addresses of the functions described by the object's `.eh_frame_hdr` search
-/// table, sorted. Empty when the object has none or it uses an encoding other than the one
-/// GNU ld writes (`DW_EH_PE_datarel | DW_EH_PE_sdata4`).
-fn fde_starts(file: &object::File<'_>) -> Vec<u64> {
-    let Some(section) = file.section_by_name(".eh_frame_hdr") else {
+/// The `[start, end)` ELF virtual addresses of the functions that the object's `.eh_frame`
+/// describes (one per FDE, read with gimli), sorted by start. Empty when it has none.
+fn fde_ranges(file: &object::File<'_>) -> Vec<(u64, u64)> {
+    use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
+    let Some(section) = file.section_by_name(".eh_frame") else {
         return Vec::new();
     };
-    let (Ok(hdr), base) = (section.data(), section.address()) else {
+    let Ok(data) = section.data() else {
         return Vec::new();
     };
-    // version, eh_frame_ptr encoding, fde_count encoding, table encoding.
-    if hdr.len() < 12 || hdr[0] != 1 || hdr[2] != 0x03 || hdr[3] != 0x3b {
-        return Vec::new();
+    let mut bases = BaseAddresses::default().set_eh_frame(section.address());
+    if let Some(text) = file.section_by_name(".text") {
+        bases = bases.set_text(text.address());
     }
-    let pointer_size = match hdr[1] & 0x0f {
-        0x03 | 0x0b => 4,
-        0x04 | 0x0c => 8,
-        _ => return Vec::new(),
-    };
-    let count_at = 4 + pointer_size;
-    let Some(count) = hdr
-        .get(count_at..count_at + 4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    else {
-        return Vec::new();
-    };
-    let table = &hdr[count_at + 4..];
-    let mut starts: Vec<u64> = table
-        .chunks_exact(8)
-        .take(count as usize)
-        .map(|entry| {
-            base.wrapping_add(
-                i32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]) as i64 as u64,
-            )
-        })
-        .collect();
-    starts.sort_unstable();
-    starts
+    if let Some(got) = file.section_by_name(".got") {
+        bases = bases.set_got(got.address());
+    }
+    let eh_frame = EhFrame::new(data, LittleEndian);
+    let mut ranges = Vec::new();
+    let mut entries = eh_frame.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        if let Ok(fde) = partial.parse(EhFrame::cie_from_offset) {
+            if fde.len() > 0 {
+                ranges.push((fde.initial_address(), fde.initial_address() + fde.len()));
+            }
+        }
+    }
+    ranges.sort_unstable();
+    ranges
 }
 
 /// Tables already read, by (path, load bias).
@@ -330,6 +359,56 @@ mod tests {
         assert_eq!(table.lookup(f.start).unwrap().start, f.start);
         assert_eq!(table.lookup(f.end - 1).unwrap().start, f.start);
         assert_eq!(table.ranges_of("deflate").len(), 1);
+    }
+
+    #[test]
+    fn code_without_symbol_or_unwind_entry_is_one_function_per_gap() {
+        // Debian's libjpeg-turbo is stripped, and its SIMD kernels (NASM) have no FDE: 76 KB
+        // of .text after the last C function that only a gap can name.
+        for path in [
+            "/usr/lib/x86_64-linux-gnu/libjpeg.so.62",
+            "/lib/x86_64-linux-gnu/libz.so.1",
+            "/usr/lib/x86_64-linux-gnu/libcrypto.so.3",
+        ] {
+            let Ok(data) = std::fs::read(path) else {
+                continue;
+            };
+            let table = SymbolTable::from_elf(&data, false).unwrap();
+            let file = object::File::parse(&*data).unwrap();
+            let text = file.section_by_name(".text").unwrap();
+            let fdes = fde_ranges(&file);
+            let mut unwound = 0;
+            // Every instruction address of the code resolves to a function that holds it.
+            for addr in (text.address()..text.address() + text.size()).step_by(7) {
+                let symbol = table
+                    .lookup(addr)
+                    .unwrap_or_else(|| panic!("{path}: nothing at {addr:#x}"));
+                assert!(symbol.start <= addr && addr < symbol.end);
+                let at = fdes.partition_point(|r| r.0 <= addr);
+                if at > 0 && addr < fdes[at - 1].1 {
+                    unwound += 1;
+                    // Code with an FDE is never named after a gap.
+                    assert!(
+                        !symbol.name.starts_with("@?") || fdes.iter().any(|r| r.0 == symbol.start),
+                        "{path}: {addr:#x} has an FDE but is in {symbol:?}"
+                    );
+                }
+            }
+            assert!(unwound > 0, "{path}: no FDE read");
+            if path.contains("libjpeg") {
+                let gaps: Vec<&Symbol> = table
+                    .symbols
+                    .iter()
+                    .filter(|s| s.name.starts_with("@?") && !fdes.iter().any(|r| r.0 == s.start))
+                    .filter(|s| s.end - s.start > 4096)
+                    .collect();
+                assert_eq!(gaps.len(), 1, "{path}: {gaps:?}");
+                let gap = gaps[0];
+                let middle = table.lookup(gap.start + (gap.end - gap.start) / 2).unwrap();
+                assert_eq!(middle, gap);
+                assert_eq!(gap.name, format!("@?{:#x}", gap.start));
+            }
+        }
     }
 
     #[test]

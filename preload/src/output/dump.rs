@@ -54,6 +54,8 @@ struct Resolver<'a> {
     functions: Vec<Function>,
     function_ids: HashMap<Function, u32>,
     by_key: HashMap<u64, (u32, u64)>,
+    /// `/proc/self/maps`, read when the first address outside every object is met.
+    maps: Option<String>,
 }
 
 impl<'a> Resolver<'a> {
@@ -64,6 +66,7 @@ impl<'a> Resolver<'a> {
             functions: Vec::new(),
             function_ids: HashMap::new(),
             by_key: HashMap::new(),
+            maps: None,
         }
     }
 
@@ -106,15 +109,7 @@ impl<'a> Resolver<'a> {
             .iter()
             .rposition(|o| o.range.0 <= pc && pc < o.range.1)
         else {
-            let name = format!("@?{pc:#x}").into_bytes();
-            return (
-                Function {
-                    file: b"[unknown]".to_vec(),
-                    start: pc,
-                    name,
-                },
-                0,
-            );
+            return self.anonymous(pc);
         };
         let object = &self.objects[index];
         let svma = pc - object.bias;
@@ -136,6 +131,34 @@ impl<'a> Resolver<'a> {
                     name: format!("@?{svma:#x}").into_bytes(),
                 },
                 0,
+            ),
+        }
+    }
+
+    /// Code outside every ELF object: jitted code (CPython's JIT maps each trace's code
+    /// on its own), trampolines. One function per mapping that holds it now, named
+    /// `@?0x<mapping start>` in the file `[unknown]`; code whose mapping is gone is one
+    /// function `<unmapped code>`, its offset the address.
+    fn anonymous(&mut self, pc: u64) -> (Function, u64) {
+        let maps = self
+            .maps
+            .get_or_insert_with(|| std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
+        match modules::mapping_containing(maps, pc) {
+            Some((start, _)) => (
+                Function {
+                    file: b"[unknown]".to_vec(),
+                    start,
+                    name: format!("@?{start:#x}").into_bytes(),
+                },
+                pc - start,
+            ),
+            None => (
+                Function {
+                    file: b"[unknown]".to_vec(),
+                    start: 0,
+                    name: b"<unmapped code>".to_vec(),
+                },
+                pc,
             ),
         }
     }

@@ -10,6 +10,7 @@
 //! thread's CPU clock. A thread that has `SIGPROF` blocked does not answer within
 //! [`WAIT`] and is left unsampled.
 
+use crate::capture::unwind::modules;
 use crate::sampler::Sampler;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -123,7 +124,7 @@ pub fn adopt_existing_threads(sampler: &Sampler) -> (usize, Vec<String>) {
             ));
             continue;
         }
-        let Some(bounds) = mapping_containing(&maps, a.sp.load(Ordering::Relaxed)) else {
+        let Some(bounds) = modules::mapping_containing(&maps, a.sp.load(Ordering::Relaxed)) else {
             problems.push(format!(
                 "thread {tid} (started before pyigprof): no stack mapping found; it is not sampled"
             ));
@@ -137,35 +138,4 @@ pub fn adopt_existing_threads(sampler: &Sampler) -> (usize, Vec<String>) {
         }
     }
     (adopted, problems)
-}
-
-/// The `[start, end)` of the mapping in `maps` (the text of `/proc/self/maps`) that contains
-/// `addr`.
-fn mapping_containing(maps: &str, addr: u64) -> Option<(u64, u64)> {
-    maps.lines().find_map(|line| {
-        let range = line.split_whitespace().next()?;
-        let (lo, hi) = range.split_once('-')?;
-        let (lo, hi) = (
-            u64::from_str_radix(lo, 16).ok()?,
-            u64::from_str_radix(hi, 16).ok()?,
-        );
-        (lo <= addr && addr < hi).then_some((lo, hi))
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::mapping_containing;
-
-    #[test]
-    fn finds_the_mapping_that_holds_an_address() {
-        let maps = "00400000-00452000 r-xp 00000000 08:02 173521 /usr/bin/dbus-daemon\n\
-                    7ffd1c000000-7ffd1c021000 rw-p 00000000 00:00 0 [stack]\n";
-        assert_eq!(
-            mapping_containing(maps, 0x7ffd1c000010),
-            Some((0x7ffd1c000000, 0x7ffd1c021000))
-        );
-        assert_eq!(mapping_containing(maps, 0x00452000), None);
-        assert_eq!(mapping_containing("garbage\n", 5), None);
-    }
 }

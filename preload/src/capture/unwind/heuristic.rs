@@ -11,9 +11,14 @@
 //!    frame pointers unwinds exactly so; code that leaves RBP alone would skip its caller.
 //! 2. Else a **stack scan**: the first word from RSP outwards (at most [`MAX_SCAN_WORDS`])
 //!    that is a plausible return address is taken as the frame's if the walk from it
-//!    checks out, else the step fails (the stack is incomplete); RBP is kept (the
-//!    caller's CFI, if it uses RBP, then either finds it saved or fails validation). The
-//!    thread's next sample at the same stack pointer reuses the finding ([`ScanHint`]).
+//!    checks out; RBP is kept (the caller's CFI, if it uses RBP, then either finds it saved
+//!    or fails validation). The thread's next sample at the same stack pointer reuses the
+//!    finding ([`ScanHint`]).
+//! 3. Else **scans from the registers** that point into the stack above that word, nearest
+//!    first (at most [`SEED_SCAN_WORDS`] each, first plausible word only): code that
+//!    realigns its stack keeps its entry stack pointer in a register, and its return
+//!    address lies just above it. If none checks out, the step fails (the stack is
+//!    incomplete).
 //!
 //! A plausible return address lies in an object's executable segment right after a call
 //! instruction ([`Snapshot::follows_call`]), and the walk from it must lead to a thread's
@@ -22,8 +27,10 @@
 //! 28 KiB of stale stack below its return address, with the return addresses of calls
 //! made earlier (the loader's, `printf`'s), which follow calls too; taking the first one
 //! whose chain checks out put the kernel under a stale `dgemm_oncopy` frame, so the scan
-//! stops at the first plausible one instead. Async-signal-safe: reads only the thread's stack (through the
-//! caller's validated reader) and the mapped code.
+//! from RSP stops at the first plausible one. The kernel keeps its entry stack pointer in
+//! RBX (`mov %rsp, %rbx`, then RSP moves down to a page boundary): step 3 finds its
+//! return address from there. Async-signal-safe: reads only the thread's stack (through
+//! the caller's validated reader) and the mapped code.
 
 use super::modules::Snapshot;
 use super::Regs;
@@ -81,29 +88,74 @@ pub fn step(
         *regs = Regs::new(hint.value, hint.at + 8, bp);
         return Ok(Some(hint.value));
     }
-    let mut at = sp.next_multiple_of(8);
-    for _ in 0..MAX_SCAN_WORDS {
-        let Ok(word) = read_stack(at) else {
-            break;
-        };
-        if plausible_return(snapshot, word) {
-            if !leads_to_root(&Regs::new(word, at + 8, bp)) {
-                // The nearest plausible return address does not check out: a stale one (or
-                // the chain is beyond checking). Going on would skip live frames whose
-                // return addresses fail the check for the same reason: give up.
-                break;
+    // The scan from RSP: its first plausible return address, if the walk from it checks
+    // out. Going on past one that does not would skip live frames whose return addresses
+    // fail the check for the same reason, and take stale ones.
+    let first = first_plausible(snapshot, sp, MAX_SCAN_WORDS, read_stack);
+    if let Some((at, word)) = first {
+        if leads_to_root(&Regs::new(word, at + 8, bp)) {
+            return Ok(Some(take(regs, hint, at, word)));
+        }
+    }
+    // Else the scans from the registers that point into the stack above RSP, nearest
+    // first: a kernel that realigns its stack keeps the stack pointer it was called with in
+    // a register (OpenBLAS's Haswell DGEMM: `mov %rsp, %rbx`, then RSP moves 28 KiB down
+    // to a page boundary), and its return address lies a few words above that value, past
+    // the stale stack that the scan from RSP stopped in.
+    let seed_of = |dwarf: u16| {
+        let value = regs.get(dwarf)?;
+        let beyond_first = first.is_none_or(|(at, _)| value > at);
+        (value > sp && value < stack.1 && value.is_multiple_of(8) && beyond_first).then_some(value)
+    };
+    let mut previous = sp;
+    // The nearest seed beyond the last one tried (at most 16 registers: no sorting).
+    while let Some(seed) = (0..16u16)
+        .filter_map(seed_of)
+        .filter(|&value| value > previous)
+        .min()
+    {
+        previous = seed;
+        if let Some((at, word)) = first_plausible(snapshot, seed, SEED_SCAN_WORDS, read_stack) {
+            if leads_to_root(&Regs::new(word, at + 8, bp)) {
+                return Ok(Some(take(regs, hint, at, word)));
             }
-            *hint = ScanHint {
-                sp,
-                at,
-                value: word,
-            };
-            *regs = Regs::new(word, at + 8, bp);
-            return Ok(Some(word));
+        }
+    }
+    Err(Failed)
+}
+
+/// Takes the return address `word` found at `at` as the frame's: the caller's registers
+/// (RBP kept) and the thread's hint for its next sample.
+fn take(regs: &mut Regs, hint: &mut ScanHint, at: u64, word: u64) -> u64 {
+    *hint = ScanHint {
+        sp: regs.sp,
+        at,
+        value: word,
+    };
+    *regs = Regs::new(word, at + 8, regs.bp);
+    word
+}
+
+/// Most stack words a scan from a register's value examines.
+pub const SEED_SCAN_WORDS: u64 = 64;
+
+/// The first word from `from` outwards, among at most `words`, that is a plausible return
+/// address, with where it is.
+fn first_plausible(
+    snapshot: &Snapshot,
+    from: u64,
+    words: u64,
+    read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
+) -> Option<(u64, u64)> {
+    let mut at = from.next_multiple_of(8);
+    for _ in 0..words {
+        let word = read_stack(at).ok()?;
+        if plausible_return(snapshot, word) {
+            return Some((at, word));
         }
         at += 8;
     }
-    Err(Failed)
+    None
 }
 
 /// Whether the bytes `code` (which end where a return address points) end with an x86-64
