@@ -5,8 +5,8 @@
 //! IgProf's doc/dump-format. The pieces:
 //! - [`parse`]: streaming reader of dumps, plain or gzip, HEX or decimal variant, into
 //! - [`profile`]: one merged call tree with its tables of functions, files, counters;
-//! - [`view`]: which frames reports show (the Python view hides the interpreter's own
-//!   frames below Python code; `--all-frames` shows all);
+//! - [`view`]: which frames reports show (the Python view hides the interpreter's
+//!   plumbing below Python code and shows its work; `--all-frames` shows all);
 //! - [`report`]: reports on a profile, one module each ([`report::top`],
 //!   [`report::lines`], [`report::tree`], [`report::text`], [`report::collapsed`],
 //!   [`report::flamegraph`], [`report::speedscope`], [`report::callgrind`],

@@ -99,9 +99,10 @@ struct Cli {
     #[arg(long, value_name = "FILE.pb.gz", conflicts_with = "comparison")]
     pprof: Option<PathBuf>,
 
-    /// Compare profile NEW with profile BASE: per function, the self share in both, the
-    /// change in percentage points and whether it is larger than sampling noise
-    /// (two-proportion z-test on samples, corrected for the number of functions).
+    /// Compare profile NEW with profile BASE: per function, the self and cumulative
+    /// shares in both, their changes in percentage points and whether each is larger
+    /// than sampling noise (two-proportion z-tests on samples, corrected for the number
+    /// of tests).
     #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with = "profiles")]
     diff: Option<Vec<PathBuf>>,
 
@@ -123,14 +124,14 @@ struct Cli {
     #[arg(long, value_name = "ALPHA", default_value_t = diff::DEFAULT_ALPHA, value_parser = parse_alpha, requires = "comparison")]
     alpha: f64,
 
-    /// The correction of the comparison's p-values for testing every function:
-    /// bonferroni (family-wise error at most ALPHA) or bh (Benjamini-Hochberg, false
-    /// discovery rate at most ALPHA).
+    /// The correction of the comparison's p-values for testing every function's self
+    /// and cumulative share: bonferroni (family-wise error at most ALPHA) or bh
+    /// (Benjamini-Hochberg, false discovery rate at most ALPHA).
     #[arg(long, value_enum, default_value_t = CorrectionArg::Bonferroni, requires = "comparison")]
     correction: CorrectionArg,
 
-    /// With a comparison: exit with status 1 when some function's self share grew by
-    /// more than PCT percentage points and the growth is significant.
+    /// With a comparison: exit with status 1 when some function's self or cumulative
+    /// share grew by more than PCT percentage points and the growth is significant.
     #[arg(long, value_name = "PCT", value_parser = parse_points, requires = "comparison")]
     fail_on_regression: Option<f64>,
 
@@ -143,10 +144,12 @@ struct Cli {
     #[arg(long, requires = "comparison", conflicts_with = "format")]
     markdown: bool,
 
-    /// Show every frame as the profile has it. By default (the Python view) the native
-    /// frames of the interpreter itself (libpython*.so, the python executable) below a
-    /// Python frame are hidden and their time counts as their caller's, so that stacks
-    /// read Python function -> extension or library function. Applies to every report.
+    /// Show every frame as the profile has it. By default (the Python view) the
+    /// interpreter's plumbing below a Python frame (evaluation loop, call dispatch,
+    /// trampolines, and its unnamed frames) is hidden and its time counts as its
+    /// caller's, so that stacks read Python function -> native function (builtin_sorted,
+    /// sre_search, gc_collect_main, an extension's or a library's). Applies to every
+    /// report.
     #[arg(long)]
     all_frames: bool,
 
@@ -176,7 +179,9 @@ struct Cli {
 
     /// Leave out the frames of the functions REGEXP matches (by name, else by file):
     /// their cost counts as their caller's, as the Python view does for the
-    /// interpreter's frames. Outermost frames are kept.
+    /// interpreter's plumbing. Outermost frames are kept. E.g. --hide libpython (an
+    /// interpreter built as a shared library) counts all the interpreter's work (integer
+    /// arithmetic, allocation, list.sort) as the Python functions' own time.
     #[arg(long, value_name = "REGEXP")]
     hide: Option<String>,
 

@@ -2,10 +2,11 @@
 //! samples larger than sampling noise?
 //!
 //! A sampling profile is a series of observations of where the program was; a function's
-//! self samples among all samples are a binomial count. Two profiles are compared, per
-//! function, with the pooled two-proportion z-test ([`two_proportion`]); as many tests as
-//! functions are made, so the p-values are corrected for multiple comparisons
-//! ([`Correction`]) before being compared with the significance level α.
+//! self samples among all samples are a binomial count, and so are its cumulative samples
+//! (those with the function anywhere on the stack). Two profiles are compared, per
+//! function and per share, with the pooled two-proportion z-test ([`two_proportion`]); up
+//! to two tests per function are made, so the p-values are corrected for multiple
+//! comparisons ([`Correction`]) before being compared with the significance level α.
 
 /// The result of a two-proportion z-test.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,7 +92,8 @@ pub fn erfc(x: f64) -> f64 {
     }
 }
 
-/// How the p-values of the functions tested are corrected for making many tests.
+/// How the p-values of the tests made (one per function and share) are corrected for
+/// making many tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Correction {
     /// Bonferroni: each p-value times the number of tests m (at most 1). The chance that

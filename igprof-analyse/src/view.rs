@@ -1,19 +1,29 @@
 //! Which frames the reports show.
 //!
 //! By default reports use the *Python view* ([`python`]): once a stack has entered
-//! Python code, the native frames of the interpreter itself (files recognised by
-//! [`is_interpreter_file`]: `libpython*.so*`, the `python` executable, Debian's statically
-//! linked `/usr/bin/python3.11`) are left out, so that a stack reads
+//! Python code, the interpreter's *plumbing* is left out: the frames that only carry a
+//! call from one Python function, or from Python to a native function, to the next
+//! ([`is_plumbing`]: the evaluation loop, the call and vectorcall machinery, trampolines,
+//! frame push and pop), and the interpreter's frames that have no name (`@?0x…`: a
+//! stripped interpreter, where nothing can be told apart). A stack then reads
 //! `<module> → squeeze → zlib_compress → deflate` instead of
 //! `<module> → _PyEval_EvalFrameDefault → PyObject_Vectorcall → cfunction_vectorcall_O →
-//! squeeze → …`. The time of a hidden frame (bytecode evaluation, calls, integer
-//! arithmetic, built-ins such as `sorted`) counts as the time of its nearest shown
-//! caller, which is the Python function that ran it, or a native frame of an extension
-//! module or another library (`libz`, `libcrypto`) that called back into the interpreter.
+//! squeeze → …`, and the time of a hidden frame counts as its nearest shown caller's.
+//!
+//! The interpreter's *work* stays: a named function of an interpreter file
+//! ([`is_interpreter_file`]: `libpython*.so*`, the `python` executable, Debian's
+//! statically linked `/usr/bin/python3.11`) that is not plumbing is shown as a native
+//! child of the Python function that called it, as `perf` or `py-spy --native` show it:
+//! `split → _sre_SRE_Pattern_split → sre_search`, `work → builtin_sorted → list_sort →
+//! list_sort_impl`, `dumps → encoder_listencode_list → …`, the modules built into a static
+//! executable (`compress → zlib_compress → deflate`), integer arithmetic (`l_mod`) and
+//! the garbage collector (`gc_collect_main → deduce_unreachable`), each its own node.
 //!
 //! Frames are never hidden before the first Python frame of a stack (the interpreter's
-//! start-up, `main`, `Py_RunMain`, and threads that never run Python code), and frames of
-//! extension modules and other libraries are always shown. The *all-frames view*
+//! start-up, `main`, `Py_RunMain`, and threads that never run Python code), frames of
+//! extension modules and other libraries are always shown, and so are the markers the
+//! profiler writes (file `[pyigprof]`: `<incomplete stack>`, `<truncated stack>`,
+//! `<unsampled thread time>`, `<garbage collection>`). The *all-frames view*
 //! ([`View::AllFrames`], `--all-frames`) shows the profile as written.
 
 use crate::profile::{FileId, FunctionId, NodeId, Profile};
@@ -22,7 +32,7 @@ use crate::symbol::{is_interpreter_file, is_python_frame_file};
 /// The frames reports show.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum View {
-    /// Interpreter frames below Python code hidden ([`python`]).
+    /// The interpreter's plumbing below Python code hidden ([`python`]).
     #[default]
     Python,
     /// Every frame as the dumps have it.
@@ -40,8 +50,107 @@ impl View {
     }
 }
 
+/// The interpreter's plumbing, which the Python view hides below Python code
+/// ([`is_plumbing`]). A pattern ending in `*` matches the names that start with the rest,
+/// where that rest ends in `_` or the name goes on with something other than a lower-case
+/// letter (`PyObject_Call*` matches `PyObject_Call` and `PyObject_CallOneArg`, not
+/// `PyObject_Calloc`); any other pattern matches that name only. Names are those of CPython
+/// 2.7 to 3.15.
+pub const PLUMBING: &[&str] = &[
+    // The evaluation loop and its entry points.
+    "_PyEval_EvalFrame*",
+    "PyEval_EvalFrame*",
+    "_PyEval_EvalCode*",
+    "PyEval_EvalCode*",
+    "_PyEval_Vector",
+    "_PyEval_HandlePending",
+    "_Py_HandlePending",
+    "eval_frame_handle_pending",
+    "function_code_fastcall",
+    "fast_function",
+    "function_call",
+    // Frame push and pop.
+    "_PyEvalFramePushAndInit*",
+    "_PyEval_FrameClearAndPop",
+    "_PyFrame_Push",
+    "_PyFrame_Clear*",
+    "_PyThreadState_PushFrame",
+    "_PyThreadState_PopFrame",
+    "_PyThreadState_BumpFramePointer*",
+    "push_chunk",
+    "clear_thread_frame",
+    "clear_gen_frame",
+    // Calls: vectorcall, tp_call, and the dispatch of the objects that can be called.
+    "_PyObject_Vectorcall*",
+    "PyObject_Vectorcall*",
+    "_PyVectorcall_Call",
+    "PyVectorcall_Call",
+    "_PyObject_Call*",
+    "PyObject_Call*",
+    "_PyObject_FastCall*",
+    "_PyObject_MakeTpCall",
+    "PyEval_Call*",
+    "object_vacall",
+    "_PyFunction_Vectorcall",
+    "_PyFunction_FastCall*",
+    "PyCFunction_Call",
+    "_PyCFunction_FastCall*",
+    "_PyMethodDef_RawFastCall*",
+    "_PyMethodDescr_FastCall*",
+    "cfunction_call*",
+    "cfunction_vectorcall_*",
+    "method_vectorcall*",
+    "method_call",
+    "methoddescr_call",
+    "classmethoddescr_call",
+    "wrapperdescr_call",
+    "wrapper_call",
+    "instancemethod_call",
+    "vectorcall_*",
+    "call_unbound*",
+    "slot_tp_call",
+    "type_call",
+    "type_vectorcall",
+    "call_function",
+    "do_call_core",
+    "do_call",
+    "ext_do_call",
+    // 3.14's tail-calling evaluation loop: one function per instruction.
+    "_TAIL_CALL_*",
+    // Trampolines: perf's (3.12+) and those of tracing and profiling callbacks.
+    "_Py_trampoline*",
+    "py_trampoline_evaluator",
+    "call_trampoline",
+    "trace_trampoline",
+    "profile_trampoline",
+];
+
+/// Whether `name`, a function of an interpreter file, is plumbing that the Python view
+/// hides below Python code: it matches [`PLUMBING`], or it is no name at all (empty or
+/// `@?0x…`, as every function of a stripped interpreter: they cannot be told apart, so
+/// all are hidden). A compiler's suffix for a part or a copy of a function (`.cold`,
+/// `.isra.0`, `.constprop.0`, `.part.0`, `.lto_priv.0`) is left out first, so that
+/// `_PyEval_EvalFrameDefault.cold` is plumbing as `_PyEval_EvalFrameDefault` is. Markers
+/// (`<…>`) never are.
+pub fn is_plumbing(name: &str) -> bool {
+    if name.is_empty() || name.starts_with("@?") {
+        return true;
+    }
+    // C symbols have no dots: a dot starts a suffix of GCC's or Clang's.
+    let base = name.split('.').next().unwrap_or(name);
+    PLUMBING
+        .iter()
+        .any(|pattern| match pattern.strip_suffix('*') {
+            Some(prefix) => base.strip_prefix(prefix).is_some_and(|rest| {
+                prefix.ends_with('_') || !rest.starts_with(|c: char| c.is_ascii_lowercase())
+            }),
+            None => base == *pattern,
+        })
+}
+
 /// `profile` in the Python view: the same samples (totals are unchanged), without the
-/// frames of interpreter files that have a Python frame among their callers. The values
+/// frames of interpreter files that have a Python frame among their callers and are
+/// plumbing ([`is_plumbing`]). The values
 /// of a hidden node are added to its nearest shown ancestor, its children become that
 /// ancestor's children (merging with children of the same function and offset), and
 /// [`Profile::hidden_nodes`] counts the nodes left out.
@@ -60,6 +169,11 @@ pub fn python(profile: &Profile) -> Profile {
         .iter()
         .map(|file| is_interpreter_file(file))
         .collect();
+    let plumbing: Vec<bool> = profile
+        .functions()
+        .iter()
+        .map(|function| interpreter[function.file as usize] && is_plumbing(&function.name))
+        .collect();
     let mut files: Vec<Option<FileId>> = vec![None; profile.files().len()];
     let mut functions: Vec<Option<FunctionId>> = vec![None; profile.functions().len()];
     let nodes = profile.nodes();
@@ -73,7 +187,7 @@ pub fn python(profile: &Profile) -> Profile {
         let under_python = node.parent.is_some_and(|parent| in_python[parent as usize]);
         in_python.push(under_python || is_python_frame_file(profile, function.file));
         let id = match node.parent {
-            Some(parent) if under_python && interpreter[function.file as usize] => {
+            Some(parent) if under_python && plumbing[node.function as usize] => {
                 hidden += 1;
                 mapped[parent as usize]
             }
@@ -107,6 +221,7 @@ pub fn python(profile: &Profile) -> Profile {
 mod tests {
     use super::*;
     use crate::profile::Values;
+    use crate::report::top;
     use crate::testing::{load, stacks_named};
 
     /// Every stack of `profile` with self values, as `frame+offset;… amount`, sorted.
@@ -139,26 +254,28 @@ C2 FNe=(F2+700 N=(PyGILState_Ensure))+5 V0:(2,2,2)
 ";
 
     #[test]
-    fn interpreter_frames_under_python_are_hidden() {
+    fn plumbing_under_python_is_hidden_and_work_shown() {
         let profile = load(DUMP);
         let view = python(&profile);
         assert_eq!(
             stacks(&view),
             [
-                // l_mod's 5 + 1 ticks went to work (same function and line).
                 "_start+32;__libc_start_main+132;Py_RunMain+48 1",
                 "_start+32;__libc_start_main+132;Py_RunMain+48;<module>+4 1",
-                "_start+32;__libc_start_main+132;Py_RunMain+48;<module>+4;work+2 8",
-                "_start+32;__libc_start_main+132;Py_RunMain+48;<module>+4;work+2;work.<locals>.<lambda>+0 1",
+                "_start+32;__libc_start_main+132;Py_RunMain+48;<module>+4;work+2 2",
+                // Integer modulo is work of the interpreter: work's child.
+                "_start+32;__libc_start_main+132;Py_RunMain+48;<module>+4;work+2;l_mod+4 6",
+                // list.sort calls the key back through _PyEval_Vector (hidden).
+                "_start+32;__libc_start_main+132;Py_RunMain+48;<module>+4;work+2;list_sort+9;work.<locals>.<lambda>+0 1",
                 "_start+32;__libc_start_main+132;Py_RunMain+48;<module>+4;work+2;zlib_compress+6 1",
                 "_start+32;__libc_start_main+132;Py_RunMain+48;<module>+4;work+2;zlib_compress+6;deflate+31 4",
                 "start_thread+195;PyGILState_Ensure+5 2",
             ]
         );
-        // 5 nodes hidden: PyObject_Vectorcall, l_mod (one node, sampled twice),
-        // cfunction_vectorcall_O, list_sort, _PyEval_Vector; Py_RunMain runs before any
-        // Python frame and PyGILState_Ensure in a thread without Python: both shown.
-        assert_eq!(view.hidden_nodes, 5);
+        // 3 nodes hidden: PyObject_Vectorcall, cfunction_vectorcall_O, _PyEval_Vector;
+        // Py_RunMain runs before any Python frame and PyGILState_Ensure in a thread
+        // without Python: both shown.
+        assert_eq!(view.hidden_nodes, 3);
         assert_eq!(view.total(0), profile.total(0));
         assert_eq!(
             view.total(0),
@@ -170,11 +287,214 @@ C2 FNe=(F2+700 N=(PyGILState_Ensure))+5 V0:(2,2,2)
         );
         // The hidden functions are not in the view at all.
         let names: Vec<&str> = view.functions().iter().map(|f| f.name.as_str()).collect();
-        assert!(
-            !names.contains(&"l_mod") && !names.contains(&"list_sort"),
-            "{names:?}"
-        );
+        for hidden in [
+            "PyObject_Vectorcall",
+            "cfunction_vectorcall_O",
+            "_PyEval_Vector",
+        ] {
+            assert!(!names.contains(&hidden), "{hidden} in {names:?}");
+        }
         assert!(names.contains(&"PyGILState_Ensure"));
+    }
+
+    /// Debian's static `/usr/bin/python3.11` (zlib and the `re` engine built in): `re`
+    /// split, `sorted` with `list.sort`, zlib, the garbage collector from the eval
+    /// breaker and under the profiler's marker, a `.cold` part of the evaluation loop,
+    /// functions without a name, and the profiler's markers.
+    const STATIC: &[u8] = b"P=(HEX ID=1 N=(python3 app.py) T=0.004000)
+C1 FN0=(F0=(/usr/bin/python3.11)+100 N=(_start))+4
+C2 FN1=(F0+200 N=(Py_BytesMain))+8
+C3 FN2=(F1=(/work/app.py)+1 N=(<module>))+5 V0=(PERF_TICKS):(1,1,1)
+C4 FN3=(F0+300 N=(PyObject_Vectorcall))+3
+C5 FN4=(F0+400 N=(method_vectorcall_FASTCALL_KEYWORDS))+4
+C6 FN5=(F0+500 N=(_sre_SRE_Pattern_split))+5 V0:(1,1,1)
+C7 FN6=(F0+600 N=(sre_search))+6 V0:(3,3,3)
+C4 FN7=(F0+700 N=(_PyEval_Vector))+7
+C5 FN8=(F1+a N=(work))+c V0:(2,2,2)
+C6 FN3+3
+C7 FN9=(F0+800 N=(cfunction_vectorcall_FASTCALL_KEYWORDS))+8
+C8 FNa=(F0+900 N=(builtin_sorted))+9 V0:(1,1,1)
+C9 FNb=(F0+a00 N=(PyObject_VectorcallMethod))+a
+Ca FN4+4
+Cb FNc=(F0+b00 N=(list_sort))+b
+Cc FNd=(F0+c00 N=(list_sort_impl))+c V0:(4,4,4)
+Cd FNe=(F0+d00 N=(@?0xd00))+0 V0:(2,2,2)
+C6 FNf=(F0+e00 N=(_PyObject_MakeTpCall))+e
+C7 FN10=(F0+f00 N=(cfunction_call))+f
+C8 FN11=(F0+1000 N=(zlib_compress))+10
+C9 FN12=(F0+1100 N=(deflate))+11 V0:(5,5,5)
+C6 FN13=(F0+1200 N=(_Py_HandlePending))+12
+C7 FN14=(F0+1300 N=(_Py_RunGC))+13
+C8 FN15=(F0+1400 N=(gc_collect_main))+14 V0:(1,1,1)
+C9 FN16=(F0+1500 N=(deduce_unreachable))+15 V0:(2,2,2)
+C4 FN17=(F2=([pyigprof])+0 N=(<garbage collection>))+0
+C5 FN15+14
+C6 FN18=(F0+1600 N=(move_unreachable))+16 V0:(2,2,2)
+C4 FN19=(F0+1700 N=(_PyEval_EvalFrameDefault.cold))+17
+C5 FN1a=(F0+1800 N=(@?0x1800))+0 V0:(1,1,1)
+C1 FN1b=(F2+0 N=(<incomplete stack>))+0
+C2 FN1c=(F0+1900 N=(@?0x1900))+0 V0:(1,1,1)
+C2 FN8+d V0:(1,1,1)
+C3 FN3+3
+C4 FN1d=(F0+1a00 N=(builtin_len))+1a V0:(1,1,1)
+C1 FN1e=(F2+0 N=(<unsampled thread time>))+0 V0:(0,3,3)
+";
+
+    #[test]
+    fn interpreter_work_is_a_native_child_of_its_python_caller() {
+        let profile = load(STATIC);
+        let view = python(&profile);
+        let names = |profile: &Profile, node: &crate::profile::Node| {
+            profile.function(node.function).name.clone()
+        };
+        let main = "_start;Py_BytesMain;<module>";
+        let expected: Vec<String> = [
+            "<incomplete stack>;@?0x1900 1",
+            "<incomplete stack>;work 1",
+            "<incomplete stack>;work;builtin_len 1",
+            "<unsampled thread time> 3",
+            // The .cold part of the evaluation loop and the unnamed frame it ran: <module>'s.
+            "M 2",
+            "M;<garbage collection>;gc_collect_main;move_unreachable 2",
+            "M;_sre_SRE_Pattern_split 1",
+            "M;_sre_SRE_Pattern_split;sre_search 3",
+            "M;work 2",
+            // The eval breaker (hidden) ran the collector: a node of its own.
+            "M;work;_Py_RunGC;gc_collect_main 1",
+            "M;work;_Py_RunGC;gc_collect_main;deduce_unreachable 2",
+            "M;work;builtin_sorted 1",
+            // The unnamed frame list_sort_impl called counts as list_sort_impl's.
+            "M;work;builtin_sorted;list_sort;list_sort_impl 6",
+            "M;work;zlib_compress;deflate 5",
+        ]
+        .iter()
+        .map(|stack| stack.replacen('M', main, 1))
+        .collect();
+        assert_eq!(stacks_named(&view, names), expected);
+        assert_eq!(view.total(0), profile.total(0));
+        assert_eq!(view.total(0).amount, 31);
+        // PyObject_Vectorcall (3 nodes), method_vectorcall_FASTCALL_KEYWORDS (2),
+        // _PyEval_Vector, cfunction_vectorcall_FASTCALL_KEYWORDS,
+        // PyObject_VectorcallMethod, @?0xd00, _PyObject_MakeTpCall, cfunction_call,
+        // _Py_HandlePending, _PyEval_EvalFrameDefault.cold, @?0x1800.
+        assert_eq!(view.hidden_nodes, 14);
+
+        // Self and cumulative amounts, as --top shows them.
+        let options = top::Options {
+            limit: 0,
+            ..top::Options::default()
+        };
+        let report = top::compute(&view, &options).unwrap();
+        let row = |name: &str| {
+            let row = report
+                .rows
+                .iter()
+                .find(|row| row.item.label.name == name)
+                .unwrap_or_else(|| panic!("no row {name}"));
+            (row.self_amount, row.cumulative)
+        };
+        assert_eq!(row("<module>"), (2, 25));
+        // Two nodes: under <module>, and under <incomplete stack>.
+        assert_eq!(row("work"), (3, 19));
+        assert_eq!(row("builtin_sorted"), (1, 7));
+        assert_eq!(row("list_sort"), (0, 6));
+        assert_eq!(row("list_sort_impl"), (6, 6));
+        // Two nodes: from the eval breaker, and under the profiler's marker.
+        assert_eq!(row("gc_collect_main"), (1, 5));
+        assert_eq!(row("zlib_compress"), (0, 5));
+        assert_eq!(row("sre_search"), (3, 3));
+        assert_eq!(row("<garbage collection>"), (0, 2));
+        let shown: Vec<&str> = report
+            .rows
+            .iter()
+            .map(|r| r.item.label.name.as_str())
+            .collect();
+        for hidden in [
+            "PyObject_Vectorcall",
+            "_PyEval_Vector",
+            "cfunction_call",
+            "_Py_HandlePending",
+            "_PyEval_EvalFrameDefault.cold",
+            "@?0xd00",
+            "@?0x1800",
+        ] {
+            assert!(!shown.contains(&hidden), "{hidden} in {shown:?}");
+        }
+
+        // --all-frames: every frame, the same total.
+        let all = View::AllFrames.apply(profile.clone());
+        assert_eq!(all.hidden_nodes, 0);
+        assert_eq!(all.nodes().len(), view.nodes().len() + 14);
+        assert_eq!(all.total(0), view.total(0));
+    }
+
+    #[test]
+    fn plumbing_patterns() {
+        for name in [
+            "_PyEval_EvalFrameDefault",
+            "_PyEval_EvalFrameDefault.cold",
+            "_PyEval_EvalFrame",
+            "PyEval_EvalFrameEx",
+            "PyEval_EvalCode",
+            "PyEval_EvalCodeEx",
+            "_PyEval_EvalCodeWithName",
+            "_PyEval_Vector",
+            "_PyEval_Vector.constprop.0",
+            "_PyObject_VectorcallTstate.lto_priv.0",
+            "PyObject_Vectorcall",
+            "PyObject_VectorcallMethod",
+            "_PyObject_Call",
+            "PyObject_Call",
+            "PyObject_CallOneArg",
+            "_PyObject_MakeTpCall",
+            "_PyFunction_Vectorcall",
+            "method_vectorcall_O",
+            "method_vectorcall",
+            "cfunction_vectorcall_FASTCALL_KEYWORDS",
+            "cfunction_call",
+            "cfunction_call_varargs",
+            "vectorcall_method",
+            "slot_tp_call",
+            "call_function",
+            "do_call_core",
+            "_Py_trampoline_func_start",
+            "py_trampoline_evaluator",
+            "_PyEvalFramePushAndInit",
+            "_PyEval_FrameClearAndPop.isra.0",
+            "_PyThreadState_PushFrame",
+            "_TAIL_CALL_LOAD_FAST",
+            "@?0x13adab",
+            "",
+        ] {
+            assert!(is_plumbing(name), "{name:?}");
+        }
+        for name in [
+            "sre_match",
+            "sre_search.isra.0",
+            "_sre_SRE_Pattern_split_impl",
+            "list_sort_impl",
+            "builtin_sorted",
+            "builtin_len",
+            "scanstring_unicode",
+            "encoder_listencode_obj",
+            "gc_collect_main",
+            "gc_collect_region",
+            "deduce_unreachable",
+            "subtract_refs",
+            "move_unreachable",
+            "_PyGC_Collect",
+            "gc_collect_impl",
+            "zlib_compress",
+            "PyObject_Calloc",
+            "_PyObject_Calloc",
+            "l_mod",
+            "<garbage collection>",
+            "<incomplete stack>",
+            "<truncated stack>",
+            "<unsampled thread time>",
+        ] {
+            assert!(!is_plumbing(name), "{name:?}");
+        }
     }
 
     #[test]

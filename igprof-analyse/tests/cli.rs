@@ -240,7 +240,7 @@ fn lines_of_python_dump() {
         &run(&["--lines=3", "--order", "cumulative", "lines.gz"], &dir.0),
         "\
 pyigprof-analyse: lines.gz: python3 app.py (pid 42)
-PERF_TICKS: 18 samples, 33 ticks of 4.000 ms = 0.132 s; Python view: interpreter frames below Python code count as their caller's (--all-frames shows them)
+PERF_TICKS: 18 samples, 33 ticks of 4.000 ms = 0.132 s; Python view: interpreter plumbing below Python code counts as its caller's (--all-frames shows it)
    self %    self s    cum %     cum s  line  (function)
      9.09     0.012    42.42     0.056  /work/app.py:12  (walk)
      0.00     0.000    42.42     0.056  /work/app.py:30  (<module>)

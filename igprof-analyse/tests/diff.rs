@@ -14,7 +14,7 @@ mod common;
 use std::process::Output;
 
 use common::{data, run, stderr, stdout, TempDir};
-use igprof_analyse::report::{FunctionAmounts, Measure};
+use igprof_analyse::report::Measure;
 
 /// What mixed.py printed for each run: its process CPU time and that of python_work,
 /// in seconds.
@@ -30,7 +30,7 @@ fn z(x1: f64, n1: f64, x2: f64, n2: f64) -> f64 {
     (x2 / n2 - x1 / n1) / (pooled * (1.0 - pooled) * (1.0 / n1 + 1.0 / n2)).sqrt()
 }
 
-/// One row of the text table: its 12 number cells (as printed) and the function.
+/// One row of the text table: its 15 number cells (as printed) and the function.
 #[derive(Debug)]
 struct Row {
     cells: Vec<String>,
@@ -39,20 +39,26 @@ struct Row {
 
 impl Row {
     fn number(&self, column: usize) -> f64 {
-        self.cells[column].parse().unwrap()
+        self.cells[column]
+            .parse()
+            .unwrap_or_else(|_| panic!("column {column} of {self:?}"))
     }
     fn significant(&self) -> bool {
-        self.cells[11] == "yes"
+        self.cells[SIGNIFICANT] != "no"
     }
 }
 
 const BASE_SELF: usize = 0;
 const NEW_SELF: usize = 1;
 const CHANGE: usize = 2;
-const BASE_CUM: usize = 5;
-const NEW_CUM: usize = 6;
-const Z: usize = 9;
-const P_ADJUSTED: usize = 10;
+const Z: usize = 5;
+const P_ADJUSTED: usize = 6;
+const BASE_CUM: usize = 7;
+const NEW_CUM: usize = 8;
+const CUM_CHANGE: usize = 9;
+const CUM_Z: usize = 12;
+const CUM_P_ADJUSTED: usize = 13;
+const SIGNIFICANT: usize = 14;
 
 /// The table rows of a text diff.
 fn rows(text: &str) -> Vec<Row> {
@@ -63,7 +69,7 @@ fn rows(text: &str) -> Vec<Row> {
         .unwrap_or_else(|| panic!("no table in {text}"));
     assert_eq!(
         lines[header].split_whitespace().collect::<Vec<_>>().join(" "),
-        "base % new % change base s new s base cum % new cum % base cum s new cum s z p (adj.) signif. function (file)"
+        "base % new % change base s new s z p (adj.) base cum % new cum % cum change base cum s new cum s cum z cum p (adj.) signif. function (file)"
     );
     lines[header + 1..]
         .iter()
@@ -71,8 +77,8 @@ fn rows(text: &str) -> Vec<Row> {
         .map(|line| {
             let words: Vec<&str> = line.split_whitespace().collect();
             Row {
-                cells: words[..12].iter().map(|w| w.to_string()).collect(),
-                function: words[12..].join(" "),
+                cells: words[..15].iter().map(|w| w.to_string()).collect(),
+                function: words[15..].join(" "),
             }
         })
         .collect()
@@ -98,20 +104,51 @@ fn critical(text: &str) -> f64 {
     test.rsplit(">= ").next().unwrap().parse().unwrap()
 }
 
-/// python_work's self samples and the total samples of a profile, in the Python view.
-fn python_work_samples(name: &str) -> (f64, f64) {
+/// The number of tests m the printed test line says the correction is over.
+fn tests_made(text: &str) -> f64 {
+    let test = line_with(text, "test: ");
+    let after = test.split(" correction over ").nth(1).unwrap();
+    after.split(' ').next().unwrap().parse().unwrap()
+}
+
+/// python_work's samples in a profile in the Python view, counted here from the call
+/// tree: (self samples, cumulative samples, cumulative ticks, total samples, total
+/// ticks). A node is under python_work when it or one of its callers is python_work;
+/// each node's samples are counted once, however often python_work recurses above it.
+fn python_work_samples(name: &str) -> (f64, f64, f64, f64, f64) {
     let profile =
         igprof_analyse::view::python(&igprof_analyse::read_profiles(&[data().join(name)]).unwrap());
-    let (measure, counter) = Measure::select(&profile, "PERF_TICKS").unwrap();
-    let amounts = FunctionAmounts::of(&profile, counter.unwrap());
-    let id = profile
+    let (_, counter) = Measure::select(&profile, "PERF_TICKS").unwrap();
+    let counter = counter.unwrap();
+    let work = profile
         .functions()
         .iter()
         .position(|f| f.name == "python_work")
-        .unwrap();
+        .unwrap() as u32;
+    let nodes = profile.nodes();
+    let mut under = vec![false; nodes.len()];
+    let (mut own, mut cumulative, mut cumulative_ticks, mut samples, mut ticks) = (0, 0, 0, 0, 0);
+    for (index, node) in nodes.iter().enumerate() {
+        // Callers come before their callees.
+        under[index] =
+            node.function == work || node.parent.is_some_and(|parent| under[parent as usize]);
+        let values = node.value(counter);
+        samples += values.count;
+        ticks += values.amount;
+        if under[index] {
+            cumulative += values.count;
+            cumulative_ticks += values.amount;
+        }
+        if node.function == work {
+            own += values.count;
+        }
+    }
     (
-        amounts.self_values[id].count as f64,
-        measure.total.count as f64,
+        own as f64,
+        cumulative as f64,
+        cumulative_ticks as f64,
+        samples as f64,
+        ticks as f64,
     )
 }
 
@@ -123,41 +160,55 @@ fn assert_status(output: &Output, status: i32) {
 
 #[test]
 fn repeated_runs_are_not_flagged() {
-    let output = run(
-        &["--diff", "mixed-base-1.gz", "mixed-base-2.gz", "--top=0"],
-        &data(),
-    );
-    assert_status(&output, 0);
-    let text = stdout(&output);
-    assert!(
-        line_with(&text, "test: ").contains("Bonferroni correction over"),
-        "{text}"
-    );
-    let rows = rows(&text);
-    let limit = critical(&text);
-    assert!(limit > 3.0 && limit < 4.0, "{limit}");
-    for row in &rows {
-        assert!(!row.significant(), "{row:?}");
-        assert!(row.number(Z).abs() < limit, "{row:?}");
-    }
-    assert_eq!(
-        line_with(&text, "result: "),
-        "result: no significant change"
-    );
-    // The largest functions' shares barely move: python_work by less than a point.
-    let work = row(&rows, "python_work");
-    assert!(work.number(CHANGE).abs() < 1.0, "{work:?}");
-    assert!(work.number(Z).abs() < 2.0, "{work:?}");
-
-    // Whatever the threshold, a run is no regression of its twin, in either order.
     for (base, new) in [
         ("mixed-base-1.gz", "mixed-base-2.gz"),
         ("mixed-base-2.gz", "mixed-base-1.gz"),
     ] {
+        let output = run(&["--diff", base, new, "--top=0"], &data());
+        assert_status(&output, 0);
+        let text = stdout(&output);
+        assert!(
+            line_with(&text, "test: ").contains("Bonferroni correction over"),
+            "{text}"
+        );
+        let rows = rows(&text);
+        let limit = critical(&text);
+        assert!(limit > 3.0 && limit < 4.5, "{limit}");
+        // Every function has at least one test, and every test made is below the
+        // threshold, self and cumulative.
+        let mut made = 0.0;
+        for row in &rows {
+            assert!(!row.significant(), "{row:?}");
+            for column in [Z, CUM_Z] {
+                if row.cells[column] != "-" {
+                    made += 1.0;
+                    assert!(row.number(column).abs() < limit, "{row:?}");
+                }
+            }
+            assert!(made > 0.0, "{row:?}");
+        }
+        assert_eq!(made, tests_made(&text), "{text}");
+        assert_eq!(
+            line_with(&text, "result: "),
+            "result: no significant change"
+        );
+        // The largest functions' shares barely move: python_work by less than a point,
+        // self and cumulative.
+        let work = row(&rows, "python_work");
+        for column in [CHANGE, CUM_CHANGE] {
+            assert!(work.number(column).abs() < 1.0, "{work:?}");
+        }
+        for column in [Z, CUM_Z] {
+            assert!(work.number(column).abs() < 2.0, "{work:?}");
+        }
+
+        // Whatever the threshold, a run is no regression of its twin.
         let output = run(&["--diff", base, new, "--fail-on-regression", "0"], &data());
         assert_status(&output, 0);
         assert!(
-            line_with(&stdout(&output), "result: ").starts_with("result: OK: "),
+            line_with(&stdout(&output), "result: ").starts_with(
+                "result: OK: no function's self or cumulative share grew significantly by more than 0.00 points (0 significant changes)"
+            ),
             "{}",
             stdout(&output)
         );
@@ -167,46 +218,75 @@ fn repeated_runs_are_not_flagged() {
 #[test]
 fn slowed_function_is_flagged() {
     for base in ["mixed-base-1.gz", "mixed-base-2.gz"] {
+        // The options a user gives: none.
         let output = run(&["--diff", base, "mixed-slow.gz"], &data());
         assert_status(&output, 0);
         let text = stdout(&output);
+        assert!(text.contains("\nPython view: "), "{text}");
         let rows = rows(&text);
         let work = row(&rows, "python_work");
-        assert!(work.significant(), "{text}");
-        assert!(work.number(Z) > critical(&text), "{text}");
-        // The shares agree with what the program measured itself (±1.5 points), and the
-        // change is their difference.
+        // python_work's extra time is interpreter work (`%` on integers, allocating
+        // them) that the Python view shows as its children: its cumulative share grew
+        // significantly, not its self share.
+        assert_eq!(work.cells[SIGNIFICANT], "cum", "{text}");
+        assert!(work.number(CUM_Z) > critical(&text), "{text}");
+        assert!(work.number(Z).abs() < critical(&text), "{text}");
+        // Listed first: the largest significant change.
+        assert!(rows[0].function.starts_with("python_work "), "{text}");
+
+        // The figures are those of the call tree, counted here.
+        let (self1, x1, ticks1, n1, total1) = python_work_samples(base);
+        let (self2, x2, ticks2, n2, total2) = python_work_samples("mixed-slow.gz");
+        let (share1, share2) = (ticks1 / total1 * 100.0, ticks2 / total2 * 100.0);
+        assert!((work.number(BASE_CUM) - share1).abs() <= 0.005, "{work:?}");
+        assert!((work.number(NEW_CUM) - share2).abs() <= 0.005, "{work:?}");
+        assert!(
+            (work.number(CUM_CHANGE) - (share2 - share1)).abs() <= 0.005,
+            "{work:?}"
+        );
+        assert!(work.number(CUM_CHANGE) > 4.0, "{work:?}");
+        let cumulative_z = z(x1, n1, x2, n2);
+        assert!(
+            (work.number(CUM_Z) - cumulative_z).abs() <= 0.005,
+            "{work:?}"
+        );
+        assert!(
+            (work.number(Z) - z(self1, n1, self2, n2)).abs() <= 0.005,
+            "{work:?}"
+        );
+        // Bonferroni: p × m, printed with 2 significant digits.
+        let p = igprof_analyse::stats::two_sided_p(cumulative_z) * tests_made(&text);
+        let printed = work.number(CUM_P_ADJUSTED);
+        assert!((printed - p).abs() <= p * 0.03, "{printed} vs {p}");
+        assert!(printed <= 0.01, "{work:?}");
+        // The cumulative shares agree with what the program measured itself (±1.5
+        // points): python_work's CPU time, with everything it calls.
         let share = |name: &str| {
             let (_, total, work) = MEASURED.iter().find(|m| m.0 == name).unwrap();
             work / total * 100.0
         };
+        assert!((share1 - share(base)).abs() < 1.5, "{share1}");
+        assert!((share2 - share("mixed-slow.gz")).abs() < 1.5, "{share2}");
+
+        // The program runs for a fixed CPU time: hashing got the smaller share, in
+        // libcrypto's own code (self and cumulative) and its callers (cumulative).
+        let hashing = row(&rows, "@?0x29c240");
+        assert_eq!(hashing.cells[SIGNIFICANT], "both", "{hashing:?}");
+        assert!(hashing.number(CHANGE) < -4.0, "{hashing:?}");
+        assert_eq!(row(&rows, "digest").cells[SIGNIFICANT], "cum");
+        let result = line_with(&text, "result: ");
         assert!(
-            (work.number(BASE_SELF) - share(base)).abs() < 1.5,
-            "{work:?}"
+            result
+                .contains(" significant change(s): python_work (/tmp/pyigprof-diff/mixed.py:22) +"),
+            "{result}"
         );
         assert!(
-            (work.number(NEW_SELF) - share("mixed-slow.gz")).abs() < 1.5,
-            "{work:?}"
+            result.contains(&format!(
+                "python_work (/tmp/pyigprof-diff/mixed.py:22) {} points cumulative; ",
+                work.cells[CUM_CHANGE]
+            )),
+            "{result}"
         );
-        let change = work.number(NEW_SELF) - work.number(BASE_SELF);
-        assert!((work.number(CHANGE) - change).abs() <= 0.011, "{work:?}");
-        assert!(work.number(CHANGE) > 4.0, "{work:?}");
-        // Python view: python_work's interpreter time is its own, self = cumulative.
-        assert_eq!(work.cells[BASE_SELF], work.cells[BASE_CUM]);
-        assert_eq!(work.cells[NEW_SELF], work.cells[NEW_CUM]);
-        // The z printed is the one of python_work's sample counts.
-        let (x1, n1) = python_work_samples(base);
-        let (x2, n2) = python_work_samples("mixed-slow.gz");
-        assert!(
-            (work.number(Z) - z(x1, n1, x2, n2)).abs() <= 0.005,
-            "{work:?}"
-        );
-        // The program runs for a fixed CPU time: hashing got the smaller share.
-        assert!(rows[..2]
-            .iter()
-            .any(|r| r.function.contains("libcrypto") && r.significant()));
-        assert!(line_with(&text, "result: ")
-            .starts_with("result: 2 significant change(s): python_work "));
     }
 }
 
@@ -224,10 +304,11 @@ fn fail_on_regression_exit_status() {
         &dir,
     );
     assert_status(&slow, 1);
-    let result = line_with(&stdout(&slow), "result: ").to_string();
-    assert!(
-        result.starts_with("result: REGRESSION: 1 function(s) grew significantly by more than 2.00 points: python_work (/tmp/pyigprof-diff/mixed.py:22) +"),
-        "{result}"
+    let text = stdout(&slow);
+    let growth = row(&rows(&text), "python_work").cells[CUM_CHANGE].clone();
+    assert_eq!(
+        line_with(&text, "result: "),
+        format!("result: REGRESSION: 1 function(s) grew significantly by more than 2.00 points: python_work (/tmp/pyigprof-diff/mixed.py:22) {growth} points cumulative")
     );
     // The growth (about 6 points) is below 10 points: no failure. The share of libcrypto
     // fell: never a regression.
@@ -242,8 +323,12 @@ fn fail_on_regression_exit_status() {
         &dir,
     );
     assert_status(&output, 0);
+    assert!(line_with(&stdout(&output), "result: ").starts_with(
+        "result: OK: no function's self or cumulative share grew significantly by more than 10.00 points ("
+    ));
     // The other way round python_work got faster, never a regression; hashing's share
-    // grew back by about 5 points, significantly: a regression at 0 points.
+    // grew back by about 5 points, significantly: a regression at 0 points, of
+    // libcrypto's own code (self and cumulative) and of its callers (cumulative).
     let output = run(
         &[
             "--diff",
@@ -256,8 +341,14 @@ fn fail_on_regression_exit_status() {
     );
     assert_status(&output, 1);
     let result = line_with(&stdout(&output), "result: ").to_string();
+    assert!(result.starts_with("result: REGRESSION: "), "{result}");
+    assert!(!result.contains("python_work"), "{result}");
     assert!(
-        result.starts_with("result: REGRESSION: 1 function(s) grew significantly by more than 0.00 points: @?0x29c240  (/lib/x86_64-linux-gnu/libcrypto.so.3) +"),
+        result.contains("; @?0x29c240  (/lib/x86_64-linux-gnu/libcrypto.so.3) +4.97 points self and cumulative; "),
+        "{result}"
+    );
+    assert!(
+        result.contains("digest (/tmp/pyigprof-diff/mixed.py:38) +4.97 points cumulative"),
         "{result}"
     );
     // IgProf's spelling gives the same report.
@@ -273,32 +364,65 @@ fn fail_on_regression_exit_status() {
         &dir,
     );
     assert_status(&igprof, 1);
-    assert_eq!(stdout(&igprof), stdout(&slow));
+    assert_eq!(stdout(&igprof), text);
 }
 
 #[test]
-fn python_view_makes_the_slowdown_visible() {
-    // With every frame shown, python_work's extra time is spread over the evaluator's
-    // helpers (l_mod, PyLong_FromLong, …), none of which grows significantly.
+fn cumulative_test_finds_interpreter_work() {
+    // python_work's extra time is interpreter work (l_mod, PyLong_FromLong, …): the Python
+    // view shows it as python_work's children, and with every frame shown it is the
+    // same. No function's self share grows significantly; python_work's cumulative
+    // share does.
+    for view in [&[][..], &["--all-frames"]] {
+        let output = run(
+            &[
+                &["--diff", "mixed-base-1.gz", "mixed-slow.gz", "--top=0"][..],
+                view,
+            ]
+            .concat(),
+            &data(),
+        );
+        assert_status(&output, 0);
+        let text = stdout(&output);
+        assert_eq!(text.contains("Python view"), view.is_empty(), "{text}");
+        let rows = rows(&text);
+        assert!(
+            rows.iter().any(|r| r.function.starts_with("l_mod ")),
+            "{text}"
+        );
+        // The only self shares that changed significantly are those that fell
+        // (libcrypto's hashing).
+        for row in &rows {
+            if matches!(row.cells[SIGNIFICANT].as_str(), "self" | "both") {
+                assert!(row.number(CHANGE) < 0.0, "{row:?}");
+            }
+        }
+        let work = row(&rows, "python_work");
+        assert_eq!(work.cells[SIGNIFICANT], "cum", "{text}");
+        assert!(work.number(CUM_CHANGE) > 4.0, "{work:?}");
+        assert!(
+            work.number(BASE_SELF) < work.number(BASE_CUM) / 2.0,
+            "{work:?}"
+        );
+    }
+    // With the interpreter hidden (--hide libpython) its work is python_work's own time:
+    // both shares grow by the same, significantly.
     let output = run(
         &[
             "--diff",
             "mixed-base-1.gz",
             "mixed-slow.gz",
-            "--all-frames",
-            "--top=0",
+            "--hide",
+            "libpython",
         ],
         &data(),
     );
     assert_status(&output, 0);
-    let text = stdout(&output);
-    assert!(!text.contains("Python view"), "{text}");
-    let rows = rows(&text);
-    assert!(
-        rows.iter().any(|r| r.function.starts_with("l_mod ")),
-        "{text}"
-    );
-    assert!(!row(&rows, "python_work").significant(), "{text}");
+    let work = row(&rows(&stdout(&output)), "python_work").cells.clone();
+    assert_eq!(work[SIGNIFICANT], "both");
+    assert_eq!(work[BASE_SELF], work[BASE_CUM]);
+    assert_eq!(work[NEW_SELF], work[NEW_CUM]);
+    assert_eq!(work[CHANGE], work[CUM_CHANGE]);
 }
 
 /// A dump of `python3 app.py` with one function per entry (name, samples, ticks), each
@@ -322,14 +446,15 @@ fn dump(pid: u32, functions: &[(&str, u64, u64)]) -> String {
 /// new f 400, g 450 and h 100 samples standing for 300 ticks (timer overruns): n2 = 950
 /// samples, 1150 ticks.
 ///
-/// By hand (shares of ticks, tests on samples, m = 3 tests; `<module>` has no samples of
-/// its own and is not tested):
+/// By hand (shares of ticks, tests on samples). f, g and h call nothing: each has a self
+/// and a cumulative test, the same; `<module>` has no samples of its own and is on every
+/// sample of both profiles, so it has no test. m = 6 tests of 3 functions:
 /// - f: 30 % → 400/1150 = 34.78 %, +4.78 points; p̂ = 700/1950,
 ///   z = (400/950 − 0.3) / √(p̂(1−p̂)(1/1000 + 1/950)) = +5.570, p = 2.55e-8,
-///   Bonferroni 3p = 7.6e-8;
-/// - g: 60 % → 39.13 %, −20.87 points; z = −5.593, p = 2.24e-8, 3p = 6.7e-8;
+///   Bonferroni 6p = 1.5e-7;
+/// - g: 60 % → 39.13 %, −20.87 points; z = −5.593, p = 2.24e-8, 6p = 1.3e-7;
 /// - h: 10 % → 26.09 %, +16.09 points in time, but 100 samples in both: z = +0.383,
-///   p = 0.702, 3p ≥ 1: not significant. Counting ticks as samples would have
+///   p = 0.702, 6p ≥ 1: not significant. Counting ticks as samples would have
 ///   flagged it.
 fn hand_dir(test: &str) -> TempDir {
     let dir = TempDir::new(test);
@@ -358,9 +483,9 @@ fn hand_computed_counts() {
         line_with(&text, "new: "),
         "new: new.txt: python3 app.py (pid 2): PERF_TICKS: 950 samples, 1150 ticks of 4.000 ms = 4.600 s"
     );
-    // Bonferroni over 3 tests at α = 0.01: |z| ≥ Φ⁻¹(1 − 0.01/6) = 2.935.
+    // Bonferroni over 6 tests at α = 0.01: |z| ≥ Φ⁻¹(1 − 0.01/12) = 3.144.
     assert!(line_with(&text, "test: ").ends_with(
-        "Bonferroni correction over 3 functions, alpha 0.01: significant when |z| >= 2.94"
+        "Bonferroni correction over 6 tests of 3 functions, alpha 0.01: significant when |z| >= 3.14"
     ));
     let rows = rows(&text);
     let summary: Vec<String> = rows
@@ -374,18 +499,26 @@ fn hand_computed_counts() {
                 r.cells[CHANGE],
                 r.cells[Z],
                 r.cells[P_ADJUSTED],
-                r.cells[11]
+                r.cells[SIGNIFICANT]
             )
         })
         .collect();
     assert_eq!(
         summary,
         [
-            "g (/work/app.py:20) 60.00 39.13 -20.87 -5.59 6.7e-8 yes",
-            "f (/work/app.py:10) 30.00 34.78 +4.78 +5.57 7.6e-8 yes",
+            "g (/work/app.py:20) 60.00 39.13 -20.87 -5.59 1.3e-7 both",
+            "f (/work/app.py:10) 30.00 34.78 +4.78 +5.57 1.5e-7 both",
             "h (/work/app.py:30) 10.00 26.09 +16.09 +0.38 1.000 no",
         ]
     );
+    // Leaves: the cumulative columns repeat the self ones.
+    for row in &rows {
+        assert_eq!(row.cells[BASE_CUM], row.cells[BASE_SELF], "{row:?}");
+        assert_eq!(row.cells[NEW_CUM], row.cells[NEW_SELF], "{row:?}");
+        assert_eq!(row.cells[CUM_CHANGE], row.cells[CHANGE], "{row:?}");
+        assert_eq!(row.cells[CUM_Z], row.cells[Z], "{row:?}");
+        assert_eq!(row.cells[CUM_P_ADJUSTED], row.cells[P_ADJUSTED], "{row:?}");
+    }
     // The same z as computed here.
     assert!((row(&rows, "f").number(Z) - z(300.0, 1000.0, 400.0, 950.0)).abs() < 0.005);
     assert!((row(&rows, "h").number(Z) - z(100.0, 1000.0, 100.0, 950.0)).abs() < 0.005);
@@ -405,9 +538,38 @@ fn hand_computed_counts() {
         assert_status(&output, status);
         if status == 1 {
             assert!(line_with(&stdout(&output), "result: ")
-                .ends_with(": f (/work/app.py:10) +4.78 points"));
+                .ends_with(": f (/work/app.py:10) +4.78 points self and cumulative"));
         }
     }
+}
+
+#[test]
+fn function_on_every_sample_has_no_cumulative_test() {
+    // f is on every sample of both profiles (10 of 10, 30 of 30): its self test is made
+    // (z 0, p 1), its cumulative test is not; `<module>` has no test at all.
+    let dir = TempDir::new("function_on_every_sample_has_no_cumulative_test");
+    dir.write("base.txt", dump(1, &[("f", 10, 10)]).as_bytes());
+    dir.write("new.txt", dump(2, &[("f", 30, 30)]).as_bytes());
+    let output = run(&["--diff", "base.txt", "new.txt"], &dir.0);
+    assert_status(&output, 0);
+    let text = stdout(&output);
+    assert!(
+        line_with(&text, "test: ").ends_with(
+            "Bonferroni correction over 1 test of 1 function, alpha 0.01: significant when |z| >= 2.58"
+        ),
+        "{text}"
+    );
+    let rows = rows(&text);
+    assert_eq!(rows.len(), 1, "{text}");
+    let f = &rows[0];
+    assert_eq!(f.function, "f (/work/app.py:10)");
+    assert_eq!(
+        f.cells[..],
+        [
+            "100.00", "100.00", "+0.00", "0.040", "0.120", "+0.00", "1.000", "100.00", "100.00",
+            "+0.00", "0.040", "0.120", "-", "-", "no"
+        ]
+    );
 }
 
 #[test]
@@ -421,13 +583,15 @@ fn benjamini_hochberg_and_alpha() {
     let text = stdout(&output);
     // No single threshold for BH.
     assert!(line_with(&text, "test: ")
-        .ends_with("Benjamini-Hochberg correction over 3 functions, alpha 0.01"));
-    // By hand: sorted p 2.24e-8 (g), 2.55e-8 (f), 0.702 (h) times 3/1, 3/2, 3/3 =
-    // 6.7e-8, 3.8e-8, 0.702; made monotone from the largest: g 3.8e-8, f 3.8e-8.
+        .ends_with("Benjamini-Hochberg correction over 6 tests of 3 functions, alpha 0.01"));
+    // By hand: sorted p 2.24e-8 (g self, g cumulative), 2.55e-8 (f, f), 0.702 (h, h)
+    // times 6/1, …, 6/6 = 1.3e-7, 6.7e-8, 5.1e-8, 3.8e-8, 0.842, 0.702; made monotone
+    // from the largest: g 3.8e-8, f 3.8e-8, h 0.702, the same for both tests.
     let rows = rows(&text);
-    assert_eq!(row(&rows, "g").cells[P_ADJUSTED], "3.8e-8");
-    assert_eq!(row(&rows, "f").cells[P_ADJUSTED], "3.8e-8");
-    assert_eq!(row(&rows, "h").cells[P_ADJUSTED], "0.702");
+    for (name, p) in [("g", "3.8e-8"), ("f", "3.8e-8"), ("h", "0.702")] {
+        assert_eq!(row(&rows, name).cells[P_ADJUSTED], p);
+        assert_eq!(row(&rows, name).cells[CUM_P_ADJUSTED], p);
+    }
 
     // At α = 0.9, h's Bonferroni p (1.0) is still too large; with BH (0.702) it is not.
     let output = run(&["--diff", "base.txt", "new.txt", "--alpha", "0.9"], &dir.0);
@@ -444,7 +608,7 @@ fn benjamini_hochberg_and_alpha() {
         ],
         &dir.0,
     );
-    assert!(row(&rows_of(&output), "h").significant());
+    assert_eq!(row(&rows_of(&output), "h").cells[SIGNIFICANT], "both");
 }
 
 fn rows_of(output: &Output) -> Vec<Row> {
@@ -496,10 +660,13 @@ fn markdown_for_pull_requests() {
     assert_eq!(stdout(&format), stdout(&markdown));
     let text = stdout(&markdown);
     assert!(
-        text.starts_with("### pyigprof-analyse: PERF_TICKS self share per function, base → new\n"),
+        text.starts_with(
+            "### pyigprof-analyse: PERF_TICKS self and cumulative shares per function, base → new\n"
+        ),
         "{text}"
     );
     assert!(text.contains("\n**REGRESSION: 1 function(s) grew significantly by more than 2.00 points: `python_work` (`/tmp/pyigprof-diff/mixed.py:22`) +"), "{text}");
+    assert!(text.contains(" points cumulative**\n"), "{text}");
     assert!(text.contains("Bonferroni correction over"), "{text}");
 
     let table: Vec<&str> = text
@@ -508,23 +675,33 @@ fn markdown_for_pull_requests() {
         .take_while(|line| line.starts_with('|'))
         .collect();
     let header = cells(table[0]);
-    assert_eq!(header.len(), 13);
+    assert_eq!(header.len(), 16);
     assert_eq!(header[0], "function");
-    assert_eq!(header[10], "z");
+    assert_eq!(header[1 + Z], "z");
+    assert_eq!(header[1 + CUM_Z], "cum z");
+    assert_eq!(header[1 + SIGNIFICANT], "signif.");
     assert!(table[1].starts_with("|---|--:|"), "{}", table[1]);
     let first = cells(table[2]);
     assert_eq!(first[0], "`python_work` (`/tmp/pyigprof-diff/mixed.py:22`)");
-    assert_eq!(first[12], "yes");
+    assert_eq!(first[1 + SIGNIFICANT], "cum");
     // Same numbers as the text format.
     let plain = run(&args, &dir);
     let work = rows(&stdout(&plain)).into_iter().next().unwrap();
     assert_eq!(&first[1..], &work.cells[..]);
-    // Every row has every cell; names with `<…>` stay in code spans.
+    // Every row has every cell.
     for line in &table[2..] {
-        assert_eq!(cells(line).len(), 13, "{line}");
+        assert_eq!(cells(line).len(), 16, "{line}");
     }
-    assert!(text.contains("| `<module>` ("), "{text}");
     assert_eq!(table.len() - 2, 20);
+    // Names with `<…>` stay in code spans.
+    let all = stdout(&run(
+        &[&args[..], &["--markdown", "--top=0"]].concat(),
+        &dir,
+    ));
+    assert!(
+        all.contains("\n| `<module>` (`<frozen site>:1`) |"),
+        "{all}"
+    );
 }
 
 #[test]

@@ -62,6 +62,15 @@ fn collapsed_stacks_sum_to_the_total() {
     let top = top(&[]);
     let mut sum = 0;
     let mut python_work = 0;
+    // The stack of python_work's own samples, and its callees.
+    let python_work_stack = text
+        .lines()
+        .map(|line| line.rsplit_once(' ').unwrap().0)
+        .find(|stack| stack.ends_with(";python_work (/tmp/pyigprof-diff/mixed.py:22)"))
+        .unwrap()
+        .to_string();
+    let python_work_depth = python_work_stack.split(';').count();
+    let mut python_work_children: Vec<String> = Vec::new();
     for line in text.lines() {
         let (stack, count) = line.rsplit_once(' ').unwrap();
         let count: i64 = count.parse().unwrap();
@@ -78,13 +87,27 @@ fn collapsed_stacks_sum_to_the_total() {
                 "{line}"
             );
         }
-        // Below the first Python frame no frame is the interpreter's.
+        // Below the first Python frame the interpreter's frames are its work, never its
+        // plumbing (evaluation loop, calls) nor unnamed.
         if let Some(first) = frames.iter().position(|frame| frame.contains(".py")) {
             for frame in &frames[first..] {
-                assert!(!frame.ends_with("[libpython3.11.so.1.0]"), "{line}");
+                if let Some(name) = frame.strip_suffix(" [libpython3.11.so.1.0]") {
+                    assert!(!igprof_analyse::view::is_plumbing(name), "{line}");
+                    assert!(!name.starts_with("_PyEval_EvalFrame"), "{line}");
+                }
             }
         }
+        if line.starts_with(&format!("{python_work_stack};")) {
+            python_work_children.push(frames[python_work_depth].to_string());
+        }
     }
+    // python_work's `%` on integers is interpreter work: its child, as in perf.
+    assert!(
+        python_work_children
+            .iter()
+            .any(|child| child == "PyNumber_Remainder [libpython3.11.so.1.0]"),
+        "{python_work_children:?}"
+    );
     assert_eq!(sum, top.ticks);
     // python_work's own stacks give the same share as --top.
     let share = python_work as f64 / sum as f64 * 100.0;

@@ -108,8 +108,15 @@ fn tree_adds_up() {
         .find(|line| line.depth < lines[work].depth)
         .unwrap();
     assert!(parent.function.starts_with("timed ("), "{parent:?}");
-    assert_eq!(lines[work].self_percent, lines[work].cum_percent);
-    assert!((lines[work].self_percent - 30.93).abs() < 0.01);
+    // Its interpreter work (integer `%` first) is below it, its own time the rest.
+    assert!((lines[work].cum_percent - 30.93).abs() < 0.01);
+    assert!((lines[work].self_percent - 6.44).abs() < 0.01);
+    let child = &lines[work + 1];
+    assert_eq!(child.depth, lines[work].depth + 1);
+    assert!(
+        child.function.starts_with("PyNumber_Remainder  ("),
+        "{child:?}"
+    );
 }
 
 /// One block of the call graph: caller lines, the function's line, callee lines.
@@ -221,16 +228,27 @@ fn text_call_graph_is_consistent() {
             assert_eq!(blocks[rank - 1].total, *other_total, "{name}");
         }
     }
-    // python_work: called by timed only, calls nothing in the Python view.
+    // python_work: called by timed only; in the Python view it calls the interpreter's
+    // work directly (integer `%`, `*`, allocation), no evaluation loop or call machinery
+    // in between.
     let work = &blocks[rank_of("python_work (/tmp/pyigprof-diff/mixed.py:22)") - 1];
     assert_eq!(work.total, 4.652);
-    assert_eq!((work.self_s, work.children), (4.652, 0.0));
+    assert_eq!((work.self_s, work.children), (0.968, 3.684));
     assert_eq!(work.callers.len(), 1);
     assert_eq!(work.callers[0].0, 4.652);
     assert!(work.callers[0]
         .2
         .starts_with("timed (/tmp/pyigprof-diff/mixed.py:46) ["));
-    assert!(work.callees.is_empty());
+    assert!(
+        work.callees[0].2.starts_with("PyNumber_Remainder ("),
+        "{work:?}"
+    );
+    assert_eq!(work.callees[0].0, 1.720);
+    for callee in &work.callees {
+        assert!(callee.2.contains("/libpython3.11.so.1.0) ["), "{work:?}");
+        let name = callee.2.split(" (").next().unwrap();
+        assert!(!igprof_analyse::view::is_plumbing(name), "{work:?}");
+    }
     // squeeze → zlib_compress (the extension module) → deflate (libz), no interpreter
     // frame in between.
     let squeeze = &blocks[rank_of("squeeze (/tmp/pyigprof-diff/mixed.py:30)") - 1];
@@ -242,8 +260,10 @@ fn text_call_graph_is_consistent() {
 
 #[test]
 fn python_view_in_every_report() {
-    // l_mod (integer modulo in libpython) runs under python_work: hidden by default,
-    // shown with --all-frames, in every report. The totals do not change.
+    // cfunction_call (the call machinery of built-in functions, in libpython) runs below
+    // Python code only: hidden by default, shown with --all-frames, in every report;
+    // l_mod (integer modulo, work of the interpreter) is shown in both. The totals do
+    // not change.
     for report in [
         "--top=0",
         "--tree",
@@ -254,16 +274,20 @@ fn python_view_in_every_report() {
     ] {
         let python = output(&[PROFILE, report]);
         let all = output(&[PROFILE, report, "--all-frames"]);
-        assert!(!python.contains("l_mod"), "{report}");
+        assert!(!python.contains("cfunction_call"), "{report}");
         if report != "--lines=0" {
-            assert!(all.contains("l_mod"), "{report}");
+            assert!(all.contains("cfunction_call"), "{report}");
+            assert!(
+                python.contains("l_mod") && all.contains("l_mod"),
+                "{report}"
+            );
         }
         if !matches!(report, "--collapsed" | "--json") {
             // The total is the same; the Python view says so after it.
             let total = all.lines().nth(1).unwrap();
             assert_eq!(
                 python.lines().nth(1).unwrap(),
-                format!("{total}; Python view: interpreter frames below Python code count as their caller's (--all-frames shows them)"),
+                format!("{total}; Python view: interpreter plumbing below Python code counts as its caller's (--all-frames shows it)"),
                 "{report}"
             );
             assert!(!all.contains("Python view"), "{report}");

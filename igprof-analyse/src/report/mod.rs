@@ -737,7 +737,7 @@ pub fn write<T: Item>(
 ///
 /// ```text
 /// pyigprof-analyse: p.gz: python3 app.py (pid 42)
-/// PERF_TICKS: 513 samples, 513 ticks of 4.000 ms = 2.052 s; Python view: interpreter frames below Python code count as their caller's (--all-frames shows them)
+/// PERF_TICKS: 513 samples, 513 ticks of 4.000 ms = 2.052 s; Python view: interpreter plumbing below Python code counts as its caller's (--all-frames shows it)
 /// ```
 ///
 /// # Errors
@@ -753,7 +753,7 @@ pub fn write_preamble(profile: &Profile, measure: &Measure, out: &mut dyn Write)
 
 /// The line reports print when the Python view ([`crate::view`]) hid frames.
 pub const VIEW_NOTE: &str =
-    "Python view: interpreter frames below Python code count as their caller's (--all-frames shows them)";
+    "Python view: interpreter plumbing below Python code counts as its caller's (--all-frames shows it)";
 
 #[cfg(test)]
 mod tests {
