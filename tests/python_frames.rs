@@ -296,10 +296,11 @@ after()
 "#;
 
 #[test]
-fn stripped_3_6_attaches_at_its_first_extension_import() {
+fn stripped_3_6_has_python_frames_from_the_start() {
     // 3.6 keeps its thread-state key in a static variable known only from libpython's
-    // .symtab. Stripped of it, pyigprof learns the key when the program first imports an
-    // extension module (math): Python frames from then on, native frames before.
+    // .symtab. Stripped of it, pyigprof finds the key in the code of the exported
+    // PyGILState_GetThisThreadState: Python frames from the start, before the program's
+    // first extension-module import (math) as after it.
     let covered = interpreters_for("stripped_3_6", "3.6 interpreters", |i| i.version == (3, 6));
     for python in covered {
         let library = python
@@ -335,7 +336,11 @@ fn stripped_3_6_attaches_at_its_first_extension_import() {
             "{}: stripped libpython: before the import {before:.1}%, after {after:.1}%",
             python.name
         );
-        assert_eq!(before, 0.0, "{}", python.name);
+        assert!(
+            before > 35.0,
+            "{}: before the import {before:.1}%",
+            python.name
+        );
         assert!(
             after > 35.0,
             "{}: after the import {after:.1}%",

@@ -104,8 +104,9 @@ pub extern "C" fn init() {
         exec_failed: lifecycle::exec_failed,
         signalling_self: lifecycle::signalling_self,
     });
-    // 3.8+ (and a stripped 3.6) learn the thread-state key when they attach: from the first
-    // audit event, or without audit hooks from the first extension-module import.
+    // 3.8+ (and a 3.6 whose key was not found in its code) learn the thread-state key when
+    // they attach: from the first audit event, or without audit hooks from the first
+    // extension-module import.
     if sampler
         .python
         .as_ref()

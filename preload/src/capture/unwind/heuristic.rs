@@ -51,6 +51,19 @@ pub struct ScanHint {
     /// Where it found the return address, and the value it found.
     at: u64,
     value: u64,
+    /// How far the walk from it checked out.
+    check: Check,
+}
+
+/// How far the walk from a candidate return address must check out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Check {
+    /// To a thread's root (or a signal frame) by CFI alone.
+    #[default]
+    Root,
+    /// To the root, or to a return address after a call into other code without CFI, by at
+    /// least one frame of CFI.
+    Reachable,
 }
 
 /// Whether `value`, read from the stack, may be the return address of a frame of code
@@ -69,7 +82,7 @@ pub fn step(
     hint: &mut ScanHint,
     regs: &mut Regs,
     read_stack: &mut impl FnMut(u64) -> Result<u64, ()>,
-    leads_to_root: &mut impl FnMut(&Regs) -> bool,
+    leads_to_root: &mut impl FnMut(&Regs, Check) -> bool,
 ) -> Result<Option<u64>, Failed> {
     let (sp, bp) = (regs.sp, regs.bp);
     if bp >= sp && bp < stack.1 && bp.is_multiple_of(8) {
@@ -77,48 +90,72 @@ pub fn step(
             let caller = Regs::new(ret, bp + 16, saved_bp);
             if plausible_return(snapshot, ret)
                 && (saved_bp == 0 || saved_bp > bp)
-                && leads_to_root(&caller)
+                && leads_to_root(&caller, Check::Reachable)
             {
                 *regs = caller;
                 return Ok(Some(ret));
             }
         }
     }
-    if hint.sp == sp && hint.sp != 0 && read_stack(hint.at) == Ok(hint.value) {
+    // The word the last scan took, while it holds the same value and its walk still checks
+    // out as it did: a stale word can keep its value while the frames it led through
+    // change (OpenBLAS's kernel runs at the same page-aligned RSP on every call).
+    if hint.sp == sp
+        && hint.sp != 0
+        && read_stack(hint.at) == Ok(hint.value)
+        && leads_to_root(&Regs::new(hint.value, hint.at + 8, bp), hint.check)
+    {
         *regs = Regs::new(hint.value, hint.at + 8, bp);
         return Ok(Some(hint.value));
     }
-    // The scan from RSP: its first plausible return address, if the walk from it checks
-    // out. Going on past one that does not would skip live frames whose return addresses
-    // fail the check for the same reason, and take stale ones.
+    // The scan from RSP: its first plausible return address. Going on past one that does
+    // not check out would skip live frames whose return addresses fail the check for the
+    // same reason, and take stale ones.
     let first = first_plausible(snapshot, sp, MAX_SCAN_WORDS, read_stack);
-    if let Some((at, word)) = first {
-        if leads_to_root(&Regs::new(word, at + 8, bp)) {
-            return Ok(Some(take(regs, hint, at, word)));
-        }
-    }
-    // Else the scans from the registers that point into the stack above RSP, nearest
-    // first: a kernel that realigns its stack keeps the stack pointer it was called with in
-    // a register (OpenBLAS's Haswell DGEMM: `mov %rsp, %rbx`, then RSP moves 28 KiB down
-    // to a page boundary), and its return address lies a few words above that value, past
-    // the stale stack that the scan from RSP stopped in.
+    // Else the scans from the registers that point into the stack above it, nearest first:
+    // a kernel that realigns its stack keeps the stack pointer it was called with in a
+    // register (OpenBLAS's Haswell DGEMM: `mov %rsp, %rbx`, then RSP moves 28 KiB down to
+    // a page boundary), and its return address lies a few words above that value, past the
+    // stale stack that the scan from RSP stopped in.
     let seed_of = |dwarf: u16| {
         let value = regs.get(dwarf)?;
         let beyond_first = first.is_none_or(|(at, _)| value > at);
         (value > sp && value < stack.1 && value.is_multiple_of(8) && beyond_first).then_some(value)
     };
-    let mut previous = sp;
-    // The nearest seed beyond the last one tried (at most 16 registers: no sorting).
-    while let Some(seed) = (0..16u16)
-        .filter_map(seed_of)
-        .filter(|&value| value > previous)
-        .min()
-    {
-        previous = seed;
-        if let Some((at, word)) = first_plausible(snapshot, seed, SEED_SCAN_WORDS, read_stack) {
-            if leads_to_root(&Regs::new(word, at + 8, bp)) {
-                return Ok(Some(take(regs, hint, at, word)));
+    // Each candidate is checked first for a walk to the thread's root by CFI alone, then for
+    // one that may end in other code without CFI. Among those that check out, the first
+    // that returns into the object of the code running wins (code without CFI is called by
+    // its own library: BLAS kernels by its drivers, SIMD routines by their C callers): a
+    // stale word can check out too, as the return address into libc's `clock_gettime` that
+    // `time.process_time()` left below OpenBLAS's kernel, whose chain runs through the live
+    // evaluator frames to `_start`. Else the first that checks out.
+    let here = regs.ip;
+    for check in [Check::Root, Check::Reachable] {
+        let mut fallback = None;
+        let mut candidate = first;
+        let mut previous = sp;
+        loop {
+            if let Some((at, word)) = candidate {
+                if leads_to_root(&Regs::new(word, at + 8, bp), check) {
+                    if snapshot.same_object(word, here) {
+                        return Ok(Some(take(regs, hint, at, word, check)));
+                    }
+                    fallback.get_or_insert((at, word));
+                }
             }
+            // The nearest seed beyond the last one tried (at most 16 registers: no sorting).
+            let Some(seed) = (0..16u16)
+                .filter_map(seed_of)
+                .filter(|&value| value > previous)
+                .min()
+            else {
+                break;
+            };
+            previous = seed;
+            candidate = first_plausible(snapshot, seed, SEED_SCAN_WORDS, read_stack);
+        }
+        if let Some((at, word)) = fallback {
+            return Ok(Some(take(regs, hint, at, word, check)));
         }
     }
     Err(Failed)
@@ -126,11 +163,12 @@ pub fn step(
 
 /// Takes the return address `word` found at `at` as the frame's: the caller's registers
 /// (RBP kept) and the thread's hint for its next sample.
-fn take(regs: &mut Regs, hint: &mut ScanHint, at: u64, word: u64) -> u64 {
+fn take(regs: &mut Regs, hint: &mut ScanHint, at: u64, word: u64, check: Check) -> u64 {
     *hint = ScanHint {
         sp: regs.sp,
         at,
         value: word,
+        check,
     };
     *regs = Regs::new(word, at + 8, regs.bp);
     word

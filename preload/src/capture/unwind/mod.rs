@@ -342,8 +342,8 @@ pub fn unwind(
                     scan,
                     &mut regs,
                     &mut read_stack,
-                    &mut |caller: &Regs| {
-                        leads_to_root(snapshot, rows, identity, stack, restorer, *caller)
+                    &mut |caller: &Regs, check| {
+                        leads_to_root(snapshot, rows, identity, stack, restorer, *caller, check)
                     },
                 );
                 approximate |= matches!(step, Ok(Some(_)));
@@ -418,9 +418,10 @@ const PROBE_FRAMES: usize = 256;
 
 /// Whether unwinding from `caller`, the registers a heuristic step proposes for a frame's
 /// caller, reaches a thread's root (CFI that says there is no return address), a signal
-/// frame, or a return address after a call into code without CFI, by at least one frame
-/// of CFI, through return addresses that may be code: the check that tells a frame's real return address from
-/// the stale ones a stack scan passes. Reads only the thread's stack (`stack`).
+/// frame, or (with [`heuristic::Check::Reachable`]) a return address after a call into code
+/// without CFI, by at least one frame of CFI, through return addresses that may be code:
+/// the check that tells a frame's real return address from the stale ones a stack scan
+/// passes. Reads only the thread's stack (`stack`).
 fn leads_to_root(
     snapshot: &Snapshot,
     rows: &mut RowCache,
@@ -428,6 +429,7 @@ fn leads_to_root(
     stack: (u64, u64),
     restorer: u64,
     caller: Regs,
+    check: heuristic::Check,
 ) -> bool {
     let mut read = |addr: u64| -> Result<u64, ()> {
         if addr >= stack.0
@@ -447,7 +449,11 @@ fn leads_to_root(
             Rule::EndOfStack => return true,
             // Code without CFI further out: as far as the chain can be checked, if it is a
             // return address into an object's code after a call.
-            Rule::NoCfi => return depth > 0 && snapshot.follows_call(regs.ip),
+            Rule::NoCfi => {
+                return check == heuristic::Check::Reachable
+                    && depth > 0
+                    && snapshot.follows_call(regs.ip)
+            }
             Rule::Evaluate => {
                 match rows.unwind_by_row(&snapshot.cfi, pc, false, &mut regs, &mut read) {
                     // The row says there is no return address: the root.

@@ -63,6 +63,15 @@ impl Snapshot {
             && !(stack.0 <= ret && ret < stack.1)
     }
 
+    /// Whether `a` and `b` lie in the same loaded object. Async-signal-safe.
+    pub fn same_object(&self, a: u64, b: u64) -> bool {
+        let i = self.spans.partition_point(|r| r.0 <= a);
+        i > 0 && {
+            let (start, end) = self.spans[i - 1];
+            a < end && (start..end).contains(&b)
+        }
+    }
+
     /// Whether `ret` lies in an object's executable segment right after a call instruction
     /// (`heuristic::ends_with_call` on the up to 8 bytes before it): what a return address
     /// of a frame of code without CFI must be. Async-signal-safe: reads only mapped code.
