@@ -115,6 +115,8 @@ struct Row {
 struct Findings {
     rows: Vec<Row>,
     failures: Vec<String>,
+    /// One line per run: its shares of complete and of approximate native stacks.
+    stacks: Vec<String>,
 }
 
 impl Findings {
@@ -135,9 +137,15 @@ impl Findings {
         });
     }
 
-    /// Adds where the profile of `run` is when the checks of that run since `before`
-    /// (a count of failures) failed, to look at it after.
-    fn keep(&mut self, before: usize, run: &Run) {
+    /// Records the shares of complete and of approximate native stacks of `run` (from its
+    /// statistics), and adds where its profile is when the checks of that run since
+    /// `before` (a count of failures) failed, to look at it after.
+    fn keep(&mut self, before: usize, program: &str, who: &str, run: &Run) {
+        self.stacks.push(format!(
+            "{program} on {who}: {:.1}% complete native stacks, {:.1}% approximate",
+            100.0 * run.fraction_of_samples("stats.complete_native"),
+            100.0 * run.fraction_of_samples("stats.approximate_native")
+        ));
         if self.failures.len() > before {
             let paths: Vec<String> = run
                 .profiles()
@@ -181,6 +189,9 @@ impl Findings {
                 r.profiled,
                 if ok { "ok" } else { "FAIL" }
             );
+        }
+        for line in &self.stacks {
+            text += &format!("  stacks: {line}\n");
         }
         for f in &self.failures {
             text += &format!("  failure: {f}\n");
@@ -293,7 +304,7 @@ fn numpy_matmul_and_sort_single_threaded() {
             );
         }
         check_frames_are_code(&mut findings, program, who, &profile);
-        findings.keep(before, &run);
+        findings.keep(before, program, who, &run);
     }
     assert!(
         !venvs.is_empty() || interpreters().iter().all(|i| i.version < (3, 11)),
@@ -337,7 +348,7 @@ fn numpy_matmul_on_two_blas_threads() {
         });
         findings.compare(program, who, "BLAS worker thread", workers, in_workers);
         check_frames_are_code(&mut findings, program, who, &profile);
-        findings.keep(before, &run);
+        findings.keep(before, program, who, &run);
     }
     findings.finish("numpy_two_threads");
 }
@@ -399,7 +410,7 @@ fn numpy_matmul_on_openblas_haswell_kernels_without_cfi() {
             format!("{who}: {approximate:.1}% approximate with {kernel:.1}% in the kernel")
         });
         check_frames_are_code(&mut findings, program, who, &profile);
-        findings.keep(before, &run);
+        findings.keep(before, program, who, &run);
     }
     findings.finish("numpy_haswell");
 }
@@ -483,7 +494,7 @@ fn hashlib_sha2_shares_match_measured_cpu_time() {
             );
         }
         check_frames_are_code(&mut findings, &program, who, &m.profile);
-        findings.keep(before, &m.run);
+        findings.keep(before, &program, who, &m.run);
     }
     findings.finish("hashlib_sha2_shares");
 }
@@ -777,7 +788,7 @@ fn hand_written_assembly_shares_match_measured_cpu_time() {
                 )
             });
         }
-        findings.keep(before, &m.run);
+        findings.keep(before, program, who, &m.run);
     }
     findings.finish("hand_written_assembly_shares");
 }
