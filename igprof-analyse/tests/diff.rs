@@ -544,6 +544,45 @@ fn hand_computed_counts() {
 }
 
 #[test]
+fn cpp_functions_are_named_as_in_the_other_tables() {
+    // `std::map<std::string, std::vector<int>>::find`, mangled: 240 characters demangled,
+    // `std::map<…>::find(…)` in --top's table and in the diff's.
+    let find = "_ZNSt3mapINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt6vectorIiSaIiEESt4lessIS5_ESaISt4pairIKS5_S8_EEE4findERSC_";
+    let dir = TempDir::new("cpp_names");
+    // `find` in a native library, called by `<module>`; `g` in app.py.
+    let native = |pid: u32, find_samples: u64, g_samples: u64| {
+        format!(
+            "P=(HEX ID={pid:x} N=(python3 app.py) T=0.004000)\n\
+             C1 FN0=(F0=(/work/app.py)+1 N=(<module>))+0\n\
+             C2 FN1=(F1=(/usr/lib/libmaps.so)+1000 N=({find}))+10 V0=(PERF_TICKS):({find_samples:x},{find_samples:x},1)\n\
+             C2 FN2=(F0+a N=(g))+1 V0:({g_samples:x},{g_samples:x},1)\n"
+        )
+    };
+    dir.write("base.txt", native(1, 300, 700).as_bytes());
+    dir.write("new.txt", native(2, 450, 550).as_bytes());
+    let output = run(
+        &["--diff", "base.txt", "new.txt", "--fail-on-regression", "5"],
+        &dir.0,
+    );
+    assert_status(&output, 1);
+    let text = stdout(&output);
+    let rows = rows(&text);
+    assert_eq!(
+        rows[0].function,
+        "std::map<…>::find(…) (/usr/lib/libmaps.so)"
+    );
+    let result = line_with(&text, "result: ");
+    assert!(
+        result.contains("std::map<…>::find(…)") && result.contains("+15.00 points"),
+        "{result}"
+    );
+    assert!(!text.contains("basic_string"), "{text}");
+    let output = run(&["--diff", "base.txt", "new.txt", "--markdown"], &dir.0);
+    assert_status(&output, 0);
+    assert!(stdout(&output).contains("`std::map<…>::find(…)`"));
+}
+
+#[test]
 fn function_on_every_sample_has_no_cumulative_test() {
     // f is on every sample of both profiles (10 of 10, 30 of 30): its self test is made
     // (z 0, p 1), its cumulative test is not; `<module>` has no test at all.

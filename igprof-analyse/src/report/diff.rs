@@ -671,7 +671,11 @@ pub fn write_text(diff: &Diff, output: &Output, out: &mut dyn Write) -> io::Resu
         table_line(&headings, &widths, "function  (file)")
     )?;
     for (row, change) in rows.iter().zip(listed(diff, output)) {
-        writeln!(out, "{}", table_line(row, &widths, &change.label.line()))?;
+        writeln!(
+            out,
+            "{}",
+            table_line(row, &widths, &change.label.short_line())
+        )?;
     }
     if diff.changes.len() > rows.len() {
         writeln!(
@@ -680,7 +684,7 @@ pub fn write_text(diff: &Diff, output: &Output, out: &mut dyn Write) -> io::Resu
             diff.changes.len() - rows.len()
         )?;
     }
-    writeln!(out, "result: {}", verdict(diff, output, Label::line))?;
+    writeln!(out, "result: {}", verdict(diff, output, Label::short_line))?;
     Ok(())
 }
 
@@ -695,9 +699,10 @@ fn code(text: &str) -> String {
     }
 }
 
-/// How a function is named in markdown: its name as code, then where it is.
+/// How a function is named in markdown: its name as code (C++ names short, as in the
+/// text tables), then where it is.
 fn markdown_name(label: &Label) -> String {
-    format!("{} ({})", code(&label.name), code(&label.location))
+    format!("{} ({})", code(&label.short), code(&label.location))
 }
 
 /// Writes `diff` as markdown for a pull-request comment: a heading, the two profiles,
