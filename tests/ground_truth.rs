@@ -245,7 +245,7 @@ fn check_frames_are_code(findings: &mut Findings, program: &str, who: &str, prof
 }
 
 /// Writes `source` (after [`PRELUDE`]) as `dir/<name>.py` and returns its path.
-fn program(dir: &Path, name: &str, source: &str) -> String {
+fn program_file(dir: &Path, name: &str, source: &str) -> String {
     let path = dir.join(format!("{name}.py"));
     std::fs::write(&path, format!("{PRELUDE}{source}")).unwrap();
     path.to_string_lossy().into_owned()
@@ -277,32 +277,27 @@ fn is_python((_, file): &(String, String)) -> bool {
     file.ends_with(".py") || file.contains(".py:")
 }
 
-#[test]
-fn numpy_matmul_and_sort_single_threaded() {
-    let venvs = numpy_interpreters("numpy_single_threaded");
-    let dir = scratch_dir("truth-numpy1");
-    let script = program(&dir, "numpy_single", NUMPY_PROGRAM);
+/// Runs [`NUMPY_PROGRAM`] (`mode`: `sort` or `nosort`) with `env` on every interpreter that
+/// has a numpy venv, hands each run to `check` (with the interpreter's name), checks that
+/// every frame is code and records the run's stacks, then fails the test `test` with
+/// every failure.
+fn numpy_runs(
+    test: &str,
+    program: &str,
+    mode: &str,
+    env: &[(&str, &str)],
+    mut check: impl FnMut(&mut Findings, &str, &Run, &Profile, &Truth),
+) {
+    let venvs = numpy_interpreters(test);
+    let dir = scratch_dir(&format!("truth-{test}"));
+    let script = program_file(&dir, test, NUMPY_PROGRAM);
     let mut findings = Findings::default();
     for venv in &venvs {
         let who = &venv.python.name;
         let before = findings.failures.len();
-        let (run, profile) = profiled_ok(
-            &venv.python,
-            &[&script, PHASE_SECONDS, "sort"],
-            &[("OPENBLAS_NUM_THREADS", "1"), ("OMP_NUM_THREADS", "1")],
-        );
+        let (run, profile) = profiled_ok(&venv.python, &[&script, PHASE_SECONDS, mode], env);
         let truth = Truth::of(&run.stdout());
-        let program = "numpy (1 BLAS thread)";
-        for phase in ["python_work", "matmul", "phase_sort"] {
-            let profiled = share(&profile, |s| s.has(phase));
-            findings.compare(
-                program,
-                who,
-                phase,
-                truth.share(&format!("{phase}.process")),
-                profiled,
-            );
-        }
+        check(&mut findings, who, &run, &profile, &truth);
         check_frames_are_code(&mut findings, program, who, &profile);
         findings.keep(before, program, who, &run);
     }
@@ -310,47 +305,77 @@ fn numpy_matmul_and_sort_single_threaded() {
         !venvs.is_empty() || interpreters().iter().all(|i| i.version < (3, 11)),
         "no numpy venv could be made for any interpreter of 3.11+"
     );
-    findings.finish("numpy_single_threaded");
+    findings.finish(test);
+}
+
+/// Compares the share of the profile under each of `phases` with the share of the CPU
+/// time the program measured for it (`<phase>.process`).
+fn compare_phases(
+    findings: &mut Findings,
+    program: &str,
+    who: &str,
+    profile: &Profile,
+    truth: &Truth,
+    phases: &[&str],
+) {
+    for phase in phases {
+        let profiled = share(profile, |s| s.has(phase));
+        findings.compare(
+            program,
+            who,
+            phase,
+            truth.share(&format!("{phase}.process")),
+            profiled,
+        );
+    }
+}
+
+#[test]
+fn numpy_matmul_and_sort_single_threaded() {
+    let program = "numpy (1 BLAS thread)";
+    numpy_runs(
+        "numpy_single_threaded",
+        program,
+        "sort",
+        &[("OPENBLAS_NUM_THREADS", "1"), ("OMP_NUM_THREADS", "1")],
+        |findings, who, _, profile, truth| {
+            let phases = ["python_work", "matmul", "phase_sort"];
+            compare_phases(findings, program, who, profile, truth, &phases);
+        },
+    );
 }
 
 #[test]
 fn numpy_matmul_on_two_blas_threads() {
-    let venvs = numpy_interpreters("numpy_two_threads");
-    let dir = scratch_dir("truth-numpy2");
-    let script = program(&dir, "numpy_threads", NUMPY_PROGRAM);
-    let mut findings = Findings::default();
-    for venv in &venvs {
-        let who = &venv.python.name;
-        let before = findings.failures.len();
-        let (run, profile) = profiled_ok(
-            &venv.python,
-            &[&script, PHASE_SECONDS, "nosort"],
-            &[("OPENBLAS_NUM_THREADS", "2"), ("OMP_NUM_THREADS", "2")],
-        );
-        let truth = Truth::of(&run.stdout());
-        let program = "numpy (2 BLAS threads)";
-        // The main thread's own time in each phase is its Python caller's; the BLAS worker
-        // thread runs no Python: its time is the process's less the main thread's.
-        for phase in ["python_work", "matmul"] {
-            let profiled = share(&profile, |s| s.has(phase));
-            findings.compare(
-                program,
-                who,
-                &format!("{phase} (main thread)"),
-                truth.share(&format!("{phase}.thread")),
-                profiled,
-            );
-        }
-        let workers = 100.0 * (truth.get("process") - truth.get("thread")) / truth.get("process");
-        let in_workers = share(&profile, |s| {
-            !s.frames.iter().any(is_python)
-                && s.frames.iter().any(|(_, file)| file.contains("openblas"))
-        });
-        findings.compare(program, who, "BLAS worker thread", workers, in_workers);
-        check_frames_are_code(&mut findings, program, who, &profile);
-        findings.keep(before, program, who, &run);
-    }
-    findings.finish("numpy_two_threads");
+    let program = "numpy (2 BLAS threads)";
+    numpy_runs(
+        "numpy_two_threads",
+        program,
+        "nosort",
+        &[("OPENBLAS_NUM_THREADS", "2"), ("OMP_NUM_THREADS", "2")],
+        |findings, who, _, profile, truth| {
+            // The main thread's own time in each phase is its Python caller's; the BLAS
+            // worker thread runs no Python: its time is the process's less the main
+            // thread's.
+            for phase in ["python_work", "matmul"] {
+                let profiled = share(profile, |s| s.has(phase));
+                findings.compare(
+                    program,
+                    who,
+                    &format!("{phase} (main thread)"),
+                    truth.share(&format!("{phase}.thread")),
+                    profiled,
+                );
+            }
+            let workers =
+                100.0 * (truth.get("process") - truth.get("thread")) / truth.get("process");
+            let in_workers = share(profile, |s| {
+                !s.frames.iter().any(is_python)
+                    && s.frames.iter().any(|(_, file)| file.contains("openblas"))
+            });
+            findings.compare(program, who, "BLAS worker thread", workers, in_workers);
+        },
+    );
 }
 
 /// OpenBLAS's Haswell kernels (chosen with `OPENBLAS_CORETYPE=Haswell`; what most x86-64
@@ -359,60 +384,48 @@ fn numpy_matmul_on_two_blas_threads() {
 /// scan from the register that keeps its entry stack pointer.
 #[test]
 fn numpy_matmul_on_openblas_haswell_kernels_without_cfi() {
-    let venvs = numpy_interpreters("numpy_haswell");
-    let dir = scratch_dir("truth-numpy-haswell");
-    let script = program(&dir, "numpy_haswell", NUMPY_PROGRAM);
-    let mut findings = Findings::default();
-    for venv in &venvs {
-        let who = &venv.python.name;
-        let before = findings.failures.len();
-        let (run, profile) = profiled_ok(
-            &venv.python,
-            &[&script, PHASE_SECONDS, "nosort"],
-            &[
-                ("OPENBLAS_NUM_THREADS", "1"),
-                ("OMP_NUM_THREADS", "1"),
-                ("OPENBLAS_CORETYPE", "Haswell"),
-            ],
-        );
-        let truth = Truth::of(&run.stdout());
-        let program = "numpy (Haswell kernels)";
-        for phase in ["python_work", "matmul"] {
-            let profiled = share(&profile, |s| s.has(phase));
-            findings.compare(
+    let program = "numpy (Haswell kernels)";
+    numpy_runs(
+        "numpy_haswell",
+        program,
+        "nosort",
+        &[
+            ("OPENBLAS_NUM_THREADS", "1"),
+            ("OMP_NUM_THREADS", "1"),
+            ("OPENBLAS_CORETYPE", "Haswell"),
+        ],
+        |findings, who, run, profile, truth| {
+            compare_phases(
+                findings,
                 program,
                 who,
-                phase,
-                truth.share(&format!("{phase}.process")),
-                profiled,
+                profile,
+                truth,
+                &["python_work", "matmul"],
             );
-        }
-        // The kernel's samples: whole stacks from `_start` through `matmul` and OpenBLAS's
-        // driver, and counted approximate.
-        let in_kernel = |s: &Stack| {
-            s.frames
-                .last()
-                .is_some_and(|(name, _)| name.starts_with("dgemm_kernel_HASWELL"))
-        };
-        let kernel = share(&profile, in_kernel);
-        let whole = share(&profile, |s| {
-            in_kernel(s) && s.frames[0].0 == "_start" && s.has("matmul") && s.has("dgemm_nn")
-        });
-        eprintln!("{who}: dgemm_kernel_HASWELL {kernel:.1}%, {whole:.1}% in whole stacks");
-        findings.check(kernel > 20.0 && whole >= 0.9 * kernel, || {
-            format!(
-                "{who}: dgemm_kernel_HASWELL has {kernel:.1}% of the samples, {whole:.1}% \
-                 from _start through matmul and dgemm_nn"
-            )
-        });
-        let approximate = 100.0 * run.fraction_of_samples("stats.approximate_native");
-        findings.check(approximate >= 0.8 * kernel, || {
-            format!("{who}: {approximate:.1}% approximate with {kernel:.1}% in the kernel")
-        });
-        check_frames_are_code(&mut findings, program, who, &profile);
-        findings.keep(before, program, who, &run);
-    }
-    findings.finish("numpy_haswell");
+            // The kernel's samples: whole stacks from `_start` through `matmul` and
+            // OpenBLAS's driver, and counted approximate.
+            let in_kernel = |s: &Stack| {
+                s.frames
+                    .last()
+                    .is_some_and(|(name, _)| name.starts_with("dgemm_kernel_HASWELL"))
+            };
+            let kernel = share(profile, in_kernel);
+            let whole = share(profile, |s| {
+                in_kernel(s) && s.frames[0].0 == "_start" && s.has("matmul") && s.has("dgemm_nn")
+            });
+            findings.check(kernel > 20.0 && whole >= 0.9 * kernel, || {
+                format!(
+                    "{who}: dgemm_kernel_HASWELL has {kernel:.1}% of the samples, {whole:.1}% \
+                     from _start through matmul and dgemm_nn"
+                )
+            });
+            let approximate = 100.0 * run.fraction_of_samples("stats.approximate_native");
+            findings.check(approximate >= 0.8 * kernel, || {
+                format!("{who}: {approximate:.1}% approximate with {kernel:.1}% in the kernel")
+            });
+        },
+    );
 }
 
 /// SHA-512 and SHA-256 of a 64 MiB buffer (OpenSSL's assembly: its SHA-2 code realigns the
@@ -444,7 +457,7 @@ fn hashlib_runs() -> &'static [Measured] {
     static RUNS: OnceLock<Vec<Measured>> = OnceLock::new();
     RUNS.get_or_init(|| {
         let dir = scratch_dir("truth-hashlib");
-        let script = program(&dir, "hashlib_sha2", HASHLIB_PROGRAM);
+        let script = program_file(&dir, "hashlib_sha2", HASHLIB_PROGRAM);
         interpreters_with_python_frames("hashlib_sha2")
             .into_iter()
             .map(|python| {
@@ -483,16 +496,8 @@ fn hashlib_sha2_shares_match_measured_cpu_time() {
         let who = &m.python.name;
         let before = findings.failures.len();
         let program = hashlib_program_name(&m.profile);
-        for phase in ["python_work", "do_sha512", "do_sha256"] {
-            let profiled = share(&m.profile, |s| s.has(phase));
-            findings.compare(
-                &program,
-                who,
-                phase,
-                m.truth.share(&format!("{phase}.process")),
-                profiled,
-            );
-        }
+        let phases = ["python_work", "do_sha512", "do_sha256"];
+        compare_phases(&mut findings, &program, who, &m.profile, &m.truth, &phases);
         check_frames_are_code(&mut findings, &program, who, &m.profile);
         findings.keep(before, &program, who, &m.run);
     }
@@ -724,7 +729,7 @@ fn asm_runs() -> &'static [Measured] {
             !covered(address("spin_nocfi")),
             "an FDE covers spin_nocfi: {fdes:x?}"
         );
-        let script = program(&dir, "asm_spin", ASM_PROGRAM);
+        let script = program_file(&dir, "asm_spin", ASM_PROGRAM);
         let library = library.to_string_lossy().into_owned();
         interpreters_with_python_frames("hand_written_assembly")
             .into_iter()
@@ -753,21 +758,13 @@ fn hand_written_assembly_shares_match_measured_cpu_time() {
     for m in asm_runs() {
         let who = &m.python.name;
         let before = findings.failures.len();
-        for phase in [
+        let phases = [
             "python_work",
             "call_register",
             "call_expression",
             "call_nocfi",
-        ] {
-            let profiled = share(&m.profile, |s| s.has(phase));
-            findings.compare(
-                program,
-                who,
-                phase,
-                m.truth.share(&format!("{phase}.process")),
-                profiled,
-            );
-        }
+        ];
+        compare_phases(&mut findings, program, who, &m.profile, &m.truth, &phases);
         check_frames_are_code(&mut findings, program, who, &m.profile);
 
         // Samples in spin_nocfi: the statistics count them as approximate when the
