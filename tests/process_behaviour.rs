@@ -101,6 +101,81 @@ fn output_and_exit_status_are_unchanged_and_the_profile_is_written_on_every_norm
     }
 }
 
+/// Development mode and CPython's debug allocators, as CI jobs run Python: `-X dev`,
+/// `PYTHONDEVMODE=1`, `PYTHONMALLOC=debug` / `malloc_debug`. The debug allocator checks at
+/// exit that each block is freed by the allocator that made it; the profiler's audit hook,
+/// registered before Python chose its allocator, made 3.8+ stop with "Fatal Python error:
+/// _PyMem_DebugRawFree: bad ID" (exit 134).
+#[test]
+fn development_mode_and_debug_allocators_change_nothing() {
+    let program = "import warnings\n\
+                   def spin():\n\
+                   \x20   t = 0\n\
+                   \x20   for i in range(2000000):\n\
+                   \x20       t += i % 3\n\
+                   \x20   return t\n\
+                   print(spin())\n";
+    // (name, interpreter flags, environment)
+    type Mode<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
+    let modes: [Mode; 4] = [
+        ("-X dev", &["-X", "dev"], &[]),
+        ("PYTHONDEVMODE=1", &[], &[("PYTHONDEVMODE", "1")]),
+        ("PYTHONMALLOC=debug", &[], &[("PYTHONMALLOC", "debug")]),
+        (
+            "PYTHONMALLOC=malloc_debug",
+            &[],
+            &[("PYTHONMALLOC", "malloc_debug")],
+        ),
+    ];
+    let covered = interpreters_for(
+        "development_mode",
+        "interpreters with development mode or PYTHONMALLOC (3.6+)",
+        |p| p.version >= (3, 6),
+    );
+    for python in &covered {
+        for (mode, flags, env) in modes {
+            if flags.contains(&"dev") && python.version < (3, 7) {
+                continue; // -X dev and PYTHONDEVMODE came in 3.7
+            }
+            if env.iter().any(|(k, _)| *k == "PYTHONDEVMODE") && python.version < (3, 7) {
+                continue;
+            }
+            let args: Vec<&str> = flags.iter().copied().chain(["-c", program]).collect();
+            let plain = Command::new(&python.path)
+                .args(&args)
+                .envs(env.iter().copied())
+                .output()
+                .unwrap();
+            let quiet: Vec<(&str, &str)> = env
+                .iter()
+                .copied()
+                .chain([("PYIGPROF_QUIET", "1")])
+                .collect();
+            let run = run_profiled(&python.path, &args, &quiet);
+            let who = format!("{} {mode}", python.name);
+            assert!(plain.status.success(), "{who}: fails without the profiler");
+            assert_eq!(
+                run.output.status.code(),
+                plain.status.code(),
+                "{who}: exit status changed; stderr:\n{}",
+                run.stderr()
+            );
+            assert_eq!(run.output.stdout, plain.stdout, "{who}: stdout changed");
+            assert_eq!(
+                run.output.stderr,
+                plain.stderr,
+                "{who}: stderr changed:\n{}",
+                run.stderr()
+            );
+            let profile = run.profile();
+            assert!(
+                share(&profile, |s| s.has("spin")) > 50.0,
+                "{who}: spin is missing from the profile"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_summary_line_names_the_profile() {
     let Some(python) = python311("summary").into_iter().next() else {

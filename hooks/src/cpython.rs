@@ -120,8 +120,100 @@ pub fn try_attach() -> bool {
         // SAFETY: stored from a `fn(Attached)` by attach_by_audit_hook or attach_later.
         let cb: fn(Attached) = unsafe { std::mem::transmute(cb) };
         cb(Attached { tss_key: key });
+        unlink_audit_hook();
     }
     true
+}
+
+/// `dladdr1`'s request for the symbol's `Elf64_Sym` (glibc `<dlfcn.h>`; not in the libc
+/// crate).
+const RTLD_DL_SYMENT: libc::c_int = 1;
+
+/// One entry of CPython's list of audit hooks (`_Py_AuditHookEntry` of `Python/sysmodule.c`,
+/// the same in 3.8–3.15): the next entry, the hook, its user data.
+#[repr(C)]
+struct AuditHookEntry {
+    next: *mut AuditHookEntry,
+    hook: usize,
+    data: usize,
+}
+
+/// Takes the audit hook out of CPython's list once it has done its work, so that the
+/// program's interpreter ends as if pyigprof had never registered it.
+///
+/// The hook was registered from the constructor, before Python chose its allocator: CPython
+/// allocated its entry with the raw allocator of that moment (`malloc`) and frees it at
+/// finalization (`_PySys_ClearAuditHooks`) with the one of then. In development mode
+/// (`-X dev`, `PYTHONDEVMODE`, `PYTHONMALLOC=debug`) that is the debug allocator, which
+/// finds no header and stops the process ("_PyMem_DebugRawFree: bad ID"). The list's head
+/// is a field of the exported `_PyRuntime` whose offset changes with every version; it is
+/// found as the one word of `_PyRuntime` that points to a mapped entry holding this hook.
+/// The entry is unlinked but not freed: CPython is calling it now and reads its `next`
+/// after the call (24 bytes stay allocated). Called with the GIL held (from the first audit
+/// event); when anything does not match, the list is left as it is.
+fn unlink_audit_hook() {
+    let runtime = symbol(c"_PyRuntime");
+    if runtime == 0 {
+        return;
+    }
+    // The size of `_PyRuntime` from its symbol table entry.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let mut entry: *const libc::Elf64_Sym = std::ptr::null();
+    // SAFETY: dladdr1 fills `info` and `entry` for an address inside a loaded object.
+    let found = unsafe {
+        libc::dladdr1(
+            runtime as *const c_void,
+            &mut info,
+            &mut entry as *mut *const libc::Elf64_Sym as *mut *mut c_void,
+            RTLD_DL_SYMENT,
+        )
+    };
+    // SAFETY: when dladdr1 succeeds with RTLD_DL_SYMENT, `entry` points to the symbol.
+    let size = if found != 0 && !entry.is_null() {
+        unsafe { (*entry).st_size as usize }
+    } else {
+        0
+    };
+    if size == 0 {
+        return;
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let readable: Vec<(usize, usize)> = maps
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (lo, hi) = fields.next()?.split_once('-')?;
+            let perms = fields.next()?;
+            perms.starts_with("rw").then(|| {
+                Some((
+                    usize::from_str_radix(lo, 16).ok()?,
+                    usize::from_str_radix(hi, 16).ok()?,
+                ))
+            })?
+        })
+        .collect();
+    let entry_readable = |p: usize| {
+        p.is_multiple_of(8)
+            && readable
+                .iter()
+                .any(|&(lo, hi)| lo <= p && p + std::mem::size_of::<AuditHookEntry>() <= hi)
+    };
+    let hook = audit_hook as AuditHook as usize;
+    for offset in (0..size.saturating_sub(7)).step_by(8) {
+        let head = (runtime + offset) as *mut *mut AuditHookEntry;
+        // SAFETY: inside `_PyRuntime`, aligned (the struct is 8-aligned, offsets step by 8).
+        let first = unsafe { head.read() };
+        if !entry_readable(first as usize) {
+            continue;
+        }
+        // SAFETY: `first` points to readable, writable memory large enough for an entry.
+        let candidate = unsafe { &*first };
+        if candidate.hook == hook && candidate.data == 0 {
+            // SAFETY: the head of the list, written with the GIL held, as CPython does.
+            unsafe { head.write(candidate.next) };
+            return;
+        }
+    }
 }
 
 /// Finds the TSS key that holds the calling thread's `PyThreadState*`. Must be called by a
