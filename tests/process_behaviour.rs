@@ -176,6 +176,74 @@ fn development_mode_and_debug_allocators_change_nothing() {
     }
 }
 
+/// A library that loads a plugin by name from a directory its RUNPATH (or RPATH) names
+/// with `$ORIGIN`, as wheels load their vendored libraries: glibc searches the RUNPATH of
+/// the object that called `dlopen`, which the interposed `dlopen` must not replace with
+/// libpyigprof.so's ("cannot open shared object file" under the profiler before).
+#[test]
+fn dlopen_by_name_searches_the_callers_runpath() {
+    const PLUGIN: &str = "int plugin_value(void) { return 42; }\n";
+    const LOADER: &str = r#"
+#include <dlfcn.h>
+#include <stdio.h>
+int load_plugin(void) {
+    void *handle = dlopen("libplugin_by_name.so", RTLD_NOW);
+    if (!handle) {
+        fprintf(stderr, "%s\n", dlerror());
+        return -1;
+    }
+    int (*value)(void) = (int (*)(void))dlsym(handle, "plugin_value");
+    return value ? value() : -2;
+}
+"#;
+    let program = "import ctypes, sys\n\
+                   print(ctypes.CDLL(sys.argv[1]).load_plugin())\n";
+    let covered = interpreters_for("dlopen_runpath", "interpreters", |_| true);
+    for (kind, flags) in [
+        (
+            "RUNPATH",
+            &["-Wl,-rpath,$ORIGIN/sub", "-Wl,--enable-new-dtags"][..],
+        ),
+        (
+            "RPATH",
+            &["-Wl,-rpath,$ORIGIN/sub", "-Wl,--disable-new-dtags"][..],
+        ),
+    ] {
+        let dir = scratch_dir("dlopen-runpath");
+        let sub = dir.join("sub");
+        std::fs::create_dir_all(&sub).unwrap();
+        c_library(&sub, "plugin_by_name", PLUGIN, &[]);
+        let loader = c_library(&dir, "loader", LOADER, flags);
+        let loader = loader.to_str().unwrap();
+        for python in &covered {
+            let plain = Command::new(&python.path)
+                .args(["-c", program, loader])
+                .output()
+                .unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&plain.stdout).trim(),
+                "42",
+                "{} {kind}: without the profiler: {}",
+                python.name,
+                String::from_utf8_lossy(&plain.stderr)
+            );
+            let run = run_profiled(
+                &python.path,
+                &["-c", program, loader],
+                &[("PYIGPROF_QUIET", "1")],
+            );
+            assert_eq!(
+                run.stdout().trim(),
+                "42",
+                "{} {kind}: under the profiler: {}",
+                python.name,
+                run.stderr()
+            );
+            assert_eq!(run.output.stderr, plain.stderr, "{} {kind}", python.name);
+        }
+    }
+}
+
 #[test]
 fn the_summary_line_names_the_profile() {
     let Some(python) = python311("summary").into_iter().next() else {
