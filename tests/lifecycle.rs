@@ -392,15 +392,19 @@ fn a_program_that_takes_the_dump_signal_keeps_it() {
     let run = run_profiled(
         &python.path,
         &["-c", &program],
-        &[("PYIGPROF_DUMP_SIGNAL", "SIGUSR2"), ("PYIGPROF_QUIET", "1")],
+        &[("PYIGPROF_DUMP_SIGNAL", "SIGUSR2")],
     );
     assert!(run.output.status.success(), "{}", run.stderr());
-    // The program's handler ran; pyigprof said once that it no longer dumps on SIGUSR2.
+    // The program's handler ran; pyigprof said once that it no longer dumps on SIGUSR2
+    // (and, at exit, its summary line).
     assert_eq!(run.stdout(), "mine\nstill running\n");
     let stderr = run.stderr();
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("installed its own handler for signal 12; PYIGPROF_DUMP_SIGNAL no longer writes profiles"),
+    assert_eq!(stderr.lines().count(), 2, "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("installed its own handler for signal 12; PYIGPROF_DUMP_SIGNAL no longer writes profiles")
+            .count(),
+        1,
         "{stderr}"
     );
     // No snapshot; the final profile holds the whole run.
@@ -422,6 +426,9 @@ fn a_program_with_its_own_sigprof_handler_wins() {
         .matches("installed its own SIGPROF handler")
         .count();
     assert_eq!(says, 1, "{}", run.stderr());
+    // With PYIGPROF_QUIET, nothing is said.
+    let quiet = run_profiled(&python.path, &["-c", &program], &[("PYIGPROF_QUIET", "1")]);
+    assert_eq!(quiet.stderr(), "", "PYIGPROF_QUIET");
     let profile = run.profile();
     // Only the first spin() (before the program took SIGPROF) is in the profile.
     let spin = seconds(&profile) * share(&profile, |s| s.has("spin")) / 100.0;

@@ -348,6 +348,19 @@ fn an_unwritable_profile_path_is_reported_and_changes_nothing_else() {
         stderr.contains("cannot create the profile /nonexistent-dir/p.gz"),
         "{stderr}"
     );
+    // PYIGPROF_QUIET: nothing at all on stderr.
+    let run = run_profiled(
+        &python.path,
+        &["-c", "import sys; print('done'); sys.exit(4)"],
+        &[
+            ("PYIGPROF_OUTPUT", "/nonexistent-dir/p.gz"),
+            ("PYIGPROF_QUIET", "1"),
+            ("PYIGPROF_HZ", "not a number"),
+        ],
+    );
+    assert_eq!(run.output.status.code(), Some(4));
+    assert_eq!(run.stdout(), "done\n");
+    assert_eq!(run.stderr(), "", "PYIGPROF_QUIET");
 }
 
 /// Which of a series of `malloc` blocks glibc serves with `mmap` (`mallinfo2().hblks`): its

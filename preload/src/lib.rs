@@ -70,7 +70,7 @@ pub extern "C" fn init() {
         // `time.sleep`, `select` and blocking reads would end early under a wall-clock timer,
         // which also fires while a thread is blocked. A CPU timer only fires while it runs.
         let (major, minor, micro) = version.unwrap_or_default();
-        eprintln!(
+        crate::notice!(
             "pyigprof: PYIGPROF_CLOCK=wall is not used with Python {major}.{minor}.{micro}: \
              before 3.5 a signal ends time.sleep, select and blocking reads early; sampling CPU \
              time instead"
@@ -80,13 +80,13 @@ pub extern "C" fn init() {
     modules::rescan();
     let runtime = version.and_then(discover::runtime);
     let Some(sampler) = sampler::Sampler::new(config.period_ns(), config.clock, runtime) else {
-        eprintln!("pyigprof: cannot map the profiler's memory; not profiling");
+        crate::notice!("pyigprof: cannot map the profiler's memory; not profiling");
         return;
     };
     let sampler = match sources::handler::install(sampler) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("pyigprof: {e}; not profiling");
+            crate::notice!("pyigprof: {e}; not profiling");
             return;
         }
     };
@@ -129,7 +129,7 @@ pub extern "C" fn init() {
     // exist are adopted.
     sampler.register_current_thread();
     for problem in adopt::adopt_existing_threads(sampler).1 {
-        eprintln!("pyigprof: {problem}");
+        crate::notice!("pyigprof: {problem}");
     }
 }
 

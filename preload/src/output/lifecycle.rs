@@ -106,12 +106,12 @@ pub fn start(config: Config) {
             false,
             program_took_dump_signal,
         ) {
-            eprintln!("pyigprof: PYIGPROF_DUMP_SIGNAL: signal {signal} already has a handler; no dump signal");
+            crate::notice!("pyigprof: PYIGPROF_DUMP_SIGNAL: signal {signal} already has a handler; no dump signal");
         }
     }
     if let Some(seconds) = config.dump_interval_s {
         if let Err(e) = start_dump_timer(seconds) {
-            eprintln!("pyigprof: PYIGPROF_DUMP_INTERVAL: {e}; no periodic profiles");
+            crate::notice!("pyigprof: PYIGPROF_DUMP_INTERVAL: {e}; no periodic profiles");
         }
     }
     let _ = CONFIG.set(config);
@@ -228,7 +228,7 @@ fn write(
             Some(written)
         }
         Err(e) => {
-            eprintln!("pyigprof: {e}");
+            crate::notice!("pyigprof: {e}");
             None
         }
     }
@@ -261,7 +261,7 @@ fn summary(
     } else {
         String::new()
     };
-    eprintln!(
+    crate::notice!(
         "pyigprof: wrote {}: {recorded} samples, {:.3} s of {time} ({ticks} ticks of {:.3} ms); \
          {:.1}% with Python frames, {:.1}% complete native stacks ({:.1}% approximate); \
          handler {:.1} µs median{dropped}",
@@ -388,7 +388,7 @@ pub fn snapshot_from_handler() {
 }
 
 fn program_took_dump_signal(signal: libc::c_int) {
-    eprintln!("pyigprof: the program installed its own handler for signal {signal}; PYIGPROF_DUMP_SIGNAL no longer writes profiles");
+    crate::notice!("pyigprof: the program installed its own handler for signal {signal}; PYIGPROF_DUMP_SIGNAL no longer writes profiles");
 }
 
 /// Writes the final profile (`snapshot` = `None`, marking it written) or a snapshot from a

@@ -65,7 +65,7 @@ fn program_took_sigprof(_signal: libc::c_int) {
     if let Some(sampler) = crate::sampler::get() {
         sampler.stop();
         STATE.store(YIELDED, Ordering::Release);
-        eprintln!(
+        crate::notice!(
             "pyigprof: the program installed its own SIGPROF handler; sampling stopped \
              (the profile covers the time before)"
         );

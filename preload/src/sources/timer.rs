@@ -44,7 +44,7 @@ impl Sampler {
             };
         }
         if let Some(e) = failure {
-            eprintln!("pyigprof: {e}; this thread is not sampled");
+            crate::notice!("pyigprof: {e}; this thread is not sampled");
         }
     }
 
@@ -188,7 +188,8 @@ impl Sampler {
         let tid = unsafe { libc::gettid() };
         self.slots
             .register_current(|slot| armed = self.arm(slot, tid).is_ok());
-        if !armed {
+        // `quiet()` was read by the constructor: no environment read here.
+        if !armed && !crate::config::quiet() {
             let msg =
                 b"pyigprof: cannot start a sampling timer in the fork child; it is not profiled\n";
             // SAFETY: writing a static buffer to stderr.

@@ -18,7 +18,7 @@ pub fn runtime(version: (u8, u8, u8)) -> Option<Runtime> {
     let layout = match layout_of(major, minor) {
         Ok(layout) => layout,
         Err(why) => {
-            eprintln!(
+            crate::notice!(
                 "pyigprof: cannot read the Python frames of Python {major}.{minor}.{micro}: {why}; \
                  recording native frames only"
             );
@@ -47,7 +47,7 @@ pub fn runtime(version: (u8, u8, u8)) -> Option<Runtime> {
         runtime.gc = layout.gc.and_then(gc_probe);
     }
     if runtime.is_none() {
-        eprintln!(
+        crate::notice!(
             "pyigprof: cannot find {needed} of Python {major}.{minor}.{micro}; \
              recording native frames only"
         );
