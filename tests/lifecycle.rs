@@ -435,6 +435,62 @@ fn a_program_with_its_own_sigprof_handler_wins() {
     assert!(spin > 0.05, "{spin:.3} s");
 }
 
+/// `SIGPROF` keeps its meaning for a program that leaves it alone: someone else's
+/// `SIGPROF` (`kill -PROF`, the program's own `ITIMER_PROF`) ends the process by that
+/// signal, as its default action does (the profile written first); a `SIGPROF` the program
+/// ignores stays ignored across `exec`, and one ignored by the parent is seen ignored.
+#[test]
+fn sigprof_keeps_its_default_and_ignored_meanings() {
+    let python = python();
+    let killed = format!(
+        "{SPIN}import os, signal\nos.kill(os.getpid(), signal.SIGPROF)\nprint('survived')\n"
+    );
+    let itimer = format!(
+        "{SPIN}import signal\nsignal.setitimer(signal.ITIMER_PROF, 0.05)\nspin()\nspin()\nprint('survived')\n"
+    );
+    for program in [&killed, &itimer] {
+        let run = same_behaviour(&python, program, &[]);
+        assert_eq!(run.output.status.signal(), Some(libc::SIGPROF), "{program}");
+        assert!(
+            share(&run.profile(), |s| s.has("spin")) > 50.0,
+            "{program}: the profile of the time before"
+        );
+    }
+    // Ignored by the program, then exec: the shell survives its own `kill -PROF`.
+    let exec = "import os, signal\n\
+                signal.signal(signal.SIGPROF, signal.SIG_IGN)\n\
+                os.execv('/bin/sh', ['sh', '-c', 'kill -PROF $$; echo alive'])\n";
+    let run = same_behaviour(&python, exec, &[]);
+    assert_eq!(run.stdout(), "alive\n");
+    // Ignored by the parent: the program sees it ignored, and so does what it execs.
+    let inherited = "import os, signal\n\
+                     print(signal.getsignal(signal.SIGPROF) == signal.SIG_IGN, flush=True)\n\
+                     os.execv('/bin/sh', ['sh', '-c', 'kill -PROF $$; echo alive'])\n";
+    let ignoring = |profiled: bool| {
+        let mut command = Command::new(&python.path);
+        command.args(["-c", inherited]);
+        if profiled {
+            command
+                .env("LD_PRELOAD", &artifacts().preload)
+                .env("PYIGPROF_QUIET", "1")
+                .env("PYIGPROF_OUTPUT", scratch_dir("ignored").join("p.gz"));
+        }
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            command.pre_exec(|| {
+                libc::signal(libc::SIGPROF, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        command.output().unwrap()
+    };
+    let (plain, profiled) = (ignoring(false), ignoring(true));
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "True\nalive\n");
+    assert_eq!(profiled.stdout, plain.stdout);
+    assert_eq!(profiled.status.code(), plain.status.code());
+}
+
 #[test]
 fn a_closed_library_keeps_its_names() {
     let python = python();

@@ -33,9 +33,13 @@ fn around_exec(exec: impl FnOnce() -> c_int) -> c_int {
     if let Some(cb) = cb {
         (cb.before_exec)();
     }
+    // After sampling stopped: the signals the program ignores are ignored for real, for the
+    // new image to inherit.
+    crate::signals::before_exec();
     let rc = exec();
     // Only reached when the exec failed.
     let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    crate::signals::exec_failed();
     if let Some(cb) = cb {
         (cb.exec_failed)();
     }

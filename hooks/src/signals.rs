@@ -37,6 +37,8 @@ struct Guard {
     /// handler ignores signals not sent by the sampler anyway).
     keep_when_ignored: AtomicBool,
     released: AtomicUsize,
+    /// The `sa_flags` our handler was installed with.
+    flags: AtomicUsize,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -45,6 +47,7 @@ const UNGUARDED: Guard = Guard {
     view: AtomicUsize::new(0),
     keep_when_ignored: AtomicBool::new(false),
     released: AtomicUsize::new(0),
+    flags: AtomicUsize::new(0),
 };
 static GUARDS: [Guard; MAX_SIGNAL + 1] = [UNGUARDED; MAX_SIGNAL + 1];
 
@@ -65,9 +68,10 @@ pub unsafe fn real_sigaction(signal: c_int, act: *const SigAction, old: *mut Sig
 }
 
 /// Installs `handler` (an `SA_SIGINFO` handler, with `flags` added) for `signal` if the
-/// signal's action is the default one now, and from then on shows the program the default
-/// action. `released` is called when the program takes the signal over. Returns whether the
-/// guard was installed. `keep_when_ignored`: see [`Guard`].
+/// signal's action is the default one now (or, with `keep_when_ignored`, "ignore", as a
+/// process may inherit it), and from then on shows the program that action. `released` is
+/// called when the program takes the signal over. Returns whether the guard was installed.
+/// `keep_when_ignored`: see [`Guard`].
 pub fn guard(
     signal: c_int,
     handler: extern "C" fn(c_int, *mut libc::siginfo_t, *mut libc::c_void),
@@ -81,11 +85,14 @@ pub fn guard(
     // SAFETY: querying and setting a disposition with initialised structures.
     unsafe {
         let mut current: SigAction = std::mem::zeroed();
-        if real_sigaction(signal, std::ptr::null(), &mut current) != 0
-            || current.sa_sigaction != libc::SIG_DFL
-        {
+        if real_sigaction(signal, std::ptr::null(), &mut current) != 0 {
             return false;
         }
+        let inherited = current.sa_sigaction;
+        if !(inherited == libc::SIG_DFL || (inherited == libc::SIG_IGN && keep_when_ignored)) {
+            return false;
+        }
+        g.view.store(inherited + 1, Ordering::Relaxed);
         let mut action: SigAction = std::mem::zeroed();
         action.sa_sigaction = handler as usize;
         action.sa_flags = libc::SA_SIGINFO | flags;
@@ -94,7 +101,8 @@ pub fn guard(
             return false;
         }
     }
-    g.view.store(0, Ordering::Relaxed);
+    g.flags
+        .store((libc::SA_SIGINFO | flags) as usize, Ordering::Relaxed);
     g.keep_when_ignored
         .store(keep_when_ignored, Ordering::Relaxed);
     g.released.store(released as usize, Ordering::Relaxed);
@@ -105,8 +113,53 @@ pub fn guard(
 /// Whether `signal` is still guarded and the program's view of it is the default action
 /// (for the fatal-signal handler: the process must then end as the default action would).
 pub fn program_sees_default(signal: c_int) -> bool {
-    guard_of(signal)
-        .is_some_and(|g| g.ours.load(Ordering::Acquire) != 0 && g.view.load(Ordering::Relaxed) == 0)
+    // `view` is 0 (never set) or 1 + SIG_DFL for the default action.
+    guard_of(signal).is_some_and(|g| {
+        g.ours.load(Ordering::Acquire) != 0
+            && g.view.load(Ordering::Relaxed).saturating_sub(1) == libc::SIG_DFL
+    })
+}
+
+/// Whether the program's view of `signal` is "ignore" while it is guarded.
+pub fn program_ignores(signal: c_int) -> bool {
+    guard_of(signal).is_some_and(|g| {
+        g.ours.load(Ordering::Acquire) != 0 && g.view.load(Ordering::Relaxed) == libc::SIG_IGN + 1
+    })
+}
+
+/// Before an `exec`: the guarded signals the program ignores are ignored for real, since
+/// `exec` keeps "ignore" (and resets handlers): the new image inherits what the program
+/// set. Undone by [`exec_failed`].
+pub fn before_exec() {
+    for signal in 1..=MAX_SIGNAL as c_int {
+        if program_ignores(signal) {
+            // SAFETY: setting SIG_IGN with an initialised structure.
+            unsafe {
+                let mut action: SigAction = std::mem::zeroed();
+                action.sa_sigaction = libc::SIG_IGN;
+                libc::sigemptyset(&mut action.sa_mask);
+                real_sigaction(signal, &action, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
+/// The `exec` failed: our handlers are back on the signals [`before_exec`] ignored.
+pub fn exec_failed() {
+    for signal in 1..=MAX_SIGNAL as c_int {
+        let Some(g) = guard_of(signal) else { continue };
+        if !program_ignores(signal) {
+            continue;
+        }
+        // SAFETY: reinstalling our handler with an initialised structure.
+        unsafe {
+            let mut action: SigAction = std::mem::zeroed();
+            action.sa_sigaction = g.ours.load(Ordering::Acquire);
+            action.sa_flags = g.flags.load(Ordering::Relaxed) as c_int;
+            libc::sigemptyset(&mut action.sa_mask);
+            real_sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
 }
 
 /// Ends the guard of `signal` and restores the default action (before the process ends

@@ -343,6 +343,20 @@ pub fn signalling_self(signal: libc::c_int) {
     }
 }
 
+/// Ends the process by `signal`, as its default action would, from a handler of it: writes
+/// the profile, restores the default action and sends the signal again to this thread (it
+/// is delivered when the handler returns). Async-signal-safe.
+pub fn end_by_signal(signal: libc::c_int) {
+    if is_owner() {
+        write_from_child(None);
+    }
+    signals::restore_default(signal);
+    // SAFETY: raw system calls with valid arguments.
+    unsafe {
+        libc::syscall(libc::SYS_tgkill, libc::getpid(), libc::gettid(), signal);
+    }
+}
+
 /// Handler of the fatal signals while the program leaves them at their default action.
 extern "C" fn on_fatal_signal(
     signal: libc::c_int,
