@@ -452,25 +452,31 @@ struct Measured {
     truth: Truth,
 }
 
+/// A program (`args`: its script and arguments) run under the profiler on every interpreter
+/// with Python frames, with its ground truth.
+fn measure_everywhere(test: &str, args: &[&str]) -> Vec<Measured> {
+    interpreters_with_python_frames(test)
+        .into_iter()
+        .map(|python| {
+            let (run, profile) = profiled_ok(&python, args, &[]);
+            let truth = Truth::of(&run.stdout());
+            Measured {
+                python,
+                run,
+                profile,
+                truth,
+            }
+        })
+        .collect()
+}
+
 /// [`HASHLIB_PROGRAM`] run once on every interpreter, for the tests that read it.
 fn hashlib_runs() -> &'static [Measured] {
     static RUNS: OnceLock<Vec<Measured>> = OnceLock::new();
     RUNS.get_or_init(|| {
         let dir = scratch_dir("truth-hashlib");
         let script = program_file(&dir, "hashlib_sha2", HASHLIB_PROGRAM);
-        interpreters_with_python_frames("hashlib_sha2")
-            .into_iter()
-            .map(|python| {
-                let (run, profile) = profiled_ok(&python, &[&script, PHASE_SECONDS], &[]);
-                let truth = Truth::of(&run.stdout());
-                Measured {
-                    python,
-                    run,
-                    profile,
-                    truth,
-                }
-            })
-            .collect()
+        measure_everywhere("hashlib_sha2", &[&script, PHASE_SECONDS])
     })
 }
 
@@ -731,19 +737,7 @@ fn asm_runs() -> &'static [Measured] {
         );
         let script = program_file(&dir, "asm_spin", ASM_PROGRAM);
         let library = library.to_string_lossy().into_owned();
-        interpreters_with_python_frames("hand_written_assembly")
-            .into_iter()
-            .map(|python| {
-                let (run, profile) = profiled_ok(&python, &[&script, PHASE_SECONDS, &library], &[]);
-                let truth = Truth::of(&run.stdout());
-                Measured {
-                    python,
-                    run,
-                    profile,
-                    truth,
-                }
-            })
-            .collect()
+        measure_everywhere("hand_written_assembly", &[&script, PHASE_SECONDS, &library])
     })
 }
 

@@ -115,16 +115,23 @@ fn development_mode_and_debug_allocators_change_nothing() {
                    \x20       t += i % 3\n\
                    \x20   return t\n\
                    print(spin())\n";
-    // (name, interpreter flags, environment)
-    type Mode<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
+    // (name, interpreter flags, environment, first version that has it: -X dev and
+    // PYTHONDEVMODE came in 3.7, PYTHONMALLOC in 3.6)
+    type Mode<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)], (u32, u32));
     let modes: [Mode; 4] = [
-        ("-X dev", &["-X", "dev"], &[]),
-        ("PYTHONDEVMODE=1", &[], &[("PYTHONDEVMODE", "1")]),
-        ("PYTHONMALLOC=debug", &[], &[("PYTHONMALLOC", "debug")]),
+        ("-X dev", &["-X", "dev"], &[], (3, 7)),
+        ("PYTHONDEVMODE=1", &[], &[("PYTHONDEVMODE", "1")], (3, 7)),
+        (
+            "PYTHONMALLOC=debug",
+            &[],
+            &[("PYTHONMALLOC", "debug")],
+            (3, 6),
+        ),
         (
             "PYTHONMALLOC=malloc_debug",
             &[],
             &[("PYTHONMALLOC", "malloc_debug")],
+            (3, 6),
         ),
     ];
     let covered = interpreters_for(
@@ -133,11 +140,8 @@ fn development_mode_and_debug_allocators_change_nothing() {
         |p| p.version >= (3, 6),
     );
     for python in &covered {
-        for (mode, flags, env) in modes {
-            if flags.contains(&"dev") && python.version < (3, 7) {
-                continue; // -X dev and PYTHONDEVMODE came in 3.7
-            }
-            if env.iter().any(|(k, _)| *k == "PYTHONDEVMODE") && python.version < (3, 7) {
+        for (mode, flags, env, since) in modes {
+            if python.version < since {
                 continue;
             }
             let args: Vec<&str> = flags.iter().copied().chain(["-c", program]).collect();

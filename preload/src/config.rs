@@ -14,26 +14,13 @@ pub const DEFAULT_HZ: u32 = 250;
 /// Highest accepted `PYIGPROF_HZ`: one sample every 10 µs of CPU.
 pub const MAX_HZ: u32 = 100_000;
 
-/// Whether `PYIGPROF_QUIET` asks for silence: set to anything but `0` or empty.
-fn is_quiet(value: Option<OsString>) -> bool {
-    value.is_some_and(|v| !v.is_empty() && v != "0")
+/// Whether pyigprof prints nothing on stderr (`PYIGPROF_QUIET`): [`Config::quiet`] of the
+/// settings the constructor read ([`Config::from_env`]); false before.
+pub fn quiet() -> bool {
+    QUIET.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Whether pyigprof prints nothing on stderr (`PYIGPROF_QUIET`): read from the environment
-/// once. Not for the signal handler.
-pub fn quiet() -> bool {
-    use std::sync::atomic::{AtomicU8, Ordering};
-    // 0: not read yet, 1: quiet, 2: not quiet.
-    static QUIET: AtomicU8 = AtomicU8::new(0);
-    match QUIET.load(Ordering::Relaxed) {
-        0 => {
-            let quiet = is_quiet(std::env::var_os("PYIGPROF_QUIET"));
-            QUIET.store(if quiet { 1 } else { 2 }, Ordering::Relaxed);
-            quiet
-        }
-        state => state == 1,
-    }
-}
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Writes one line to stderr, as `eprintln!`, unless `PYIGPROF_QUIET` is set: every
 /// message pyigprof prints (the summary, warnings, errors) goes through it.
@@ -122,9 +109,9 @@ impl Config {
     /// Reads the settings from the process environment, reporting malformed values on
     /// stderr.
     pub fn from_env() -> Config {
-        // Read now, so that later checks (a fork child's) read no environment.
-        quiet();
         let (config, complaints) = Config::parse(|name| std::env::var_os(name));
+        // Before the complaints, which it silences; later checks (a fork child's) read it.
+        QUIET.store(config.quiet, std::sync::atomic::Ordering::Relaxed);
         for line in complaints {
             crate::notice!("{line}");
         }
@@ -173,7 +160,7 @@ impl Config {
                 }
             },
         };
-        let quiet = is_quiet(lookup("PYIGPROF_QUIET"));
+        let quiet = lookup("PYIGPROF_QUIET").is_some_and(|v| !v.is_empty() && v != "0");
         let dump_signal = lookup("PYIGPROF_DUMP_SIGNAL").filter(|v| !v.is_empty()).and_then(|raw| {
             let parsed = raw.to_str().and_then(parse_signal);
             if parsed.is_none() {

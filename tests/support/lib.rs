@@ -70,14 +70,20 @@ pub struct Interpreter {
 /// 3.13, sid's 3.14 and 3.15): `$PYIGPROF_PYTHONS_DIR`, else
 /// `${XDG_CACHE_HOME:-$HOME/.cache}/pyigprof/pythons`.
 pub fn installed_pythons_dir() -> Option<PathBuf> {
+    cache_dir("PYIGPROF_PYTHONS_DIR", "pythons")
+}
+
+/// `$<variable>`, else `${XDG_CACHE_HOME:-$HOME/.cache}/pyigprof/<leaf>` (empty variables
+/// count as unset).
+fn cache_dir(variable: &str, leaf: &str) -> Option<PathBuf> {
     let var = |name: &str| {
         std::env::var_os(name)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };
-    var("PYIGPROF_PYTHONS_DIR")
-        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("pyigprof/pythons")))
-        .or_else(|| var("HOME").map(|d| d.join(".cache/pyigprof/pythons")))
+    var(variable)
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("pyigprof").join(leaf)))
+        .or_else(|| var("HOME").map(|d| d.join(".cache/pyigprof").join(leaf)))
 }
 
 /// Every interpreter the brief lists that is present: pyenv's builds, Debian's static
@@ -479,14 +485,7 @@ pub fn analyse(args: &[&str]) -> Output {
 /// Where the tests keep the virtual environments they make (numpy from PyPI, …):
 /// `$PYIGPROF_VENVS_DIR`, else `${XDG_CACHE_HOME:-$HOME/.cache}/pyigprof/venvs`.
 pub fn venvs_dir() -> PathBuf {
-    let var = |name: &str| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    var("PYIGPROF_VENVS_DIR")
-        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("pyigprof/venvs")))
-        .or_else(|| var("HOME").map(|d| d.join(".cache/pyigprof/venvs")))
+    cache_dir("PYIGPROF_VENVS_DIR", "venvs")
         .unwrap_or_else(|| std::env::temp_dir().join("pyigprof-venvs"))
 }
 

@@ -188,7 +188,7 @@ impl Sampler {
         let tid = unsafe { libc::gettid() };
         self.slots
             .register_current(|slot| armed = self.arm(slot, tid).is_ok());
-        // `quiet()` was read by the constructor: no environment read here.
+        // `quiet()` reads a flag the constructor set: async-signal-safe.
         if !armed && !crate::config::quiet() {
             let msg =
                 b"pyigprof: cannot start a sampling timer in the fork child; it is not profiled\n";
