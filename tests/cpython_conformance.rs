@@ -3,10 +3,11 @@
 //! allocator, `sys`, `atexit`, `gc`, audit hooks, …) gives the same outcome for every test
 //! without and with the profiler, and every profile the profiled run writes reads back.
 //!
-//! In the test suite it runs 18 test files in cpu mode on three interpreters that stand for
-//! the others: the oldest with audit hooks (3.8, shared libpython), a current shared build
-//! (3.12) and a static, stripped Debian build (sid's 3.15), about 2 minutes each. Every
-//! interpreter, `test_asyncio`, `test_multiprocessing_*` and both modes:
+//! In the test suite it runs 18 test files in both clock modes (cpu, and wall, whose
+//! sampler process reads blocked threads from outside) on three interpreters that stand
+//! for the others: the oldest with audit hooks (3.8, shared libpython), a current shared
+//! build (3.12) and a static, stripped Debian build (sid's 3.15), about 3 minutes each.
+//! Every interpreter, with `test_asyncio` and `test_multiprocessing_*`:
 //! `python3 scripts/cpython-conformance.py --modes cpu,wall`.
 
 use pyigprof_suite::*;
@@ -46,7 +47,7 @@ fn cpython_tests_give_the_same_outcomes_under_the_profiler() {
             "--pythons",
             &paths.join(","),
             "--modes",
-            "cpu",
+            "cpu,wall",
             "--tests",
             TESTS,
         ])
@@ -69,13 +70,18 @@ fn cpython_tests_give_the_same_outcomes_under_the_profiler() {
         "CPython's tests differ under the profiler (exit {:?}):\n{stdout}\n{stderr}",
         output.status
     );
-    // One summary line per interpreter, with nothing that differs.
+    // One summary line per interpreter and mode, with nothing that differs.
     for python in &chosen {
-        let line = stdout
-            .lines()
-            .find(|l| l.trim_start().starts_with(&format!("{} cpu:", python.name)))
-            .unwrap_or_else(|| panic!("no result for {}:\n{stdout}", python.name));
-        assert!(line.contains(" 0 outcomes differ"), "{line}");
-        assert!(line.contains(" 0 unreadable"), "{line}");
+        for mode in ["cpu", "wall"] {
+            let line = stdout
+                .lines()
+                .find(|l| {
+                    l.trim_start()
+                        .starts_with(&format!("{} {mode}:", python.name))
+                })
+                .unwrap_or_else(|| panic!("no {mode} result for {}:\n{stdout}", python.name));
+            assert!(line.contains(" 0 outcomes differ"), "{line}");
+            assert!(line.contains(" 0 unreadable"), "{line}");
+        }
     }
 }

@@ -707,3 +707,60 @@ fn the_profile_file_never_replaces_or_follows_anything() {
     let mode = std::fs::metadata(&private).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "{mode:o}");
 }
+
+#[test]
+fn a_crash_goes_to_the_programs_fault_handler_and_the_profile_is_written() {
+    // faulthandler installs its SIGSEGV handler over pyigprof's: the handler runs, prints
+    // the traceback, and lets the signal end the process, with the profile written.
+    let program = format!(
+        "{SPIN}import ctypes, faulthandler, sys\nfaulthandler.enable()\nprint('crashing', flush=True)\nctypes.string_at(0)\n"
+    );
+    let thread_ids = |text: &[u8]| -> String {
+        let text = String::from_utf8_lossy(text);
+        text.split("0x")
+            .enumerate()
+            .map(|(i, part)| match i {
+                0 => part.to_string(),
+                _ => format!(
+                    "0x…{}",
+                    part.trim_start_matches(|c: char| c.is_ascii_hexdigit())
+                ),
+            })
+            .collect()
+    };
+    for python in interpreters_for("fault_handler", "interpreters from 3.3", |p| {
+        p.version >= (3, 3)
+    }) {
+        let plain = Command::new(&python.path)
+            .args(["-c", &program])
+            .output()
+            .unwrap();
+        let run = run_profiled(&python.path, &["-c", &program], &[("PYIGPROF_QUIET", "1")]);
+        assert_eq!(
+            run.output.status.signal(),
+            Some(libc::SIGSEGV),
+            "{}",
+            python.name
+        );
+        assert_eq!(
+            run.output.status.signal(),
+            plain.status.signal(),
+            "{}",
+            python.name
+        );
+        assert_eq!(run.output.stdout, plain.stdout, "{}", python.name);
+        let (with, without) = (thread_ids(&run.output.stderr), thread_ids(&plain.stderr));
+        assert!(
+            without.contains("Fatal Python error: Segmentation fault"),
+            "{without}"
+        );
+        assert_eq!(with, without, "{}: stderr changed", python.name);
+        let profile = run.profile();
+        let spin = share(&profile, |s| s.has("spin"));
+        eprintln!(
+            "{}: faulthandler's report unchanged, spin {spin:.1}%",
+            python.name
+        );
+        assert!(spin > 50.0, "{}: spin {spin:.1}%", python.name);
+    }
+}

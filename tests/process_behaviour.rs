@@ -616,3 +616,174 @@ fn a_process_and_its_fork_child_stay_small() {
         );
     }
 }
+
+/// Blocking calls that a signal would cut short, each timed by the program: libc's
+/// `sleep` and `usleep` (ctypes), `signal.pause` until an interval timer's `SIGALRM`, and
+/// SQLite waiting for a lock another connection holds (its busy timeout sleeps in steps).
+const BLOCKING_CALLS: &str = r#"
+import ctypes, ctypes.util, os, signal, sqlite3, sys, tempfile, time
+libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+def in_libc_sleep():
+    t = time.time(); left = libc.sleep(1); print("sleep", left, time.time() - t)
+def in_usleep():
+    t = time.time(); rc = libc.usleep(300000); print("usleep", rc, ctypes.get_errno(), time.time() - t)
+def in_pause():
+    signal.signal(signal.SIGALRM, lambda *a: None)
+    signal.setitimer(signal.ITIMER_REAL, 0.4)
+    t = time.time(); signal.pause(); print("pause", time.time() - t)
+def in_sqlite_busy_wait():
+    path = os.path.join(tempfile.mkdtemp(), "db")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("create table t (x)")
+    holder.execute("begin exclusive")
+    waiter = sqlite3.connect(path, timeout=0.5)
+    t = time.time()
+    try:
+        waiter.execute("select * from t").fetchall()
+        print("sqlite 0", time.time() - t)
+    except sqlite3.OperationalError as e:
+        print("sqlite", int("locked" in str(e)), time.time() - t)
+in_libc_sleep(); in_usleep(); in_pause(); in_sqlite_busy_wait()
+"#;
+
+/// What a program can see of the wall-clock sampler: its threads, its children, and
+/// CPython 3.12+'s warning that `os.fork()` in a multi-threaded process may deadlock.
+const SEES_NO_SAMPLER: &str = r#"
+import os, sys, time, warnings
+warnings.simplefilter("error")
+print("threads", len(os.listdir("/proc/self/task")))
+time.sleep(0.05)
+pid = os.fork()
+if pid == 0:
+    time.sleep(0.05)
+    os._exit(7)
+print("child", os.waitpid(pid, 0)[1] >> 8)
+try:
+    os.wait()
+    print("another child")
+except ChildProcessError:
+    print("no other child")
+"#;
+
+#[test]
+fn wall_mode_never_interrupts_a_blocked_thread() {
+    let big = "import sys; sys.stdout.write('x' * (4 << 20))";
+    for python in interpreters_for("wall_blocking", "interpreters from 3.5", |p| {
+        p.version >= (3, 5)
+    }) {
+        // The sampler is neither a thread nor a child the program can wait for.
+        let plain = plain_ok(&python, &["-c", SEES_NO_SAMPLER]);
+        let run = run_profiled(
+            &python.path,
+            &["-c", SEES_NO_SAMPLER],
+            &[("PYIGPROF_CLOCK", "wall"), ("PYIGPROF_QUIET", "1")],
+        );
+        assert!(
+            run.output.status.success(),
+            "{}: {}",
+            python.name,
+            run.stderr()
+        );
+        // The parent's profile and the fork child's.
+        assert_eq!(run.profiles().len(), 2, "{}", python.name);
+        assert_eq!(
+            run.stdout(),
+            String::from_utf8_lossy(&plain.stdout),
+            "{}",
+            python.name
+        );
+        assert_eq!(
+            run.stderr(),
+            String::from_utf8_lossy(&plain.stderr),
+            "{}",
+            python.name
+        );
+
+        // Unbuffered stdout into a pipe read slowly: every write blocks, and a short write
+        // is not retried by CPython.
+        let dir = scratch_dir("wall-pipe");
+        let mut child = Command::new(&python.path)
+            .args(["-u", "-c", big])
+            .current_dir(&dir)
+            .env("LD_PRELOAD", &artifacts().preload)
+            .env("PYIGPROF_CLOCK", "wall")
+            .env("PYIGPROF_HZ", "1000")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        let mut received = Vec::new();
+        std::io::Read::read_to_end(child.stdout.as_mut().unwrap(), &mut received).unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{}: {status:?}", python.name);
+        assert_eq!(received.len(), 4 << 20, "{}: bytes delivered", python.name);
+
+        let (run, profile) = profiled_ok(
+            &python,
+            &["-c", BLOCKING_CALLS],
+            &[("PYIGPROF_CLOCK", "wall"), ("PYIGPROF_HZ", "1000")],
+        );
+        let out = run.stdout();
+        eprintln!("{}: {}", python.name, out.trim().replace('\n', "; "));
+        // The numbers the program printed after `name`.
+        let values = |name: &str| -> Vec<f64> {
+            let line = out.lines().find(|l| l.starts_with(&format!("{name} ")));
+            let line = line.unwrap_or_else(|| panic!("{}: no {name} in {out}", python.name));
+            line.split_whitespace()
+                .skip(1)
+                .map(|v| v.parse().unwrap())
+                .collect()
+        };
+        let at_least = |what: &str, got: f64, want: f64| {
+            assert!(
+                got >= want,
+                "{}: {what} took {got:.3} s, not {want} s",
+                python.name
+            );
+        };
+        let sleep = values("sleep");
+        assert_eq!(
+            sleep[0], 0.0,
+            "{}: sleep(1) left {} s",
+            python.name, sleep[0]
+        );
+        at_least("sleep(1)", sleep[1], 0.99);
+        let usleep = values("usleep");
+        assert_eq!(
+            usleep[0], 0.0,
+            "{}: usleep failed, errno {}",
+            python.name, usleep[1]
+        );
+        at_least("usleep(300000)", usleep[2], 0.29);
+        at_least("pause until a 0.4 s alarm", values("pause")[0], 0.39);
+        let sqlite = values("sqlite");
+        assert_eq!(sqlite[0], 1.0, "{}: no 'database is locked'", python.name);
+        at_least("the busy timeout of 0.5 s", sqlite[1], 0.45);
+        // The time blocked is where the program blocked, under its Python caller, and was
+        // sampled from outside the thread.
+        let stats = run.statistics();
+        let blocked: f64 = stats["stats.blocked"].parse().unwrap();
+        let samples: f64 = stats["stats.samples"].parse().unwrap();
+        let in_sleep = share(&profile, |s| s.has("in_libc_sleep") && s.has("sleep"));
+        let in_pause = share(&profile, |s| s.has("in_pause") && s.has("pause"));
+        let total = seconds(&profile);
+        eprintln!(
+            "{}: {:.0}% of samples taken while blocked; libc sleep {in_sleep:.1}%, pause {in_pause:.1}% of {total:.2} s",
+            python.name,
+            100.0 * blocked / samples
+        );
+        assert!(blocked > 0.5 * samples, "{}: {stats:?}", python.name);
+        // sleep(1) is about 1 s of the run's 2.3–3 s; pause about 0.4 s.
+        let expect = |what: &str, got: f64, seconds: f64| {
+            let want = 100.0 * seconds / total;
+            assert!(
+                (got - want).abs() < 6.0,
+                "{}: {what} {got:.1}%, expected about {want:.1}%",
+                python.name
+            );
+        };
+        expect("libc sleep", in_sleep, 1.0);
+        expect("pause", in_pause, values("pause")[0]);
+    }
+}

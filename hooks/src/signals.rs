@@ -13,12 +13,17 @@
 //!   applied and the guard ends ([`Released`] callback, e.g. the sampler stops and says so
 //!   once for `SIGPROF`).
 //!
+//! A *chained* guard ([`guard_chained`], for `SIGSEGV` and `SIGBUS`, where pyigprof must
+//! recover from faults of its own reads whatever the program installs) never ends: a
+//! handler the program installs is recorded, shown to it, and run in ours' place for every
+//! signal that is not pyigprof's ([`pass_to_program`]), with the program's flags and mask.
+//!
 //! glibc's `signal()` and `sigset()` call `sigaction` through an internal alias, so
 //! `signal` is interposed as well.
 
 use crate::next::Next;
 use libc::{c_int, sigaction as SigAction, sighandler_t};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 static REAL_SIGACTION: Next = Next::new(c"sigaction");
 
@@ -39,6 +44,12 @@ struct Guard {
     released: AtomicUsize,
     /// The `sa_flags` our handler was installed with.
     flags: AtomicUsize,
+    /// Whether the program's handlers are kept behind ours (see [`guard_chained`]).
+    chained: AtomicBool,
+    /// A chained guard: the `sa_flags` of the program's handler in `view`.
+    program_flags: AtomicUsize,
+    /// A chained guard: the `sa_mask` of the program's handler, signals 1–64 (bit n − 1).
+    program_mask: AtomicU64,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -48,6 +59,9 @@ const UNGUARDED: Guard = Guard {
     keep_when_ignored: AtomicBool::new(false),
     released: AtomicUsize::new(0),
     flags: AtomicUsize::new(0),
+    chained: AtomicBool::new(false),
+    program_flags: AtomicUsize::new(0),
+    program_mask: AtomicU64::new(0),
 };
 static GUARDS: [Guard; MAX_SIGNAL + 1] = [UNGUARDED; MAX_SIGNAL + 1];
 
@@ -108,6 +122,80 @@ pub fn guard(
     g.released.store(released as usize, Ordering::Relaxed);
     g.ours.store(handler as usize, Ordering::Release);
     true
+}
+
+/// Installs `handler` for `signal` as [`guard`] does, for good: a handler the program
+/// installs later is kept behind ours and run by [`pass_to_program`] (for `SIGSEGV` and
+/// `SIGBUS`, whose faults in pyigprof's own reads its handler recovers from). Returns
+/// whether the guard was installed (the signal's action was the default one).
+pub fn guard_chained(
+    signal: c_int,
+    handler: extern "C" fn(c_int, *mut libc::siginfo_t, *mut libc::c_void),
+    flags: c_int,
+) -> bool {
+    let installed = guard(signal, handler, flags, false, |_| {});
+    if let (true, Some(g)) = (installed, guard_of(signal)) {
+        g.chained.store(true, Ordering::Release);
+    }
+    installed
+}
+
+/// What the program wants done with a signal of a chained guard ([`pass_to_program`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Passed {
+    /// Run the program's handler at this address (called as `handler(signal, info, uc)`,
+    /// which also serves a handler without `SA_SIGINFO`), with the mask already set.
+    Run(usize),
+    /// The program ignores the (sent) signal: nothing to do.
+    Ignored,
+    /// The program leaves the signal at its default action (or ignores a fault, which the
+    /// kernel would not let it ignore): the caller ends the process by it.
+    Default,
+}
+
+/// From our handler of a chained guard's `signal`: what the program's disposition asks.
+/// For a handler, the thread's mask is first set as the kernel would have set it for the
+/// program's handler (its `sa_mask`, and the signal itself unless `SA_NODEFER`; the kernel
+/// restores the interrupted mask when our handler returns) and `SA_RESETHAND` is honoured;
+/// the caller then jumps to the handler in its own place (so that a handler that prints
+/// the C stack, as 3.14's faulthandler does, sees the same frames as without pyigprof).
+/// Async-signal-safe.
+///
+/// # Safety
+/// `info` must be what the kernel passed to our handler of `signal`.
+pub unsafe fn pass_to_program(signal: c_int, info: *const libc::siginfo_t) -> Passed {
+    let Some(g) = guard_of(signal).filter(|g| g.chained.load(Ordering::Acquire)) else {
+        return Passed::Default;
+    };
+    let action = g.view.load(Ordering::Acquire).saturating_sub(1);
+    // SAFETY: the kernel's siginfo; si_code > 0: raised by the kernel for a fault.
+    let fault = unsafe { (*info).si_code } > 0;
+    match action {
+        libc::SIG_DFL => return Passed::Default,
+        libc::SIG_IGN if fault => return Passed::Default,
+        libc::SIG_IGN => return Passed::Ignored,
+        _ => {}
+    }
+    let flags = g.program_flags.load(Ordering::Relaxed) as c_int;
+    let mask = g.program_mask.load(Ordering::Relaxed);
+    if flags & libc::SA_RESETHAND != 0 {
+        g.view.store(libc::SIG_DFL + 1, Ordering::Release);
+    }
+    // SAFETY: sigset and mask calls with initialised sets.
+    unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        for n in 1..=64 {
+            if mask & (1 << (n - 1)) != 0 {
+                libc::sigaddset(&mut block, n);
+            }
+        }
+        if flags & libc::SA_NODEFER == 0 {
+            libc::sigaddset(&mut block, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &block, std::ptr::null_mut());
+    }
+    Passed::Run(action)
 }
 
 /// Whether `signal` is still guarded and the program's view of it is the default action
@@ -197,8 +285,35 @@ pub unsafe extern "C" fn sigaction(
         let mut shown: SigAction = std::mem::zeroed();
         libc::sigemptyset(&mut shown.sa_mask);
         shown.sa_sigaction = g.view.load(Ordering::Relaxed).saturating_sub(1);
+        let chained = g.chained.load(Ordering::Acquire);
+        if chained && shown.sa_sigaction != libc::SIG_DFL && shown.sa_sigaction != libc::SIG_IGN {
+            shown.sa_flags = g.program_flags.load(Ordering::Relaxed) as c_int;
+            let mask = g.program_mask.load(Ordering::Relaxed);
+            for n in 1..=64 {
+                if mask & (1 << (n - 1)) != 0 {
+                    libc::sigaddset(&mut shown.sa_mask, n);
+                }
+            }
+        }
         if let Some(new) = act.as_ref() {
             let wanted = new.sa_sigaction;
+            if chained {
+                // Kept behind ours: recorded and shown, run by pass_to_program.
+                let mut mask = 0u64;
+                for n in 1..=64 {
+                    if libc::sigismember(&new.sa_mask, n) == 1 {
+                        mask |= 1 << (n - 1);
+                    }
+                }
+                g.program_flags
+                    .store(new.sa_flags as usize, Ordering::Relaxed);
+                g.program_mask.store(mask, Ordering::Relaxed);
+                g.view.store(wanted + 1, Ordering::Release);
+                if let Some(old) = old.as_mut() {
+                    *old = shown;
+                }
+                return 0;
+            }
             let keep = wanted == libc::SIG_DFL
                 || (wanted == libc::SIG_IGN && g.keep_when_ignored.load(Ordering::Relaxed));
             if keep {

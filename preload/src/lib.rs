@@ -10,7 +10,7 @@
 //!
 //! | stage | folder | what is there |
 //! |---|---|---|
-//! | sources | [`sources`] | per-thread CPU/wall timers ([`sources::timer`]), the `SIGPROF` handler ([`sources::handler`]), threads that predate the constructor ([`sources::adopt`]) |
+//! | sources | [`sources`] | per-thread CPU timers ([`sources::timer`]), wall mode's sampler process ([`sources::wall`]), the `SIGPROF` handler ([`sources::handler`]), threads that predate the constructor ([`sources::adopt`]) |
 //! | capture | [`capture`] | native unwinding ([`capture::unwind`], CFI rows in [`capture::unwind::cfi`]), CPython frames ([`capture::python`]; version knowledge in [`capture::python::layout`]), the splice ([`capture::mixed`]) |
 //! | record | [`record`] | the trace tree ([`record::trace`]), per-thread slots ([`record::threads`]), statistics |
 //! | output | [`output`] | the dump writer ([`output::dump`]) and when it runs ([`output::lifecycle`]) |
@@ -130,6 +130,11 @@ pub extern "C" fn init() {
     sampler.register_current_thread();
     for problem in adopt::adopt_existing_threads(sampler).1 {
         crate::notice!("pyigprof: {problem}");
+    }
+    if sampler.clock == config::Clock::Wall {
+        if let Err(e) = sources::wall::start(sampler) {
+            crate::notice!("pyigprof: {e}; not profiling");
+        }
     }
 }
 

@@ -26,7 +26,7 @@ use crate::capture::python::Runtime;
 use crate::capture::unwind::{modules, unwind, Frames, Regs};
 use crate::config::Clock;
 pub use crate::record::stats::Stats;
-use crate::record::threads::Slots;
+use crate::record::threads::{Slot, Slots, FREE, HANDLING};
 use crate::record::trace::Trees;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
@@ -51,6 +51,15 @@ pub struct Sampler {
     pub(crate) restorer: AtomicU64,
     /// `pthread_key_t` whose destructor tells us a registered thread is exiting.
     pub(crate) exit_key: AtomicUsize,
+}
+
+/// Whose call stack is captured.
+#[derive(Clone, Copy)]
+enum Thread {
+    /// The calling thread's (from its signal handler).
+    Current,
+    /// Another thread's, blocked; its `pthread_t`.
+    Other(u64),
 }
 
 /// Sampling state: no timer fires samples.
@@ -104,21 +113,85 @@ impl Sampler {
     /// Called by a source from its signal handler, on the sampled thread. Returns the
     /// numbers of native and Python frames recorded (for the handler's timing).
     pub(crate) fn sample(&self, weight: u64, regs: Regs) -> (u64, u64) {
+        // SAFETY: pthread_self only reads the thread pointer.
+        let thread = unsafe { libc::pthread_self() } as usize;
+        // SAFETY: this is the owner thread and SIGPROF is blocked while the handler runs.
+        let Some(slot) = (unsafe { self.slots.find_or_claim(thread) }) else {
+            self.stats.samples.fetch_add(1, Ordering::Relaxed);
+            self.stats.ticks.fetch_add(weight, Ordering::Relaxed);
+            self.stats.dropped_no_slot.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .dropped_ticks
+                .fetch_add(weight, Ordering::Relaxed);
+            return (0, 0);
+        };
+        if slot
+            .busy
+            .compare_exchange(FREE, HANDLING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // The wall-clock source is capturing this thread as blocked (it has just woken
+            // up): the ticks go to its next sample.
+            slot.pending.fetch_add(weight, Ordering::Relaxed);
+            return (0, 0);
+        }
+        let weight = weight + slot.pending.swap(0, Ordering::Relaxed);
+        let recorded = self
+            .capture_and_record(slot, weight, regs, Thread::Current, || true)
+            .unwrap_or((0, 0));
+        slot.busy.store(FREE, Ordering::Release);
+        recorded
+    }
+
+    /// Captures the call stack of another thread, blocked in a system call, from the
+    /// registers the kernel saved at its entry (`regs`: only the instruction and stack
+    /// pointers are known), and counts it into that thread's trace tree with `weight`
+    /// ticks — unless `still_blocked()`, asked after the capture and before recording,
+    /// says the thread ran meanwhile (its stack may have changed under the reads). Called
+    /// by the wall-clock source from its own thread, holding the slot ([`crate::record::threads::CAPTURING`]).
+    /// Returns whether the sample was recorded.
+    pub(crate) fn sample_blocked(
+        &self,
+        slot: &mut Slot,
+        weight: u64,
+        regs: Regs,
+        still_blocked: impl FnOnce() -> bool,
+    ) -> bool {
+        let thread = slot.owner.load(Ordering::Relaxed) as u64;
+        let recorded = self
+            .capture_and_record(slot, weight, regs, Thread::Other(thread), still_blocked)
+            .is_some();
+        if recorded {
+            self.stats.blocked.fetch_add(1, Ordering::Relaxed);
+        }
+        recorded
+    }
+
+    /// Captures the call stack of `slot`'s thread (`whose`) from `regs` and, if `verify()`
+    /// then holds, records it with `weight` ticks. `None` when `verify()` failed (nothing
+    /// counted).
+    fn capture_and_record(
+        &self,
+        slot: &mut Slot,
+        weight: u64,
+        regs: Regs,
+        whose: Thread,
+        verify: impl FnOnce() -> bool,
+    ) -> Option<(u64, u64)> {
         let stats = &self.stats;
         stats.samples.fetch_add(1, Ordering::Relaxed);
         stats.ticks.fetch_add(weight, Ordering::Relaxed);
         let dropped = |why: &AtomicU64| {
             why.fetch_add(1, Ordering::Relaxed);
             stats.dropped_ticks.fetch_add(weight, Ordering::Relaxed);
-            (0, 0)
+            Some((0, 0))
         };
-        // SAFETY: pthread_self only reads the thread pointer.
-        let thread = unsafe { libc::pthread_self() } as usize;
-        // SAFETY: this is the owner thread and SIGPROF is blocked while the handler runs.
-        let Some(slot) = (unsafe { self.slots.find_or_claim(thread) }) else {
-            return dropped(&stats.dropped_no_slot);
+        // The ticks of the thread's CPU timer (Slot::ticks), not those of its time blocked.
+        let timer_ticks = match whose {
+            Thread::Current => weight,
+            Thread::Other(_) => 0,
         };
-        slot.ticks.fetch_add(weight, Ordering::Relaxed);
+        slot.ticks.fetch_add(timer_ticks, Ordering::Relaxed);
         let mut root = slot.root.load(Ordering::Relaxed);
         if root == 0 {
             let Some(fresh) = self.trees.new_root() else {
@@ -182,10 +255,10 @@ impl Sampler {
                 || slot.native[..native_len]
                     .iter()
                     .any(|&pc| rt.is_evaluator(pc));
-            let tstate = if walk_python || rt.gc.is_some() {
-                rt.current_thread_state(&mut slot.thread_state)
-            } else {
-                0
+            let tstate = match (walk_python || rt.gc.is_some(), whose) {
+                (false, _) => 0,
+                (true, Thread::Current) => rt.current_thread_state(&mut slot.thread_state),
+                (true, Thread::Other(thread)) => rt.thread_state_of(thread, slot.thread_state),
             };
             collecting = tstate != 0 && rt.gc.is_some_and(|gc| gc.collecting(tstate));
             if tstate != 0 && walk_python {
@@ -211,6 +284,7 @@ impl Sampler {
         }
         let python_len = python.as_ref().map_or(0, |w| w.frames as u64);
 
+        let mut python_spliced = false;
         let native = Native {
             frames: &slot.native[..native_len],
             sps: &slot.native_sps[..native_len],
@@ -233,6 +307,7 @@ impl Sampler {
                 let n = pair(&native, &py, &evaluator, &mut slot.paired);
                 let c = compose(&native, Some((&py, &slot.paired[..n])), &mut slot.out);
                 if c.paired > 0 {
+                    python_spliced = true;
                     stats.with_python.fetch_add(1, Ordering::Relaxed);
                 }
                 if c.unplaced > 0 {
@@ -249,6 +324,21 @@ impl Sampler {
             }
             false => composed.len,
         };
+        if !verify() {
+            stats.samples.fetch_sub(1, Ordering::Relaxed);
+            stats.ticks.fetch_sub(weight, Ordering::Relaxed);
+            slot.ticks.fetch_sub(timer_ticks, Ordering::Relaxed);
+            for (counter, counted) in [
+                (&stats.complete, complete),
+                (&stats.approximate, approximate),
+                (&stats.with_python, python_spliced),
+            ] {
+                if counted {
+                    counter.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+            return None;
+        }
         stats.deepest.fetch_max(len as u64, Ordering::Relaxed);
         match self
             .trees
@@ -257,6 +347,6 @@ impl Sampler {
             Some(leaf) => slot.last_leaf.store(leaf, Ordering::Relaxed),
             None => return dropped(&stats.dropped_tree_full),
         }
-        (native_len as u64, python_len)
+        Some((native_len as u64, python_len))
     }
 }

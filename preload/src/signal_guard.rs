@@ -25,6 +25,14 @@ impl Drop for InFlight {
     }
 }
 
+/// In a fork child: no handler runs (only the forking thread exists, outside any
+/// handler), whatever the parent's other threads, or wall mode's sampler process, were
+/// doing at the fork. Without this a count copied in flight would make every
+/// [`wait_for_handlers`] of the child wait its full second.
+pub fn reset_after_fork() {
+    IN_FLIGHT.store(0, Ordering::SeqCst);
+}
+
 /// Waits (up to about a second) until no signal handler is running. Not for use inside the
 /// handler.
 pub fn wait_for_handlers() {

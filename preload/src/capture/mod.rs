@@ -7,10 +7,12 @@
 //! - [`mixed`]: the splice of the Python frames into the native stack where the
 //!   interpreter's evaluator ran them;
 //! - [`frames`]: what a frame key (a `u64` trace-tree key) means;
+//! - [`probe`]: reads of the program's memory that fail instead of faulting;
 //! - [`symbols`]: ELF symbol tables of the loaded objects (start-up and writing only).
 
 pub mod frames;
 pub mod mixed;
+pub mod probe;
 pub mod python;
 pub mod symbols;
 pub mod unwind;

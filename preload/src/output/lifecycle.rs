@@ -26,7 +26,7 @@ use crate::config::{Clock, Config};
 use crate::output::dump;
 use crate::sampler;
 use crate::signal_guard::BlockSignals;
-use crate::sources::{handler, timer};
+use crate::sources::{handler, timer, wall};
 use pyigprof_hooks::signals;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
@@ -96,7 +96,15 @@ pub fn start(config: Config) {
     }
     for signal in FATAL_SIGNALS {
         // SA_NODEFER: a crash inside the handler itself ends the process at once.
-        signals::guard(signal, on_fatal_signal, libc::SA_NODEFER, false, |_| {});
+        // SA_ONSTACK: on the program's alternate stack, where it has one (a stack overflow).
+        let flags = libc::SA_NODEFER | libc::SA_ONSTACK;
+        if matches!(signal, libc::SIGSEGV | libc::SIGBUS) {
+            // Faults of the sampler's own reads are recovered from whatever handler the
+            // program installs (capture::probe): the program's is run behind ours.
+            signals::guard_chained(signal, on_fault(), flags);
+        } else {
+            signals::guard(signal, on_fatal_signal, flags, false, |_| {});
+        }
     }
     if let Some(signal) = config.dump_signal {
         if !signals::guard(
@@ -299,11 +307,19 @@ pub fn process_ending() {
 /// Before an `exec`: writes the profile of the image about to be replaced, if there is
 /// anything in it. Sampling stops either way.
 pub fn before_exec() {
-    if is_owner() && stop_with_ticks() {
+    // Samples, not only ticks: a fork child that execs at once (subprocess) may have run
+    // past its timer's first expiry without a sample delivered, and would leave a profile
+    // of nothing but `<unsampled thread time>`.
+    let sampled = || sampler::get().is_some_and(|s| s.stats.samples.load(Ordering::Relaxed) > 0);
+    if !is_owner() {
+        return;
+    }
+    if stop_with_ticks() && sampled() {
         if let Some(path) = write_profile() {
             *BEFORE_EXEC.lock().unwrap_or_else(|e| e.into_inner()) = Some(path);
         }
     }
+    wall::end_before_exec();
 }
 
 /// The `exec` failed: the process goes on, sampled again; its profile will be written at
@@ -318,6 +334,9 @@ pub fn exec_failed() {
     }
     if let Some(s) = sampler::get() {
         s.resume();
+        if s.clock == Clock::Wall {
+            wall::resume_after_failed_exec(s);
+        }
     }
 }
 
@@ -357,12 +376,89 @@ pub fn end_by_signal(signal: libc::c_int) {
     }
 }
 
-/// Handler of the fatal signals while the program leaves them at their default action.
+// The handler of `SIGSEGV` and `SIGBUS` (`on_fault`): asks `fault_decision` with the
+// kernel's arguments kept, then returns, or jumps to the program's handler with those
+// arguments and the kernel's return address (its signal trampoline), so that the program's
+// handler runs as if the kernel had called it directly.
+std::arch::global_asm!(
+    ".pushsection .text.pyigprof_on_fault,\"ax\",@progbits",
+    ".p2align 4",
+    ".hidden pyigprof_on_fault",
+    ".globl pyigprof_on_fault",
+    ".type pyigprof_on_fault,@function",
+    "pyigprof_on_fault:",
+    ".cfi_startproc",
+    "    push rdi",
+    ".cfi_adjust_cfa_offset 8",
+    "    push rsi",
+    ".cfi_adjust_cfa_offset 8",
+    "    push rdx",
+    ".cfi_adjust_cfa_offset 8",
+    "    call {decide}",
+    "    pop rdx",
+    ".cfi_adjust_cfa_offset -8",
+    "    pop rsi",
+    ".cfi_adjust_cfa_offset -8",
+    "    pop rdi",
+    ".cfi_adjust_cfa_offset -8",
+    "    test rax, rax",
+    "    jz 1f",
+    "    jmp rax",
+    "1:",
+    "    ret",
+    ".cfi_endproc",
+    ".size pyigprof_on_fault, . - pyigprof_on_fault",
+    ".popsection",
+    decide = sym fault_decision,
+);
+
+extern "C" {
+    /// The `SIGSEGV`/`SIGBUS` handler (the `pyigprof_on_fault` entry above).
+    #[link_name = "pyigprof_on_fault"]
+    fn on_fault_entry(signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void);
+}
+
+/// The address of the `SIGSEGV`/`SIGBUS` handler, typed as a handler.
+fn on_fault() -> extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) {
+    type Unsafe = unsafe extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+    // SAFETY: the entry is a signal handler with the SA_SIGINFO calling convention, safe
+    // for the kernel to call.
+    unsafe { std::mem::transmute::<Unsafe, _>(on_fault_entry as Unsafe) }
+}
+
+/// What `SIGSEGV`/`SIGBUS` does: a fault of the sampler's own reads is recovered
+/// (`capture::probe`) and 0 returned; for a handler the program installed, its address is
+/// returned (mask set: `signals::pass_to_program`); otherwise the fatal-signal handling
+/// runs and 0 is returned.
+extern "C" fn fault_decision(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    uc: *mut libc::c_void,
+) -> usize {
+    // SAFETY: what the kernel passed to the handler.
+    if unsafe { crate::capture::probe::fix_up(info, uc) } {
+        return 0;
+    }
+    // SAFETY: as above.
+    match unsafe { signals::pass_to_program(signal, info) } {
+        signals::Passed::Run(handler) => handler,
+        signals::Passed::Ignored => 0,
+        signals::Passed::Default => {
+            on_fatal_signal(signal, info, uc);
+            0
+        }
+    }
+}
+
+/// Handler of the fatal signals while the program leaves them at their default action
+/// (for `SIGSEGV` and `SIGBUS`, reached through `on_fault`'s decision): the profile is
+/// written and the signal ends the process.
 extern "C" fn on_fatal_signal(
     signal: libc::c_int,
     info: *mut libc::siginfo_t,
-    _uc: *mut libc::c_void,
+    uc: *mut libc::c_void,
 ) {
+    let _ = uc;
     if is_owner() && signals::program_sees_default(signal) {
         write_from_child(None);
     }

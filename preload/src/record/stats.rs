@@ -39,15 +39,21 @@ pub struct Stats {
     /// Ticks of threads that ended before their last expirations were delivered, counted
     /// at their end ([`crate::capture::frames::Marker::Unsampled`]).
     pub unsampled_ticks: AtomicU64,
-    /// Threads whose timer was armed.
+    /// Threads whose timer was armed (or, in wall mode, that the wall-clock source watches).
     pub threads: AtomicU64,
+    /// Wall mode: samples of threads blocked in a system call, taken from the wall-clock
+    /// source's own thread without interrupting them (`crate::sources::wall`).
+    pub blocked: AtomicU64,
+    /// Wall mode: ticks of periods in which a thread was runnable but got no CPU (found not
+    /// blocked, with no CPU-timer tick for the period), added to its latest sample.
+    pub waiting_ticks: AtomicU64,
     /// Time spent in the handler.
     pub handler: HandlerTimes,
 }
 
 impl Stats {
     /// The counters by their names in the profile, in the order written.
-    fn counters(&self) -> [(&'static str, &AtomicU64); 13] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 16] {
         [
             ("samples", &self.samples),
             ("ticks", &self.ticks),
@@ -62,6 +68,9 @@ impl Stats {
             ("deepest", &self.deepest),
             ("unsampled_ticks", &self.unsampled_ticks),
             ("threads", &self.threads),
+            ("blocked", &self.blocked),
+            ("waiting_ticks", &self.waiting_ticks),
+            ("faulted_reads", &crate::capture::probe::FAULTED_READS),
         ]
     }
 

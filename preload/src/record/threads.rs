@@ -11,7 +11,7 @@
 
 use crate::mem::map_region;
 use std::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 
 /// Most native frames unwound per sample; a deeper stack is cut (outermost frames lost)
@@ -23,6 +23,13 @@ pub const MAX_PYTHON_FRAMES: usize = 1024;
 pub const MAX_STACK: usize = MAX_NATIVE_FRAMES + MAX_PYTHON_FRAMES + 1;
 /// Most threads with a slot; further threads' samples are counted as dropped.
 pub const MAX_THREADS: usize = 4096;
+
+/// [`Slot::busy`]: nobody uses the slot's scratch buffers.
+pub const FREE: u8 = 0;
+/// [`Slot::busy`]: the thread's own signal handler is sampling it.
+pub const HANDLING: u8 = 1;
+/// [`Slot::busy`]: the wall-clock source captures the (blocked) thread's stack.
+pub const CAPTURING: u8 = 2;
 
 pub use crate::capture::unwind::UnwindCache;
 
@@ -41,13 +48,26 @@ pub struct Slot {
     pub cache: AtomicPtr<UnwindCache>,
     /// The thread's sampling timer (`timer_t` + 1, as kernel timer ids start at 0; 0 = none).
     pub timer: AtomicUsize,
+    /// Who uses the slot's scratch buffers and trace tree now: [`FREE`], [`HANDLING`] (the
+    /// thread's own handler) or [`CAPTURING`] (wall mode's source, for the thread while it
+    /// is blocked).
+    pub busy: AtomicU8,
+    /// Ticks of the thread's samples that found the slot [`CAPTURING`] (its timer fired as
+    /// it woke up), counted by its next sample.
+    pub pending: AtomicU64,
+    /// Wall mode: periods in which the wall-clock source found the thread not blocked in a
+    /// system call (running, or runnable and waiting for a CPU).
+    pub running_periods: AtomicU64,
+    /// Wall mode: ticks added for periods the thread waited for a CPU (see
+    /// `sources::wall`).
+    pub waited: AtomicU64,
     /// Kernel thread id the timer signals (0 = none).
     pub tid: AtomicI32,
     /// The timer's first expiry after arming (ns of the thread's clock).
     pub first_ns: AtomicU64,
     /// The thread's CPU clock when its timer was armed (ns).
     pub armed_cpu_ns: AtomicU64,
-    /// Ticks of the signals the thread received since its timer was armed.
+    /// Ticks of the signals the thread's CPU timer delivered since it was armed.
     pub ticks: AtomicU64,
     /// The thread's CPU clock (ns) when sampling stopped with its timer armed; 0 = not
     /// stopped so (see `Sampler::stop`).
@@ -215,6 +235,18 @@ impl Slots {
         self.claimed().for_each(|i| f(self.at(i)));
     }
 
+    /// Calls `f` on every claimed slot, mutable (for the wall-clock source, which captures
+    /// blocked threads' stacks into their slots).
+    ///
+    /// # Safety
+    /// `f` may use a slot's scratch buffers and trace tree only while it holds the slot
+    /// ([`Slot::busy`] is [`CAPTURING`], set by `f`): its owner's handler does not run then.
+    pub unsafe fn for_each_mut(&self, mut f: impl FnMut(&mut Slot)) {
+        // SAFETY: see the function contract; i < MAX_THREADS.
+        self.claimed()
+            .for_each(|i| f(unsafe { &mut *self.base.add(i) }));
+    }
+
     /// Roots of every thread's trace tree.
     pub fn roots(&self) -> Vec<u32> {
         self.claimed()
@@ -232,6 +264,10 @@ impl Slots {
         self.for_each(|slot| {
             slot.root.store(0, Ordering::Relaxed);
             slot.timer.store(0, Ordering::Relaxed);
+            slot.busy.store(FREE, Ordering::Relaxed);
+            slot.pending.store(0, Ordering::Relaxed);
+            slot.running_periods.store(0, Ordering::Relaxed);
+            slot.waited.store(0, Ordering::Relaxed);
             slot.ticks.store(0, Ordering::Relaxed);
             slot.last_leaf.store(0, Ordering::Relaxed);
             slot.path.root.store(0, Ordering::Relaxed);

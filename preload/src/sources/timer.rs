@@ -1,9 +1,10 @@
-//! Per-thread sampling timers: the source of CPU-time (and wall-time) samples.
+//! Per-thread sampling timers: the source of CPU-time samples (in both modes: wall mode
+//! adds the time threads spend blocked, [`crate::sources::wall`]).
 //!
 //! Timers (shared/design/timers.md): one POSIX timer per thread, created by the thread
-//! itself when it registers, on its own CPU clock (`CLOCK_THREAD_CPUTIME_ID`, or
-//! `CLOCK_MONOTONIC` in wall mode), delivering `SIGPROF` to that thread
-//! (`SIGEV_THREAD_ID`). So each thread's time is attributed to that thread. The kernel
+//! itself when it registers, on its own CPU clock (`CLOCK_THREAD_CPUTIME_ID`), delivering
+//! `SIGPROF` to that thread (`SIGEV_THREAD_ID`). A CPU timer fires only while its thread
+//! runs, so a thread blocked in a system call is never interrupted by it. So each thread's time is attributed to that thread. The kernel
 //! checks CPU timers on its scheduler tick, so at rates above the tick rate several
 //! expirations merge into one signal; a POSIX timer reports how many in `si_overrun`, and
 //! each sample counts `1 + si_overrun` ticks (`ticks_of`). Profile time = ticks × period
@@ -11,7 +12,7 @@
 
 use crate::capture::frames::{marker_key, Marker};
 use crate::config::Clock;
-use crate::record::threads::Slot;
+use crate::record::threads::{Slot, CAPTURING, FREE};
 use crate::sampler::{get, Sampler, OFF, SAMPLING, STATE, YIELDED};
 use crate::signal_guard::wait_for_handlers;
 use std::sync::atomic::Ordering;
@@ -67,8 +68,8 @@ impl Sampler {
         result
     }
 
-    /// Creates and arms the timer of thread `tid` (its CPU clock, or the monotonic clock in
-    /// wall mode) and stores it in its `slot`.
+    /// Creates and arms the timer of thread `tid` (on its CPU clock) and stores it in its
+    /// `slot`.
     fn arm(&self, slot: &Slot, tid: libc::pid_t) -> Result<(), String> {
         if STATE.load(Ordering::Acquire) != SAMPLING {
             return Ok(());
@@ -81,10 +82,19 @@ impl Sampler {
             // its pthread_t.
             Sampler::disarm(slot);
         }
-        let clock = match self.clock {
-            Clock::Cpu => thread_cpu_clock(tid),
-            Clock::Wall => libc::CLOCK_MONOTONIC,
-        };
+        // The wall-clock source may be capturing the slot's previous owner (a thread that
+        // ended, whose pthread_t this thread reuses): it is done within microseconds.
+        for _ in 0..10_000 {
+            if slot.busy.load(Ordering::Acquire) != CAPTURING {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        slot.busy.store(FREE, Ordering::Release);
+        slot.pending.store(0, Ordering::Relaxed);
+        slot.running_periods.store(0, Ordering::Relaxed);
+        slot.waited.store(0, Ordering::Relaxed);
+        let clock = thread_cpu_clock(tid);
         // The first expiry at a random point of the first period: a thread that runs for
         // less than a period (thousands of short-lived threads) is then sampled with
         // probability (its time / period), so the expected ticks equal its time, instead
@@ -123,17 +133,16 @@ impl Sampler {
     /// Stops sampling: deletes the timer and waits for handlers in flight. Afterwards the
     /// trees can be read safely.
     ///
-    /// With the CPU clock, the expirations of each thread's timer that the kernel had not
-    /// delivered by then are counted as ticks (see `count_undelivered`): the
+    /// The expirations of each thread's timer that the kernel had not delivered by then are counted as ticks (see `count_undelivered`): the
     /// profile's total stays the threads' CPU time, and a process that ran for several
     /// periods without a single signal delivered (one polling its own CPU clock) still has
     /// its time in its profile.
     pub fn stop(&self) {
-        STATE.store(OFF, Ordering::Release);
-        let cpu = self.clock == Clock::Cpu;
+        // SeqCst: the wall-clock source counts itself in flight, then checks the state.
+        STATE.store(OFF, Ordering::SeqCst);
         self.slots.for_each(|slot| {
             let tid = slot.tid.load(Ordering::Relaxed);
-            if cpu && tid != 0 && slot.timer.load(Ordering::Acquire) != 0 {
+            if tid != 0 && slot.timer.load(Ordering::Acquire) != 0 {
                 // Signals from here on are ignored (STATE is OFF): their expirations are
                 // counted from this reading. A thread that has ended has no clock.
                 let now = clock_ns(thread_cpu_clock(tid)).unwrap_or(0);
@@ -178,11 +187,16 @@ impl Sampler {
             return;
         }
         STATE.store(OFF, Ordering::Release);
+        crate::signal_guard::reset_after_fork();
         self.trees.reset();
         self.slots.reset_after_fork();
         self.stats.reset();
         // No locks here: another thread of the parent may have held one at fork time.
         STATE.store(SAMPLING, Ordering::Release);
+        if self.clock == Clock::Wall {
+            // The parent's sampler process is not this child's.
+            crate::sources::wall::restart_after_fork(self);
+        }
         let mut armed = false;
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
@@ -203,7 +217,7 @@ impl Sampler {
     fn thread_ending(&self, slot: &Slot) {
         Sampler::disarm(slot);
         let tid = slot.tid.load(Ordering::Relaxed);
-        if self.clock != Clock::Cpu || tid == 0 || STATE.load(Ordering::Acquire) != SAMPLING {
+        if tid == 0 || STATE.load(Ordering::Acquire) != SAMPLING {
             return;
         }
         if let Some(now) = clock_ns(thread_cpu_clock(tid)) {
@@ -227,7 +241,7 @@ impl Sampler {
     /// CPU time: those that fit in the thread's last kernel tick ([`TAIL_NS`]) to its latest
     /// sample, where it most likely still was, the rest (and all of them when it has no
     /// sample) to an `<unsampled thread time>` marker, which says how much of its time the
-    /// profile could not place. (Wall-clock timers fire precisely: no correction.)
+    /// profile could not place.
     fn count_undelivered(&self, slot: &Slot, now: u64) {
         let ran = now.saturating_sub(slot.armed_cpu_ns.load(Ordering::Relaxed));
         let first = slot.first_ns.load(Ordering::Relaxed);

@@ -195,21 +195,7 @@ impl Runtime {
     /// locking.
     #[inline(always)]
     pub fn current_thread_state(&self, seen: &mut u64) -> u64 {
-        // SAFETY (all arms): reads of the calling thread's own TSS slots.
-        let get = |key: u32| unsafe { libc::pthread_getspecific(key) as u64 };
         match self.source {
-            ThreadStateSource::AttachedKey if self.attached.load(Ordering::Acquire) => {
-                get(self.tss_key.load(Ordering::Relaxed))
-            }
-            ThreadStateSource::AttachedKey => 0,
-            ThreadStateSource::Tss { at } => match (read::int(at), read::uint(at + 4)) {
-                (Some(1), Some(key)) => get(key),
-                _ => 0,
-            },
-            ThreadStateSource::Key { at } => match read::int(at) {
-                Some(key) if key >= 0 => get(key as u32),
-                _ => 0,
-            },
             ThreadStateSource::ThreadLocal { offset } => {
                 let thread_pointer: u64;
                 // SAFETY: reads the TCB's self pointer (x86-64 glibc: `%fs:0`).
@@ -224,6 +210,48 @@ impl Runtime {
                 offsets,
                 interp_head,
             } => self.gil_holder_state(current, offsets, interp_head, seen),
+            // SAFETY: reads the calling thread's own TSS slot.
+            _ => self
+                .thread_state_key()
+                .map_or(0, |key| unsafe { libc::pthread_getspecific(key) as u64 }),
+        }
+    }
+
+    /// The `PyThreadState*` of another thread, `thread` (its `pthread_t`), 0 when it has
+    /// none; read by the wall-clock source while that thread is blocked. `seen` is the
+    /// state last found for it by its own samples, the answer where the thread's key slots
+    /// cannot be read (a key ≥ 32, glibc's descriptor layout not found, 2.7). Reads are
+    /// checked and cannot fault. Async-signal-safe.
+    pub fn thread_state_of(&self, thread: u64, seen: u64) -> u64 {
+        match self.source {
+            // x86-64 glibc: a thread's pthread_t is its thread pointer (`%fs:0`).
+            ThreadStateSource::ThreadLocal { offset } => {
+                read::word(thread.wrapping_add(offset as u64)).unwrap_or(0)
+            }
+            ThreadStateSource::GilHolder { .. } => seen,
+            _ => self
+                .thread_state_key()
+                .map_or(0, |key| key_value_of(thread, key).unwrap_or(seen)),
+        }
+    }
+
+    /// The pthread key under which threads keep their `PyThreadState*` (3.6–3.14), `None`
+    /// while it is not known yet or where states are found otherwise.
+    #[inline(always)]
+    fn thread_state_key(&self) -> Option<u32> {
+        match self.source {
+            ThreadStateSource::AttachedKey if self.attached.load(Ordering::Acquire) => {
+                Some(self.tss_key.load(Ordering::Relaxed))
+            }
+            ThreadStateSource::Tss { at } => match (read::int(at), read::uint(at + 4)) {
+                (Some(1), Some(key)) => Some(key),
+                _ => None,
+            },
+            ThreadStateSource::Key { at } => match read::int(at) {
+                Some(key) if key >= 0 => Some(key as u32),
+                _ => None,
+            },
+            _ => None,
         }
     }
 
@@ -292,4 +320,59 @@ impl Runtime {
         }
         0
     }
+}
+
+/// Where glibc keeps a thread's values of pthread keys 0–31, as an offset from its
+/// `pthread_t` plus one (0 = not found): `struct pthread`'s `specific_1stblock[key]`, a
+/// `{ seq, data }` pair of words each (glibc's nptl/descr.h). Set by [`find_key_slots`].
+static KEY_DATA: AtomicU64 = AtomicU64::new(0);
+
+/// Finds where glibc keeps threads' values of pthread keys ([`KEY_DATA`]), so that another
+/// thread's can be read: sets two fresh keys to marker values in the calling thread and
+/// looks for them in its descriptor (the first 4 KiB from its `pthread_t`, read through
+/// checked reads). Calls `pthread_key_create`: not from a signal handler.
+pub fn find_key_slots() {
+    const MARKS: [u64; 2] = [0x7079_6967_6b65_7931, 0x7079_6967_6b65_7932];
+    // SAFETY: creating, setting and deleting keys of our own.
+    unsafe {
+        let mut keys: [libc::pthread_key_t; 2] = [0; 2];
+        if libc::pthread_key_create(&mut keys[0], None) != 0 {
+            return;
+        }
+        if libc::pthread_key_create(&mut keys[1], None) != 0 {
+            libc::pthread_key_delete(keys[0]);
+            return;
+        }
+        if keys.iter().all(|&k| k < 32) {
+            for (k, mark) in keys.iter().zip(MARKS) {
+                libc::pthread_setspecific(*k, mark as *const libc::c_void);
+            }
+            let me = libc::pthread_self() as u64;
+            let found = (0..4096u64).step_by(8).find_map(|offset| {
+                let base = offset.checked_sub(u64::from(keys[0]) * 16)?;
+                (read::word(me + offset) == Some(MARKS[0])
+                    && read::word(me + base + u64::from(keys[1]) * 16) == Some(MARKS[1]))
+                .then_some(base)
+            });
+            if let Some(base) = found {
+                KEY_DATA.store(base + 1, Ordering::Relaxed);
+            }
+            for k in keys {
+                libc::pthread_setspecific(k, std::ptr::null());
+            }
+        }
+        for k in keys {
+            libc::pthread_key_delete(k);
+        }
+    }
+}
+
+/// The value of pthread key `key` in thread `thread` (its `pthread_t`); `None` when it
+/// cannot be read (see [`find_key_slots`]).
+fn key_value_of(thread: u64, key: u32) -> Option<u64> {
+    let base = KEY_DATA.load(Ordering::Relaxed).checked_sub(1)?;
+    if key >= 32 {
+        return None;
+    }
+    read::word(thread.checked_add(base + u64::from(key) * 16)?)
 }

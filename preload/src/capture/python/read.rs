@@ -5,7 +5,12 @@
 //! by it. Reads are still checked before they are made: the address must be a plausible,
 //! aligned user-space address, and objects are only trusted after their type pointer was
 //! compared with the type's exported address (`PyCode_Type`, ...). A check that fails makes
-//! the caller drop the Python part of the sample.
+//! the caller drop the Python part of the sample. The reads themselves cannot crash the
+//! program: a page that is gone (an object freed and its arena returned, another thread's
+//! frames popped while the wall-clock source reads them) makes them fail
+//! ([`crate::capture::probe`]).
+
+use crate::capture::probe;
 
 /// Lowest address treated as readable (the first pages are never mapped).
 const LOW: u64 = 0x10000;
@@ -26,8 +31,7 @@ pub fn word(addr: u64) -> Option<u64> {
     if !plausible(addr, 8, 8) {
         return None;
     }
-    // SAFETY: see the module documentation.
-    Some(unsafe { std::ptr::read_volatile(addr as *const u64) })
+    probe::u64_at(addr)
 }
 
 /// Reads a C `int` at `addr`.
@@ -36,8 +40,7 @@ pub fn int(addr: u64) -> Option<i32> {
     if !plausible(addr, 4, 4) {
         return None;
     }
-    // SAFETY: see the module documentation.
-    Some(unsafe { std::ptr::read_volatile(addr as *const i32) })
+    probe::u32_at(addr).map(|v| v as i32)
 }
 
 /// Reads a C `unsigned int` at `addr`.
@@ -52,8 +55,7 @@ pub fn byte(addr: u64) -> Option<u8> {
     if !plausible(addr, 1, 1) {
         return None;
     }
-    // SAFETY: see the module documentation.
-    Some(unsafe { std::ptr::read_volatile(addr as *const u8) })
+    probe::u8_at(addr)
 }
 
 /// Copies `len` bytes at `addr` into `out[..len]` (`len <= out.len()`).
@@ -61,9 +63,7 @@ pub fn bytes(addr: u64, len: usize, out: &mut [u8]) -> Option<()> {
     if len > out.len() || !plausible(addr, len as u64, 1) {
         return None;
     }
-    // SAFETY: see the module documentation; the destination is checked above.
-    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), len) };
-    Some(())
+    probe::copy(addr, &mut out[..len]).then_some(())
 }
 
 /// Whether the object at `obj` has type `type_addr` (reads `ob_type`, at offset 8 in every

@@ -8,6 +8,7 @@ pub mod cfi;
 pub mod heuristic;
 pub mod modules;
 
+use crate::capture::probe;
 use cfi::{RowCache, Rule};
 use modules::Snapshot;
 
@@ -71,8 +72,17 @@ const GREG_OF_DWARF: [libc::c_int; 17] = [
     libc::REG_RIP,
 ];
 
+/// Stack addresses above RSP tried as RBP for a frame whose CFA comes from an unknown RBP.
+const BP_GUESSES: u64 = 512;
+
+/// The RBP of [`Regs`] whose frame pointer is not known (a thread sampled while blocked in
+/// a system call: the kernel tells its stack and instruction pointers only). Not a multiple
+/// of 8 and not addable to: every rule that uses it fails, and a frame that restores RBP
+/// from the stack replaces it.
+pub const UNKNOWN_BP: u64 = u64::MAX;
+
 impl Regs {
-    /// RIP, RSP and RBP only.
+    /// RIP, RSP and RBP only ([`UNKNOWN_BP`] when RBP is not known).
     pub fn new(ip: u64, sp: u64, bp: u64) -> Regs {
         Regs {
             ip,
@@ -305,8 +315,12 @@ pub fn unwind(
                 frame.nreads = UNMEMOIZABLE;
                 return Err(());
             }
-            // SAFETY: inside the thread's stack, below its top and above the interrupted sp.
-            let value = unsafe { std::ptr::read_volatile(addr as *const u64) };
+            // Inside the thread's stack, below its top and above the interrupted sp; a stack
+            // unmapped meanwhile (a blocked thread that ended) fails the read.
+            let Some(value) = probe::u64_at(addr) else {
+                frame.nreads = UNMEMOIZABLE;
+                return Err(());
+            };
             if (frame.nreads as usize) < MEMO_READS {
                 frame.reads[frame.nreads as usize] = (addr, value);
                 frame.nreads += 1;
@@ -322,6 +336,13 @@ pub fn unwind(
         // general register) ends the walk as incomplete.
         let mut at_root = matches!(rule, Rule::EndOfStack);
         let used_others = regs.knows_others() && rule == Rule::Evaluate;
+        // A thread sampled while blocked has no known RBP until a frame restores it: a rule
+        // that needs it fails, and the frame is then stepped over as code without CFI.
+        let rule = match rule {
+            Rule::UseFramePointer if regs.bp == UNKNOWN_BP => Rule::NoCfi,
+            rule => rule,
+        };
+        let before = regs;
         let step = match rule {
             Rule::Evaluate => {
                 let step = cache.rows.unwind_by_row(
@@ -334,24 +355,67 @@ pub fn unwind(
                 at_root = matches!(step, Ok(None));
                 step
             }
-            Rule::NoCfi => {
-                let (rows, scan) = (&mut cache.rows, &mut cache.scan);
-                let step = heuristic::step(
-                    snapshot,
-                    stack,
-                    scan,
-                    &mut regs,
-                    &mut read_stack,
-                    &mut |caller: &Regs, check| {
-                        leads_to_root(snapshot, rows, identity, stack, restorer, *caller, check)
-                    },
-                );
-                approximate |= matches!(step, Ok(Some(_)));
-                step
-            }
+            Rule::NoCfi => Err(cfi::Failed),
             rule => cfi::exec(rule, !from_return, &mut regs, &mut read_stack),
         };
-        let guessed = rule == Rule::NoCfi;
+        // A full row that needed the unknown RBP (a CFA from RBP, as libffi's and
+        // hand-written assembly's): RBP is guessed among the stack addresses above RSP, and
+        // a guess is taken only if its caller's walk reaches the thread's root by CFI.
+        let mut step = step;
+        let mut guessed_bp = false;
+        if step.is_err() && before.bp == UNKNOWN_BP && rule == Rule::Evaluate {
+            for candidate in (0..BP_GUESSES).map(|i| before.sp + 8 * i) {
+                let mut trial = before;
+                trial.bp = candidate;
+                let got = cache.rows.unwind_by_row(
+                    &snapshot.cfi,
+                    pc,
+                    !from_return,
+                    &mut trial,
+                    &mut read_stack,
+                );
+                if let Ok(Some(ret)) = got {
+                    if snapshot.may_return_to(ret, stack)
+                        && leads_to_root(
+                            snapshot,
+                            &mut cache.rows,
+                            identity,
+                            stack,
+                            restorer,
+                            trial,
+                            heuristic::Check::Root,
+                        )
+                    {
+                        (regs, step, guessed_bp) = (trial, got, true);
+                        break;
+                    }
+                }
+            }
+        }
+        approximate |= guessed_bp;
+        // Code without CFI, or a full row that needed the unknown RBP and no guess checked
+        // out: a heuristic step.
+        let guessed = guessed_bp
+            || rule == Rule::NoCfi
+            || (step.is_err() && before.bp == UNKNOWN_BP && rule == Rule::Evaluate);
+        let step = if guessed && !guessed_bp {
+            regs = before;
+            let (rows, scan) = (&mut cache.rows, &mut cache.scan);
+            let step = heuristic::step(
+                snapshot,
+                stack,
+                scan,
+                &mut regs,
+                &mut read_stack,
+                &mut |caller: &Regs, check| {
+                    leads_to_root(snapshot, rows, identity, stack, restorer, *caller, check)
+                },
+            );
+            approximate |= matches!(step, Ok(Some(_)));
+            step
+        } else {
+            step
+        };
         n += 1;
         let mut signal_frame = false;
         let ended = match step {
@@ -436,8 +500,7 @@ fn leads_to_root(
             && addr.checked_add(8).is_some_and(|end| end <= stack.1)
             && addr.is_multiple_of(8)
         {
-            // SAFETY: inside the thread's stack.
-            Ok(unsafe { std::ptr::read_volatile(addr as *const u64) })
+            probe::u64_at(addr).ok_or(())
         } else {
             Err(())
         }
@@ -477,10 +540,9 @@ fn leads_to_root(
 fn still_holds(frames: &[MemoFrame], readable: &impl Fn(u64) -> bool) -> bool {
     frames.iter().all(|f| {
         f.nreads != UNMEMOIZABLE
-            && f.reads[..f.nreads as usize].iter().all(|&(addr, value)| {
-                // SAFETY: read only when inside the thread's stack (checked first).
-                readable(addr) && unsafe { std::ptr::read_volatile(addr as *const u64) } == value
-            })
+            && f.reads[..f.nreads as usize]
+                .iter()
+                .all(|&(addr, value)| readable(addr) && probe::u64_at(addr) == Some(value))
     })
 }
 

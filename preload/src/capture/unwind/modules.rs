@@ -85,11 +85,12 @@ impl Snapshot {
             return false;
         }
         let len = (ret - start).min(8) as usize;
-        // SAFETY: `[ret - len, ret)` lies inside an executable PT_LOAD segment of a mapped
-        // object (readable: x86-64 has no execute-only pages by default); an object is
-        // removed from the snapshot before it can be unmapped.
-        let code = unsafe { std::slice::from_raw_parts((ret - len as u64) as *const u8, len) };
-        super::heuristic::ends_with_call(code)
+        // `[ret - len, ret)` lies inside an executable PT_LOAD segment of a mapped object
+        // (readable: x86-64 has no execute-only pages by default); an object is removed
+        // from the snapshot before it is unmapped, and a read racing with that fails.
+        let mut code = [0u8; 8];
+        crate::capture::probe::copy(ret - len as u64, &mut code[..len])
+            && super::heuristic::ends_with_call(&code[..len])
     }
 
     fn new(cfi: Vec<CfiModule>, found: &[Found]) -> Snapshot {
