@@ -168,8 +168,8 @@ impl Sampler {
     }
 
     /// Captures the call stack of `slot`'s thread (`whose`) from `regs` and, if `verify()`
-    /// then holds, records it with `weight` ticks. `None` when `verify()` failed (nothing
-    /// counted).
+    /// then holds, records it with `weight` ticks. `None` when `verify()` failed: nothing
+    /// is counted, in the trace tree or in the statistics.
     fn capture_and_record(
         &self,
         slot: &mut Slot,
@@ -178,29 +178,16 @@ impl Sampler {
         whose: Thread,
         verify: impl FnOnce() -> bool,
     ) -> Option<(u64, u64)> {
-        let stats = &self.stats;
-        stats.samples.fetch_add(1, Ordering::Relaxed);
-        stats.ticks.fetch_add(weight, Ordering::Relaxed);
-        let dropped = |why: &AtomicU64| {
-            why.fetch_add(1, Ordering::Relaxed);
-            stats.dropped_ticks.fetch_add(weight, Ordering::Relaxed);
-            Some((0, 0))
-        };
-        // The ticks of the thread's CPU timer (Slot::ticks), not those of its time blocked.
-        let timer_ticks = match whose {
-            Thread::Current => weight,
-            Thread::Other(_) => 0,
-        };
-        slot.ticks.fetch_add(timer_ticks, Ordering::Relaxed);
-        let mut root = slot.root.load(Ordering::Relaxed);
-        if root == 0 {
-            let Some(fresh) = self.trees.new_root() else {
-                return dropped(&stats.dropped_tree_full);
-            };
-            slot.root.store(fresh, Ordering::Release);
-            root = fresh;
+        let captured = self.capture(slot, regs, whose);
+        if !verify() {
+            return None;
         }
+        Some(self.record(slot, weight, whose, &captured))
+    }
 
+    /// Captures the call stack of `slot`'s thread (`whose`) from `regs` into the slot's
+    /// buffers (`slot.out[..len]`, outermost frame first); counts nothing.
+    fn capture(&self, slot: &mut Slot, regs: Regs, whose: Thread) -> Captured {
         // Native frames.
         let cache = slot.cache.load(Ordering::Acquire);
         let (native_len, complete, cut, approximate) = match (
@@ -236,15 +223,10 @@ impl Sampler {
                 (1, false, false, false)
             }
         };
-        if complete {
-            stats.complete.fetch_add(1, Ordering::Relaxed);
-        }
-        if approximate {
-            stats.approximate.fetch_add(1, Ordering::Relaxed);
-        }
 
         // Python frames.
         let mut python = None;
+        let mut python_abandoned = false;
         let mut collecting = false;
         if let Some(rt) = &self.python {
             // Without markers, a whole stack without evaluator frames has no Python frames
@@ -276,22 +258,19 @@ impl Sampler {
                     &mut slot.text,
                 ) {
                     Ok(w) => python = Some(w),
-                    Err(_) => {
-                        stats.python_abandoned.fetch_add(1, Ordering::Relaxed);
-                    }
+                    Err(_) => python_abandoned = true,
                 }
             }
         }
         let python_len = python.as_ref().map_or(0, |w| w.frames as u64);
 
-        let mut python_spliced = false;
         let native = Native {
             frames: &slot.native[..native_len],
             sps: &slot.native_sps[..native_len],
             complete,
             cut,
         };
-        let composed = match (&self.python, python) {
+        let (composed, with_python, python_unplaced) = match (&self.python, python) {
             (Some(rt), Some(w)) => {
                 let py = Python {
                     keys: &slot.python[..w.frames],
@@ -306,47 +285,101 @@ impl Sampler {
                 };
                 let n = pair(&native, &py, &evaluator, &mut slot.paired);
                 let c = compose(&native, Some((&py, &slot.paired[..n])), &mut slot.out);
-                if c.paired > 0 {
-                    python_spliced = true;
-                    stats.with_python.fetch_add(1, Ordering::Relaxed);
-                }
-                if c.unplaced > 0 {
-                    stats.python_mismatches.fetch_add(1, Ordering::Relaxed);
-                }
-                c
+                (c.len, c.paired > 0, c.unplaced > 0)
             }
-            _ => compose(&native, None, &mut slot.out),
+            _ => (compose(&native, None, &mut slot.out).len, false, false),
         };
         let len = match collecting {
             true => {
                 let gc = marker_key(Marker::GarbageCollection);
-                insert_below_innermost_python(&mut slot.out, composed.len, gc)
+                insert_below_innermost_python(&mut slot.out, composed, gc)
             }
-            false => composed.len,
+            false => composed,
         };
-        if !verify() {
-            stats.samples.fetch_sub(1, Ordering::Relaxed);
-            stats.ticks.fetch_sub(weight, Ordering::Relaxed);
-            slot.ticks.fetch_sub(timer_ticks, Ordering::Relaxed);
-            for (counter, counted) in [
-                (&stats.complete, complete),
-                (&stats.approximate, approximate),
-                (&stats.with_python, python_spliced),
-            ] {
-                if counted {
-                    counter.fetch_sub(1, Ordering::Relaxed);
-                }
-            }
-            return None;
+        Captured {
+            native: native_len as u64,
+            python: python_len,
+            len,
+            complete,
+            approximate,
+            with_python,
+            python_abandoned,
+            python_unplaced,
         }
-        stats.deepest.fetch_max(len as u64, Ordering::Relaxed);
+    }
+
+    /// Counts the stack [`Sampler::capture`] left in `slot.out` into the slot's trace tree
+    /// with `weight` ticks, and what it found into the statistics. Returns the numbers of
+    /// native and Python frames captured (0, 0 when the sample was dropped).
+    fn record(
+        &self,
+        slot: &mut Slot,
+        weight: u64,
+        whose: Thread,
+        captured: &Captured,
+    ) -> (u64, u64) {
+        let stats = &self.stats;
+        stats.samples.fetch_add(1, Ordering::Relaxed);
+        stats.ticks.fetch_add(weight, Ordering::Relaxed);
+        // The ticks of the thread's CPU timer (Slot::ticks), not those of its time blocked.
+        if let Thread::Current = whose {
+            slot.ticks.fetch_add(weight, Ordering::Relaxed);
+        }
+        for (counter, counted) in [
+            (&stats.complete, captured.complete),
+            (&stats.approximate, captured.approximate),
+            (&stats.with_python, captured.with_python),
+            (&stats.python_abandoned, captured.python_abandoned),
+            (&stats.python_mismatches, captured.python_unplaced),
+        ] {
+            if counted {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let dropped = || {
+            stats.dropped_tree_full.fetch_add(1, Ordering::Relaxed);
+            stats.dropped_ticks.fetch_add(weight, Ordering::Relaxed);
+            (0, 0)
+        };
+        let mut root = slot.root.load(Ordering::Relaxed);
+        if root == 0 {
+            let Some(fresh) = self.trees.new_root() else {
+                return dropped();
+            };
+            slot.root.store(fresh, Ordering::Release);
+            root = fresh;
+        }
+        stats
+            .deepest
+            .fetch_max(captured.len as u64, Ordering::Relaxed);
         match self
             .trees
-            .record_from(&mut slot.path, root, &slot.out[..len], 1, weight)
+            .record_from(&mut slot.path, root, &slot.out[..captured.len], 1, weight)
         {
             Some(leaf) => slot.last_leaf.store(leaf, Ordering::Relaxed),
-            None => return dropped(&stats.dropped_tree_full),
+            None => return dropped(),
         }
-        Some((native_len as u64, python_len))
+        (captured.native, captured.python)
     }
+}
+
+/// What [`Sampler::capture`] found, to be counted once the sample is kept.
+struct Captured {
+    /// Native frames unwound.
+    native: u64,
+    /// Python frames read.
+    python: u64,
+    /// Frames of the mixed call stack in `Slot::out`.
+    len: usize,
+    /// The native unwind reached the thread's root.
+    complete: bool,
+    /// Some native frame was found by a heuristic step (code without CFI: a frame-pointer
+    /// step or a stack scan).
+    approximate: bool,
+    /// Python frames were spliced into the native stack.
+    with_python: bool,
+    /// The walk of the Python frames was abandoned after a read that failed validation.
+    python_abandoned: bool,
+    /// A group of Python frames found no native evaluator frame to sit under (left out).
+    python_unplaced: bool,
 }

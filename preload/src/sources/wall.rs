@@ -8,12 +8,12 @@
 //! CPU timer ([`crate::sources::timer`], which fires only while the thread runs) samples
 //! its running time as in CPU mode, and a *sampler process* samples the rest: a `clone`
 //! that shares the program's memory but is neither one of its threads (CPython 3.12+
-//! counts threads to warn about `os.fork()`) nor a child it can wait for ([`spawn`]).
+//! counts threads to warn about `os.fork()`) nor a child it can wait for (`spawn`).
 //! Every period it reads each sampled thread's `/proc/<pid>/task/<tid>/syscall`; a thread
 //! blocked in a
 //! system call (`<nr> <args…> <sp> <pc>`) had its user registers saved by the kernel at
 //! the call, and a thread that does not run changes neither its stack nor its Python
-//! frames. Its call stack is captured from here ([`Sampler::sample_blocked`]), unwound from
+//! frames. Its call stack is captured from here (`Sampler::sample_blocked`), unwound from
 //! that stack pointer and instruction pointer (RBP unknown: `UNKNOWN_BP`), with its
 //! Python frames read from its thread state; the file is read again afterwards, and if
 //! the thread ran meanwhile the capture is dropped. Reads of its memory cannot fault
@@ -22,7 +22,7 @@
 //! A period in which a thread is blocked is one tick (periods the source overslept count
 //! too); a period in which it runs is counted by its CPU timer; periods in which it was not
 //! blocked and its CPU timer counted nothing (it waited, runnable, for a CPU: a loaded
-//! machine) are added to its latest sample ([`count_waiting`]). So a thread's ticks add up
+//! machine) are added to its latest sample (`count_waiting`). So a thread's ticks add up
 //! to its wall time, less a few periods of timer lag at its end.
 
 use crate::capture::unwind::{Regs, UNKNOWN_BP};
@@ -73,9 +73,9 @@ pub(crate) fn restart_after_fork(sampler: &Sampler) {
 }
 
 /// Before an `exec` (sampling stopped): ends the sampler process, which would otherwise
-/// keep the old image's memory alive, and reaps it. It is told through [`QUIT`], not by a
+/// keep the old image's memory alive, and reaps it. It is told through `QUIT`, not by a
 /// signal: a fork child that changed its user before exec (`subprocess`'s `user=`) may no
-/// longer signal it. Waits at most [`END_WAIT_NS`].
+/// longer signal it. Waits at most `END_WAIT_NS`.
 pub fn end_before_exec() {
     let helper = HELPER.swap(0, Ordering::AcqRel);
     if helper <= 0 {

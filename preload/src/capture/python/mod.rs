@@ -327,7 +327,7 @@ impl Runtime {
 /// `{ seq, data }` pair of words each (glibc's nptl/descr.h). Set by [`find_key_slots`].
 static KEY_DATA: AtomicU64 = AtomicU64::new(0);
 
-/// Finds where glibc keeps threads' values of pthread keys ([`KEY_DATA`]), so that another
+/// Finds where glibc keeps threads' values of pthread keys (`KEY_DATA`), so that another
 /// thread's can be read: sets two fresh keys to marker values in the calling thread and
 /// looks for them in its descriptor (the first 4 KiB from its `pthread_t`, read through
 /// checked reads). Calls `pthread_key_create`: not from a signal handler.
