@@ -597,7 +597,7 @@ pub struct NumpyVenv {
 /// one another, and marked complete (`.complete`, holding the base interpreter's path and
 /// `sys.version`) only once numpy imports; a venv without the marker, or made from another
 /// build of the interpreter, is made anew. `python -m venv` where it works; where it does
-/// not (no `ensurepip`), `--without-pip` and pip from PyPI (see [`pip_wheel`]). Returns why
+/// not (no `ensurepip`), `--without-pip` and pip from PyPI (see `pip_wheel`). Returns why
 /// not when it cannot be made.
 pub fn numpy_venv(base: &Interpreter) -> Result<NumpyVenv, String> {
     let root = venvs_dir();
