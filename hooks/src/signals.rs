@@ -85,7 +85,8 @@ pub unsafe fn real_sigaction(signal: c_int, act: *const SigAction, old: *mut Sig
 /// signal's action is the default one now (or, with `keep_when_ignored`, "ignore", as a
 /// process may inherit it), and from then on shows the program that action. `released` is
 /// called when the program takes the signal over. Returns whether the guard was installed.
-/// `keep_when_ignored`: see [`Guard`].
+/// `keep_when_ignored` also keeps the guard when the program sets the signal to "ignore"
+/// (for `SIGPROF`, whose handler ignores signals not sent by the sampler anyway).
 pub fn guard(
     signal: c_int,
     handler: extern "C" fn(c_int, *mut libc::siginfo_t, *mut libc::c_void),
