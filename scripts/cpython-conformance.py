@@ -242,6 +242,8 @@ def main():
                 for t in differ:
                     log("  differs at first: %s: %s without, %s with the profiler"
                         % (t, plain.get(t, "absent"), profiled.get(t, "absent")))
+                first = len(differ)
+                flaky = []
                 if differ and not args.full:
                     # Timing-dependent tests vary from run to run: the files of those that
                     # differ run again, plain and profiled; a test that then agrees is listed
@@ -265,11 +267,11 @@ def main():
                         differ = [t for t in differ if t not in flaky]
                 profiles = glob.glob(os.path.join(mode_dir, "**", "profile.*.gz"), recursive=True)
                 unreadable = read_back(args.analyse, profiles)
-                line = ("%s %s: %d tests, %d outcomes differ, %d fail the same way in both, "
-                        "%d skipped by the test under LD_PRELOAD; %d profiles, %d unreadable; "
-                        "%.0f s plain, %.0f s profiled"
-                        % (name, mode, len(profiled), len(differ), len(machine), len(preload_skips),
-                           len(profiles), len(unreadable), plain_s, profiled_s))
+                line = ("%s %s: %d tests, %d outcomes differ (%d at first, %d flaky), %d fail the "
+                        "same way in both, %d skipped by the test under LD_PRELOAD; %d profiles, "
+                        "%d unreadable; %.0f s plain, %.0f s profiled"
+                        % (name, mode, len(plain), len(differ), first, len(flaky), len(machine),
+                           len(preload_skips), len(profiles), len(unreadable), plain_s, profiled_s))
                 summary.append(line)
                 log("conformance: " + line)
                 for t in differ:

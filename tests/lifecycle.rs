@@ -197,11 +197,38 @@ fn the_profile_carries_the_profilers_statistics() {
     );
 }
 
+/// The C library's view of a handler CPython installs without `SA_RESTART` (which
+/// pyigprof runs behind a trampoline, hooks::interruptions): the object its address is in
+/// and its flags.
+const C_LEVEL_HANDLER: &str = r#"
+import ctypes, os
+class Sigaction(ctypes.Structure):
+    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16),
+                ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
+class DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+libc = ctypes.CDLL(None)
+signal.signal(signal.SIGALRM, lambda s, f: None)
+action = Sigaction()
+assert libc.sigaction(signal.SIGALRM, None, ctypes.byref(action)) == 0
+info = DlInfo()
+libc.dladdr(ctypes.c_void_p(action.handler), ctypes.byref(info))
+print("SIGALRM handler in", os.path.basename(info.fname.decode()), "flags", hex(action.flags))
+"#;
+
 #[test]
 fn signal_dispositions_look_untouched_to_the_program() {
     let python = python();
-    let program = "import signal\nfor s in ('SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGSEGV', 'SIGABRT', 'SIGPROF', 'SIGUSR2'):\n    print(s, signal.getsignal(getattr(signal, s)))\n";
-    let run = same_behaviour(&python, program, &[("PYIGPROF_DUMP_SIGNAL", "SIGUSR2")]);
+    let program = format!(
+        "import signal\nfor s in ('SIGTERM', 'SIGINT', 'SIGHUP', 'SIGQUIT', 'SIGSEGV', 'SIGABRT', 'SIGPROF', 'SIGUSR2'):\n    print(s, signal.getsignal(getattr(signal, s)))\n{C_LEVEL_HANDLER}"
+    );
+    let run = same_behaviour(&python, &program, &[("PYIGPROF_DUMP_SIGNAL", "SIGUSR2")]);
+    assert!(
+        run.stdout().contains("SIGALRM handler in ") && !run.stdout().contains("pyigprof"),
+        "{}",
+        run.stdout()
+    );
     assert!(
         run.stdout()
             .contains("SIGINT <built-in function default_int_handler>"),
@@ -647,17 +674,8 @@ fn samples_in_malloc_the_loader_and_frame_pushes_do_not_hang_or_crash() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > std::time::Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("the stress program hung");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let status = wait_at_most(&mut child, std::time::Duration::from_secs(60))
+        .expect("the stress program hung");
     assert!(status.success(), "{status:?}");
     let profiles: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()

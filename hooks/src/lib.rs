@@ -12,7 +12,10 @@
 //! - [`process`]: `_exit`, `exec*`, `kill`/`raise` of the process itself, so that the
 //!   profile is written before the image ends or is replaced;
 //! - [`signals`]: `sigaction`/`signal`, so that pyigprof's own handlers stay invisible to
-//!   the program and give way when it installs its own.
+//!   the program and give way when it installs its own;
+//! - [`interruptions`]: the program's handlers without `SA_RESTART` behind a trampoline, so
+//!   that a system call they interrupt returns `EINTR` even when a sample interrupted it
+//!   too.
 //!
 //! The interposed C symbols are exported from the cdylib because they are `#[no_mangle]`.
 //! They forward to the next definition (`dlsym(RTLD_NEXT, …)`) and call back into the sampler
@@ -21,6 +24,7 @@
 
 pub mod cpython;
 pub mod dl;
+pub mod interruptions;
 mod next;
 pub mod process;
 pub mod signals;

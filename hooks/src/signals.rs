@@ -18,6 +18,9 @@
 //! handler the program installs is recorded, shown to it, and run in ours' place for every
 //! signal that is not pyigprof's ([`pass_to_program`]), with the program's flags and mask.
 //!
+//! The program's own handlers without `SA_RESTART` go in behind a trampoline
+//! ([`crate::interruptions`]), so that the system calls they interrupt stay interrupted.
+//!
 //! glibc's `signal()` and `sigset()` call `sigaction` through an internal alias, so
 //! `signal` is interposed as well.
 
@@ -182,21 +185,60 @@ pub unsafe fn pass_to_program(signal: c_int, info: *const libc::siginfo_t) -> Pa
     if flags & libc::SA_RESETHAND != 0 {
         g.view.store(libc::SIG_DFL + 1, Ordering::Release);
     }
+    let mut block = sigset_of(mask);
     // SAFETY: sigset and mask calls with initialised sets.
     unsafe {
-        let mut block: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut block);
-        for n in 1..=64 {
-            if mask & (1 << (n - 1)) != 0 {
-                libc::sigaddset(&mut block, n);
-            }
-        }
         if flags & libc::SA_NODEFER == 0 {
             libc::sigaddset(&mut block, signal);
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &block, std::ptr::null_mut());
     }
     Passed::Run(action)
+}
+
+/// The bit of `signal` (1–64) in a mask of signals.
+const fn bit(signal: c_int) -> u64 {
+    1 << (signal - 1)
+}
+
+/// The set of the signals of `bits` (1–64, bit n − 1; glibc's own 32 and 33 left out).
+fn sigset_of(bits: u64) -> libc::sigset_t {
+    // SAFETY: an initialised set, filled by sigaddset.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for n in 1..=64 {
+            if bits & bit(n) != 0 {
+                libc::sigaddset(&mut set, n);
+            }
+        }
+        set
+    }
+}
+
+/// The signals 1–64 of `set` as bits (bit n − 1).
+fn bits_of(set: &libc::sigset_t) -> u64 {
+    // SAFETY: sigismember reads an initialised set.
+    (1..=64)
+        .filter(|&n| unsafe { libc::sigismember(set, n) } == 1)
+        .fold(0, |bits, n| bits | bit(n))
+}
+
+/// Whether `address` is the handler of a guard installed with `SA_RESTART` (one that
+/// [`crate::interruptions::keep`] serves).
+pub(crate) fn ours_restarts(address: usize) -> bool {
+    GUARDS.iter().any(|g| {
+        g.ours.load(Ordering::Relaxed) == address
+            && g.flags.load(Ordering::Relaxed) as c_int & libc::SA_RESTART != 0
+    })
+}
+
+/// Whether a guard installed with `SA_RESTART` holds (the sampler's `SIGPROF`).
+pub(crate) fn restarting_guards() -> bool {
+    GUARDS.iter().any(|g| {
+        g.ours.load(Ordering::Relaxed) != 0
+            && g.flags.load(Ordering::Relaxed) as c_int & libc::SA_RESTART != 0
+    })
 }
 
 /// Whether `signal` is still guarded and the program's view of it is the default action
@@ -278,8 +320,9 @@ pub unsafe extern "C" fn sigaction(
 ) -> c_int {
     let guarded = guard_of(signal).filter(|g| g.ours.load(Ordering::Acquire) != 0);
     let Some(g) = guarded else {
-        // SAFETY: forwarded unchanged.
-        return unsafe { real_sigaction(signal, act, old) };
+        // SAFETY: the program's own action (a handler that interrupts system calls behind
+        // a trampoline of crate::interruptions).
+        return unsafe { crate::interruptions::install(signal, act, old) };
     };
     // SAFETY: the caller's pointers, as sigaction(2) requires.
     unsafe {
@@ -289,23 +332,13 @@ pub unsafe extern "C" fn sigaction(
         let chained = g.chained.load(Ordering::Acquire);
         if chained && shown.sa_sigaction != libc::SIG_DFL && shown.sa_sigaction != libc::SIG_IGN {
             shown.sa_flags = g.program_flags.load(Ordering::Relaxed) as c_int;
-            let mask = g.program_mask.load(Ordering::Relaxed);
-            for n in 1..=64 {
-                if mask & (1 << (n - 1)) != 0 {
-                    libc::sigaddset(&mut shown.sa_mask, n);
-                }
-            }
+            shown.sa_mask = sigset_of(g.program_mask.load(Ordering::Relaxed));
         }
         if let Some(new) = act.as_ref() {
             let wanted = new.sa_sigaction;
             if chained {
                 // Kept behind ours: recorded and shown, run by pass_to_program.
-                let mut mask = 0u64;
-                for n in 1..=64 {
-                    if libc::sigismember(&new.sa_mask, n) == 1 {
-                        mask |= 1 << (n - 1);
-                    }
-                }
+                let mask = bits_of(&new.sa_mask);
                 g.program_flags
                     .store(new.sa_flags as usize, Ordering::Relaxed);
                 g.program_mask.store(mask, Ordering::Relaxed);
@@ -321,7 +354,7 @@ pub unsafe extern "C" fn sigaction(
                 g.view.store(wanted + 1, Ordering::Relaxed);
             } else {
                 // The program takes the signal over.
-                let rc = real_sigaction(signal, act, std::ptr::null_mut());
+                let rc = crate::interruptions::install(signal, act, std::ptr::null_mut());
                 if rc != 0 {
                     return rc;
                 }

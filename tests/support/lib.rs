@@ -189,6 +189,26 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// Waits for `child` at most `limit`; on the limit it is killed and reaped, and `None`
+/// returned (it hung).
+pub fn wait_at_most(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            return Some(status);
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// A finished profiled run.
 pub struct Run {
     /// The program's stdout, stderr and exit status.

@@ -483,9 +483,12 @@ extern "C" fn on_fatal_signal(
 extern "C" fn on_dump_signal(
     _signal: libc::c_int,
     _info: *mut libc::siginfo_t,
-    _uc: *mut libc::c_void,
+    uc: *mut libc::c_void,
 ) {
+    let entered = pyigprof_hooks::interruptions::entered();
     snapshot_from_handler();
+    // SAFETY: the kernel's ucontext.
+    unsafe { pyigprof_hooks::interruptions::keep(entered, uc.cast()) };
 }
 
 /// Writes a snapshot from a signal handler (the dump signal, the dump timer's `SIGPROF`).

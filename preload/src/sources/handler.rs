@@ -14,7 +14,7 @@ use crate::sampler::{Sampler, STATE, YIELDED};
 use crate::signal_guard::InFlight;
 use crate::sources::timer::{clock_ns, ticks_of, TIMER_COOKIE};
 use crate::sources::{adopt, timer};
-use pyigprof_hooks::signals;
+use pyigprof_hooks::{interruptions, signals};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Installs `sampler` as the process's sampler and the `SIGPROF` handler. Returns an error
@@ -103,6 +103,7 @@ pub extern "C" fn on_sigprof(
     info: *mut libc::siginfo_t,
     uc: *mut libc::c_void,
 ) {
+    let entered = interruptions::entered();
     // SAFETY: __errno_location is the calling thread's errno.
     let errno = unsafe { *libc::__errno_location() };
     let in_flight = InFlight::enter();
@@ -135,6 +136,10 @@ pub extern "C" fn on_sigprof(
         }
     }
     drop(in_flight);
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = errno };
+    // SAFETY: the kernel's ucontext; then as above.
+    unsafe {
+        // A system call the program's signal interrupted meanwhile stays interrupted.
+        interruptions::keep(entered, uc.cast());
+        *libc::__errno_location() = errno;
+    }
 }

@@ -1,0 +1,212 @@
+//! System calls the program's signals interrupt stay interrupted.
+//!
+//! A program that installs a handler without `SA_RESTART` (CPython does, for every Python
+//! signal handler and for `SIGINT`) relies on a blocked system call returning `EINTR` when
+//! the signal arrives: CPython runs Python-level handlers only then, so a `read` that is
+//! restarted instead blocks for ever, with the handler that should have ended it pending.
+//!
+//! pyigprof's handlers have `SA_RESTART` (a sample must not end a system call). The kernel
+//! delivers a thread's own signals (its CPU timer's `SIGPROF`) before the process's
+//! (`kill`, `alarm`), and decides whether an interrupted call restarts by the flags of the
+//! first handler it sets up alone. So when the program's `SIGALRM` wakes a thread blocked
+//! in `read` just as its CPU timer expires, the `SIGPROF` frame is set up first, with the
+//! `read` to be restarted; the program's handler runs on top of it, or while our handler
+//! runs; and the `read` then restarts (CPython's `test_io` hung so).
+//!
+//! The cure: the program's handlers without `SA_RESTART` are installed behind a trampoline
+//! (`install`, from the interposed `sigaction`) that counts, per thread, that one ran —
+//! and notes whether it ran right at the entry of a handler of pyigprof's. A handler of
+//! pyigprof's takes the count when it starts ([`entered`]) and, when one ran meanwhile and
+//! it interrupted a system call the kernel is about to restart, makes the call return
+//! `EINTR` instead ([`keep`]), as it would have without pyigprof. The program sees its own
+//! handler and flags in every `sigaction` query.
+
+use crate::signals::{ours_restarts, real_sigaction, restarting_guards};
+use libc::{c_int, sigaction as SigAction};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Highest signal number handled (`_NSIG - 1` on Linux).
+const MAX_SIGNAL: usize = 64;
+
+/// A program's handler run behind [`trampoline`].
+struct Wrapped {
+    /// The program's handler (`sa_sigaction`), 0 when the signal's handler is not wrapped.
+    handler: AtomicUsize,
+    /// The program's `sa_flags` for it.
+    flags: AtomicUsize,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const UNWRAPPED: Wrapped = Wrapped {
+    handler: AtomicUsize::new(0),
+    flags: AtomicUsize::new(0),
+};
+static WRAPPED: [Wrapped; MAX_SIGNAL + 1] = [UNWRAPPED; MAX_SIGNAL + 1];
+
+thread_local! {
+    /// How many of the program's handlers without `SA_RESTART` ran on this thread (wraps).
+    static RAN: Cell<u32> = const { Cell::new(0) };
+    /// Whether one ran right at the entry of a handler of pyigprof's with `SA_RESTART`, on
+    /// top of its frame (both signals delivered at once), before that handler could take
+    /// the count.
+    static RAN_AT_ENTRY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Installs the program's action `act` for `signal` (unguarded, or taken over from a
+/// guard), a handler without `SA_RESTART` behind [`trampoline`], and returns in `old` the
+/// previous action as the program set it. As `sigaction(2)`.
+///
+/// # Safety
+/// As `sigaction(2)`.
+pub(crate) unsafe fn install(signal: c_int, act: *const SigAction, old: *mut SigAction) -> c_int {
+    let Some(slot) = usize::try_from(signal).ok().and_then(|s| WRAPPED.get(s)) else {
+        // SAFETY: forwarded unchanged (the C library reports the invalid signal).
+        return unsafe { real_sigaction(signal, act, old) };
+    };
+    let before = (
+        slot.handler.load(Ordering::Acquire),
+        slot.flags.load(Ordering::Relaxed),
+    );
+    // SAFETY: the caller's pointers, as sigaction(2) requires; initialised structures.
+    unsafe {
+        let mut previous: SigAction = std::mem::zeroed();
+        let rc = match act.as_ref() {
+            Some(new) if wraps(signal, new) => {
+                // Recorded first: a signal arriving as soon as the trampoline is in place
+                // finds the handler to run.
+                slot.flags.store(new.sa_flags as usize, Ordering::Relaxed);
+                slot.handler.store(new.sa_sigaction, Ordering::Release);
+                let mut ours = *new;
+                ours.sa_sigaction = trampoline as *const () as usize;
+                ours.sa_flags |= libc::SA_SIGINFO;
+                let rc = real_sigaction(signal, &ours, &mut previous);
+                if rc != 0 {
+                    slot.flags.store(before.1, Ordering::Relaxed);
+                    slot.handler.store(before.0, Ordering::Release);
+                }
+                rc
+            }
+            Some(_) => {
+                let rc = real_sigaction(signal, act, &mut previous);
+                if rc == 0 {
+                    slot.handler.store(0, Ordering::Release);
+                }
+                rc
+            }
+            None => real_sigaction(signal, act, &mut previous),
+        };
+        if rc != 0 {
+            return rc;
+        }
+        if previous.sa_sigaction == trampoline as *const () as usize {
+            // The kernel's flags (with the C library's SA_RESTORER), SA_SIGINFO as the
+            // program asked.
+            previous.sa_sigaction = before.0;
+            previous.sa_flags =
+                (previous.sa_flags & !libc::SA_SIGINFO) | (before.1 as c_int & libc::SA_SIGINFO);
+        }
+        if let Some(old) = old.as_mut() {
+            *old = previous;
+        }
+        0
+    }
+}
+
+/// Whether the program's action `new` for `signal` is run behind [`trampoline`]: a handler
+/// (not the default action, not "ignore") without `SA_RESTART`, in a process where a
+/// handler of pyigprof's with `SA_RESTART` samples (others are left alone).
+fn wraps(signal: c_int, new: &SigAction) -> bool {
+    restarting_guards()
+        && new.sa_sigaction != libc::SIG_DFL
+        && new.sa_sigaction != libc::SIG_IGN
+        && new.sa_flags & libc::SA_RESTART == 0
+        && signal != libc::SIGKILL
+        && signal != libc::SIGSTOP
+}
+
+/// The kernel's handler of a signal whose program handler has no `SA_RESTART`: counts it
+/// for this thread, then runs the program's handler as the kernel would have (with `info`
+/// and `uc` when it asked for `SA_SIGINFO`). Async-signal-safe; `errno` is left to the
+/// program's handler.
+extern "C" fn trampoline(signal: c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    RAN.with(|ran| ran.set(ran.get().wrapping_add(1)));
+    // SAFETY: the kernel's ucontext.
+    let interrupted =
+        unsafe { (*uc.cast::<libc::ucontext_t>()).uc_mcontext.gregs[libc::REG_RIP as usize] };
+    if ours_restarts(interrupted as usize) {
+        RAN_AT_ENTRY.with(|at| at.set(true));
+    }
+    let Some(slot) = usize::try_from(signal).ok().and_then(|s| WRAPPED.get(s)) else {
+        return;
+    };
+    let handler = slot.handler.load(Ordering::Acquire);
+    let flags = slot.flags.load(Ordering::Relaxed) as c_int;
+    if flags & libc::SA_RESETHAND != 0 {
+        // The kernel has set the default action back: so does the record.
+        slot.handler.store(0, Ordering::Release);
+    }
+    if handler == 0 || handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+        return;
+    }
+    // SAFETY: the program installed `handler` for this signal with these flags.
+    unsafe {
+        if flags & libc::SA_SIGINFO != 0 {
+            type Action = extern "C" fn(c_int, *mut libc::siginfo_t, *mut libc::c_void);
+            std::mem::transmute::<usize, Action>(handler)(signal, info, uc);
+        } else {
+            type Handler = extern "C" fn(c_int);
+            std::mem::transmute::<usize, Handler>(handler)(signal);
+        }
+    }
+}
+
+/// What a handler of pyigprof's found when it started: see [`entered`].
+#[derive(Clone, Copy, Debug)]
+pub struct Entered {
+    ran: u32,
+    at_entry: bool,
+}
+
+/// Called first thing by a handler of pyigprof's that has `SA_RESTART`: the thread's
+/// count of the program's handlers without `SA_RESTART`, and whether one ran on top of
+/// this handler's frame before it started. Async-signal-safe.
+pub fn entered() -> Entered {
+    Entered {
+        ran: RAN.with(Cell::get),
+        at_entry: RAN_AT_ENTRY.with(|at| at.replace(false)),
+    }
+}
+
+/// `clone`, `fork`, `vfork`, `clone3`: the kernel restarts them whatever the handler's
+/// flags (`-ERESTARTNOINTR`), so an interruption never makes them return `EINTR`.
+const ALWAYS_RESTARTED: [i64; 4] = [56, 57, 58, 435];
+
+/// Called last thing by a handler of pyigprof's that has `SA_RESTART`, with what
+/// [`entered`] returned: when it interrupted a system call that the kernel is about to
+/// restart, and one of the program's handlers without `SA_RESTART` ran since (on top of
+/// it, or while it ran), the call returns `EINTR` instead, as it would have without
+/// pyigprof. Returns whether it did.
+///
+/// A restart is recognised from the registers the kernel set (x86-64): the instruction
+/// pointer back on the 2-byte `syscall` instruction, and `RCX`, which `syscall` loaded
+/// with the address after itself, equal to it plus 2. Async-signal-safe.
+///
+/// # Safety
+/// `uc` must be the `ucontext_t` the kernel passed to the handler.
+pub unsafe fn keep(entered: Entered, uc: *mut libc::ucontext_t) -> bool {
+    let ran = entered.at_entry || RAN.with(Cell::get) != entered.ran;
+    if !ran {
+        return false;
+    }
+    // SAFETY: per the contract.
+    let gregs = unsafe { &mut (*uc).uc_mcontext.gregs };
+    let ip = gregs[libc::REG_RIP as usize];
+    let restarting = gregs[libc::REG_RCX as usize] == ip.wrapping_add(2)
+        && !ALWAYS_RESTARTED.contains(&gregs[libc::REG_RAX as usize]);
+    if restarting {
+        gregs[libc::REG_RAX as usize] = -(libc::EINTR as i64);
+        gregs[libc::REG_RIP as usize] = ip.wrapping_add(2);
+    }
+    restarting
+}
