@@ -869,3 +869,49 @@ fn a_signal_that_interrupts_a_blocked_call_still_interrupts_it() {
         }
     }
 }
+
+/// A handler the program installs (behind pyigprof's trampoline, hooks::interruptions)
+/// still runs after a child that shares the program's memory reset every handler before
+/// its `exec`.
+const HANDLER_AFTER_VFORK_CHILD: &str = r#"
+import multiprocessing, os, signal
+got = []
+if __name__ == "__main__":
+    signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
+    # multiprocessing's spawn starts its child through _posixsubprocess, which uses vfork
+    # on 3.13+ and then resets every handler in the child, before its exec.
+    p = multiprocessing.get_context("spawn").Process(target=os.getpid)
+    p.start()
+    p.join()
+    os.kill(os.getpid(), signal.SIGUSR1)
+    print("handled" if got else "lost", p.exitcode)
+"#;
+
+#[test]
+fn a_handler_still_runs_after_a_vfork_child_reset_the_handlers() {
+    // Before the fix the vfork child cleared the parent's record of the handler: "lost" on
+    // 3.12, 3.13 and 3.15 (multiprocessing's spawn tests lost their signals).
+    for python in interpreters_for("vfork_child", "interpreters from 3.5", |p| {
+        p.version >= (3, 5)
+    }) {
+        let dir = scratch_dir("vfork-child");
+        let script = dir.join("program.py");
+        std::fs::write(&script, HANDLER_AFTER_VFORK_CHILD).unwrap();
+        let script = script.to_string_lossy().into_owned();
+        let plain = plain_ok(&python, &[&script]);
+        assert_eq!(
+            String::from_utf8_lossy(&plain.stdout),
+            "handled 0\n",
+            "{}",
+            python.name
+        );
+        let run = run_profiled(&python.path, &[&script], &[("PYIGPROF_QUIET", "1")]);
+        assert!(
+            run.output.status.success(),
+            "{}: {}",
+            python.name,
+            run.stderr()
+        );
+        assert_eq!(run.stdout(), "handled 0\n", "{}", python.name);
+    }
+}

@@ -24,7 +24,7 @@
 use crate::signals::{ours_restarts, real_sigaction, restarting_guards};
 use libc::{c_int, sigaction as SigAction};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 /// Highest signal number handled (`_NSIG - 1` on Linux).
 const MAX_SIGNAL: usize = 64;
@@ -43,6 +43,34 @@ const UNWRAPPED: Wrapped = Wrapped {
     flags: AtomicUsize::new(0),
 };
 static WRAPPED: [Wrapped; MAX_SIGNAL + 1] = [UNWRAPPED; MAX_SIGNAL + 1];
+
+/// The process whose memory [`WRAPPED`] is: set by the first wrap and in every `fork` child
+/// (`pthread_atfork`). A process that differs shares it without owning it — a `vfork`
+/// child, as `_posixsubprocess` makes (CPython 3.13+), which resets every handler before
+/// its `exec`: it must not clear the parent's records, or the parent's handlers would no
+/// longer run (multiprocessing's spawn tests lost their signals).
+static TABLE_PID: AtomicI32 = AtomicI32::new(0);
+
+/// Registers the `fork` child handler that makes the child own its copy of the records.
+/// Called once, from the constructor (`pthread_atfork` allocates).
+pub(crate) fn track_forks() {
+    extern "C" fn child() {
+        // SAFETY: getpid has no preconditions.
+        TABLE_PID.store(unsafe { libc::getpid() }, Ordering::Release);
+    }
+    // SAFETY: registering a handler that only stores the child's pid.
+    unsafe { libc::pthread_atfork(None, None, Some(child)) };
+}
+
+/// Whether the calling process may write the records: it owns them (or nobody does yet).
+fn owns_records() -> bool {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    match TABLE_PID.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => true,
+        Err(owner) => owner == pid,
+    }
+}
 
 thread_local! {
     /// How many of the program's handlers without `SA_RESTART` ran on this thread (wraps).
@@ -71,7 +99,10 @@ pub(crate) unsafe fn install(signal: c_int, act: *const SigAction, old: *mut Sig
     // SAFETY: the caller's pointers, as sigaction(2) requires; initialised structures.
     unsafe {
         let mut previous: SigAction = std::mem::zeroed();
+        let owner = owns_records();
         let rc = match act.as_ref() {
+            // A vfork child: the kernel's action only (its exec resets it anyway).
+            Some(_) if !owner => real_sigaction(signal, act, &mut previous),
             Some(new) if wraps(signal, new) => {
                 // Recorded first: a signal arriving as soon as the trampoline is in place
                 // finds the handler to run.

@@ -61,6 +61,7 @@ static CALLBACKS: AtomicPtr<Callbacks> = AtomicPtr::new(std::ptr::null_mut());
 pub fn install(callbacks: Callbacks) {
     let leaked = Box::into_raw(Box::new(callbacks));
     CALLBACKS.store(leaked, Ordering::Release);
+    interruptions::track_forks();
 }
 
 /// The installed callbacks, if any.
