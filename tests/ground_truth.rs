@@ -252,12 +252,14 @@ fn program_file(dir: &Path, name: &str, source: &str) -> String {
 }
 
 /// numpy's matrix product (OpenBLAS) in `matmul`, numpy's SIMD sort in `phase_sort`, and
-/// pure Python in `python_work`; `sys.argv[2]` is `sort` to run the sort.
+/// pure Python in `python_work`; `sys.argv[2]` is `sort` to run the sort, `sys.argv[3]`
+/// the inner dimension of the product (600 × K times K × 600).
 const NUMPY_PROGRAM: &str = r#"
 import numpy as np
 rng = np.random.default_rng(1)
-a = rng.standard_normal((600, 600))
-b = rng.standard_normal((600, 600))
+K = int(sys.argv[3])
+a = rng.standard_normal((600, K))
+b = rng.standard_normal((K, 600))
 x = rng.standard_normal(2000000)
 def matmul():
     run_for(SECONDS, lambda: a @ b)
@@ -277,7 +279,8 @@ fn is_python((_, file): &(String, String)) -> bool {
     file.ends_with(".py") || file.contains(".py:")
 }
 
-/// Runs [`NUMPY_PROGRAM`] (`mode`: `sort` or `nosort`) with `env` on every interpreter that
+/// Runs [`NUMPY_PROGRAM`] (`mode`: `sort` or `nosort`; `inner`: the product's inner
+/// dimension) with `env` on every interpreter that
 /// has a numpy venv, hands each run to `check` (with the interpreter's name), checks that
 /// every frame is code and records the run's stacks, then fails the test `test` with
 /// every failure.
@@ -285,6 +288,7 @@ fn numpy_runs(
     test: &str,
     program: &str,
     mode: &str,
+    inner: &str,
     env: &[(&str, &str)],
     mut check: impl FnMut(&mut Findings, &str, &Run, &Profile, &Truth),
 ) {
@@ -295,7 +299,7 @@ fn numpy_runs(
     for venv in &venvs {
         let who = &venv.python.name;
         let before = findings.failures.len();
-        let (run, profile) = profiled_ok(&venv.python, &[&script, PHASE_SECONDS, mode], env);
+        let (run, profile) = profiled_ok(&venv.python, &[&script, PHASE_SECONDS, mode, inner], env);
         let truth = Truth::of(&run.stdout());
         check(&mut findings, who, &run, &profile, &truth);
         check_frames_are_code(&mut findings, program, who, &profile);
@@ -337,6 +341,7 @@ fn numpy_matmul_and_sort_single_threaded() {
         "numpy_single_threaded",
         program,
         "sort",
+        "600",
         &[("OPENBLAS_NUM_THREADS", "1"), ("OMP_NUM_THREADS", "1")],
         |findings, who, _, profile, truth| {
             let phases = ["python_work", "matmul", "phase_sort"];
@@ -352,6 +357,7 @@ fn numpy_matmul_on_two_blas_threads() {
         "numpy_two_threads",
         program,
         "nosort",
+        "600",
         &[("OPENBLAS_NUM_THREADS", "2"), ("OMP_NUM_THREADS", "2")],
         |findings, who, _, profile, truth| {
             // The main thread's own time in each phase is its Python caller's; the BLAS
@@ -389,6 +395,12 @@ fn numpy_matmul_on_openblas_haswell_kernels_without_cfi() {
         "numpy_haswell",
         program,
         "nosort",
+        // At most 256: OpenBLAS 0.3.34 (numpy 2.5's wheels) gives the forced Haswell
+        // kernels Zen 4/5's blocking (a K-chunk of up to 512) on AMD CPUs with AVX-512,
+        // such as this machine's, and dgemm_kernel_HASWELL's stack buffer, sized for 256
+        // (+4 KiB), overflows: K = 600 (chunks of 300) crashed 1 run in 40-60 with or
+        // without pyigprof, K = 256 none of 150 (OpenBLAS issues 6021 and 6026).
+        "256",
         &[
             ("OPENBLAS_NUM_THREADS", "1"),
             ("OMP_NUM_THREADS", "1"),
