@@ -283,12 +283,14 @@ def run_once(argv, env, rundir, timeout_s):
 
 
 COUNTER_RE = re.compile(r"V(\d+)(?:=\(([^)]*)\))?:\(([0-9a-f]+),([0-9a-f]+),([0-9a-f]+)\)")
+STATS_RE = re.compile(r"^C1 FN[0-9a-f]+=\(F[0-9a-f]+(?:=\(\[pyigprof\]\))?\+0 N=\((#pyigprof [^)]*)\)\)")
 PERIOD_RE = re.compile(r"\bT=([0-9.eE+-]+)\)\s*$")
 
 
 def parse_pyigprof_profile(path):
     """Sum of PERF_TICKS samples and ticks over all nodes, the tick period T (s),
-    and the '#pyigprof <section> key=value ...' trailer lines as dicts."""
+    and the profiler's statistics as dicts: the nodes named '#pyigprof <section>
+    key=value ...' (docs/dump-format.md), or the comment lines of older profiles."""
     names = {}
     samples = ticks = 0
     period = None
@@ -299,8 +301,9 @@ def parse_pyigprof_profile(path):
                 m = PERIOD_RE.search(line)
                 period = float(m.group(1)) if m else None
                 continue
-            if line.startswith("#pyigprof "):
-                words = line.split()
+            stats = STATS_RE.search(line)
+            if stats or line.startswith("#pyigprof "):
+                words = (stats.group(1) if stats else line).split()
                 if len(words) >= 2:
                     trailers[words[1]] = dict(w.split("=", 1) for w in words[2:] if "=" in w)
                 continue

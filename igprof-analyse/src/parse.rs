@@ -251,6 +251,7 @@ fn header(profile: &mut Profile, name: &str, line: &[u8]) -> Result<bool, Fail> 
         pid,
         tick_period,
         hex,
+        statistics: Vec::new(),
     });
     Ok(hex)
 }
@@ -314,8 +315,20 @@ impl DumpState {
         )?;
         cursor.expect(b"+", "\"+<offset>\" after the function")?;
         let offset = cursor.signed(hex, "the offset after \"+\"")?;
-        let node = profile.child(parent, function, offset)?;
-        self.stack.push(node);
+        // pyigprof's statistics: a depth-1 node of its own, not part of the call tree.
+        let node = match statistics(profile, depth, function) {
+            Some(pairs) => {
+                if let Some(source) = profile.sources.last_mut() {
+                    source.statistics.extend(pairs);
+                }
+                None
+            }
+            None => {
+                let node = profile.child(parent, function, offset)?;
+                self.stack.push(node);
+                Some(node)
+            }
+        };
 
         while !cursor.rest().is_empty() {
             cursor.expect(b" V", "\" V<counter id>\" or end of line")?;
@@ -347,18 +360,39 @@ impl DumpState {
                 cursor.until_close("\")\" closing the leak record")?;
                 cursor.pos += 1;
             }
-            profile.add_values(
-                node,
-                counter,
-                Values {
+            if let Some(node) = node {
+                let values = Values {
                     count,
                     amount,
                     peak,
-                },
-            );
+                };
+                profile.add_values(node, counter, values);
+            }
         }
         Ok(())
     }
+}
+
+/// The file of the nodes that carry pyigprof's statistics.
+const STATISTICS_FILE: &str = "[pyigprof]";
+
+/// When `function` on a line at `depth` is one of the nodes that carry pyigprof's
+/// statistics (depth 1, file `[pyigprof]`, named `#pyigprof <section> <key>=<value> …`):
+/// its `(<section>.<key>, <value>)` pairs. Words without `=` are left out.
+fn statistics(profile: &Profile, depth: u64, function: u32) -> Option<Vec<(String, String)>> {
+    let f = profile.function(function);
+    let text = f.name.strip_prefix("#pyigprof ")?;
+    if depth != 1 || profile.file(f.file) != STATISTICS_FILE {
+        return None;
+    }
+    let mut words = text.split(' ');
+    let section = words.next().unwrap_or_default();
+    Some(
+        words
+            .filter_map(|word| word.split_once('='))
+            .map(|(key, value)| (format!("{section}.{key}"), value.to_string()))
+            .collect(),
+    )
 }
 
 /// Parses `F<fid>[=(<path>)]+<start> N=(<name>))` after `FN<id>=(`; `files` are the
@@ -668,6 +702,7 @@ C5 FN4=(F3=(/usr/lib/x86_64-linux-gnu/libz.so.1.2.13)+2a40 N=(deflate))+1f V0:(2
                 pid: 0x4d2,
                 tick_period: 0.004,
                 hex: true,
+                statistics: Vec::new(),
             }]
         );
         assert_eq!(profile.counters(), &["PERF_TICKS".to_string()]);
@@ -1004,6 +1039,54 @@ C2 FN5=(F4=(/lib/libm.so)+40 N=(sin))+4 V0:(3,3,3)
             error.to_string(),
             "pyigprof-analyse: b.txt:1: expected the tick period T=0.004 of a.txt (profiles with different tick periods cannot be merged), found T=0.01"
         );
+    }
+
+    #[test]
+    fn statistics_nodes_are_read_apart_from_the_call_tree() {
+        let mut text = HEX_DUMP.to_vec();
+        text.extend_from_slice(
+            b"C1 FN5=(F4=([pyigprof])+0 N=(#pyigprof stats samples=775 ticks=3042))+0\n\
+              C1 FN6=(F4+0 N=(#pyigprof handler median_ns=6400 base_ns=-))+0\n",
+        );
+        let profile = parse(&text).unwrap();
+        let plain = parse(HEX_DUMP).unwrap();
+        assert_eq!(shape(&profile), shape(&plain));
+        let counter = profile.counter_id("PERF_TICKS").unwrap();
+        assert_eq!(profile.total(counter), plain.total(counter));
+        let pairs: Vec<(&str, &str)> = profile.sources[0]
+            .statistics
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("stats.samples", "775"),
+                ("stats.ticks", "3042"),
+                ("handler.median_ns", "6400"),
+                ("handler.base_ns", "-")
+            ]
+        );
+        // Only at depth 1 and in the file [pyigprof]: elsewhere it is a function.
+        let mut text = HEX_DUMP.to_vec();
+        text.extend_from_slice(
+            b"C1 FN5=(F4=(/x.py)+0 N=(#pyigprof stats samples=1))+0 V0:(1,1,1)\n",
+        );
+        let profile = parse(&text).unwrap();
+        assert!(profile.sources[0].statistics.is_empty());
+        assert_eq!(profile.total(counter).count, plain.total(counter).count + 1);
+    }
+
+    #[test]
+    fn a_profile_whose_only_node_carries_statistics_has_a_total_of_zero() {
+        let profile = parse(
+            b"P=(HEX ID=1 N=(x) T=0.004000)\n\
+              C1 FN0=(F0=([pyigprof])+0 N=(#pyigprof stats samples=0))+0 V0=(PERF_TICKS):(0,0,0)\n",
+        )
+        .unwrap();
+        assert_eq!(profile.counters(), &["PERF_TICKS".to_string()]);
+        assert!(profile.nodes().is_empty());
+        assert_eq!(profile.sources[0].statistics.len(), 1);
     }
 
     #[test]

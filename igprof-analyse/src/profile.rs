@@ -35,6 +35,10 @@ pub struct Source {
     /// Whether the dump uses the `HEX` variant (integers in hexadecimal) rather than the
     /// older decimal one.
     pub hex: bool,
+    /// pyigprof's statistics about the run (docs/dump-format.md, "The profiler's
+    /// statistics"): `(<section>.<key>, <value>)` pairs such as `("stats.samples",
+    /// "775")`, in the order written; empty for IgProf's dumps.
+    pub statistics: Vec<(String, String)>,
 }
 
 /// A function: one `FN` of a dump. Functions are deduplicated by (name, file) across

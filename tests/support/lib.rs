@@ -2,6 +2,8 @@
 //! finding the Python interpreters on the machine, running programs under the profiler,
 //! and reading the profiles they write (with the analyser's own reader).
 
+pub mod igprof_reader;
+
 use igprof_analyse::Profile;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -241,25 +243,12 @@ impl Run {
         v
     }
 
-    /// The profiler's statistics in the single profile the run wrote: the `key=value`
-    /// pairs of its `#pyigprof <section> …` lines, keyed `<section>.<key>`
-    /// (docs/dump-format.md).
+    /// The profiler's statistics in the single profile the run wrote, as the analyser
+    /// reads them (`<section>.<key>` → value; docs/dump-format.md).
     pub fn statistics(&self) -> std::collections::HashMap<String, String> {
-        let paths = self.profiles();
-        assert_eq!(paths.len(), 1, "{paths:?}");
-        let mut text = String::new();
-        let file = std::fs::File::open(&paths[0]).unwrap();
-        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(file), &mut text).unwrap();
-        let mut out = std::collections::HashMap::new();
-        for line in text.lines().filter(|l| l.starts_with("#pyigprof ")) {
-            let mut words = line.split(' ').skip(1);
-            let section = words.next().unwrap_or_default();
-            for pair in words {
-                let (key, value) = pair.split_once('=').expect("key=value");
-                out.insert(format!("{section}.{key}"), value.to_string());
-            }
-        }
-        out
+        let profile = self.profile();
+        assert_eq!(profile.sources.len(), 1);
+        profile.sources[0].statistics.iter().cloned().collect()
     }
 
     /// The statistic `key` of [`Run::statistics`] (`stats.with_python`, …) as a fraction of

@@ -42,9 +42,9 @@ pub struct Profile {
     pub pid: u32,
     /// Program command line.
     pub program: Vec<u8>,
-    /// The profiler's statistics, written after the call tree as `#pyigprof` lines
-    /// ([`crate::record::stats::Stats::trailer`]); empty for none.
-    pub trailer: String,
+    /// The profiler's statistics, one `#pyigprof <section> key=value …` text each
+    /// ([`crate::record::stats::Stats::lines`]), written after the call tree.
+    pub statistics: Vec<String>,
 }
 
 /// Turns trace-tree keys into (function, offset) pairs, caching per key.
@@ -89,7 +89,7 @@ impl<'a> Resolver<'a> {
             Frame::Python { record, instr } => self.python(record, instr),
             Frame::Marker(m) => (
                 Function {
-                    file: b"[pyigprof]".to_vec(),
+                    file: STATISTICS_FILE.to_vec(),
                     start: 0,
                     name: m.name().into(),
                 },
@@ -258,7 +258,7 @@ impl Profile {
             period_ns: sampler.period_ns,
             pid: std::process::id(),
             program: command_line(),
-            trailer: sampler.stats.trailer(),
+            statistics: sampler.stats.lines(),
         }
     }
 
@@ -269,7 +269,13 @@ impl Profile {
             .fold((0, 0), |(s, t), n| (s + n.samples, t + n.ticks))
     }
 
-    /// Writes the profile in IgProf's text format.
+    /// Writes the profile in IgProf's text format, in the grammar IgProf's own reader
+    /// accepts (IgProf `src/analyse.cc`, `readDump`): function, file and counter ids are
+    /// numbered 0, 1, 2, … in the order they are defined, each defined before it is
+    /// referred to, and every line after the header is a call-tree line. The statistics
+    /// come last as depth-1 nodes without values (docs/dump-format.md, "The profiler's
+    /// statistics"); the first of them defines the counter when no sample did, so that a
+    /// profile without samples is read as one with a total of 0.
     pub fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
         let mut header = b"P=(HEX ID=".to_vec();
         header.extend_from_slice(format!("{:x} N=(", self.pid).as_bytes());
@@ -277,9 +283,8 @@ impl Profile {
         header.extend_from_slice(format!(") T={:.6})\n", self.period_ns as f64 / 1e9).as_bytes());
         out.write_all(&header)?;
 
-        let mut function_written = vec![false; self.functions.len()];
-        let mut files: HashMap<&[u8], usize> = HashMap::new();
-        let mut counter_defined = false;
+        let mut ids = Definitions::default();
+        let mut written: Vec<Option<u32>> = vec![None; self.functions.len()];
         let mut line = Vec::with_capacity(256);
         // Depth-first, children in the order they were first seen.
         let mut stack: Vec<(u32, usize)> = self.nodes[0]
@@ -291,44 +296,87 @@ impl Profile {
         while let Some((index, depth)) = stack.pop() {
             let node = &self.nodes[index as usize];
             line.clear();
-            line.extend_from_slice(format!("C{depth:x} FN{:x}", node.function).as_bytes());
-            let f = &self.functions[node.function as usize];
-            if !function_written[node.function as usize] {
-                function_written[node.function as usize] = true;
-                line.extend_from_slice(b"=(F");
-                let next_file = files.len();
-                match files.get(f.file.as_slice()) {
-                    Some(&id) => line.extend_from_slice(format!("{id:x}").as_bytes()),
-                    None => {
-                        files.insert(&f.file, next_file);
-                        line.extend_from_slice(format!("{next_file:x}=(").as_bytes());
-                        escape_into(&f.file, &mut line);
-                        line.push(b')');
-                    }
-                }
-                line.extend_from_slice(format!("+{:x} N=(", f.start).as_bytes());
-                escape_into(&f.name, &mut line);
-                line.push(b')');
-                line.push(b')');
-            }
+            line.extend_from_slice(format!("C{depth:x} ").as_bytes());
+            let slot = &mut written[node.function as usize];
+            ids.function(slot, &self.functions[node.function as usize], &mut line);
             line.extend_from_slice(format!("+{:x}", node.offset).as_bytes());
             // Ticks without samples: a thread's undelivered expirations (Marker::Unsampled).
             if node.samples > 0 || node.ticks > 0 {
-                if counter_defined {
-                    line.extend_from_slice(b" V0:(");
-                } else {
-                    line.extend_from_slice(b" V0=(PERF_TICKS):(");
-                    counter_defined = true;
-                }
-                line.extend_from_slice(
-                    format!("{:x},{:x},{:x})", node.samples, node.ticks, node.ticks).as_bytes(),
-                );
+                ids.ticks(node.samples, node.ticks, &mut line);
             }
             line.push(b'\n');
             out.write_all(&line)?;
             stack.extend(node.children.iter().rev().map(|&c| (c, depth + 1)));
         }
-        out.write_all(self.trailer.as_bytes())
+        for statistics in &self.statistics {
+            line.clear();
+            line.extend_from_slice(b"C1 ");
+            let function = Function {
+                file: STATISTICS_FILE.to_vec(),
+                start: 0,
+                name: statistics.as_bytes().to_vec(),
+            };
+            ids.function(&mut None, &function, &mut line);
+            line.extend_from_slice(b"+0");
+            if !ids.counter_defined {
+                ids.ticks(0, 0, &mut line);
+            }
+            line.push(b'\n');
+            out.write_all(&line)?;
+        }
+        Ok(())
+    }
+}
+
+/// The `F` file of the profiler's markers (`<unsampled thread time>`, …) and of the nodes
+/// that carry its statistics.
+pub const STATISTICS_FILE: &[u8] = b"[pyigprof]";
+
+/// The ids a dump has defined so far: functions and files numbered in the order they are
+/// first written, and whether `V0` (`PERF_TICKS`) is defined.
+#[derive(Default)]
+struct Definitions {
+    functions: u32,
+    files: HashMap<Vec<u8>, u32>,
+    counter_defined: bool,
+}
+
+impl Definitions {
+    /// Appends `FN<id>` for `f`, with its definition (and its file's) the first time:
+    /// `slot` holds the id `f` was given, `None` before.
+    fn function(&mut self, slot: &mut Option<u32>, f: &Function, line: &mut Vec<u8>) {
+        if let Some(id) = *slot {
+            line.extend_from_slice(format!("FN{id:x}").as_bytes());
+            return;
+        }
+        let id = self.functions;
+        self.functions += 1;
+        *slot = Some(id);
+        line.extend_from_slice(format!("FN{id:x}=(F").as_bytes());
+        match self.files.get(f.file.as_slice()) {
+            Some(&file) => line.extend_from_slice(format!("{file:x}").as_bytes()),
+            None => {
+                let file = self.files.len() as u32;
+                self.files.insert(f.file.clone(), file);
+                line.extend_from_slice(format!("{file:x}=(").as_bytes());
+                escape_into(&f.file, line);
+                line.push(b')');
+            }
+        }
+        line.extend_from_slice(format!("+{:x} N=(", f.start).as_bytes());
+        escape_into(&f.name, line);
+        line.extend_from_slice(b"))");
+    }
+
+    /// Appends ` V0:(samples,ticks,ticks)`, defining `V0` as `PERF_TICKS` the first time.
+    fn ticks(&mut self, samples: u64, ticks: u64, line: &mut Vec<u8>) {
+        if self.counter_defined {
+            line.extend_from_slice(b" V0:(");
+        } else {
+            line.extend_from_slice(b" V0=(PERF_TICKS):(");
+            self.counter_defined = true;
+        }
+        line.extend_from_slice(format!("{samples:x},{ticks:x},{ticks:x})").as_bytes());
     }
 }
 
@@ -512,7 +560,7 @@ mod tests {
             period_ns: 4_000_000,
             pid: 0x4d2,
             program: b"python3 app (1).py".to_vec(),
-            trailer: "#pyigprof stats samples=6\n".into(),
+            statistics: vec!["#pyigprof stats samples=6".into()],
         }
     }
 
@@ -528,8 +576,46 @@ mod tests {
              C2 FN1=(F1=(/x/app.py)+1 N=(<module>))+1b\n\
              C3 FN2=(F1+7 N=(squeeze))+3 V0=(PERF_TICKS):(5,14,14)\n\
              C3 FN2+4 V0:(1,1,1)\n\
-             #pyigprof stats samples=6\n"
+             C1 FN3=(F2=([pyigprof])+0 N=(#pyigprof stats samples=6))+0\n"
         );
         assert_eq!(sample_profile().totals(), (6, 21));
+    }
+
+    #[test]
+    fn function_ids_follow_the_order_of_definition() {
+        // The functions met first while sampling are written last: IgProf's reader wants
+        // FN0, FN1, … defined in that order.
+        let mut profile = sample_profile();
+        profile.functions.reverse();
+        for node in &mut profile.nodes[1..] {
+            node.function = 2 - node.function;
+        }
+        let mut out = Vec::new();
+        profile.write(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let definitions: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split_once(" FN")?.1.split_once("=(").map(|(id, _)| id))
+            .collect();
+        assert_eq!(definitions, ["0", "1", "2", "3"], "{text}");
+        assert!(text.contains("C3 FN2+4 V0:(1,1,1)\n"), "{text}");
+    }
+
+    #[test]
+    fn a_profile_without_samples_still_defines_its_counter() {
+        let mut profile = sample_profile();
+        profile.nodes.truncate(1);
+        profile.nodes[0].children.clear();
+        profile
+            .statistics
+            .push("#pyigprof handler samples=0".into());
+        let mut out = Vec::new();
+        profile.write(&mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "P=(HEX ID=4d2 N=(python3 app %281%29.py) T=0.004000)\n\
+             C1 FN0=(F0=([pyigprof])+0 N=(#pyigprof stats samples=6))+0 V0=(PERF_TICKS):(0,0,0)\n\
+             C1 FN1=(F0+0 N=(#pyigprof handler samples=0))+0\n"
+        );
     }
 }

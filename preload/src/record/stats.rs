@@ -82,12 +82,12 @@ impl Stats {
         self.handler.reset();
     }
 
-    /// The statistics as the profile's closing lines, each ending in a newline:
-    /// `#pyigprof stats <name>=<decimal> …` and
+    /// The statistics as the texts the profile carries after its call tree
+    /// (docs/dump-format.md): `#pyigprof stats <name>=<decimal> …` and
     /// `#pyigprof handler samples=… total_ns=… median_ns=… p99_ns=… max_ns=… base_ns=…
     /// native_frame_ns=… python_frame_ns=…` (the fitted costs with one decimal, `-` when
     /// undetermined).
-    pub fn trailer(&self) -> String {
+    pub fn lines(&self) -> Vec<String> {
         let mut out = String::from("#pyigprof stats");
         for (name, counter) in self.counters() {
             out.push_str(&format!(" {name}={}", counter.load(Ordering::Relaxed)));
@@ -96,7 +96,7 @@ impl Stats {
         let fitted = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
         out.push_str(&format!(
             "\n#pyigprof handler samples={} total_ns={} median_ns={} p99_ns={} max_ns={} \
-             base_ns={} native_frame_ns={} python_frame_ns={}\n",
+             base_ns={} native_frame_ns={} python_frame_ns={}",
             h.samples,
             h.total_ns,
             h.median_ns,
@@ -106,7 +106,7 @@ impl Stats {
             fitted(h.native_frame_ns),
             fitted(h.python_frame_ns),
         ));
-        out
+        out.lines().map(str::to_string).collect()
     }
 }
 
@@ -115,13 +115,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_trailer_names_every_counter() {
+    fn the_lines_name_every_counter() {
         let stats = Stats::default();
         stats.samples.store(12, Ordering::Relaxed);
         stats.dropped_tree_full.store(2, Ordering::Relaxed);
         stats.handler.record(2000, 10, 3);
-        let text = stats.trailer();
-        let lines: Vec<&str> = text.lines().collect();
+        let lines = stats.lines();
+        let text = lines.join("\n");
         assert_eq!(lines.len(), 2);
         assert!(
             lines[0].starts_with("#pyigprof stats samples=12 ticks=0 "),
@@ -137,6 +137,6 @@ mod tests {
             "{text}"
         );
         stats.reset();
-        assert!(stats.trailer().starts_with("#pyigprof stats samples=0 "));
+        assert!(stats.lines()[0].starts_with("#pyigprof stats samples=0 "));
     }
 }

@@ -1,0 +1,163 @@
+//! IgProf's own analyser reads every profile pyigprof writes, with the same totals: each
+//! profile of a program with threads, a fork child, a snapshot on demand, names and paths
+//! that need escaping, and a process too short to be sampled is checked against
+//! [`igprof_reader`], IgProf's reader restated (IgProf `src/analyse.cc`, `readDump`): the
+//! grammar it accepts, function ids defined in increasing order, nothing after the call
+//! tree but call-tree lines. Its totals of the key counter must be the analyser's, and the
+//! profiler's statistics must still be in the file, read by the analyser.
+
+use pyigprof_suite::igprof_reader;
+use pyigprof_suite::*;
+use std::io::Read;
+use std::path::Path;
+
+/// A main thread and a worker thread spinning, a child made by `fork` that spins and
+/// leaves with `os._exit`, a snapshot asked for with `SIGUSR2` in between, and (on
+/// Python 3) a function whose name is not ASCII. The script's own name holds parentheses.
+const PROGRAM: &str = r#"# -*- coding: utf-8 -*-
+import os, signal, sys, threading
+def spin(n):
+    t = 0
+    for i in range(n):
+        t += i % 7
+    return t
+if sys.version_info[0] >= 3:
+    exec("def naïve_λ(n):\n    return spin(n)\n")
+    work = globals()["naïve_λ"]
+else:
+    work = spin
+worker = threading.Thread(target=spin, args=(1000000,))
+worker.start()
+work(1000000)
+worker.join()
+os.kill(os.getpid(), signal.SIGUSR2)
+pid = os.fork()
+if pid == 0:
+    spin(1000000)
+    os._exit(0)
+os.waitpid(pid, 0)
+work(200000)
+print("done")
+"#;
+
+/// Every profile `dir` holds, decompressed.
+fn profiles_in(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".gz"))
+        .map(|p| {
+            let mut text = Vec::new();
+            flate2::read::MultiGzDecoder::new(std::fs::File::open(&p).unwrap())
+                .read_to_end(&mut text)
+                .unwrap();
+            (p.file_name().unwrap().to_string_lossy().into_owned(), text)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Checks one profile: IgProf's reader accepts it, its key counter is `PERF_TICKS` with
+/// the totals pyigprof-analyse reads, and the statistics are there (samples as many as
+/// the profile counts). Returns the totals (samples, ticks).
+fn check(who: &str, name: &str, text: &[u8], path: &Path) -> (i64, i64) {
+    let igprof = igprof_reader::read(text)
+        .unwrap_or_else(|e| panic!("{who}: IgProf's reader would stop on {name}: {e}"));
+    assert_eq!(igprof.counter, "PERF_TICKS", "{who}: {name}");
+    let profile = igprof_analyse::parse::read_profiles(&[path])
+        .unwrap_or_else(|e| panic!("{who}: {name}: {e}"));
+    let counter = profile.counter_id("PERF_TICKS").expect("PERF_TICKS");
+    let total = profile.total(counter);
+    assert_eq!(
+        (igprof.count, igprof.amount),
+        (total.count, total.amount),
+        "{who}: {name}: IgProf's totals against pyigprof-analyse's"
+    );
+    let statistics: std::collections::HashMap<_, _> =
+        profile.sources[0].statistics.iter().cloned().collect();
+    assert_eq!(
+        statistics.get("stats.samples").map(String::as_str),
+        Some(total.count.to_string().as_str()),
+        "{who}: {name}: statistics {statistics:?}"
+    );
+    assert!(
+        statistics.contains_key("handler.median_ns"),
+        "{who}: {name}"
+    );
+    (total.count, total.amount)
+}
+
+#[test]
+fn igprofs_reader_reads_every_profile_with_the_analysers_totals() {
+    let interpreters = interpreters();
+    let mut ran = Vec::new();
+    for python in &interpreters {
+        let who = &python.name;
+        let dir = scratch_dir("igprof-compat");
+        let script = dir.join("a (1).py");
+        std::fs::write(&script, PROGRAM).unwrap();
+        let output = std::process::Command::new(&python.path)
+            .arg(&script)
+            .current_dir(&dir)
+            .env("LD_PRELOAD", &artifacts().preload)
+            .env("PYIGPROF_DUMP_SIGNAL", "SIGUSR2")
+            .env("PYIGPROF_QUIET", "1")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{who}: {output:?}");
+        let profiles = profiles_in(&dir);
+        // The process's profile at exit, its snapshot and its fork child's.
+        assert_eq!(
+            profiles.len(),
+            3,
+            "{who}: {:?}",
+            profiles.iter().map(|p| &p.0).collect::<Vec<_>>()
+        );
+        let mut samples = Vec::new();
+        for (name, text) in &profiles {
+            samples.push(check(who, name, text, &dir.join(name)).0);
+        }
+        assert!(samples.iter().all(|&s| s > 0), "{who}: samples {samples:?}");
+        let all = profiles
+            .iter()
+            .map(|(_, t)| String::from_utf8_lossy(t))
+            .collect::<String>();
+        assert!(
+            all.contains("F1=(") && all.contains("a %281%29.py"),
+            "{who}: the script's path escaped"
+        );
+        if python.version >= (3, 0) {
+            assert!(
+                all.contains("na%C3%AFve_%CE%BB"),
+                "{who}: the non-ASCII name escaped"
+            );
+        }
+        ran.push(format!(
+            "{who} ({} profiles, samples {samples:?})",
+            profiles.len()
+        ));
+    }
+    // A process too short to be sampled at 1 Hz: a profile all the same, with its counter.
+    let python = interpreters.last().expect("an interpreter");
+    let dir = scratch_dir("igprof-compat-empty");
+    let output = std::process::Command::new(&python.path)
+        .args(["-c", "pass"])
+        .current_dir(&dir)
+        .env("LD_PRELOAD", &artifacts().preload)
+        .env("PYIGPROF_HZ", "1")
+        .env("PYIGPROF_QUIET", "1")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    for (name, text) in profiles_in(&dir) {
+        let (count, _) = check(&python.name, &name, &text, &dir.join(&name));
+        ran.push(format!("{} -c pass at 1 Hz ({count} samples)", python.name));
+    }
+    eprintln!(
+        "igprof_compatibility: read as IgProf would: {}",
+        ran.join(", ")
+    );
+    assert!(!interpreters.is_empty());
+}
