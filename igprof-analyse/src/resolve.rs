@@ -13,7 +13,10 @@
 //!   build-id is the object's;
 //! - DWARF (in the object or its debug file, via the `addr2line` crate) for the function
 //!   name where no symbol covers the address, and for the source `file:line` where a
-//!   resolved function starts ([`crate::profile::Function::source`]).
+//!   resolved function starts ([`crate::profile::Function::source`]);
+//! - the object's call frame information (`.eh_frame`) where nothing names an address of
+//!   an IgProf dump: the FDE that covers it is the function, or else the gap between
+//!   symbols and FDEs (see below).
 //!
 //! Which address a name stands for depends on who wrote the dump:
 //! - pyigprof writes `@?0x<a>` with `<start>` = `<a>`, the ELF virtual address where the
@@ -30,9 +33,52 @@
 //!   node's offset the distance from it, so that all the addresses of one function merge
 //!   into one function.
 //!
+//! # Functions that stay unnamed: `@{<object>+<offset>}`
+//!
+//! A function that nothing names gets the name IgProf's own `igprof-analyse` gives it
+//! (`symlookup` in src/analyse.cc): `@{<base name of the object>+<offset in decimal>}`,
+//! e.g. `@{libcrypto.so.3+2736704}`, where the offset is the function's `<start>` in the
+//! dump's own coordinates (see [`igprof_name`]): for pyigprof's dumps the ELF virtual
+//! address of the function, for IgProf's the address minus the load base. Either way it
+//! does not change with address randomisation, unlike a run-time address, so two runs of
+//! one program have the same names and `--diff` can compare them, and it is exactly
+//! what IgProf's analyser prints for the same dump. (For shared libraries and
+//! position-independent executables, whose first `PT_LOAD` is at 0, both are the ELF
+//! virtual address; for a non-PIE executable, IgProf's offset is the address minus the
+//! first `PT_LOAD`'s, 0x400000 on x86-64.) As in IgProf, code in no object (an empty
+//! file name `F<fid>=()`, which IgProf's analyser calls `<dynamically generated>`) is
+//! `@?0x<start in hex>{<dynamically-generated>}`, and a function whose `<start>` is not
+//! positive (0, or above 2^63 as the vsyscall page) keeps its name. Functions of Python
+//! code files ([`Profile::is_python_code`]) are never renamed. The base name is the
+//! dump's file name (IgProf's analyser first resolves symbolic links on the analysing
+//! machine, which can give another base name, e.g. `libz.so.1.3` for `libz.so.1`).
+//!
+//! IgProf's analyser names each address of an IgProf dump on its own, so one stripped
+//! function is as many rows as it had sampled addresses. Here, when no symbol or DWARF
+//! names an address but an FDE of the object's `.eh_frame` covers it, the FDE's start is
+//! the function's: all the addresses inside one FDE become one function,
+//! `@{<object>+<FDE start>}` with the FDE start in the dump's coordinates, and the nodes'
+//! offsets the distances from it, merged exactly as the addresses of one symbol are. This
+//! grouping is pyigprof's own: the name is the one IgProf's analyser would show for a
+//! sample on the function's first instruction. Code that neither a symbol nor an FDE
+//! covers (hand-written assembly without CFI, as in OpenSSL or libjpeg-turbo) is grouped
+//! the same way by the gap it lies in: the part of an executable section between the
+//! symbols and FDEs around it, `@{<object>+<gap start>}`. These are the functions pyigprof
+//! itself writes (docs/design.md), so pyigprof's dumps need no grouping: their `<start>`
+//! already is the FDE's or the gap's.
+//!
+//! The unnamed functions of the interpreter itself (`libpython*.so*`, `python3.11`:
+//! [`crate::symbol::is_interpreter_file`]) keep a `@?0x…` name instead, because the
+//! Python view ([`crate::view::is_plumbing`]) hides exactly those: grouped by FDE, an
+//! IgProf dump's addresses become `@?0x<ELF virtual address of the FDE start>`, the name
+//! pyigprof writes for that function.
+//!
+//! With `--no-resolve` this module is not run: names stay exactly as the dump writes
+//! them, `@?0x…` included (that option's documented meaning).
+//!
 //! Each object is read once, and each distinct address of it looked up once. Names that
-//! are not `@?0x…` are never changed. Objects that cannot be read leave their names as
-//! they are, with one warning per object.
+//! are not `@?0x…` are never changed. Objects that cannot be read get no names, only the
+//! `@{…}` renaming (which needs no file), with one warning per object.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -45,6 +91,7 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
 use crate::error::PROGRAM;
 use crate::profile::{FileId, FunctionId, Profile};
+use crate::symbol::is_interpreter_file;
 
 /// The directory searched for separate debug files when none is given: where Debian,
 /// Ubuntu and Fedora install them (`…-dbgsym`, `…-dbg`, `…-debuginfo` packages).
@@ -69,9 +116,11 @@ impl Default for Options {
 /// What [`resolve`] did.
 #[derive(Debug)]
 pub struct Resolved {
-    /// The profile with the names found (the same profile if none was).
+    /// The profile with the names found and the `@{…}` names of the functions that stay
+    /// unnamed (the same profile if no name changed).
     pub profile: Profile,
-    /// How many functions got a name.
+    /// How many functions got a name from a binary (not counting the `@{…}` names of
+    /// those that stay unnamed).
     pub named: usize,
     /// One line per object that could not be used, each starting with
     /// `pyigprof-analyse: warning: <object>: `, for the command to print on stderr.
@@ -101,8 +150,45 @@ fn is_object_path(path: &str) -> bool {
         )
 }
 
+/// IgProf's name for an unnamed function (`@?…`) of `file` that starts at `start` (the
+/// dump's `+<start>`): `@{<base name of file>+<start in decimal>}`, or
+/// `@?0x<start in hex>{<dynamically-generated>}` for code in no file (`file` empty or
+/// `<dynamically generated>`); `None` (the name stays) if `start` is not positive, as
+/// `symlookup` in IgProf's src/analyse.cc does.
+pub fn igprof_name(file: &str, start: i64) -> Option<String> {
+    if start <= 0 {
+        return None;
+    }
+    if file.is_empty() || file == "<dynamically generated>" {
+        return Some(format!("@?{start:#x}{{<dynamically-generated>}}"));
+    }
+    let base = file.rsplit('/').next().unwrap_or(file);
+    Some(format!("@{{{base}+{start}}}"))
+}
+
+/// The name of an unnamed function of `file` that starts at `start` in the dump's
+/// coordinates and at ELF virtual address `vaddr`: [`igprof_name`], except for the
+/// interpreter, whose unnamed functions stay `@?0x<vaddr>` for the Python view to hide
+/// (see the module documentation).
+fn unnamed_name(file: &str, start: u64, vaddr: u64) -> String {
+    if is_interpreter_file(file) {
+        return format!("@?{vaddr:#x}");
+    }
+    igprof_name(file, start as i64).unwrap_or_else(|| format!("@?{vaddr:#x}"))
+}
+
+/// How the unnamed functions of `file` are shown, for warnings.
+fn unnamed_form(file: &str) -> String {
+    if is_interpreter_file(file) {
+        return "@?0x<address>".to_string();
+    }
+    let base = file.rsplit('/').next().unwrap_or(file);
+    format!("@{{{base}+<offset>}}")
+}
+
 /// Gives names to the `@?0x…` functions of `profile` from the object files they belong
-/// to (see the module documentation).
+/// to, and IgProf's `@{<object>+<offset>}` names to those that stay unnamed (see the
+/// module documentation).
 pub fn resolve(profile: Profile, options: &Options) -> Resolved {
     // The unnamed functions of every object.
     let mut by_file: Vec<(FileId, Vec<Unnamed>)> = Vec::new();
@@ -125,6 +211,7 @@ pub fn resolve(profile: Profile, options: &Options) -> Resolved {
     }
 
     let mut renames: HashMap<FunctionId, Rename> = HashMap::new();
+    let mut named = 0usize;
     let mut warnings = Vec::new();
     for (file, functions) in &by_file {
         let path = profile.file(*file);
@@ -132,15 +219,17 @@ pub fn resolve(profile: Profile, options: &Options) -> Resolved {
             Ok(symbolizer) => symbolizer,
             Err(detail) => {
                 warnings.push(format!(
-                    "{PROGRAM}: warning: {path}: cannot read it to name its functions ({detail}); {} function(s) keep their @?0x… names",
-                    functions.len()
+                    "{PROGRAM}: warning: {path}: cannot read it to name its functions ({detail}); {} function(s) stay unnamed: {}",
+                    functions.len(),
+                    unnamed_form(path)
                 ));
                 continue;
             }
         };
         let mut found = Vec::new();
+        let mut found_named = 0usize;
         let mut mismatched = 0usize;
-        let mut cache: HashMap<(u64, bool), Option<Rename>> = HashMap::new();
+        let mut cache: HashMap<(u64, bool), Option<(Rename, bool)>> = HashMap::new();
         for &(id, address, start) in functions {
             // pyigprof: the name is the start; IgProf: the name is a run-time address and
             // the start is relative to the load base.
@@ -148,7 +237,20 @@ pub fn resolve(profile: Profile, options: &Options) -> Resolved {
             let rename = cache
                 .entry((start, exact))
                 .or_insert_with(|| match symbolizer.lookup(start, exact) {
-                    Lookup::Found(rename) => Some(rename),
+                    Lookup::Found(rename) => Some((rename, true)),
+                    Lookup::Frame {
+                        start,
+                        vaddr,
+                        delta,
+                    } => Some((
+                        Rename {
+                            name: unnamed_name(path, start, vaddr),
+                            start,
+                            delta,
+                            source: None,
+                        },
+                        false,
+                    )),
                     Lookup::Inside => {
                         mismatched += 1;
                         None
@@ -156,18 +258,47 @@ pub fn resolve(profile: Profile, options: &Options) -> Resolved {
                     Lookup::Missing => None,
                 })
                 .clone();
-            if let Some(rename) = rename {
+            if let Some((rename, is_named)) = rename {
+                found_named += usize::from(is_named);
                 found.push((id, rename));
             }
         }
         if mismatched > 0 {
             warnings.push(format!(
-                "{PROGRAM}: warning: {path}: {mismatched} function start(s) of the profile fall inside other functions of this file, so it is not the file that was profiled; its {} function(s) keep their @?0x… names",
-                functions.len()
+                "{PROGRAM}: warning: {path}: {mismatched} function start(s) of the profile fall inside other functions of this file, so it is not the file that was profiled; its {} function(s) stay unnamed: {}",
+                functions.len(),
+                unnamed_form(path)
             ));
             continue;
         }
+        named += found_named;
         renames.extend(found);
+    }
+
+    // What is still unnamed gets IgProf's name, readable object or not.
+    for (id, function) in profile.functions().iter().enumerate() {
+        let id = id as FunctionId;
+        if renames.contains_key(&id)
+            || unnamed_address(&function.name).is_none()
+            || profile.is_python_code(function.file)
+        {
+            continue;
+        }
+        let file = profile.file(function.file);
+        if is_interpreter_file(file) {
+            continue;
+        }
+        if let Some(name) = igprof_name(file, function.start) {
+            renames.insert(
+                id,
+                Rename {
+                    name,
+                    start: function.start as u64,
+                    delta: 0,
+                    source: function.source.clone(),
+                },
+            );
+        }
     }
 
     if renames.is_empty() {
@@ -177,7 +308,6 @@ pub fn resolve(profile: Profile, options: &Options) -> Resolved {
             warnings,
         };
     }
-    let named = renames.len();
     Resolved {
         profile: rebuild(&profile, &renames),
         named,
@@ -262,6 +392,14 @@ fn rebuild(profile: &Profile, renames: &HashMap<FunctionId, Rename>) -> Profile 
 /// The answer for one address.
 enum Lookup {
     Found(Rename),
+    /// No name, but an FDE or a gap of code without symbol or FDE covers the address:
+    /// the function starts at `start` in the dump's coordinates, ELF virtual address
+    /// `vaddr`, and the address is `delta` bytes into it.
+    Frame {
+        start: u64,
+        vaddr: u64,
+        delta: u64,
+    },
     /// The address (a function start) is strictly inside another symbol.
     Inside,
     /// Nothing names it.
@@ -287,6 +425,11 @@ struct Symbolizer {
     /// `p_vaddr - p_offset` of the first `PT_LOAD` segment: IgProf's base.
     vm_base: u64,
     dwarf: Option<addr2line::Context<Reader>>,
+    /// The address ranges (start, end) of the FDEs of the object's `.eh_frame`, sorted.
+    frames: Vec<(u64, u64)>,
+    /// The parts (start, end) of the object's executable sections that no symbol and no
+    /// FDE covers, sorted.
+    gaps: Vec<(u64, u64)>,
 }
 
 type Reader = gimli::EndianRcSlice<gimli::RunTimeEndian>;
@@ -308,6 +451,7 @@ impl Symbolizer {
                 segment.address().checked_sub(offset)
             })
             .unwrap_or(0);
+        let frames = eh_frame_ranges(&file);
         let debug_data = find_debug_file(path, &file, options);
         let debug = debug_data
             .as_deref()
@@ -340,16 +484,20 @@ impl Symbolizer {
             }
             addr2line::Context::from_dwarf(dwarf).ok()
         });
+        let gaps = uncovered_code(&file, &symbols, &frames);
         Ok(Symbolizer {
             symbols,
             vm_base,
             dwarf,
+            frames,
+            gaps,
         })
     }
 
     /// The name of the function at `start` (a dump's `<start>`): for an `exact` (pyigprof)
     /// address, the function that starts there; otherwise (IgProf) the function that
-    /// covers `start` + the object's base.
+    /// covers `start` + the object's base, or if nothing names it, the FDE or the gap
+    /// between them that covers it ([`Lookup::Frame`]).
     fn lookup(&self, start: u64, exact: bool) -> Lookup {
         let base = if exact { 0 } else { self.vm_base };
         let address = start.wrapping_add(base);
@@ -371,15 +519,28 @@ impl Symbolizer {
                 });
             }
         }
-        match self.dwarf_name(address) {
-            Some(name) => Lookup::Found(Rename {
+        if let Some(name) = self.dwarf_name(address) {
+            return Lookup::Found(Rename {
                 name,
                 start,
                 delta: 0,
                 source: self.source(address),
-            }),
-            None => Lookup::Missing,
+            });
         }
+        // A pyigprof start is already its FDE's (or gap's) start: only IgProf's addresses
+        // group.
+        if !exact {
+            for ranges in [&self.frames, &self.gaps] {
+                if let Some(begin) = covering(ranges, address) {
+                    return Lookup::Frame {
+                        start: begin.wrapping_sub(base),
+                        vaddr: begin,
+                        delta: address - begin,
+                    };
+                }
+            }
+        }
+        Lookup::Missing
     }
 
     /// The name of the (outermost, not inlined) function that DWARF says covers
@@ -462,6 +623,106 @@ impl Symbolizer {
             _ => None,
         }
     }
+}
+
+/// The start of the range of `ranges` (sorted (start, end), by start) that covers
+/// `address`: the last one that starts at or before it.
+fn covering(ranges: &[(u64, u64)], address: u64) -> Option<u64> {
+    let at = ranges.partition_point(|&(begin, _)| begin <= address);
+    let &(begin, end) = ranges.get(at.checked_sub(1)?)?;
+    (address < end).then_some(begin)
+}
+
+/// The parts of `file`'s executable sections that neither a symbol of `symbols` nor a
+/// range of `frames` (both sorted by start) covers, sorted: code without symbol or CFI
+/// (hand-written assembly of a stripped library), each part one function as pyigprof
+/// makes it when it writes a dump (docs/design.md).
+fn uncovered_code(
+    file: &object::File,
+    symbols: &[Symbol],
+    frames: &[(u64, u64)],
+) -> Vec<(u64, u64)> {
+    let mut covered: Vec<(u64, u64)> = symbols
+        .iter()
+        .map(|symbol| (symbol.start, symbol.end))
+        .chain(frames.iter().copied())
+        .collect();
+    covered.sort_unstable();
+    let mut gaps = Vec::new();
+    for section in file.sections() {
+        if section.kind() != object::SectionKind::Text || section.size() == 0 {
+            continue;
+        }
+        let begin = section.address();
+        let end = begin.saturating_add(section.size());
+        let mut covered_to = begin;
+        for &(start, stop) in covered.iter().take_while(|range| range.0 < end) {
+            if stop <= covered_to {
+                continue;
+            }
+            if start > covered_to {
+                gaps.push((covered_to, start));
+            }
+            covered_to = stop;
+            if covered_to >= end {
+                break;
+            }
+        }
+        if covered_to < end {
+            gaps.push((covered_to, end));
+        }
+    }
+    gaps.sort_unstable();
+    gaps
+}
+
+/// The address ranges (start, end) of the FDEs in the `.eh_frame` of `file`, sorted
+/// by start, one per start (the longest); empty if it has none or it cannot be parsed
+/// (the ranges read up to an error are kept).
+fn eh_frame_ranges(file: &object::File) -> Vec<(u64, u64)> {
+    use gimli::UnwindSection as _;
+    let Some(section) = file.section_by_name(".eh_frame") else {
+        return Vec::new();
+    };
+    // A debug file's sections have no contents (SHT_NOBITS).
+    let Ok(data) = section.uncompressed_data() else {
+        return Vec::new();
+    };
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let mut eh_frame = gimli::EhFrame::new(&data, endian);
+    eh_frame.set_address_size(if file.is_64() { 8 } else { 4 });
+    let address = |name: &str| file.section_by_name(name).map(|s| s.address());
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(section.address());
+    if let Some(hdr) = address(".eh_frame_hdr") {
+        bases = bases.set_eh_frame_hdr(hdr);
+    }
+    if let Some(text) = address(".text") {
+        bases = bases.set_text(text);
+    }
+    if let Some(got) = address(".got") {
+        bases = bases.set_got(got);
+    }
+    let mut ranges = Vec::new();
+    let mut entries = eh_frame.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let gimli::CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(gimli::EhFrame::cie_from_offset) else {
+            continue;
+        };
+        let (begin, len) = (fde.initial_address(), fde.len());
+        if begin != 0 && len > 0 {
+            ranges.push((begin, begin.saturating_add(len)));
+        }
+    }
+    ranges.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    ranges.dedup_by_key(|range| range.0);
+    ranges
 }
 
 /// Adds the function symbols of `file` (`.symtab` and `.dynsym`) to `raw` as (start,
@@ -704,6 +965,8 @@ mod tests {
             symbols: sort_symbols(symbols),
             vm_base,
             dwarf: None,
+            frames: Vec::new(),
+            gaps: Vec::new(),
         }
     }
 
@@ -732,5 +995,76 @@ mod tests {
             ("sort_files", 0x4500, 0x33)
         );
         assert!(matches!(s.lookup(0x4700, false), Lookup::Missing));
+    }
+
+    #[test]
+    fn igprof_names_as_igprof_analyse_gives_them() {
+        assert_eq!(
+            igprof_name("/lib/x86_64-linux-gnu/libcrypto.so.3", 0x29c240).as_deref(),
+            Some("@{libcrypto.so.3+2736704}")
+        );
+        assert_eq!(igprof_name("prog", 4517).as_deref(), Some("@{prog+4517}"));
+        for file in ["<dynamically generated>", ""] {
+            assert_eq!(
+                igprof_name(file, 0x7f00).as_deref(),
+                Some("@?0x7f00{<dynamically-generated>}")
+            );
+        }
+        assert_eq!(igprof_name("/lib/libz.so.1", 0), None);
+        assert_eq!(
+            igprof_name("[vsyscall]", 0xffff_ffff_ff60_0000u64 as i64),
+            None
+        );
+        // The interpreter keeps a @?0x… name (of its ELF address) for the Python view.
+        assert_eq!(
+            unnamed_name("/usr/bin/python3.11", 0x1000, 0x401000),
+            "@?0x401000"
+        );
+        assert_eq!(
+            unnamed_name("/opt/libdemo.so", 0x1000, 0x1000),
+            "@{libdemo.so+4096}"
+        );
+    }
+
+    #[test]
+    fn igprof_addresses_without_symbol_group_by_fde() {
+        // A non-PIE executable: its first PT_LOAD at 0x400000; FDEs of two functions.
+        let mut s = symbolizer(vec![(0x401000, 0x40, 0, "main".into())], 0x400000);
+        s.frames = vec![(0x401000, 0x401040), (0x401100, 0x401180)];
+        let Lookup::Frame {
+            start,
+            vaddr,
+            delta,
+        } = s.lookup(0x1133, false)
+        else {
+            panic!("no frame");
+        };
+        assert_eq!((start, vaddr, delta), (0x1100, 0x401100, 0x33));
+        // A symbol comes first; outside every FDE nothing is found; pyigprof's starts
+        // are already FDE starts.
+        assert!(matches!(s.lookup(0x1010, false), Lookup::Found(r) if r.name == "main"));
+        assert!(matches!(s.lookup(0x1180, false), Lookup::Missing));
+        assert!(matches!(s.lookup(0x401100, true), Lookup::Missing));
+        // Between them, in a gap of code.
+        s.gaps = vec![(0x401040, 0x401100)];
+        assert!(matches!(
+            s.lookup(0x10a0, false),
+            Lookup::Frame {
+                start: 0x1040,
+                vaddr: 0x401040,
+                delta: 0x60
+            }
+        ));
+    }
+
+    #[test]
+    fn ranges_cover_from_their_start() {
+        let ranges = [(0x10, 0x20), (0x30, 0x40)];
+        assert_eq!(covering(&ranges, 0x10), Some(0x10));
+        assert_eq!(covering(&ranges, 0x1f), Some(0x10));
+        assert_eq!(covering(&ranges, 0x20), None);
+        assert_eq!(covering(&ranges, 0x3f), Some(0x30));
+        assert_eq!(covering(&ranges, 0x5), None);
+        assert_eq!(covering(&[], 0x5), None);
     }
 }

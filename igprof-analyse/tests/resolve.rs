@@ -3,7 +3,11 @@
 //! only by address are written by hand, and the reports must show the functions' names
 //! (demangled) and where their source starts. Then the same with the library stripped and
 //! its symbols in a separate debug file found through `.gnu_debuglink` or, in a debug
-//! directory the test chooses (`--debug-dir`), through its build-id.
+//! directory the test chooses (`--debug-dir`), through its build-id. Functions that stay
+//! unnamed get IgProf's `@{<object>+<offset>}` names, stable across address
+//! randomisation; in IgProf's dumps of a fully stripped library or executable, the
+//! addresses of one function (one FDE of `.eh_frame`) become one function, so that two
+//! runs compare (`--diff`).
 //!
 //! Skipped, with a line saying why, when `cc`, `c++`, `objcopy` or `strip` is missing.
 
@@ -71,7 +75,8 @@ struct Library {
     mix: u64,
     crunch: u64,
     area: u64,
-    /// The size of `crunch` in bytes.
+    /// The sizes of `mix` and `crunch` in bytes.
+    mix_size: u64,
     crunch_size: u64,
 }
 
@@ -112,6 +117,7 @@ fn build(dir: &Path) -> Library {
         mix: symbol("mix").address(),
         crunch: symbol("crunch").address(),
         area: symbol("_ZN8geometry4areaERKNS_5ShapeEi").address(),
+        mix_size: symbol("mix").size(),
         crunch_size: symbol("crunch").size(),
         path,
     }
@@ -273,13 +279,13 @@ fn stripped_library_uses_its_debug_file() {
     assert_eq!(top_rows(&output), named);
 
     // Without it, only the exported functions are named, from .dynsym, and without
-    // their source: mix (static) keeps its address.
+    // their source: mix (static) gets IgProf's name, from its start.
     let output = run_resolving(&["p.txt", "--top=0"], &dir.0);
     assert_eq!(stderr(&output), "");
     assert_eq!(
         top_rows(&output),
         [
-            format!("@?{:#x}  ({path})", lib.mix),
+            format!("@{{libdemo.so+{}}}  ({path})", lib.mix),
             format!("geometry::area(geometry::Shape const&, int)  ({path})"),
             format!("crunch  ({path})"),
             "<module> (/work/t.py:1)".to_string(),
@@ -313,19 +319,311 @@ C1 FN3=(F1+{area:x} N=(@?{area:#x}))+0 V0:(1,1,1)
     assert_eq!(
         stderr(&output),
         format!(
-            "pyigprof-analyse: warning: /nonexistent/gone.so: cannot read it to name its functions (No such file or directory (os error 2)); 2 function(s) keep their @?0x… names
-pyigprof-analyse: warning: {path}: 1 function start(s) of the profile fall inside other functions of this file, so it is not the file that was profiled; its 2 function(s) keep their @?0x… names
+            "pyigprof-analyse: warning: /nonexistent/gone.so: cannot read it to name its functions (No such file or directory (os error 2)); 2 function(s) stay unnamed: @{{gone.so+<offset>}}
+pyigprof-analyse: warning: {path}: 1 function start(s) of the profile fall inside other functions of this file, so it is not the file that was profiled; its 2 function(s) stay unnamed: @{{libdemo.so+<offset>}}
 "
         )
     );
     let mut rows = top_rows(&output);
     rows.sort();
+    // They get IgProf's names: the start in decimal.
     let mut expected = [
-        format!("@?{inside:#x}  ({path})"),
-        format!("@?{:#x}  ({path})", lib.area),
-        "@?0x1000  (/nonexistent/gone.so)".to_string(),
-        "@?0x2000  (/nonexistent/gone.so)".to_string(),
+        format!("@{{libdemo.so+{inside}}}  ({path})"),
+        format!("@{{libdemo.so+{}}}  ({path})", lib.area),
+        "@{gone.so+4096}  (/nonexistent/gone.so)".to_string(),
+        "@{gone.so+8192}  (/nonexistent/gone.so)".to_string(),
     ];
     expected.sort();
     assert_eq!(rows, expected);
+}
+
+/// An IgProf dump (run-time addresses as names, `<start>` = address − `base`, one `FN`
+/// per sampled address) of `object` with `samples` (offset of the address from the
+/// object's first `PT_LOAD` − its file offset, i.e. IgProf's `<start>`; samples): the
+/// first entry calls all the others.
+fn igprof_dump(object: &Path, base: u64, samples: &[(u64, u64)]) -> String {
+    let path = object.display();
+    let mut text = String::from("P=(HEX ID=7 N=(app) T=0.010000)\n");
+    for (index, &(start, count)) in samples.iter().enumerate() {
+        let (depth, file, counter) = match index {
+            0 => (1, format!("F0=({path})"), "=(PERF_TICKS)"),
+            _ => (2, "F0".to_string(), ""),
+        };
+        text.push_str(&format!(
+            "C{depth} FN{index:x}=({file}+{start:x} N=(@?{:#x}))+0 V0{counter}:({count:x},{count:x},{count:x})\n",
+            base + start
+        ));
+    }
+    text
+}
+
+/// `p_vaddr − p_offset` of the first `PT_LOAD` of the object at `path`: what IgProf's
+/// `<start>` (address − load base) is relative to.
+fn vm_base(path: &Path) -> u64 {
+    use object::ObjectSegment;
+    let data = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let segment = file.segments().next().unwrap();
+    segment.address() - segment.file_range().0
+}
+
+#[test]
+fn igprof_dumps_of_stripped_code_name_functions_by_offset() {
+    if !have_tools("igprof_dumps_of_stripped_code_name_functions_by_offset") {
+        return;
+    }
+    let dir = TempDir::new("resolve_igprof_stripped");
+    let lib = build(&dir.0);
+    // No .symtab, no debug file: mix is named by nothing but its FDE; crunch is in .dynsym.
+    assert!(tool("strip", &["--strip-all", "libdemo.so"], &dir.0));
+    assert_eq!(vm_base(&lib.path), 0);
+    let path = lib.path.display();
+    // crunch calls mix, sampled at two addresses inside it; the same run loaded at two
+    // load bases.
+    let samples = [
+        (lib.crunch + 3, 1),
+        (lib.mix + 1, 2),
+        (lib.mix + lib.mix_size - 2, 3),
+    ];
+    let mut reports = Vec::new();
+    for (name, base) in [("a.txt", 0x7f00_0000_0000u64), ("b.txt", 0x7fab_1234_5000)] {
+        dir.write(name, igprof_dump(&lib.path, base, &samples).as_bytes());
+        let output = run_resolving(&[name, "--top=0"], &dir.0);
+        assert_eq!(stderr(&output), "");
+        reports.push(top_rows(&output));
+    }
+    // One function for both addresses of mix (5 ticks), named after its start as IgProf's
+    // analyser names it, the same whatever the load base.
+    assert_eq!(
+        reports[0],
+        [
+            format!("@{{libdemo.so+{}}}  ({path})", lib.mix),
+            format!("crunch  ({path})"),
+        ]
+    );
+    assert_eq!(reports[1], reports[0]);
+    let output = run_resolving(&["a.txt", "--top=0"], &dir.0);
+    assert!(
+        stdout(&output).contains(&format!(
+            "    83.33     0.050    83.33     0.050  @{{libdemo.so+{}}}  ({path})\n",
+            lib.mix
+        )),
+        "{}",
+        stdout(&output)
+    );
+
+    // --no-resolve leaves the names of the dump.
+    let output = run_resolving(&["--no-resolve", "a.txt", "--top=0"], &dir.0);
+    assert_eq!(stderr(&output), "");
+    assert_eq!(
+        top_rows(&output)[0],
+        format!(
+            "@?{:#x}  ({path})",
+            0x7f00_0000_0000u64 + lib.mix + lib.mix_size - 2
+        )
+    );
+}
+
+/// A position-dependent executable: its first `PT_LOAD` is not at 0, so that IgProf's
+/// offset (address − load base) is not the ELF virtual address; the names use IgProf's.
+#[test]
+fn igprof_names_of_an_executable_use_igprof_offsets() {
+    if !have_tools("igprof_names_of_an_executable_use_igprof_offsets") {
+        return;
+    }
+    let dir = TempDir::new("resolve_igprof_exe");
+    std::fs::write(
+        dir.0.join("prog.c"),
+        "static __attribute__((noinline)) int spin(int x)
+{
+  int s = 0;
+  for (int i = 0; i < x; i++) s += i * x;
+  return s;
+}
+int main(int argc, char **argv) { (void)argv; return spin(argc * 1000) & 1; }
+",
+    )
+    .unwrap();
+    assert!(tool(
+        "cc",
+        &["-O1", "-fno-pie", "-no-pie", "prog.c", "-o", "prog"],
+        &dir.0
+    ));
+    let prog = dir.0.join("prog");
+    let data = std::fs::read(&prog).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let spin = file.symbols().find(|s| s.name() == Ok("spin")).unwrap();
+    let (spin, size) = (spin.address(), spin.size());
+    assert!(tool("strip", &["--strip-all", "prog"], &dir.0));
+    let base = vm_base(&prog);
+    assert_ne!(base, 0, "not a position-dependent executable");
+    // Not relocated: the run-time address is the ELF one, and the load base the base.
+    let offset = spin - base;
+    let dump = igprof_dump(&prog, base, &[(offset + 1, 1), (offset + size - 1, 2)]);
+    dir.write("p.txt", dump.as_bytes());
+    let output = run_resolving(&["p.txt", "--top=0"], &dir.0);
+    assert_eq!(stderr(&output), "");
+    assert_eq!(
+        top_rows(&output),
+        [format!("@{{prog+{offset}}}  ({})", prog.display())]
+    );
+}
+
+#[test]
+fn unreadable_objects_get_igprof_names() {
+    // No tools needed: nothing is read.
+    let dir = TempDir::new("resolve_unreadable");
+    // IgProf (run-time addresses), pyigprof (ELF addresses), code in no object (IgProf
+    // writes no file name, and the address as start), the interpreter (kept @?0x… for
+    // the Python view to hide), and a start of 0 (kept).
+    let dump = "P=(HEX ID=1 N=(app) T=0.004000)
+C1 FN0=(F0=(/nonexistent/prog)+1234 N=(@?0x55d0c0001234))+0 V0=(PERF_TICKS):(1,1,1)
+C2 FN1=(F1=(/nonexistent/libgone.so.3)+29c240 N=(@?0x29c240))+0 V0:(1,1,1)
+C2 FN2=(F2=()+7f0012345678 N=(@?0x7f0012345678))+0 V0:(1,1,1)
+C2 FN3=(F3=(/nonexistent/libpython3.11.so.1.0)+1a2b N=(@?0x1a2b))+0 V0:(1,1,1)
+C2 FN4=(F4=(/nonexistent/zero.so)+0 N=(@?0x7f0000000000))+0 V0:(1,1,1)
+";
+    dir.write("p.txt", dump.as_bytes());
+    let output = run_resolving(&["p.txt", "--top=0", "--all-frames"], &dir.0);
+    assert_eq!(output.status.code(), Some(0));
+    let mut rows = top_rows(&output);
+    rows.sort();
+    assert_eq!(
+        rows,
+        [
+            "@?0x1a2b  (/nonexistent/libpython3.11.so.1.0)",
+            "@?0x7f0000000000  (/nonexistent/zero.so)",
+            "@?0x7f0012345678{<dynamically-generated>}  ()",
+            "@{libgone.so.3+2736704}  (/nonexistent/libgone.so.3)",
+            "@{prog+4660}  (/nonexistent/prog)",
+        ]
+    );
+    let warnings = stderr(&output);
+    assert!(
+        warnings.contains("/nonexistent/prog: cannot read it to name its functions (No such file or directory (os error 2)); 1 function(s) stay unnamed: @{prog+<offset>}\n"),
+        "{warnings}"
+    );
+    assert!(
+        warnings.contains("/nonexistent/libpython3.11.so.1.0: cannot read it to name its functions (No such file or directory (os error 2)); 1 function(s) stay unnamed: @?0x<address>\n"),
+        "{warnings}"
+    );
+}
+
+#[test]
+fn diff_of_igprof_runs_with_other_load_bases_is_no_change() {
+    if !have_tools("diff_of_igprof_runs_with_other_load_bases_is_no_change") {
+        return;
+    }
+    let dir = TempDir::new("resolve_igprof_diff");
+    let lib = build(&dir.0);
+    assert!(tool("strip", &["--strip-all", "libdemo.so"], &dir.0));
+    // Two runs of one program: about the same counts, at other addresses of the same
+    // functions, in a library loaded elsewhere.
+    let first = [
+        (lib.crunch + 3, 400),
+        (lib.mix + 1, 300),
+        (lib.mix + 4, 300),
+    ];
+    let second = [
+        (lib.crunch + 3, 410),
+        (lib.mix + 1, 280),
+        (lib.mix + lib.mix_size - 2, 310),
+    ];
+    dir.write(
+        "base.txt",
+        igprof_dump(&lib.path, 0x7f00_0000_0000, &first).as_bytes(),
+    );
+    dir.write(
+        "new.txt",
+        igprof_dump(&lib.path, 0x7fab_1234_5000, &second).as_bytes(),
+    );
+    let output = run_resolving(&["--diff", "base.txt", "new.txt", "--top=0"], &dir.0);
+    assert_eq!(stderr(&output), "");
+    assert_eq!(output.status.code(), Some(0));
+    let text = stdout(&output);
+    assert!(
+        text.lines()
+            .any(|line| line == "result: no significant change"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("@{{libdemo.so+{}}}", lib.mix)),
+        "{text}"
+    );
+}
+
+/// Hand-written assembly without CFI, with a symbol that stripping removes (hidden: not
+/// in `.dynsym`), and C functions.
+const ASM_SOURCE: &str = r#"
+static __attribute__((noinline)) int before(int x)
+{
+  int s = 0;
+  for (int i = 0; i < x; i++) s += i ^ x;
+  return s;
+}
+__asm__(".text\n.p2align 4\n.globl blob\n.hidden blob\n.type blob,@function\nblob:\n"
+        "  xorl %eax, %eax\n.rept 64\n  nop\n.endr\n  ret\n.size blob, .-blob\n");
+int blob(void);
+int entry(int x)
+{
+  return before(x) + blob();
+}
+"#;
+
+#[test]
+fn igprof_addresses_in_code_without_cfi_group_by_gap() {
+    if !cfg!(target_arch = "x86_64") {
+        println!("igprof_addresses_in_code_without_cfi_group_by_gap: skipped: x86-64 assembly");
+        return;
+    }
+    if !have_tools("igprof_addresses_in_code_without_cfi_group_by_gap") {
+        return;
+    }
+    let dir = TempDir::new("resolve_igprof_gap");
+    std::fs::write(dir.0.join("gap.c"), ASM_SOURCE).unwrap();
+    assert!(tool(
+        "cc",
+        &["-O1", "-fPIC", "-shared", "gap.c", "-o", "libgap.so"],
+        &dir.0
+    ));
+    let lib = dir.0.join("libgap.so");
+    let data = std::fs::read(&lib).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let address = |name: &str| {
+        file.symbols()
+            .find(|s| s.name() == Ok(name))
+            .unwrap()
+            .address()
+    };
+    let (blob, before) = (address("blob"), address("before"));
+    assert!(tool("strip", &["--strip-all", "libgap.so"], &dir.0));
+    let path = lib.display();
+    let mut reports = Vec::new();
+    for base in [0x7f00_0000_0000u64, 0x7fab_1234_5000] {
+        let dump = igprof_dump(
+            &lib,
+            base,
+            &[(blob + 2, 1), (blob + 40, 2), (before + 1, 4)],
+        );
+        dir.write("p.txt", dump.as_bytes());
+        let output = run_resolving(&["p.txt", "--top=0"], &dir.0);
+        assert_eq!(stderr(&output), "");
+        reports.push(top_rows(&output));
+    }
+    // before (an FDE) and the blob (a gap) are one function each, named by offset.
+    let rows = &reports[0];
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0], format!("@{{libgap.so+{before}}}  ({path})"));
+    let gap: u64 = rows[1]
+        .strip_prefix("@{libgap.so+")
+        .and_then(|rest| rest.strip_suffix(&format!("}}  ({path})")))
+        .and_then(|number| number.parse().ok())
+        .unwrap_or_else(|| panic!("{rows:?}"));
+    // The gap starts where the code before it that has CFI ends, at blob or before it
+    // (alignment padding, GCC's crtstuff functions, which have no FDE either).
+    assert!(
+        gap <= blob && gap != before,
+        "{gap:#x} {before:#x} {blob:#x}"
+    );
+    assert_eq!(reports[1], reports[0]);
 }
