@@ -15,12 +15,12 @@ use std::ffi::OsString;
 
 use clap::{ArgGroup, Parser, ValueEnum};
 use igprof_analyse::report::{
-    self, callgrind, collapsed, diff, flamegraph, json, lines, pprof, speedscope, sqlite, text,
-    top, tree,
+    self, callgrind, collapsed, diff, flamegraph, json, lines, pprof, speedscope, sqlite, stacks,
+    text, top, tree,
 };
 use igprof_analyse::resolve;
 use igprof_analyse::stats::Correction;
-use igprof_analyse::transform::{self, CountFilter, MergeRule, Value};
+use igprof_analyse::transform::{self, AncestorRule, CountFilter, MergeRule, Value};
 use igprof_analyse::view::View;
 use igprof_analyse::{Error, Profile};
 
@@ -29,14 +29,21 @@ use igprof_analyse::{Error, Profile};
 /// (see --all-frames) and the report is --top.
 #[derive(Debug, Parser)]
 #[command(name = "pyigprof-analyse", version)]
-#[command(group(ArgGroup::new("report_kind").args(["top", "lines", "tree", "text", "collapsed", "json"])))]
+#[command(group(ArgGroup::new("report_kind").args(["top", "top_stacks", "lines", "tree", "text", "collapsed", "json"])))]
 #[command(group(ArgGroup::new("comparison").args(["diff", "baseline"])))]
 struct Cli {
     /// Print the N functions with the most cost (default 20; --top=0 prints all). This
     /// is the report printed when none is asked for; with --diff, the number of
-    /// functions listed. N must be attached with "=".
+    /// functions listed. N must be attached with "=": IgProf's "--top N", with a space,
+    /// is --top-stacks.
     #[arg(long, value_name = "N", num_args = 0..=1, require_equals = true, default_missing_value = "20")]
     top: Option<usize>,
+
+    /// IgProf's --top N (also -tn N, and --top N with a space): print the N call stacks
+    /// with the most self cost, each from its innermost frame to the outermost, as
+    /// IgProf prints them ("## Entry 1 (0.45 seconds)", "#0 function", ...).
+    #[arg(long, value_name = "N", conflicts_with = "comparison")]
+    top_stacks: Option<usize>,
 
     /// Print the N lines of Python code (file:line) with the most cost (default 20;
     /// --lines=0 prints all). A line's self cost is that of the samples whose innermost
@@ -47,13 +54,13 @@ struct Cli {
 
     /// Print the call tree, indented, with each function's cumulative and self share
     /// and seconds; children by decreasing cumulative cost.
-    #[arg(long, conflicts_with = "comparison")]
+    #[arg(short = 'T', long, conflicts_with = "comparison")]
     tree: bool,
 
     /// Print an IgProf-like text report: flat profiles by cumulative and by self cost,
     /// then the call graph: for each function its callers and callees with their
-    /// amounts.
-    #[arg(long, conflicts_with = "comparison")]
+    /// amounts. IgProf's -t.
+    #[arg(short = 't', long, conflicts_with = "comparison")]
     text: bool,
 
     /// Print folded stacks, one line per distinct stack: "frame;frame;frame TICKS"
@@ -62,7 +69,8 @@ struct Cli {
     collapsed: bool,
 
     /// Print the profile as JSON: the counter and its total, every function with its
-    /// self and cumulative amounts, and the call tree (docs/analyser.md).
+    /// self and cumulative amounts, and the call tree (docs/analyser.md). IgProf's -js
+    /// (whose JSON has another shape).
     #[arg(long, conflicts_with = "comparison")]
     json: bool,
 
@@ -76,16 +84,20 @@ struct Cli {
     #[arg(long, value_name = "FILE.json", conflicts_with = "comparison")]
     speedscope: Option<PathBuf>,
 
-    /// Write the profile as an SQLite database to FILE (tables files, functions, nodes,
-    /// function_costs, calls, profile; view summary; docs/analyser.md). IgProf's -s.
-    /// Nothing is printed unless a report is asked for too.
+    /// --sqlite=FILE: write the profile as an SQLite database to FILE (tables files,
+    /// functions, nodes, function_costs, calls, profile; view summary; docs/analyser.md);
+    /// nothing is printed unless a report is asked for too. --sqlite or -s without a
+    /// file (IgProf's spelling): print the same database as SQL on stdout, for
+    /// "| sqlite3 FILE". FILE must be attached with "=".
     #[arg(
         short = 's',
         long,
         value_name = "FILE.sqlite",
+        num_args = 0..=1,
+        require_equals = true,
         conflicts_with = "comparison"
     )]
-    sqlite: Option<PathBuf>,
+    sqlite: Option<Option<PathBuf>>,
 
     /// Write the profile in callgrind's format (for KCachegrind, callgrind_annotate) to
     /// FILE: self costs per function and line, calls with inclusive costs. Nothing is
@@ -116,8 +128,8 @@ struct Cli {
     )]
     baseline: Option<PathBuf>,
 
-    /// With -b BASE: compare with the baseline (IgProf's --diff-mode).
-    #[arg(long, requires = "baseline")]
+    /// With -b BASE: compare with the baseline (IgProf's --diff-mode, -D).
+    #[arg(short = 'D', long, requires = "baseline")]
     diff_mode: bool,
 
     /// The significance level of the comparison, after correction (0 < ALPHA < 1).
@@ -173,8 +185,12 @@ struct Cli {
     merge_regexp: Vec<String>,
 
     /// Start the stacks that go through a function REGEXP matches (by name, else by
-    /// file) at its outermost frame: its callers are left out of those stacks.
-    #[arg(long, value_name = "REGEXP")]
+    /// file) at its outermost frame: its callers are left out of those stacks. With a
+    /// "/" (IgProf's form, also -ma): ANCESTOR[>ANCESTOR...]/NAME renames the frame the
+    /// last ANCESTOR matches, below frames the others match in order, to NAME, and the
+    /// frames it calls to NAME:CALLEE (their own names after the colon). Write "\\/"
+    /// for a slash in a REGEXP.
+    #[arg(long, value_name = "REGEXP|A>B/NAME")]
     merge_ancestors: Option<String>,
 
     /// Leave out the frames of the functions REGEXP matches (by name, else by file):
@@ -202,8 +218,8 @@ struct Cli {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
     max_calls_value: Option<i64>,
 
-    /// IgProf's -ma: drop the values of every node whose amount per sample (call) is
-    /// below N.
+    /// Drop the values of every node whose amount per sample (call) is below N (IgProf's
+    /// --min-average-value; its -ma is --merge-ancestors).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
     min_average_value: Option<i64>,
 
@@ -223,13 +239,60 @@ struct Cli {
     paths: bool,
 
     /// The counter to report on, e.g. PERF_TICKS (CPU time) or, for IgProf memory
-    /// profiles, MEM_TOTAL.
-    #[arg(short = 'r', long = "report", value_name = "COUNTER", default_value = report::DEFAULT_COUNTER)]
-    counter: String,
+    /// profiles, MEM_TOTAL. By default the first counter of the (first) profile, as
+    /// IgProf does.
+    #[arg(short = 'r', long = "report", value_name = "COUNTER")]
+    counter: Option<String>,
 
-    /// Sort the rows by self cost or by cumulative (inclusive) cost.
-    #[arg(long, value_enum, default_value_t = OrderArg::SelfCost)]
+    /// Sort the rows by self cost or by cumulative (inclusive) cost; IgProf's
+    /// ascending (its default: by cumulative cost, largest first) and descending
+    /// (smallest first).
+    #[arg(short = 'o', long, value_enum, default_value_t = OrderArg::SelfCost)]
     order: OrderArg,
+
+    /// IgProf's -v: say on stderr what was read (profiles, nodes, functions, counters),
+    /// which counter is reported and which filters apply.
+    #[arg(short = 'v', long)]
+    verbose: bool,
+
+    /// IgProf's -nf: turn off IgProf's default filters. By default, as IgProf, the
+    /// frames of IgProf's own libraries are merged into their callers; for memory
+    /// counters (MEM_*), allocation functions (malloc, calloc, realloc, operator new,
+    /// ...) give their cost to their callers; for MEM_LIVE, libstdc++'s pool allocator
+    /// is left out (docs/analyser.md).
+    #[arg(long)]
+    no_filter: bool,
+
+    /// IgProf's -l: show each function's library (file) after its name. Every report
+    /// here already does ("name  (/usr/lib/libz.so.1)"): accepted for IgProf's command
+    /// lines.
+    #[arg(short = 'l', long)]
+    libs: bool,
+
+    /// IgProf's -d: demangle C++ and Rust names. Always done here: accepted for IgProf's
+    /// command lines.
+    #[arg(short = 'd', long)]
+    demangle: bool,
+
+    /// IgProf's -g: name unnamed native functions from the binaries. Done here by
+    /// default (see --no-resolve), without gdb: accepted for IgProf's command lines.
+    #[arg(short = 'g', long, conflicts_with = "no_resolve")]
+    gdb: bool,
+
+    /// IgProf's memory-page reports (--dump-allocations, --show-pages,
+    /// --show-page-ranges, --show-locality-metrics) read the addresses of live
+    /// allocations (;LK= records): not offered here; exits with status 2.
+    #[arg(long, hide = true)]
+    dump_allocations: bool,
+
+    #[arg(long, hide = true)]
+    show_pages: bool,
+
+    #[arg(long, hide = true)]
+    show_page_ranges: bool,
+
+    #[arg(long, hide = true)]
+    show_locality_metrics: bool,
 
     /// Leave the native functions that the profiles have no name for (@?0x…) as they
     /// are. By default they are named from the binaries on this machine: their symbol
@@ -253,8 +316,11 @@ enum OrderArg {
     #[value(name = "self")]
     SelfCost,
     /// Cumulative (inclusive) cost first.
-    #[value(name = "cumulative")]
+    #[value(name = "cumulative", alias = "ascending")]
     Cumulative,
+    /// IgProf's descending: the smallest cumulative cost first.
+    #[value(name = "descending")]
+    Descending,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -308,15 +374,18 @@ struct Done {
 }
 
 /// IgProf's options spelt with one dash and two letters, and their long names.
-const IGPROF_SPELLINGS: [(&str, &str); 8] = [
+const IGPROF_SPELLINGS: [(&str, &str); 11] = [
     ("-ml", "--merge-libraries"),
     ("-mr", "--merge-regexp"),
     ("-mc", "--min-count-value"),
     ("-Mc", "--max-count-value"),
     ("-mf", "--min-calls-value"),
     ("-Mf", "--max-calls-value"),
-    ("-ma", "--min-average-value"),
+    ("-ma", "--merge-ancestors"),
     ("-Ma", "--max-average-value"),
+    ("-nf", "--no-filter"),
+    ("-js", "--json"),
+    ("-tn", "--top-stacks"),
 ];
 
 /// Options whose value is the next argument (how many), so that a value spelt like
@@ -325,6 +394,9 @@ const TAKES_VALUES: &[(&str, usize)] = &[
     ("-r", 1),
     ("--report", 1),
     ("--order", 1),
+    ("-o", 1),
+    ("-tn", 1),
+    ("--top-stacks", 1),
     ("--diff", 2),
     ("-b", 1),
     ("--baseline", 1),
@@ -334,8 +406,6 @@ const TAKES_VALUES: &[(&str, usize)] = &[
     ("--format", 1),
     ("--flamegraph", 1),
     ("--speedscope", 1),
-    ("-s", 1),
-    ("--sqlite", 1),
     ("--callgrind", 1),
     ("--pprof", 1),
     ("--value", 1),
@@ -357,14 +427,16 @@ const TAKES_VALUES: &[(&str, usize)] = &[
     ("-Ma", 1),
 ];
 
-/// The command line with IgProf's two-letter options (`-ml`, `-mr`, `-mc`, `-Mc`, `-mf`,
-/// `-Mf`, `-ma`, `-Ma`) replaced by their long names, which clap understands; values of
-/// options and everything after `--` are left as they are.
+/// The command line with IgProf's two-letter options ([`IGPROF_SPELLINGS`]) replaced by
+/// their long names, which clap understands, and IgProf's `--top N` (a number as the next
+/// argument) by `--top-stacks N`; values of options and everything after `--` are left
+/// as they are.
 fn igprof_spellings(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     let mut out = Vec::new();
     let mut values = 0usize;
     let mut rest = false;
-    for arg in args {
+    let mut args = args.into_iter().peekable();
+    while let Some(arg) = args.next() {
         if rest || values > 0 {
             values = values.saturating_sub(1);
             out.push(arg);
@@ -374,12 +446,22 @@ fn igprof_spellings(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
         if text == "--" {
             rest = true;
         }
+        let number_follows = args
+            .peek()
+            .and_then(|next| next.to_str())
+            .is_some_and(|next| !next.is_empty() && next.bytes().all(|b| b.is_ascii_digit()));
+        let text = if text == "--top" && number_follows {
+            "--top-stacks"
+        } else {
+            text
+        };
         values = TAKES_VALUES
             .iter()
             .find(|(option, _)| *option == text)
             .map_or(0, |&(_, count)| count);
         match IGPROF_SPELLINGS.iter().find(|(short, _)| *short == text) {
             Some((_, long)) => out.push(OsString::from(long)),
+            None if text == "--top-stacks" => out.push(OsString::from(text)),
             None => out.push(arg),
         }
     }
@@ -393,17 +475,19 @@ fn main() -> ExitCode {
     } else {
         View::Python
     };
-    let done = transforms(&cli).and_then(|transform| match (&cli.diff, &cli.baseline) {
-        (Some(paths), _) => compare(&cli, view, &transform, &paths[..1], &paths[1..]),
-        (None, Some(base)) => compare(
-            &cli,
-            view,
-            &transform,
-            std::slice::from_ref(base),
-            &cli.profiles,
-        ),
-        (None, None) => reports(&cli, view, &transform),
-    });
+    let done = unsupported(&cli)
+        .and_then(|()| transforms(&cli))
+        .and_then(|transform| match (&cli.diff, &cli.baseline) {
+            (Some(paths), _) => compare(&cli, view, &transform, &paths[..1], &paths[1..]),
+            (None, Some(base)) => compare(
+                &cli,
+                view,
+                &transform,
+                std::slice::from_ref(base),
+                &cli.profiles,
+            ),
+            (None, None) => reports(&cli, view, &transform),
+        });
     let done = match done {
         Ok(done) => done,
         Err(error) => {
@@ -424,6 +508,38 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// IgProf's options that this analyser does not offer, each refused with one line.
+///
+/// # Errors
+/// [`Error::Option`] naming the option and why.
+fn unsupported(cli: &Cli) -> Result<(), Error> {
+    let pages = [
+        ("--dump-allocations", cli.dump_allocations),
+        ("--show-pages", cli.show_pages),
+        ("--show-page-ranges", cli.show_page_ranges),
+        ("--show-locality-metrics", cli.show_locality_metrics),
+    ];
+    if let Some((option, _)) = pages.iter().find(|(_, set)| *set) {
+        return Err(Error::Option {
+            option: option.to_string(),
+            message: "IgProf's reports on the memory pages of live allocations need their \
+                      addresses (;LK= records), which pyigprof-analyse does not keep: use \
+                      IgProf's igprof-analyse for them"
+                .to_string(),
+        });
+    }
+    if let Some(counter) = cli.counter.as_deref().filter(|c| c.contains(',')) {
+        return Err(Error::Option {
+            option: "--report".to_string(),
+            message: format!(
+                "one counter per report, found {counter:?} (IgProf's igprof-analyse also \
+                 reports one: it takes {counter:?} as one name); run once per counter"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The reshaping options of the command line (regular expressions compiled).
@@ -449,7 +565,8 @@ fn transforms(cli: &Cli) -> Result<transform::Options, Error> {
             ValueArg::Normal => Value::Normal,
             ValueArg::Peak => Value::Peak,
         },
-        counter: cli.counter.clone(),
+        // Set once the profiles are read ([`read`]): by default, their first counter.
+        counter: String::new(),
         counts: CountFilter {
             min_amount: cli.min_count_value,
             max_amount: cli.max_count_value,
@@ -459,7 +576,19 @@ fn transforms(cli: &Cli) -> Result<transform::Options, Error> {
             max_average: cli.max_average_value,
         },
         hide: pattern("--hide", &cli.hide)?,
-        merge_ancestors: pattern("--merge-ancestors", &cli.merge_ancestors)?,
+        merge_ancestors: match cli.merge_ancestors.as_deref().map(AncestorRule::parse) {
+            Some(None) => pattern("--merge-ancestors", &cli.merge_ancestors)?,
+            _ => None,
+        },
+        ancestor_rule: cli
+            .merge_ancestors
+            .as_deref()
+            .and_then(AncestorRule::parse)
+            .transpose()
+            .map_err(|message| Error::Option {
+                option: "--merge-ancestors".to_string(),
+                message,
+            })?,
         merge_libraries: match cli.merge_libraries.as_deref() {
             None => None,
             Some("") => Some(None),
@@ -470,15 +599,36 @@ fn transforms(cli: &Cli) -> Result<transform::Options, Error> {
 }
 
 /// The profiles at `paths`, merged, with names for unnamed native functions (unless
-/// --no-resolve; warnings on stderr), with the values `transform` selects, in `view`,
-/// reshaped by `transform`.
+/// --no-resolve; warnings on stderr), with the values `transform` selects, IgProf's
+/// default filters (unless --no-filter), in `view`, reshaped by `transform`; and the
+/// counter reported: `counter`, else the first of the profile (IgProf's default), else
+/// `PERF_TICKS`.
 fn read(
     cli: &Cli,
     paths: &[PathBuf],
     view: View,
     transform: &transform::Options,
-) -> Result<Profile, Error> {
+    counter: Option<&str>,
+) -> Result<(Profile, String), Error> {
     let mut profile = igprof_analyse::progress::read_profiles(paths)?;
+    let first = profile.counters().first().map(String::as_str);
+    let counter = counter
+        .or(first)
+        .unwrap_or(report::DEFAULT_COUNTER)
+        .to_string();
+    if cli.verbose {
+        let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        eprintln!(
+            "{}: read {}: {} call-tree nodes, {} functions, {} files, counters: {}; reporting {counter}{}",
+            igprof_analyse::error::PROGRAM,
+            names.join(", "),
+            profile.nodes().len(),
+            profile.functions().len(),
+            profile.files().len(),
+            profile.counters().join(", "),
+            if cli.counter.is_none() { " (the first counter)" } else { "" },
+        );
+    }
     if !cli.no_resolve {
         let mut options = resolve::Options::default();
         if !cli.debug_dir.is_empty() {
@@ -490,7 +640,23 @@ fn read(
         }
         profile = resolved.profile;
     }
-    Ok(transform.apply(view.apply(transform.apply_value(profile))))
+    let mut profile = transform.apply_value(profile);
+    if !cli.no_filter {
+        let before = profile.nodes().len();
+        profile = transform::igprof_filters(&profile, &counter);
+        if cli.verbose {
+            eprintln!(
+                "{}: IgProf's default filters for {counter} (--no-filter turns them off): {} call-tree nodes merged or dropped",
+                igprof_analyse::error::PROGRAM,
+                before - profile.nodes().len(),
+            );
+        }
+    }
+    let transform = transform::Options {
+        counter: counter.clone(),
+        ..transform.clone()
+    };
+    Ok((transform.apply(view.apply(profile)), counter))
 }
 
 /// `--diff BASE NEW` or `-b BASE --diff-mode NEW…`.
@@ -501,10 +667,10 @@ fn compare(
     base: &[PathBuf],
     new: &[PathBuf],
 ) -> Result<Done, Error> {
-    let base = read(cli, base, view, transform)?;
-    let new = read(cli, new, view, transform)?;
+    let (base, counter) = read(cli, base, view, transform, cli.counter.as_deref())?;
+    let (new, _) = read(cli, new, view, transform, Some(&counter))?;
     let options = diff::Options {
-        counter: cli.counter.clone(),
+        counter,
         alpha: cli.alpha,
         correction: match cli.correction {
             CorrectionArg::Bonferroni => Correction::Bonferroni,
@@ -548,9 +714,9 @@ fn write_file(
 
 /// The reports on one profile (the merge of the PROFILEs).
 fn reports(cli: &Cli, view: View, transform: &transform::Options) -> Result<Done, Error> {
-    let profile = read(cli, &cli.profiles, view, transform)?;
+    let (profile, counter) = read(cli, &cli.profiles, view, transform, cli.counter.as_deref())?;
     let options = report::Options {
-        counter: cli.counter.clone(),
+        counter,
         limit: cli
             .lines
             .or(cli.top)
@@ -558,6 +724,7 @@ fn reports(cli: &Cli, view: View, transform: &transform::Options) -> Result<Done
         order: match cli.order {
             OrderArg::SelfCost => report::Order::SelfAmount,
             OrderArg::Cumulative => report::Order::Cumulative,
+            OrderArg::Descending => report::Order::CumulativeAscending,
         },
         calls: cli.calls,
         paths: cli.paths,
@@ -570,7 +737,8 @@ fn reports(cli: &Cli, view: View, transform: &transform::Options) -> Result<Done
         let file = speedscope::compute(&profile, &options)?;
         write_file(path, |out| speedscope::write(&file, out))?;
     }
-    if let Some(path) = &cli.sqlite {
+    let mut stdout = Vec::new();
+    if let Some(file) = &cli.sqlite {
         let database = sqlite::compute(&profile, &options)?;
         let settings = sqlite::Settings {
             view: match view {
@@ -589,7 +757,10 @@ fn reports(cli: &Cli, view: View, transform: &transform::Options) -> Result<Done
                 .collect::<Vec<String>>()
                 .join(" "),
         };
-        sqlite::write(&profile, &database, &settings, path)?;
+        match file {
+            Some(path) => sqlite::write(&profile, &database, &settings, path)?,
+            None => sqlite::write_sql(&profile, &database, &settings, &mut stdout)?,
+        }
     }
     if let Some(path) = &cli.callgrind {
         let file = callgrind::compute(&profile, &options)?;
@@ -604,9 +775,11 @@ fn reports(cli: &Cli, view: View, transform: &transform::Options) -> Result<Done
         || cli.sqlite.is_some()
         || cli.callgrind.is_some()
         || cli.pprof.is_some();
-    let mut stdout = Vec::new();
     // Writing into a Vec cannot fail: only computing a report can.
-    let _ = if cli.lines.is_some() {
+    let _ = if let Some(limit) = cli.top_stacks {
+        let computed = stacks::compute(&profile, &options, limit)?;
+        stacks::write(&profile, &computed, &mut stdout)
+    } else if cli.lines.is_some() {
         let computed = lines::compute(&profile, &options)?;
         report::write(&profile, &computed, &mut stdout)
     } else if cli.tree {
@@ -674,7 +847,23 @@ mod tests {
         );
         assert_eq!(
             spelled(&["x", "--diff", "-ml", "-mr", "-ma"]),
-            ["x", "--diff", "-ml", "-mr", "--min-average-value"]
+            ["x", "--diff", "-ml", "-mr", "--merge-ancestors"]
+        );
+        // IgProf's other spellings, and its --top N (a number follows) as --top-stacks.
+        assert_eq!(
+            spelled(&["x", "-nf", "-js", "-tn", "5", "--top", "3", "--top", "p.gz", "--top=4"]),
+            [
+                "x",
+                "--no-filter",
+                "--json",
+                "--top-stacks",
+                "5",
+                "--top-stacks",
+                "3",
+                "--top",
+                "p.gz",
+                "--top=4"
+            ]
         );
     }
 

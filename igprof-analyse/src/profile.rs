@@ -84,6 +84,46 @@ impl Values {
         self.amount = self.amount.saturating_add(other.amount);
         self.peak = self.peak.max(other.peak);
     }
+
+    /// [`Values::merge`] for a counter whose amounts combine as `combine` says: summed,
+    /// or (a [`Combine::Maximum`] counter such as `MEM_MAX`) the larger one kept.
+    pub fn merge_as(&mut self, other: Values, combine: Combine) {
+        let amount = self.amount;
+        self.merge(other);
+        if combine == Combine::Maximum {
+            self.amount = amount.max(other.amount);
+        }
+    }
+}
+
+/// How the amounts of a counter add up over a subtree or a function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Combine {
+    /// Summed: ticks, bytes allocated, bytes live.
+    Sum,
+    /// The largest one: a counter whose name ends in `_MAX` (IgProf's `MEM_MAX`, the
+    /// largest single allocation), as IgProf's analyser combines it (`setKey`: `isMax`).
+    /// Counts (calls) are still summed.
+    Maximum,
+}
+
+impl Combine {
+    /// How counter `name` combines.
+    pub fn of(name: &str) -> Combine {
+        if name.ends_with("_MAX") {
+            Combine::Maximum
+        } else {
+            Combine::Sum
+        }
+    }
+
+    /// `a` and `b` combined.
+    pub fn apply(self, a: i64, b: i64) -> i64 {
+        match self {
+            Combine::Sum => a.saturating_add(b),
+            Combine::Maximum => a.max(b),
+        }
+    }
 }
 
 /// One node of the merged call tree: a function at an offset, called from `parent`.
@@ -345,25 +385,38 @@ impl Profile {
     /// # Panics
     /// If `node` was not returned by this profile.
     pub fn add_values(&mut self, node: NodeId, counter: CounterId, values: Values) {
+        let combine = self.combine(counter);
         let slots = &mut self.nodes[node as usize].values;
         match slots.iter_mut().find(|(id, _)| *id == counter) {
-            Some((_, slot)) => slot.merge(values),
+            Some((_, slot)) => slot.merge_as(values, combine),
             None => slots.push((counter, values)),
         }
     }
 
-    /// The sum of `counter` over all nodes: the profile's total.
+    /// How the amounts of `counter` combine ([`Combine::of`] its name; summed for an id
+    /// the profile does not have).
+    pub fn combine(&self, counter: CounterId) -> Combine {
+        self.counters
+            .get(counter as usize)
+            .map_or(Combine::Sum, |name| Combine::of(name))
+    }
+
+    /// `counter` over all nodes: the profile's total (for a [`Combine::Maximum`]
+    /// counter, the largest amount; counts are summed).
     pub fn total(&self, counter: CounterId) -> Values {
+        let combine = self.combine(counter);
         let mut total = Values::default();
         for node in &self.nodes {
-            total.merge(node.value(counter));
+            total.merge_as(node.value(counter), combine);
         }
         total
     }
 
     /// The cumulative (inclusive) amount of `counter` of every node: its self amount
-    /// plus its descendants', indexed by [`NodeId`].
+    /// plus its descendants' (the largest of them for a [`Combine::Maximum`] counter),
+    /// indexed by [`NodeId`].
     pub fn subtree_amounts(&self, counter: CounterId) -> Vec<i64> {
+        let combine = self.combine(counter);
         let mut amounts: Vec<i64> = self
             .nodes
             .iter()
@@ -375,7 +428,7 @@ impl Profile {
             if let Some(parent) = self.nodes[index].parent {
                 let amount = amounts[index];
                 let slot = &mut amounts[parent as usize];
-                *slot = slot.saturating_add(amount);
+                *slot = combine.apply(*slot, amount);
             }
         }
         amounts

@@ -88,7 +88,7 @@ pub struct MergeRule {
     /// What to match.
     pub pattern: Regex,
     /// `s/PATTERN/REPLACEMENT/` (IgProf's form): the new name is the matched name (or
-    /// path) with its first match replaced (`$1` names a group). `None` (a plain
+    /// path) with its first match replaced (`\\1` or `$1` names a group, `\\0` the match). `None` (a plain
     /// pattern): the new name is the text of the first group, or of the whole match.
     pub replacement: Option<String>,
 }
@@ -107,7 +107,7 @@ impl MergeRule {
                 .map(|(pattern, with)| {
                     Ok(MergeRule {
                         pattern: compile(&pattern)?,
-                        replacement: Some(with),
+                        replacement: Some(backreferences(&with)),
                     })
                 })
                 .collect();
@@ -137,6 +137,23 @@ impl MergeRule {
             }
         })
     }
+}
+
+/// A replacement with IgProf's back-references `\\0`…`\\9` (the whole match, a group)
+/// written as the regex crate's `${0}`…`${9}`; `$1` and `${name}` work as they are.
+fn backreferences(with: &str) -> String {
+    let mut out = String::with_capacity(with.len());
+    let mut chars = with.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, chars.peek()) {
+            ('\\', Some(digit)) if digit.is_ascii_digit() => {
+                out.push_str(&format!("${{{digit}}}"));
+                chars.next();
+            }
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 /// `text` as `s<sep>RE<sep>WITH<sep>` rules separated by `;`, or `None` if it is not
@@ -201,8 +218,11 @@ pub struct Options {
     pub counts: CountFilter,
     /// `--hide`: functions whose frames are left out, their cost going to their caller.
     pub hide: Option<Regex>,
-    /// `--merge-ancestors`: the outermost frame of a matching function starts its stack.
+    /// `--merge-ancestors REGEXP`: the outermost frame of a matching function starts its
+    /// stack.
     pub merge_ancestors: Option<Regex>,
+    /// `--merge-ancestors A>B/WITH` (IgProf's form, `-ma`).
+    pub ancestor_rule: Option<AncestorRule>,
     /// `--merge-libraries`: `Some(None)` merges every file, `Some(Some(re))` the files
     /// whose path `re` matches.
     pub merge_libraries: Option<Option<Regex>>,
@@ -244,6 +264,9 @@ impl Options {
         if let Some(pattern) = &self.merge_ancestors {
             profile = merge_ancestors(&profile, pattern);
         }
+        if let Some(rule) = &self.ancestor_rule {
+            profile = merge_ancestors_igprof(&profile, rule);
+        }
         if let Some(pattern) = &self.merge_libraries {
             profile = merge_libraries(&profile, pattern.as_ref());
         }
@@ -252,6 +275,120 @@ impl Options {
         }
         profile
     }
+}
+
+/// The allocation functions IgProf's `MallocFilter` merges into their callers for the
+/// memory counters (`MEM_*`), by their names in the dump (mangled: `_Znwm` is
+/// `operator new(unsigned long)`).
+pub const ALLOCATORS: [&str; 14] = [
+    "malloc",
+    "calloc",
+    "realloc",
+    "memalign",
+    "posix_memalign",
+    "aligned_alloc",
+    "valloc",
+    "zmalloc",
+    "zcalloc",
+    "zrealloc",
+    "_Znwj",
+    "_Znwm",
+    "_Znaj",
+    "_Znam",
+];
+
+/// The pool allocator of old libstdc++ whose frames IgProf's `IgProfGccPoolAllocFilter`
+/// drops, values and callees, from `MEM_LIVE` reports: the pool keeps what it took from
+/// `malloc`, which is not the program's.
+pub const GCC_POOL_ALLOCATOR: [&str; 3] = [
+    "_ZNSt24__default_alloc_templateILb1ELi0EE14_S_chunk_allocEjRi",
+    "_ZNSt24__default_alloc_templateILb1ELi0EE9_S_refillEj",
+    "_ZNSt24__default_alloc_templateILb1ELi0EE8allocateEj",
+];
+
+/// Whether `path` is one of IgProf's own libraries (`libigprof.so`, and `IgProf.`/
+/// `IgHook.` as CMSSW names them): IgProf looks at the last 20 bytes of the path only.
+fn is_igprof_library(path: &str) -> bool {
+    let bytes = path.as_bytes();
+    let tail = &bytes[bytes.len().saturating_sub(20)..];
+    [&b"libigprof."[..], b"IgProf.", b"IgHook."]
+        .iter()
+        .any(|needle| tail.windows(needle.len()).any(|window| window == *needle))
+}
+
+/// IgProf's default filters for reports on `counter` (IgProf `src/analyse.cc`, `setKey`
+/// and `prepdata`), which `--no-filter` (`-nf`) turns off. In IgProf's order, each over
+/// the whole tree:
+/// 1. every counter: frames of IgProf's own libraries (a path ending in `libigprof.…`,
+///    `IgProf.…` or `IgHook.…`) are left out: their callees become their callers', and their own values — the profiler's
+///    own work and buffers — are dropped (IgProf's `RemoveIgProfFilter` and
+///    `mergeToNode`, which moves children and not counts);
+/// 2. `MEM_*` counters: a frame of an allocation function ([`ALLOCATORS`]) gives its own
+///    values, with those of the allocation functions it calls, to its nearest caller
+///    that is not one, and its other callees are dropped with their values
+///    (`MallocFilter`): memory is charged to the code that asked for it;
+/// 3. `MEM_LIVE`: frames of the libstdc++ pool allocator ([`GCC_POOL_ALLOCATOR`]) are
+///    dropped with their callees and values (`IgProfGccPoolAllocFilter`).
+///
+/// Outermost frames are never merged (they have no caller). pyigprof's own frames never
+/// reach a profile, so for its CPU profiles the filters change nothing.
+pub fn igprof_filters(profile: &Profile, counter: &str) -> Profile {
+    let ours: Vec<bool> = profile
+        .files()
+        .iter()
+        .map(|path| is_igprof_library(path))
+        .collect();
+    let mut profile = if ours.contains(&true) {
+        let hidden: Vec<bool> = profile
+            .functions()
+            .iter()
+            .map(|function| ours[function.file as usize])
+            .collect();
+        rebuild(
+            profile,
+            |out: &mut Builder, node: &Node, parent: Option<NodeId>| match parent {
+                Some(parent) if hidden[node.function as usize] => Target::Through(parent),
+                _ => keep(out, node, parent),
+            },
+            |_, values| Some(values),
+        )
+    } else {
+        profile.clone()
+    };
+    if counter.starts_with("MEM_") {
+        let named = |names: &[&str]| -> Vec<bool> {
+            profile
+                .functions()
+                .iter()
+                .map(|function| names.contains(&function.name.as_str()))
+                .collect()
+        };
+        let allocators = named(&ALLOCATORS);
+        let pool = if counter == "MEM_LIVE" {
+            named(&GCC_POOL_ALLOCATOR)
+        } else {
+            vec![false; allocators.len()]
+        };
+        if allocators.contains(&true) || pool.contains(&true) {
+            let source = profile.clone();
+            // Whether a node is an allocation function's frame with a caller.
+            let merged = |node: &Node| node.parent.is_some() && allocators[node.function as usize];
+            profile = rebuild(
+                &source,
+                |out: &mut Builder, node: &Node, parent: Option<NodeId>| {
+                    let caller = node.parent.map(|caller| &source.nodes()[caller as usize]);
+                    match parent {
+                        Some(parent) if merged(node) => Target::Into(parent),
+                        Some(_) if caller.is_some_and(merged) => Target::Dropped,
+                        Some(_) if pool[node.function as usize] => Target::Dropped,
+                        _ => keep(out, node, parent),
+                    }
+                },
+                |_, values| Some(values),
+            );
+        }
+    }
+    profile
 }
 
 /// Per function of `profile`: whether `pattern` matches its shown name or its file.
@@ -271,7 +408,12 @@ fn matching(profile: &Profile, pattern: &Regex) -> Vec<bool> {
 /// callees of the same function and offset). Outermost frames have no caller and are
 /// kept.
 pub fn hide(profile: &Profile, pattern: &Regex) -> Profile {
-    let hidden = matching(profile, pattern);
+    hide_functions(profile, &matching(profile, pattern))
+}
+
+/// `profile` without the frames of the functions marked in `hidden` (indexed by
+/// function id), as [`hide`] leaves them out.
+fn hide_functions(profile: &Profile, hidden: &[bool]) -> Profile {
     rebuild(
         profile,
         |out: &mut Builder, node: &Node, parent: Option<NodeId>| match parent {
@@ -312,6 +454,90 @@ pub fn merge_ancestors(profile: &Profile, pattern: &Regex) -> Profile {
                 parent
             };
             keep(out, node, parent)
+        },
+        |_, values| Some(values),
+    )
+}
+
+/// IgProf's `--merge-ancestors ANCESTOR1>ANCESTOR2>…>ANCESTORn/WITH` (`-ma`): in each
+/// stack, the frames that the patterns match one after the other, outermost first (other
+/// frames may come between them), are found; the frame that the last pattern matches is
+/// renamed `WITH`, and every frame it calls, directly or not, `WITH:<its name>`. Frames
+/// renamed alike under one caller are one frame. Patterns match the function's shown
+/// name. (IgProf's own implementation, `walk_ancestors` in `src/analyse.cc`, appends
+/// `:` to `WITH` once per renamed callee, so that its names grow along the tree; this is
+/// the intended form.) Totals are unchanged.
+#[derive(Debug, Clone)]
+pub struct AncestorRule {
+    /// The ancestors, outermost first.
+    pub ancestors: Vec<Regex>,
+    /// The new name.
+    pub with: String,
+}
+
+impl AncestorRule {
+    /// Parses IgProf's `A>B>…/WITH`: `None` when `text` has no unescaped `/` (then it is
+    /// not IgProf's form; `\\/` is a slash in a regular expression).
+    ///
+    /// # Errors
+    /// A one-line message for an empty ancestor or `WITH`, or an invalid pattern.
+    pub fn parse(text: &str) -> Option<Result<AncestorRule, String>> {
+        let bytes = text.as_bytes();
+        let slash =
+            (0..bytes.len()).find(|&i| bytes[i] == b'/' && (i == 0 || bytes[i - 1] != b'\\'))?;
+        let (ancestors, with) = (&text[..slash], &text[slash + 1..]);
+        Some((|| {
+            if with.is_empty() || ancestors.split('>').any(str::is_empty) {
+                return Err(format!(
+                    "expected ANCESTOR[>ANCESTOR...]/NAME with no empty part, found {text:?}"
+                ));
+            }
+            Ok(AncestorRule {
+                ancestors: ancestors
+                    .split('>')
+                    .map(compile)
+                    .collect::<Result<_, _>>()?,
+                with: with.to_string(),
+            })
+        })())
+    }
+}
+
+/// `profile` with [`AncestorRule`] `rule` applied.
+pub fn merge_ancestors_igprof(profile: &Profile, rule: &AncestorRule) -> Profile {
+    let names: Vec<String> = profile
+        .functions()
+        .iter()
+        .map(|function| Label::of(profile, function).name)
+        .collect();
+    let wanted = rule.ancestors.len();
+    // Per source node: how many ancestors its path (itself included) has matched.
+    let mut matched: Vec<usize> = Vec::with_capacity(profile.nodes().len());
+    rebuild(
+        profile,
+        |out: &mut Builder, node: &Node, parent: Option<NodeId>| {
+            let above = node.parent.map_or(0, |caller| matched[caller as usize]);
+            let name = &names[node.function as usize];
+            let here = if above < wanted && rule.ancestors[above].is_match(name) {
+                above + 1
+            } else {
+                above
+            };
+            matched.push(here);
+            let renamed = if above == wanted {
+                format!("{}:{name}", rule.with)
+            } else if here == wanted {
+                rule.with.clone()
+            } else {
+                return keep(out, node, parent);
+            };
+            let file = out.pseudo_file(MERGED_FILE);
+            let function = out.intern(&renamed, file, 0);
+            Target::Child {
+                parent,
+                function,
+                offset: 0,
+            }
         },
         |_, values| Some(values),
     )
@@ -430,6 +656,10 @@ enum Target {
     /// Into this existing node: its values are added there, its callees become that
     /// node's.
     Into(NodeId),
+    /// Its own values dropped; its callees become this existing node's.
+    Through(NodeId),
+    /// Dropped with its callees and their values.
+    Dropped,
     /// A node of `function` at `offset` under `parent` (created or merged with an
     /// existing one).
     Child {
@@ -522,21 +752,38 @@ fn rebuild(
     mut values: impl FnMut(CounterId, Values) -> Option<Values>,
 ) -> Profile {
     let mut out = Builder::new(source);
-    let mut mapped: Vec<NodeId> = Vec::with_capacity(source.nodes().len());
+    // Per source node: where it went, `None` when it and its callees were dropped.
+    let mut mapped: Vec<Option<NodeId>> = Vec::with_capacity(source.nodes().len());
     for node in source.nodes() {
-        let parent = node.parent.map(|parent| mapped[parent as usize]);
-        let target = place(&mut out, node, parent);
-        let id = match target {
-            Target::Into(id) => id,
+        let parent = match node.parent {
+            // The callees of a dropped node are dropped.
+            Some(parent) => match mapped[parent as usize] {
+                None => {
+                    mapped.push(None);
+                    continue;
+                }
+                some => some,
+            },
+            None => None,
+        };
+        let (id, own) = match place(&mut out, node, parent) {
+            Target::Into(id) => (Some(id), true),
+            Target::Through(id) => (Some(id), false),
+            Target::Dropped => (None, false),
             Target::Child {
                 parent,
                 function,
                 offset,
-            } => out.profile.child(parent, function, offset).expect(FITS),
+            } => (
+                Some(out.profile.child(parent, function, offset).expect(FITS)),
+                true,
+            ),
         };
-        for &(counter, own) in &node.values {
-            if let Some(kept) = values(counter, own) {
-                out.profile.add_values(id, counter, kept);
+        if let (Some(id), true) = (id, own) {
+            for &(counter, own) in &node.values {
+                if let Some(kept) = values(counter, own) {
+                    out.profile.add_values(id, counter, kept);
+                }
             }
         }
         mapped.push(id);
@@ -566,6 +813,89 @@ C6 FN5=(F0+200 N=(memcpy))+3 V0:(1,1,1)
 C3 FN6=(F1+20 N=(other))+1
 C4 FN3+10 V0:(1,3,3)
 ";
+
+    /// A memory profile as IgProf writes one: `operator new` calling `malloc`, `malloc`
+    /// calling a function that is not an allocator, the profiler's own buffers (values
+    /// on IgProf's thread wrapper) and a thread started through it, and the libstdc++
+    /// pool allocator. `COUNTER` is replaced by the counter's name. IgProf's own
+    /// igprof-analyse gives the figures below for this dump (checked by hand).
+    const MEMORY_DUMP: &str = "P=(HEX ID=1 N=(prog) T=0.010000)
+C1 FN0=(F0=(/lib/libc.so.6)+10 N=(__libc_start_main))+0
+C2 FN1=(F1=(/bin/prog)+20 N=(main))+0
+C3 FN2=(F1+30 N=(_Z4makev))+0
+C4 FN3=(F2=(/usr/lib/libstdc++.so.6)+40 N=(_Znwm))+0 V0=(COUNTER):(1,8,8)
+C5 FN4=(F0+50 N=(malloc))+0 V0:(4,3e8,258)
+C6 FN5=(F0+60 N=(sysmalloc))+0 V0:(1,7,7)
+C3 FN6=(F1+70 N=(_Z4fillv))+0
+C4 FN4+0 V0:(a,1388,3e8)
+C4 FN7=(F1+80 N=(_Z6helperv))+0 V0:(1,64,64)
+C3 FN8=(F3=(/usr/lib/libstdc++.so.5)+90 N=(_ZNSt24__default_alloc_templateILb1ELi0EE8allocateEj))+0 V0:(1,5,5)
+C4 FN4+0 V0:(1,4,4)
+C1 FN9=(F0+a0 N=(start_thread))+0
+C2 FNa=(F4=(/opt/igprof/lib/libigprof.so)+b0 N=(_ZN12_GLOBAL__N_113threadWrapperEPv))+0 V0:(3,12c,12c)
+C3 FNb=(F1+c0 N=(_Z6workerPv))+0
+C4 FNc=(F0+d0 N=(calloc))+0 V0:(2,c8,c8)
+";
+
+    #[test]
+    fn igprofs_default_filters() {
+        let memory = |counter: &str| load(MEMORY_DUMP.replace("COUNTER", counter).as_bytes());
+        // MEM_TOTAL: operator new and malloc charge make (8 + 1000); malloc's callee
+        // (7) and IgProf's buffers (300) are dropped; the thread's allocation is its
+        // worker's, now under start_thread.
+        let total = igprof_filters(&memory("MEM_TOTAL"), "MEM_TOTAL");
+        assert_eq!(
+            stacks(&total),
+            [
+                "__libc_start_main;main;_Z4fillv 5000",
+                "__libc_start_main;main;_Z4fillv;_Z6helperv 100",
+                "__libc_start_main;main;_Z4makev 1008",
+                "__libc_start_main;main;_ZNSt24__default_alloc_templateILb1ELi0EE8allocateEj 9",
+                "start_thread;_Z6workerPv 200",
+            ]
+        );
+        assert_eq!(total.total(0).count, 1 + 4 + 10 + 1 + 1 + 1 + 2);
+        // MEM_LIVE: the pool allocator and what it allocated are dropped too.
+        let live = igprof_filters(&memory("MEM_LIVE"), "MEM_LIVE");
+        assert_eq!(live.total(0).amount, 5000 + 100 + 1008 + 200);
+        // A CPU profile: only IgProf's own frames go (their own values with them).
+        let ticks = igprof_filters(&memory("PERF_TICKS"), "PERF_TICKS");
+        assert_eq!(
+            ticks.total(0).amount,
+            8 + 1000 + 7 + 5000 + 100 + 5 + 4 + 200
+        );
+        assert!(stacks(&ticks).contains(&"start_thread;_Z6workerPv;calloc 200".to_string()));
+        assert!(!is_igprof_library("/cmssw/lib/libIgProfExt.so"));
+        assert!(is_igprof_library(
+            "/a/very/long/directory/name/lib/IgHook.so"
+        ));
+    }
+
+    #[test]
+    fn igprofs_merge_ancestors_renames_the_last_match_and_its_callees() {
+        let rule = AncestorRule::parse("main>work/ZIP").unwrap().unwrap();
+        let merged = merge_ancestors_igprof(&load(DUMP), &rule);
+        assert_eq!(
+            stacks(&merged),
+            [
+                "main 1",
+                "main;<module> 2",
+                "main;<module>;ZIP 9",
+                "main;<module>;ZIP;ZIP:deflate 4",
+                "main;<module>;ZIP;ZIP:deflate;ZIP:deflate_slow 32",
+                "main;<module>;ZIP;ZIP:deflate;ZIP:deflate_slow;ZIP:memcpy 1",
+                "main;<module>;other;deflate 3",
+            ]
+        );
+        assert!(AncestorRule::parse("numpy\\/core").is_none());
+        assert!(AncestorRule::parse("a>/x").unwrap().is_err());
+        assert_eq!(backreferences(r"\1_\0$1"), "${1}_${0}$1");
+        let rule = &MergeRule::parse(r"s/^(de)flate/X\1/").unwrap()[0];
+        assert_eq!(
+            rule.rename("deflate", "/lib/libz.so.1").as_deref(),
+            Some("Xde")
+        );
+    }
 
     #[test]
     fn peak_values_replace_amounts() {

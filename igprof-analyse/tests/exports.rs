@@ -372,7 +372,7 @@ const PYTHON_WORK: &str = "python_work (/tmp/pyigprof-diff/mixed.py:22)";
 fn sqlite_database_answers_queries() {
     let dir = TempDir::new("sqlite_database_answers_queries");
     let path = dir.0.join("profile.sqlite");
-    let output = run(&[PROFILE, "--sqlite", path.to_str().unwrap()], &data());
+    let output = run(&[PROFILE, &format!("--sqlite={}", path.display())], &data());
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(stdout(&output), "");
     let top = top(&[]);
@@ -448,13 +448,60 @@ fn sqlite_database_answers_queries() {
         .unwrap();
     assert_eq!(wrong, 0);
     // An existing file is replaced: writing again gives the same rows.
-    let again = run(&[PROFILE, "-s", path.to_str().unwrap()], &data());
+    let again = run(&[PROFILE, &format!("-s={}", path.display())], &data());
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
     let db = rusqlite::Connection::open(&path).unwrap();
     let rows: i64 = db
         .query_row("SELECT COUNT(*) FROM profile", [], |row| row.get(0))
         .unwrap();
     assert_eq!(rows, 1);
+    // IgProf's spelling, -s without a file: the same database as SQL on stdout, for
+    // "| sqlite3 FILE"; the profile named after it is read, never written.
+    let sql = run(&["-s", PROFILE], &data());
+    assert_eq!(sql.status.code(), Some(0), "{}", stderr(&sql));
+    let text = stdout(&sql);
+    assert!(
+        text.starts_with("PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\n"),
+        "{text}"
+    );
+    assert!(text.ends_with("COMMIT;\n"));
+    let loaded = rusqlite::Connection::open_in_memory().unwrap();
+    loaded.execute_batch(&text).unwrap();
+    for table in [
+        "profile",
+        "sources",
+        "files",
+        "functions",
+        "nodes",
+        "function_costs",
+        "calls",
+        "summary",
+    ] {
+        // The profile row records the analyser's arguments, which differ.
+        let columns = if table == "profile" {
+            "counter, total_samples, total_amount, view, creator"
+        } else {
+            "*"
+        };
+        let query = format!("SELECT {columns} FROM {table} ORDER BY 1, 2");
+        let rows = |connection: &rusqlite::Connection| -> Vec<String> {
+            let mut statement = connection.prepare(&query).unwrap();
+            let columns = statement.column_count();
+            statement
+                .query_map([], |row| {
+                    Ok((0..columns)
+                        .map(|i| format!("{:?}", row.get_ref(i).unwrap()))
+                        .collect::<Vec<_>>()
+                        .join("|"))
+                })
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        let written = rows(&db);
+        assert!(!written.is_empty(), "{table}");
+        assert_eq!(rows(&loaded), written, "{table}");
+    }
 }
 
 /// A callgrind file as KCachegrind reads it: per function (file and name), its self
@@ -723,14 +770,15 @@ fn export_errors_exit_2() {
     let dir = TempDir::new("export_errors_exit_2");
     for option in ["--sqlite", "--callgrind", "--pprof"] {
         let missing = dir.0.join("no/such/dir/out");
-        let output = run(
-            &[
-                data().join(PROFILE).to_str().unwrap(),
-                option,
-                missing.to_str().unwrap(),
-            ],
-            &dir.0,
-        );
+        let profile = data().join(PROFILE);
+        // --sqlite takes its file after "=" (alone, it prints SQL).
+        let attached = format!("{option}={}", missing.display());
+        let args: Vec<&str> = if option == "--sqlite" {
+            vec![profile.to_str().unwrap(), &attached]
+        } else {
+            vec![profile.to_str().unwrap(), option, missing.to_str().unwrap()]
+        };
+        let output = run(&args, &dir.0);
         assert_eq!(output.status.code(), Some(2), "{option}");
         assert_eq!(stdout(&output), "");
         assert_eq!(

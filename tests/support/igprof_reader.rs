@@ -12,7 +12,8 @@
 //!   the id was defined before (else: "symbol N referenced before definition"); a
 //!   definition whose name IgProf has not met yet must have an id no smaller than every id
 //!   defined before (else: the assertion `symid >= m_symbols.size()` in
-//!   `SymbolInfoFactory::createSymbolInfo`; IgProf merges functions by name);
+//!   `SymbolInfoFactory::createSymbolInfo`; IgProf merges functions by name, after naming
+//!   the unnamed ones `@{<file>+<offset>}`);
 //! - `F<fid>` without a path refers to a file defined before;
 //! - `+<offset>` then ` V<cid>[=(<counter>)]:(<count>,<amount>,<peak>)` zero or more
 //!   times, each counter defined before it is used, each possibly followed by
@@ -75,7 +76,7 @@ struct State {
     functions: HashSet<i64>,
     next_function: i64,
     names: HashSet<Vec<u8>>,
-    files: HashSet<i64>,
+    files: HashMap<i64, Vec<u8>>,
     counters: HashMap<i64, bool>,
     key: Option<String>,
     count: i64,
@@ -174,15 +175,16 @@ impl Reader<'_> {
             let file = self.number(b"+=", hex)?;
             if self.next() == Some(b'=') {
                 self.skip("=(")?;
-                self.until_close()?;
-                state.files.insert(file);
-            } else if !state.files.contains(&file) {
-                return Err(format!("file {file} referenced before definition"));
+                let path = self.until_close()?;
+                state.files.insert(file, path);
             }
+            let Some(path) = state.files.get(&file).cloned() else {
+                return Err(format!("file {file} referenced before definition"));
+            };
             self.skip("+")?;
-            self.number(b" ", hex)?;
+            let start = self.number(b" ", hex)?;
             self.skip(" N=(")?;
-            let name = self.until_close()?;
+            let name = symlookup(self.until_close()?, &path, start);
             self.skip(")")?;
             if state.names.insert(name) {
                 if id < state.next_function {
@@ -237,6 +239,20 @@ impl Reader<'_> {
     }
 }
 
+/// The name IgProf's reader gives a function (`symlookup` in `src/analyse.cc`): an
+/// unnamed one (`@?…`) in a named file at a positive offset becomes
+/// `@{<file's base name>+<offset in decimal>}`. Functions are merged by this name.
+fn symlookup(name: Vec<u8>, file: &[u8], start: i64) -> Vec<u8> {
+    if !name.starts_with(b"@?") || file.is_empty() || start <= 0 {
+        return name;
+    }
+    if file == b"<dynamically generated>" {
+        return format!("@?0x{start:x}{{<dynamically-generated>}}").into_bytes();
+    }
+    let base = file.rsplit(|&b| b == b'/').next().unwrap_or(file);
+    [b"@{", base, format!("+{start}}}").as_bytes()].concat()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +266,14 @@ mod tests {
         let read_good = read(good).unwrap();
         assert_eq!((read_good.count, read_good.amount), (6, 0x15));
         assert_eq!(read_good.counter, "PERF_TICKS");
+        // `@?` names become `@{file+offset}` first: the same `@?` name in two files is two
+        // functions, so the second must take a larger id too.
+        let same_name = b"P=(HEX ID=1 N=(x) T=0.004000)\n\
+                          C1 FN1=(F0=(/a/liba.so)+10 N=(@?0x10))+0 V0=(PERF_TICKS):(1,1,1)\n\
+                          C1 FN0=(F1=(/b/libb.so)+10 N=(@?0x10))+0\n";
+        assert!(read(same_name)
+            .unwrap_err()
+            .starts_with("line 3: assertion"));
         let cases: [(&[u8], &str); 5] = [
             (
                 b"P=(HEX ID=1 N=(x) T=0.004000)\nC1 FN1=(F0=(/a)+0 N=(f))+0 V0=(PERF_TICKS):(1,1,1)\nC1 FN0=(F0+0 N=(g))+0\n",

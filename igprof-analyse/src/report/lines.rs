@@ -125,6 +125,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Lines, Error> {
             &profile.subtree_amounts(counter),
             &line_of,
             seen.len(),
+            profile.combine(counter),
         );
 
         let name = |id: FunctionId| &profile.function(id).name;

@@ -28,6 +28,7 @@ pub mod lines;
 pub mod pprof;
 pub mod speedscope;
 pub mod sqlite;
+pub mod stacks;
 pub mod text;
 pub mod top;
 pub mod tree;
@@ -38,7 +39,7 @@ use std::fmt::Display;
 use std::io::{self, Write};
 
 use crate::error::Error;
-use crate::profile::{CounterId, FunctionId, NodeId, Profile, Values};
+use crate::profile::{Combine, CounterId, FunctionId, NodeId, Profile, Values};
 
 /// The counter reported when none is asked for: CPU time in ticks.
 pub const DEFAULT_COUNTER: &str = "PERF_TICKS";
@@ -51,6 +52,9 @@ pub enum Order {
     SelfAmount,
     /// Cumulative amount descending, then self descending, then the row's name.
     Cumulative,
+    /// Cumulative amount ascending, then self ascending, then the row's name (IgProf's
+    /// `--order descending`: the smallest first).
+    CumulativeAscending,
 }
 
 /// What to report.
@@ -225,8 +229,8 @@ impl Measure {
     }
 }
 
-/// Per key, the sum over the samples whose stack holds a node of that key of their
-/// `subtrees` values (e.g. [`Profile::subtree_amounts`] for amounts, [`subtree_counts`]
+/// Per key, the sum (or, with [`Combine::Maximum`], the largest) over the samples whose
+/// stack holds a node of that key of their `subtrees` values (e.g. [`Profile::subtree_amounts`] for amounts, [`subtree_counts`]
 /// for samples), each sample counted once however many of its frames have the key
 /// (recursion). `keys[node]` is the key of each node (indexed by [`NodeId`]), `None` for
 /// none; keys are below `key_count`.
@@ -238,6 +242,7 @@ pub(crate) fn cumulative_once(
     subtrees: &[i64],
     keys: &[Option<u32>],
     key_count: usize,
+    combine: Combine,
 ) -> Vec<i64> {
     let children = profile.children();
     let mut active = vec![0u32; key_count];
@@ -258,7 +263,7 @@ pub(crate) fn cumulative_once(
         }
         if let Some(key) = key {
             if active[key] == 0 {
-                cumulative[key] = cumulative[key].saturating_add(subtrees[node as usize]);
+                cumulative[key] = combine.apply(cumulative[key], subtrees[node as usize]);
             }
             active[key] += 1;
             stack.push((node, true));
@@ -303,9 +308,10 @@ impl FunctionAmounts {
     pub fn of(profile: &Profile, counter: CounterId) -> FunctionAmounts {
         let functions = profile.functions().len();
         let nodes = profile.nodes();
+        let combine = profile.combine(counter);
         let mut self_values = vec![Values::default(); functions];
         for node in nodes {
-            self_values[node.function as usize].merge(node.value(counter));
+            self_values[node.function as usize].merge_as(node.value(counter), combine);
         }
         let keys: Vec<Option<u32>> = nodes.iter().map(|node| Some(node.function)).collect();
         FunctionAmounts {
@@ -315,12 +321,14 @@ impl FunctionAmounts {
                 &profile.subtree_amounts(counter),
                 &keys,
                 functions,
+                combine,
             ),
             cumulative_counts: cumulative_once(
                 profile,
                 &subtree_counts(profile, counter),
                 &keys,
                 functions,
+                Combine::Sum,
             ),
         }
     }
@@ -382,12 +390,14 @@ impl Arcs {
             &profile.subtree_amounts(counter),
             &keys,
             pairs.len(),
+            profile.combine(counter),
         );
         let counts = cumulative_once(
             profile,
             &subtree_counts(profile, counter),
             &keys,
             pairs.len(),
+            Combine::Sum,
         );
         Arcs {
             pairs,
@@ -453,6 +463,7 @@ impl CallTree {
         let Some(counter) = counter else {
             return CallTree::default();
         };
+        let combine = profile.combine(counter);
         let nodes = profile.nodes();
         // Whether a node's subtree has any value: one backward pass, children having
         // larger indices than their parents.
@@ -490,17 +501,17 @@ impl CallTree {
             });
             tree.nodes[id as usize]
                 .self_values
-                .merge(node.value(counter));
+                .merge_as(node.value(counter), combine);
             mapped[at] = id;
         }
         for id in (0..tree.nodes.len()).rev() {
             let node = &mut tree.nodes[id];
-            node.cumulative = node.cumulative.saturating_add(node.self_values.amount);
+            node.cumulative = combine.apply(node.cumulative, node.self_values.amount);
             let (cumulative, parent) = (node.cumulative, node.parent);
             match parent {
                 Some(parent) => {
                     let parent = &mut tree.nodes[parent as usize];
-                    parent.cumulative = parent.cumulative.saturating_add(cumulative);
+                    parent.cumulative = combine.apply(parent.cumulative, cumulative);
                     parent.children.push(id as u32);
                 }
                 None => tree.roots.push(id as u32),
@@ -628,6 +639,9 @@ pub(crate) fn ranked<T>(
         let by_amounts = match options.order {
             Order::SelfAmount => (b.self_amount, b.cumulative).cmp(&(a.self_amount, a.cumulative)),
             Order::Cumulative => (b.cumulative, b.self_amount).cmp(&(a.cumulative, a.self_amount)),
+            Order::CumulativeAscending => {
+                (a.cumulative, a.self_amount).cmp(&(b.cumulative, b.self_amount))
+            }
         };
         by_amounts.then_with(|| name(&a.item, &b.item))
     });

@@ -1,6 +1,8 @@
-//! `--sqlite FILE` (IgProf's `-s`): the profile as an SQLite database to query with SQL
-//! (`sqlite3 FILE`, Python's `sqlite3`, Datasette, …). docs/analyser.md ("SQLite") has
-//! the schema with example queries; [`SCHEMA`] is its SQL.
+//! `--sqlite=FILE`: the profile as an SQLite database to query with SQL (`sqlite3 FILE`,
+//! Python's `sqlite3`, Datasette, …); `--sqlite` or `-s` without a file (IgProf's
+//! spelling): the same database as SQL text on stdout, for `| sqlite3 FILE`
+//! ([`write_sql`]). docs/analyser.md ("SQLite") has the schema with example queries;
+//! [`SCHEMA`] is its SQL.
 //!
 //! - `profile`: one row: the counter, its unit and total, the tick period, the view,
 //!   `--value`, the analyser's arguments;
@@ -285,6 +287,62 @@ pub fn write(
     File::create(path).map_err(|error| failed(error.to_string()))?;
     let mut connection = Connection::open(path).map_err(|error| failed(error.to_string()))?;
     fill(&mut connection, profile, database, settings).map_err(|error| failed(error.to_string()))
+}
+
+/// Writes the database as SQL text to `out`, as `sqlite3 FILE .dump` would: the tables'
+/// `CREATE` statements and one `INSERT` per row, then the indexes and views, in one
+/// transaction, so that `pyigprof-analyse -s p.gz | sqlite3 p.db` makes the database
+/// [`write()`] makes.
+///
+/// # Errors
+/// [`Error::Write`] (for `<stdout>`) if SQLite fails.
+pub fn write_sql(
+    profile: &Profile,
+    database: &Database,
+    settings: &Settings,
+    out: &mut dyn std::io::Write,
+) -> Result<(), Error> {
+    let failed = |detail: String| Error::Write {
+        file: "<stdout>".to_string(),
+        detail,
+    };
+    let dump = || -> rusqlite::Result<String> {
+        let mut connection = Connection::open_in_memory()?;
+        fill(&mut connection, profile, database, settings)?;
+        let mut text = String::from("PRAGMA foreign_keys=OFF;\nBEGIN TRANSACTION;\n");
+        let schema: Vec<(String, String, String)> = connection
+            .prepare("SELECT type, name, sql FROM sqlite_master WHERE sql NOT NULL ORDER BY rowid")?
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        for (_, table, sql) in schema.iter().filter(|(kind, ..)| kind == "table") {
+            text.push_str(sql);
+            text.push_str(";\n");
+            let columns: Vec<String> = connection
+                .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?
+                .query_map([], |row| row.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            let values = columns
+                .iter()
+                .map(|column| format!("quote(\"{column}\")"))
+                .collect::<Vec<_>>()
+                .join(" || ',' || ");
+            let mut rows =
+                connection.prepare(&format!("SELECT {values} FROM \"{table}\" ORDER BY rowid"))?;
+            let inserts = rows.query_map([], |row| row.get::<_, String>(0))?;
+            for values in inserts {
+                text.push_str(&format!("INSERT INTO \"{table}\" VALUES({});\n", values?));
+            }
+        }
+        for (_, _, sql) in schema.iter().filter(|(kind, ..)| kind != "table") {
+            text.push_str(sql);
+            text.push_str(";\n");
+        }
+        text.push_str("COMMIT;\n");
+        Ok(text)
+    };
+    let text = dump().map_err(|error| failed(error.to_string()))?;
+    out.write_all(text.as_bytes())
+        .map_err(|error| failed(error.to_string()))
 }
 
 /// Creates the schema and inserts every row, in one transaction.
