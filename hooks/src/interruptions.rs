@@ -21,13 +21,10 @@
 //! `EINTR` instead ([`keep`]), as it would have without pyigprof. The program sees its own
 //! handler and flags in every `sigaction` query.
 
-use crate::signals::{ours_restarts, real_sigaction, restarting_guards};
+use crate::signals::{real_sigaction, restarting_guard, MAX_SIGNAL};
 use libc::{c_int, sigaction as SigAction};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
-
-/// Highest signal number handled (`_NSIG - 1` on Linux).
-const MAX_SIGNAL: usize = 64;
 
 /// A program's handler run behind [`trampoline`].
 struct Wrapped {
@@ -148,7 +145,7 @@ pub(crate) unsafe fn install(signal: c_int, act: *const SigAction, old: *mut Sig
 /// (not the default action, not "ignore") without `SA_RESTART`, in a process where a
 /// handler of pyigprof's with `SA_RESTART` samples (others are left alone).
 fn wraps(signal: c_int, new: &SigAction) -> bool {
-    restarting_guards()
+    restarting_guard(|_| true)
         && new.sa_sigaction != libc::SIG_DFL
         && new.sa_sigaction != libc::SIG_IGN
         && new.sa_flags & libc::SA_RESTART == 0
@@ -165,7 +162,7 @@ extern "C" fn trampoline(signal: c_int, info: *mut libc::siginfo_t, uc: *mut lib
     // SAFETY: the kernel's ucontext.
     let interrupted =
         unsafe { (*uc.cast::<libc::ucontext_t>()).uc_mcontext.gregs[libc::REG_RIP as usize] };
-    if ours_restarts(interrupted as usize) {
+    if restarting_guard(|ours| ours == interrupted as usize) {
         RAN_AT_ENTRY.with(|at| at.set(true));
     }
     let Some(slot) = usize::try_from(signal).ok().and_then(|s| WRAPPED.get(s)) else {

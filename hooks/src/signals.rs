@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 static REAL_SIGACTION: Next = Next::new(c"sigaction");
 
 /// Highest signal number handled (`_NSIG - 1` on Linux).
-const MAX_SIGNAL: usize = 64;
+pub(crate) const MAX_SIGNAL: usize = 64;
 
 /// Called (outside any signal handler) when the program takes signal `signal` over.
 pub type Released = fn(signal: c_int);
@@ -224,19 +224,15 @@ fn bits_of(set: &libc::sigset_t) -> u64 {
         .fold(0, |bits, n| bits | bit(n))
 }
 
-/// Whether `address` is the handler of a guard installed with `SA_RESTART` (one that
-/// [`crate::interruptions::keep`] serves).
-pub(crate) fn ours_restarts(address: usize) -> bool {
+/// Whether a guard installed with `SA_RESTART` (one that [`crate::interruptions::keep`]
+/// serves) holds with a handler that `handler` accepts: `|address| address == pc` asks
+/// whether `pc` is such a handler, `|_| true` whether any holds (the sampler's
+/// `SIGPROF`). Async-signal-safe.
+pub(crate) fn restarting_guard(handler: impl Fn(usize) -> bool) -> bool {
     GUARDS.iter().any(|g| {
-        g.ours.load(Ordering::Relaxed) == address
-            && g.flags.load(Ordering::Relaxed) as c_int & libc::SA_RESTART != 0
-    })
-}
-
-/// Whether a guard installed with `SA_RESTART` holds (the sampler's `SIGPROF`).
-pub(crate) fn restarting_guards() -> bool {
-    GUARDS.iter().any(|g| {
-        g.ours.load(Ordering::Relaxed) != 0
+        let ours = g.ours.load(Ordering::Relaxed);
+        ours != 0
+            && handler(ours)
             && g.flags.load(Ordering::Relaxed) as c_int & libc::SA_RESTART != 0
     })
 }
