@@ -306,7 +306,9 @@ def parse_pyigprof_profile(path):
                 words = (stats.group(1) if stats else line).split()
                 if len(words) >= 2:
                     trailers[words[1]] = dict(w.split("=", 1) for w in words[2:] if "=" in w)
-                continue
+                if not stats:
+                    continue
+                # The first statistics node defines V0 (PERF_TICKS) with zero values.
             for m in COUNTER_RE.finditer(line):
                 cid, name = m.group(1), m.group(2)
                 if name is not None:

@@ -1,8 +1,9 @@
 //! Decoding of the `%XX` escapes in names and paths (docs/dump-format.md, "Escaping").
 //!
-//! pyigprof writes `%`, `(`, `)`, bytes below 0x20, 0x7f and bytes from 0x80 up as `%`
-//! followed by two upper-case hex digits. IgProf itself writes names raw; they never
-//! contain `(` or `)` and rarely `%`, so decoding `%XX` is right for both writers.
+//! pyigprof writes `%`, `)`, bytes below 0x20 and 0x7f as `%` followed by two upper-case
+//! hex digits (before November 2026 also `(` and bytes from 0x80 up). IgProf writes names
+//! raw, so the reader ([`crate::parse`]) decodes only the dumps that show they are
+//! pyigprof's.
 
 /// Decodes `%XX` escapes (hex digits of either case) and then the bytes as UTF-8,
 /// replacing invalid sequences with U+FFFD (paths need not be UTF-8).

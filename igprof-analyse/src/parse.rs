@@ -14,8 +14,15 @@
 //! `C<depth> FN<id>[=(F<fid>[=(<path>)]+<start> N=(<name>))]+<offset>` followed by zero
 //! or more ` V<cid>[=(<counter>)]:(<count>,<amount>,<peak>)`, each possibly followed by
 //! IgProf leak records `;LK=(0x<address>,<size>)`, which are skipped. After the header, a
-//! line starting with `#` is a comment and is skipped (pyigprof ends its dumps with
-//! `#pyigprof stats …` lines, its own statistics).
+//! line starting with `#` is a comment and is skipped (older pyigprof dumps ended with
+//! `#pyigprof stats …` comment lines).
+//!
+//! pyigprof's statistics are depth-1 nodes in the file `[pyigprof]` named
+//! `#pyigprof <section> key=value …` ([`crate::profile::Source::statistics`]), not
+//! call-tree nodes.
+//! When the first call-tree line of a dump is one, the dump is pyigprof's and its names,
+//! paths and program are `%XX`-escaped ([`crate::escape`]); in any other dump (IgProf's)
+//! they are taken as written.
 //!
 //! Any input that does not follow the format is reported as an [`Error`]; no input
 //! makes the reader panic.
@@ -154,7 +161,7 @@ fn parse_lines<R: BufRead>(
                     expected: "a profile header starting with P=(".to_string(),
                     found: kind.to_string(),
                 }),
-                None => header(profile, name, text).map(|hex| state = Some(DumpState::new(hex))),
+                None => header(profile, name, text).map(|h| state = Some(DumpState::new(h))),
             },
             None => header(profile, name, text).map(|hex| state = Some(DumpState::new(hex))),
         };
@@ -211,7 +218,7 @@ fn trim_line(line: &[u8]) -> &[u8] {
 
 /// Parses the `P=(...)` header and records it in `profile.sources`; returns whether
 /// the dump is in the HEX variant.
-fn header(profile: &mut Profile, name: &str, line: &[u8]) -> Result<bool, Fail> {
+fn header(profile: &mut Profile, name: &str, line: &[u8]) -> Result<(bool, Vec<u8>), Fail> {
     let mut cursor = Cursor::new(line);
     if !cursor.eat(b"P=(") {
         return Err(cursor.fail("a profile header starting with P=("));
@@ -227,7 +234,7 @@ fn header(profile: &mut Profile, name: &str, line: &[u8]) -> Result<bool, Fail> 
         let Some(end) = rest.windows(4).rposition(|window| window == b") T=") else {
             return Err(cursor.fail("the program name followed by \") T=\""));
         };
-        let program = cursor.unescape(&rest[..end])?;
+        let program = rest[..end].to_vec();
         cursor.pos += end + 4;
         program
     };
@@ -247,19 +254,26 @@ fn header(profile: &mut Profile, name: &str, line: &[u8]) -> Result<bool, Fail> 
     }
     profile.sources.push(Source {
         path: name.to_string(),
-        program,
+        program: String::from_utf8_lossy(&program).into_owned(),
         pid,
         tick_period,
         hex,
         statistics: Vec::new(),
     });
-    Ok(hex)
+    Ok((hex, program))
 }
 
 /// What one dump's lines refer to: its own ids of functions, files and counters, and
 /// the node at each depth of the current stack.
 struct DumpState {
     hex: bool,
+    /// Whether names and paths are `%XX`-escaped: the dump is pyigprof's (its first
+    /// call-tree line carries pyigprof's statistics). IgProf writes them raw.
+    escaped: bool,
+    /// Call-tree lines read so far.
+    lines: u64,
+    /// The header's program name as written (decoded once the dump shows it is escaped).
+    program: Vec<u8>,
     functions: HashMap<u64, u32>,
     files: HashMap<u64, u32>,
     counters: HashMap<u64, u32>,
@@ -268,9 +282,12 @@ struct DumpState {
 }
 
 impl DumpState {
-    fn new(hex: bool) -> Self {
+    fn new((hex, program): (bool, Vec<u8>)) -> Self {
         DumpState {
             hex,
+            escaped: false,
+            lines: 0,
+            program,
             functions: HashMap::new(),
             files: HashMap::new(),
             counters: HashMap::new(),
@@ -282,6 +299,8 @@ impl DumpState {
     fn call_line(&mut self, profile: &mut Profile, line: &[u8]) -> Result<(), Fail> {
         let hex = self.hex;
         let mut cursor = Cursor::new(line);
+        cursor.escaped = self.escaped;
+        self.lines += 1;
         if !cursor.eat(b"C") {
             return Err(cursor.fail("a call-tree line C<depth> FN<id>..."));
         }
@@ -320,6 +339,12 @@ impl DumpState {
             Some(pairs) => {
                 if let Some(source) = profile.sources.last_mut() {
                     source.statistics.extend(pairs);
+                    if self.lines == 1 {
+                        // pyigprof's dump: its names are escaped, from the next line on
+                        // (the statistics have nothing to escape), and so is the header.
+                        self.escaped = true;
+                        source.program = cursor.unescape_all(&self.program)?;
+                    }
                 }
                 None
             }
@@ -480,11 +505,17 @@ fn lookup(ids: &HashMap<u64, u32>, reference: &Reference, expected: &str) -> Res
 struct Cursor<'a> {
     line: &'a [u8],
     pos: usize,
+    /// Whether names and paths are `%XX`-escaped ([`DumpState::escaped`]).
+    escaped: bool,
 }
 
 impl<'a> Cursor<'a> {
     fn new(line: &'a [u8]) -> Self {
-        Cursor { line, pos: 0 }
+        Cursor {
+            line,
+            pos: 0,
+            escaped: false,
+        }
     }
 
     fn rest(&self) -> &'a [u8] {
@@ -608,8 +639,17 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// Decodes `raw`, a slice of this line, reporting a bad escape where it is.
+    /// `raw`, a name or path of this line, as text: `%XX` decoded where the dump is
+    /// escaped, as written (bytes that are not UTF-8 replaced) where it is IgProf's.
     fn unescape(&self, raw: &[u8]) -> Result<String, Fail> {
+        if !self.escaped {
+            return Ok(String::from_utf8_lossy(raw).into_owned());
+        }
+        self.unescape_all(raw)
+    }
+
+    /// `raw` with its `%XX` escapes decoded, reporting a bad escape where it is.
+    fn unescape_all(&self, raw: &[u8]) -> Result<String, Fail> {
         unescape(raw).map_err(|at| {
             let end = (at + 3).min(raw.len());
             Fail {
@@ -774,21 +814,36 @@ C5 FN4=(F3=(/usr/lib/x86_64-linux-gnu/libz.so.1.2.13)+2a40 N=(deflate))+1f V0:(2
     }
 
     #[test]
-    fn escapes_in_names_paths_and_program_are_decoded() {
+    fn escapes_are_decoded_in_pyigprofs_dumps_only() {
+        // pyigprof's: its statistics come first, then escaped names (raw UTF-8 too).
         let profile = parse(
-            b"P=(HEX ID=1 N=(python3 %2Ftmp/a %281%29.py) T=0.004000)
-C1 FN0=(F0=(/tmp/a %281%29.py)+3 N=(f%28%C3%BC%29))+2 V0=(PERF_TICKS):(1,1,1)
-C1 FN1=(F1=(/data/caf%E9.so)+10 N=(g))+0 V0:(1,1,1)
-",
+            "P=(HEX ID=1 N=(python3 %2Ftmp/a (1%29.py) T=0.004000)
+C1 FN0=(F0=([pyigprof])+0 N=(#pyigprof stats samples=3))+0 V0=(PERF_TICKS):(0,0,0)
+C1 FN1=(F1=(/tmp/a (1%29.py)+3 N=(f%28%C3%BC%29))+2 V0:(1,1,1)
+C1 FN2=(F2=(/data/caf%E9.so)+10 N=(g_ü))+0 V0:(1,1,1)
+"
+            .as_bytes(),
         )
         .unwrap();
         assert_eq!(profile.sources[0].program, "python3 /tmp/a (1).py");
+        let named = |name: &str| profile.functions().iter().find(|f| f.name == name);
+        let f = named("f(\u{fc})").expect("f(ü)");
+        assert_eq!(profile.file(f.file), "/tmp/a (1).py");
+        let g = named("g_\u{fc}").expect("g_ü");
+        assert_eq!(profile.file(g.file), "/data/caf\u{fffd}.so");
+        // IgProf's: names are raw, a % is a %.
+        let profile = parse(
+            b"P=(HEX ID=1 N=(./pct%41dir/app 100%) T=0.004000)
+C1 FN0=(F0=(/opt/pct%41dir/libx.so)+3 N=(ratio_100%))+2 V0=(PERF_TICKS):(1,1,1)
+",
+        )
+        .unwrap();
+        assert_eq!(profile.sources[0].program, "./pct%41dir/app 100%");
         let f = &profile.functions()[0];
         assert_eq!(
             (f.name.as_str(), profile.file(f.file)),
-            ("f(\u{fc})", "/tmp/a (1).py")
+            ("ratio_100%", "/opt/pct%41dir/libx.so")
         );
-        assert_eq!(profile.file(1), "/data/caf\u{fffd}.so");
     }
 
     #[test]
@@ -1013,8 +1068,8 @@ C2 FN5=(F4=(/lib/libm.so)+40 N=(sin))+4 V0:(3,3,3)
     #[test]
     fn error_invalid_escape() {
         assert_eq!(
-            error(b"P=(HEX ID=1 N=(x) T=0.004000)\nC1 FN0=(F0=(/a)+0 N=(f%G1))+0\n"),
-            "pyigprof-analyse: t.txt:2: expected a %XX escape with two hexadecimal digits, found \"%G1\""
+            error(b"P=(HEX ID=1 N=(x) T=0.004000)\nC1 FN0=(F0=([pyigprof])+0 N=(#pyigprof stats samples=0))+0\nC1 FN1=(F1=(/a)+0 N=(f%G1))+0\n"),
+            "pyigprof-analyse: t.txt:3: expected a %XX escape with two hexadecimal digits, found \"%G1\""
         );
     }
 

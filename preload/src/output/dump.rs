@@ -273,9 +273,10 @@ impl Profile {
     /// accepts (IgProf `src/analyse.cc`, `readDump`): function, file and counter ids are
     /// numbered 0, 1, 2, … in the order they are defined, each defined before it is
     /// referred to, and every line after the header is a call-tree line. The statistics
-    /// come last as depth-1 nodes without values (docs/dump-format.md, "The profiler's
-    /// statistics"); the first of them defines the counter when no sample did, so that a
-    /// profile without samples is read as one with a total of 0.
+    /// come first, as depth-1 nodes without values (docs/dump-format.md, "The profiler's
+    /// statistics"), the first of them defining the counter (so that a profile without
+    /// samples is read as one with a total of 0) and telling readers that names are
+    /// escaped.
     pub fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
         let mut header = b"P=(HEX ID=".to_vec();
         header.extend_from_slice(format!("{:x} N=(", self.pid).as_bytes());
@@ -284,8 +285,24 @@ impl Profile {
         out.write_all(&header)?;
 
         let mut ids = Definitions::default();
-        let mut written: Vec<Option<u32>> = vec![None; self.functions.len()];
         let mut line = Vec::with_capacity(256);
+        for statistics in &self.statistics {
+            line.clear();
+            line.extend_from_slice(b"C1 ");
+            let function = Function {
+                file: STATISTICS_FILE.to_vec(),
+                start: 0,
+                name: statistics.as_bytes().to_vec(),
+            };
+            ids.function(&mut None, &function, &mut line);
+            line.extend_from_slice(b"+0");
+            if !ids.counter_defined {
+                ids.ticks(0, 0, &mut line);
+            }
+            line.push(b'\n');
+            out.write_all(&line)?;
+        }
+        let mut written: Vec<Option<u32>> = vec![None; self.functions.len()];
         // Depth-first, children in the order they were first seen.
         let mut stack: Vec<(u32, usize)> = self.nodes[0]
             .children
@@ -307,22 +324,6 @@ impl Profile {
             line.push(b'\n');
             out.write_all(&line)?;
             stack.extend(node.children.iter().rev().map(|&c| (c, depth + 1)));
-        }
-        for statistics in &self.statistics {
-            line.clear();
-            line.extend_from_slice(b"C1 ");
-            let function = Function {
-                file: STATISTICS_FILE.to_vec(),
-                start: 0,
-                name: statistics.as_bytes().to_vec(),
-            };
-            ids.function(&mut None, &function, &mut line);
-            line.extend_from_slice(b"+0");
-            if !ids.counter_defined {
-                ids.ticks(0, 0, &mut line);
-            }
-            line.push(b'\n');
-            out.write_all(&line)?;
         }
         Ok(())
     }
@@ -380,11 +381,12 @@ impl Definitions {
     }
 }
 
-/// Appends `text` to `out` escaped as docs/dump-format.md says: `%`, `(`, `)`, bytes below
-/// 0x20, 0x7f and bytes from 0x80 become `%XX`.
+/// Appends `text` to `out` escaped as docs/dump-format.md says: `%`, `)`, bytes below 0x20
+/// and 0x7f become `%XX`; everything else, non-ASCII UTF-8 included, is written as it is,
+/// which IgProf's reader takes (its names and paths end at the first `)` or newline).
 pub fn escape_into(text: &[u8], out: &mut Vec<u8>) {
     for &b in text {
-        if b == b'%' || b == b'(' || b == b')' || !(0x20..0x7f).contains(&b) {
+        if b == b'%' || b == b')' || b < 0x20 || b == 0x7f {
             out.extend_from_slice(format!("%{b:02X}").as_bytes());
         } else {
             out.push(b);
@@ -512,14 +514,14 @@ mod tests {
     #[test]
     fn escaping_follows_the_documented_rule() {
         let mut out = Vec::new();
-        escape_into("f(ü) 100%\n<lambda>".as_bytes(), &mut out);
+        escape_into("f(ü) 100%\n<lambda>\x7f".as_bytes(), &mut out);
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "f%28%C3%BC%29 100%25%0A<lambda>"
+            "f(ü%29 100%25%0A<lambda>%7F"
         );
         let mut out = Vec::new();
-        escape_into(b"/tmp/a (1).py", &mut out);
-        assert_eq!(out, b"/tmp/a %281%29.py");
+        escape_into(b"/tmp/a (1).py \xe9", &mut out);
+        assert_eq!(out, b"/tmp/a (1%29.py \xe9");
     }
 
     fn sample_profile() -> Profile {
@@ -571,12 +573,12 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert_eq!(
             text,
-            "P=(HEX ID=4d2 N=(python3 app %281%29.py) T=0.004000)\n\
-             C1 FN0=(F0=(/lib/libc.so.6)+271c0 N=(__libc_start_main))+8a\n\
-             C2 FN1=(F1=(/x/app.py)+1 N=(<module>))+1b\n\
-             C3 FN2=(F1+7 N=(squeeze))+3 V0=(PERF_TICKS):(5,14,14)\n\
-             C3 FN2+4 V0:(1,1,1)\n\
-             C1 FN3=(F2=([pyigprof])+0 N=(#pyigprof stats samples=6))+0\n"
+            "P=(HEX ID=4d2 N=(python3 app (1%29.py) T=0.004000)\n\
+             C1 FN0=(F0=([pyigprof])+0 N=(#pyigprof stats samples=6))+0 V0=(PERF_TICKS):(0,0,0)\n\
+             C1 FN1=(F1=(/lib/libc.so.6)+271c0 N=(__libc_start_main))+8a\n\
+             C2 FN2=(F2=(/x/app.py)+1 N=(<module>))+1b\n\
+             C3 FN3=(F2+7 N=(squeeze))+3 V0:(5,14,14)\n\
+             C3 FN3+4 V0:(1,1,1)\n"
         );
         assert_eq!(sample_profile().totals(), (6, 21));
     }
@@ -598,7 +600,7 @@ mod tests {
             .filter_map(|l| l.split_once(" FN")?.1.split_once("=(").map(|(id, _)| id))
             .collect();
         assert_eq!(definitions, ["0", "1", "2", "3"], "{text}");
-        assert!(text.contains("C3 FN2+4 V0:(1,1,1)\n"), "{text}");
+        assert!(text.contains("C3 FN3+4 V0:(1,1,1)\n"), "{text}");
     }
 
     #[test]
@@ -613,7 +615,7 @@ mod tests {
         profile.write(&mut out).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "P=(HEX ID=4d2 N=(python3 app %281%29.py) T=0.004000)\n\
+            "P=(HEX ID=4d2 N=(python3 app (1%29.py) T=0.004000)\n\
              C1 FN0=(F0=([pyigprof])+0 N=(#pyigprof stats samples=6))+0 V0=(PERF_TICKS):(0,0,0)\n\
              C1 FN1=(F0+0 N=(#pyigprof handler samples=0))+0\n"
         );
