@@ -643,7 +643,7 @@ fn read(
     let mut profile = transform.apply_value(profile);
     if !cli.no_filter {
         let before = profile.nodes().len();
-        profile = transform::igprof_filters(&profile, &counter);
+        profile = transform::igprof_filters(profile, &counter);
         if cli.verbose {
             eprintln!(
                 "{}: IgProf's default filters for {counter} (--no-filter turns them off): {} call-tree nodes merged or dropped",

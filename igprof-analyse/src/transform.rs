@@ -332,29 +332,21 @@ fn is_igprof_library(path: &str) -> bool {
 ///
 /// Outermost frames are never merged (they have no caller). pyigprof's own frames never
 /// reach a profile, so for its CPU profiles the filters change nothing.
-pub fn igprof_filters(profile: &Profile, counter: &str) -> Profile {
+pub fn igprof_filters(profile: Profile, counter: &str) -> Profile {
     let ours: Vec<bool> = profile
         .files()
         .iter()
         .map(|path| is_igprof_library(path))
         .collect();
-    let mut profile = if ours.contains(&true) {
+    let mut profile = profile;
+    if ours.contains(&true) {
         let hidden: Vec<bool> = profile
             .functions()
             .iter()
             .map(|function| ours[function.file as usize])
             .collect();
-        rebuild(
-            profile,
-            |out: &mut Builder, node: &Node, parent: Option<NodeId>| match parent {
-                Some(parent) if hidden[node.function as usize] => Target::Through(parent),
-                _ => keep(out, node, parent),
-            },
-            |_, values| Some(values),
-        )
-    } else {
-        profile.clone()
-    };
+        profile = leave_out(&profile, &hidden, Target::Through);
+    }
     if counter.starts_with("MEM_") {
         let named = |names: &[&str]| -> Vec<bool> {
             profile
@@ -370,11 +362,11 @@ pub fn igprof_filters(profile: &Profile, counter: &str) -> Profile {
             vec![false; allocators.len()]
         };
         if allocators.contains(&true) || pool.contains(&true) {
-            let source = profile.clone();
+            let source = &profile;
             // Whether a node is an allocation function's frame with a caller.
             let merged = |node: &Node| node.parent.is_some() && allocators[node.function as usize];
             profile = rebuild(
-                &source,
+                source,
                 |out: &mut Builder, node: &Node, parent: Option<NodeId>| {
                     let caller = node.parent.map(|caller| &source.nodes()[caller as usize]);
                     match parent {
@@ -408,16 +400,18 @@ fn matching(profile: &Profile, pattern: &Regex) -> Vec<bool> {
 /// callees of the same function and offset). Outermost frames have no caller and are
 /// kept.
 pub fn hide(profile: &Profile, pattern: &Regex) -> Profile {
-    hide_functions(profile, &matching(profile, pattern))
+    leave_out(profile, &matching(profile, pattern), Target::Into)
 }
 
 /// `profile` without the frames of the functions marked in `hidden` (indexed by
-/// function id), as [`hide`] leaves them out.
-fn hide_functions(profile: &Profile, hidden: &[bool]) -> Profile {
+/// function id) that have a caller: each goes to `target(caller)` ([`Target::Into`]:
+/// with its values, as [`hide`]; [`Target::Through`]: without them), its callees
+/// becoming the caller's.
+fn leave_out(profile: &Profile, hidden: &[bool], target: fn(NodeId) -> Target) -> Profile {
     rebuild(
         profile,
         |out: &mut Builder, node: &Node, parent: Option<NodeId>| match parent {
-            Some(parent) if hidden[node.function as usize] => Target::Into(parent),
+            Some(parent) if hidden[node.function as usize] => target(parent),
             _ => keep(out, node, parent),
         },
         |_, values| Some(values),
@@ -843,7 +837,7 @@ C4 FNc=(F0+d0 N=(calloc))+0 V0:(2,c8,c8)
         // MEM_TOTAL: operator new and malloc charge make (8 + 1000); malloc's callee
         // (7) and IgProf's buffers (300) are dropped; the thread's allocation is its
         // worker's, now under start_thread.
-        let total = igprof_filters(&memory("MEM_TOTAL"), "MEM_TOTAL");
+        let total = igprof_filters(memory("MEM_TOTAL"), "MEM_TOTAL");
         assert_eq!(
             stacks(&total),
             [
@@ -856,10 +850,10 @@ C4 FNc=(F0+d0 N=(calloc))+0 V0:(2,c8,c8)
         );
         assert_eq!(total.total(0).count, 1 + 4 + 10 + 1 + 1 + 1 + 2);
         // MEM_LIVE: the pool allocator and what it allocated are dropped too.
-        let live = igprof_filters(&memory("MEM_LIVE"), "MEM_LIVE");
+        let live = igprof_filters(memory("MEM_LIVE"), "MEM_LIVE");
         assert_eq!(live.total(0).amount, 5000 + 100 + 1008 + 200);
         // A CPU profile: only IgProf's own frames go (their own values with them).
-        let ticks = igprof_filters(&memory("PERF_TICKS"), "PERF_TICKS");
+        let ticks = igprof_filters(memory("PERF_TICKS"), "PERF_TICKS");
         assert_eq!(
             ticks.total(0).amount,
             8 + 1000 + 7 + 5000 + 100 + 5 + 4 + 200
