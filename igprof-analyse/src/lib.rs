@@ -11,7 +11,8 @@
 //!   [`report::lines`], [`report::tree`], [`report::text`], [`report::collapsed`],
 //!   [`report::flamegraph`], [`report::speedscope`], [`report::callgrind`],
 //!   [`report::pprof`], [`report::sqlite`], [`report::json`], and
-//!   [`report::diff`], which compares two profiles);
+//!   [`report::diff`], which compares two profiles; [`report::memory`] says what the
+//!   memory counters measure and writes their bytes);
 //! - [`transform`]: options that reshape the call tree after the view (IgProf's
 //!   `--value peak`, count filters, `--merge-libraries`, `--merge-regexp`; `--hide`,
 //!   `--merge-ancestors`);

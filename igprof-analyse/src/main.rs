@@ -107,14 +107,16 @@ struct Cli {
 
     /// Write the profile as gzip-compressed pprof protobuf (profile.proto) to FILE, for
     /// `go tool pprof` and other tools: one sample per distinct stack with [samples, cpu
-    /// nanoseconds]. Nothing is printed unless a report is asked for too.
+    /// nanoseconds], or for memory counters [objects, bytes] (alloc_space for MEM_TOTAL,
+    /// inuse_space for MEM_LIVE). Nothing is printed unless a report is asked for too.
     #[arg(long, value_name = "FILE.pb.gz", conflicts_with = "comparison")]
     pprof: Option<PathBuf>,
 
     /// Compare profile NEW with profile BASE: per function, the self and cumulative
     /// shares in both, their changes in percentage points and whether each is larger
     /// than sampling noise (two-proportion z-tests on samples, corrected for the number
-    /// of tests).
+    /// of tests). Memory counters (MEM_*) are tested on their bytes divided by the mean
+    /// bytes between recorded allocations; exact ones by --min-change.
     #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with = "profiles")]
     diff: Option<Vec<PathBuf>>,
 
@@ -146,6 +148,13 @@ struct Cli {
     /// share grew by more than PCT percentage points and the growth is significant.
     #[arg(long, value_name = "PCT", value_parser = parse_points, requires = "comparison")]
     fail_on_regression: Option<f64>,
+
+    /// With a comparison of memory counters whose figures are exact in both profiles
+    /// (every allocation recorded: IgProf's, pyigprof's at rate 1), which have no
+    /// sampling noise to test, and of MEM_MAX: a share is significant when it changed
+    /// by at least PCT percentage points.
+    #[arg(long, value_name = "PCT", default_value_t = diff::DEFAULT_MIN_CHANGE, value_parser = parse_points, requires = "comparison")]
+    min_change: f64,
 
     /// The format of the comparison: text (for a terminal or a CI log) or markdown (a
     /// table for a pull-request comment).
@@ -228,8 +237,9 @@ struct Cli {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
     max_average_value: Option<i64>,
 
-    /// IgProf's --calls: --top and --text add the samples (calls, for counters that are
-    /// not ticks) of each function and call.
+    /// IgProf's --calls: --top and --text add the samples (allocations or blocks for
+    /// memory counters, calls for other counters that are not ticks) of each function
+    /// and call.
     #[arg(short = 'c', long, conflicts_with_all = ["lines", "tree", "collapsed", "json", "comparison"])]
     calls: bool,
 
@@ -238,9 +248,10 @@ struct Cli {
     #[arg(short = 'p', long, conflicts_with_all = ["lines", "tree", "collapsed", "json", "comparison"])]
     paths: bool,
 
-    /// The counter to report on, e.g. PERF_TICKS (CPU time) or, for IgProf memory
-    /// profiles, MEM_TOTAL. By default the first counter of the (first) profile, as
-    /// IgProf does.
+    /// The counter to report on, e.g. PERF_TICKS (CPU time) or, for memory profiles,
+    /// MEM_TOTAL (bytes allocated), MEM_LIVE (bytes still allocated), MEM_MAX (largest
+    /// allocation), MEM_LIVE_PEAK (bytes live at the program's peak). By default the
+    /// first counter of the (first) profile that has values, as IgProf does.
     #[arg(short = 'r', long = "report", value_name = "COUNTER")]
     counter: Option<String>,
 
@@ -403,6 +414,7 @@ const TAKES_VALUES: &[(&str, usize)] = &[
     ("--alpha", 1),
     ("--correction", 1),
     ("--fail-on-regression", 1),
+    ("--min-change", 1),
     ("--format", 1),
     ("--flamegraph", 1),
     ("--speedscope", 1),
@@ -611,7 +623,8 @@ fn read(
     counter: Option<&str>,
 ) -> Result<(Profile, String), Error> {
     let mut profile = igprof_analyse::progress::read_profiles(paths)?;
-    let first = profile.counters().first().map(String::as_str);
+    let first = report::default_counter(&profile);
+    let default_is_first = first == profile.counters().first().map(String::as_str);
     let counter = counter
         .or(first)
         .unwrap_or(report::DEFAULT_COUNTER)
@@ -626,7 +639,11 @@ fn read(
             profile.functions().len(),
             profile.files().len(),
             profile.counters().join(", "),
-            if cli.counter.is_none() { " (the first counter)" } else { "" },
+            match (cli.counter.is_none(), default_is_first) {
+                (false, _) => "",
+                (true, true) => " (the first counter)",
+                (true, false) => " (the first counter with values)",
+            },
         );
     }
     if !cli.no_resolve {
@@ -676,6 +693,7 @@ fn compare(
             CorrectionArg::Bonferroni => Correction::Bonferroni,
             CorrectionArg::Bh => Correction::BenjaminiHochberg,
         },
+        min_change: cli.min_change,
     };
     let compared = diff::compute(&base, &new, &options)?;
     let output = diff::Output {

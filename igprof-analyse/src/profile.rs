@@ -64,8 +64,9 @@ pub struct Function {
 /// The values of one counter: `V<cid>:(<count>,<amount>,<peak>)`.
 ///
 /// For `PERF_TICKS`, `count` is the number of samples (signals) and `amount` the CPU
-/// time they stand for, in ticks of [`Source::tick_period`] seconds. For IgProf memory
-/// counters, `count` is a number of calls and `amount` a number of bytes.
+/// time they stand for, in ticks of [`Source::tick_period`] seconds. For the memory
+/// counters (`MEM_*`, [`crate::report::memory`]), `count` is a number of allocations or
+/// blocks and `amount` a number of bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Values {
     /// Number of events (samples, calls).
@@ -165,6 +166,10 @@ pub struct Profile {
     /// How many call-tree nodes of the dumps a view left out, their values merged into
     /// their nearest shown ancestor ([`crate::view`]); 0 for a profile as read.
     pub hidden_nodes: usize,
+    /// Whether the nodes' amounts are the dumps' peaks (the third value, IgProf's
+    /// `--value peak`: [`crate::transform::Value::Peak`]) rather than their amounts;
+    /// false for a profile as read.
+    pub peaks: bool,
     files: Vec<String>,
     file_index: HashMap<String, FileId>,
     /// Per file: whether its functions are Python code (see [`Profile::is_python_code`]).

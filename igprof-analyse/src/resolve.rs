@@ -339,6 +339,7 @@ fn rebuild(profile: &Profile, renames: &HashMap<FunctionId, Rename>) -> Profile 
     let mut out = Profile::new();
     out.sources = profile.sources.clone();
     out.hidden_nodes = profile.hidden_nodes;
+    out.peaks = profile.peaks;
     for name in profile.counters() {
         out.intern_counter(name).expect(FITS);
     }

@@ -237,12 +237,16 @@ impl Options {
     pub fn apply_value(&self, profile: Profile) -> Profile {
         match self.value {
             Value::Normal => profile,
-            Value::Peak => rebuild(&profile, keep, |_, values| {
-                Some(Values {
-                    amount: values.peak,
-                    ..values
-                })
-            }),
+            Value::Peak => {
+                let mut peaks = rebuild(&profile, keep, |_, values| {
+                    Some(Values {
+                        amount: values.peak,
+                        ..values
+                    })
+                });
+                peaks.peaks = true;
+                peaks
+            }
         }
     }
 
@@ -690,6 +694,7 @@ impl<'a> Builder<'a> {
         let mut profile = Profile::new();
         profile.sources = source.sources.clone();
         profile.hidden_nodes = source.hidden_nodes;
+        profile.peaks = source.peaks;
         for name in source.counters() {
             // Same names in the same order: counter ids are unchanged.
             profile.intern_counter(name).expect(FITS);

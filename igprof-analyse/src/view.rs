@@ -160,6 +160,7 @@ pub fn python(profile: &Profile) -> Profile {
     const FITS: &str = "a view has no more items than its profile";
     let mut view = Profile::new();
     view.sources = profile.sources.clone();
+    view.peaks = profile.peaks;
     for name in profile.counters() {
         // Same names in the same order: counter ids are unchanged.
         view.intern_counter(name).expect(FITS);

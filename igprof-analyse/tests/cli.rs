@@ -189,10 +189,10 @@ C2 FN1=(F0+200 N=(_Z5allocm))+0 V0:(2,2d2,267) V1=(MEM_LIVE):(2,2d2,2d2);LK=(0x9
         stdout(&output),
         "\
 pyigprof-analyse: mem.txt: app (pid 7)
-MEM_TOTAL: 3 calls, 822 total
-   self %      self    cum %       cum  function  (file)
-    87.83       722    87.83       722  alloc(unsigned long)  (/work/app)
-    12.17       100   100.00       822  main  (/work/app)
+MEM_TOTAL: 3 allocations, 822 B allocated
+   self %  self bytes    cum %  cum bytes  function  (file)
+    87.83       722 B    87.83      722 B  alloc(unsigned long)  (/work/app)
+    12.17       100 B   100.00      822 B  main  (/work/app)
 "
     );
 }

@@ -750,15 +750,27 @@ fn usage_and_input_errors_exit_2() {
         "mem.txt",
         b"P=(HEX ID=7 N=(app) T=0.010000)\nC1 FN0=(F0=(/work/app)+100 N=(main))+5 V0=(MEM_TOTAL):(1,64,64)\n",
     );
+    dir.write(
+        "fd.txt",
+        b"P=(HEX ID=7 N=(app) T=0.010000)\nC1 FN0=(F0=(/work/app)+100 N=(main))+5 V0=(FD_USED):(1,3,3)\n",
+    );
+    dir.write(
+        "freed.txt",
+        b"P=(HEX ID=7 N=(app) T=0.010000)\nC1 FN0=(F0=(/work/app)+100 N=(main))+5 V0=(MEM_LIVE):(0,0,0)\n",
+    );
     dir.write("idle.txt", b"P=(HEX ID=8 N=(true) T=0.004000)\nC1 FN0=(F0=(/bin/true)+10 N=(main))+0 V0=(PERF_TICKS):(0,0,0)\n");
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &["--diff", "base.txt", "missing.txt"],
             "pyigprof-analyse: missing.txt: cannot read: No such file or directory (os error 2)\n",
         ),
         (
-            &["--diff", "mem.txt", "mem.txt", "-r", "MEM_TOTAL"],
-            "pyigprof-analyse: mem.txt: --diff compares sampled counters (PERF_TICKS or another *_TICKS counter), not MEM_TOTAL\n",
+            &["--diff", "fd.txt", "fd.txt", "-r", "FD_USED"],
+            "pyigprof-analyse: fd.txt: --diff compares sampled counters (PERF_TICKS or another *_TICKS counter) and memory counters (MEM_*), not FD_USED\n",
+        ),
+        (
+            &["--diff", "freed.txt", "mem.txt", "-r", "MEM_LIVE"],
+            "pyigprof-analyse: freed.txt: no bytes of MEM_LIVE to compare\n",
         ),
         (
             &["--diff", "base.txt", "mem.txt"],

@@ -17,24 +17,28 @@ use common::{assert_fails, data, run, run_resolving, stderr, stdout};
 
 const MEMORY: &str = "igprof-mem.txt";
 
-/// The rows of a `--top=0` report (by cumulative amount unless `args` give an order)
-/// after its header: (name, self amount, cumulative amount).
+/// The functions of the `--json` document (by cumulative amount unless `args` give an
+/// order): (name, self amount, cumulative amount), exact bytes.
 fn rows(args: &[&str]) -> Vec<(String, i64, i64)> {
-    let mut all = vec!["--top=0"];
+    let mut all = vec!["--json"];
     if !args.contains(&"-o") {
         all.extend(["--order", "cumulative"]);
     }
     all.extend_from_slice(args);
     let output = run(&all, &data());
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    stdout(&output)
-        .lines()
-        .skip(3)
-        .map(|line| {
-            let words: Vec<&str> = line.split_whitespace().collect();
-            let name = words[4..].join(" ");
-            let name = name.rsplit_once(" (").unwrap().0.to_string();
-            (name, words[1].parse().unwrap(), words[3].parse().unwrap())
+    let document: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(document["unit"], "bytes");
+    document["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|function| {
+            (
+                function["name"].as_str().unwrap().to_string(),
+                function["self"]["amount"].as_i64().unwrap(),
+                function["cumulative"]["amount"].as_i64().unwrap(),
+            )
         })
         .collect()
 }
@@ -50,7 +54,7 @@ fn the_first_counter_is_reported_by_default_with_igprofs_filters() {
     let output = run(&[MEMORY], &data());
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(
-        stdout(&output).contains("\nMEM_TOTAL: 20 calls, 6317 total\n"),
+        stdout(&output).contains("\nMEM_TOTAL: 20 allocations, 6.2 KiB allocated (6,317 bytes)\n"),
         "{}",
         stdout(&output)
     );
@@ -103,7 +107,7 @@ fn mem_max_is_the_largest_single_amount_not_a_sum() {
         Some((5, 5))
     );
     let output = run(&["-r", "MEM_MAX", MEMORY], &data());
-    assert!(stdout(&output).contains("\nMEM_MAX: 20 calls, 1000 total\n"));
+    assert!(stdout(&output).contains("\nMEM_MAX: 20 allocations, 1000 B largest allocation\n"));
 }
 
 #[test]

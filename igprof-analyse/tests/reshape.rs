@@ -255,10 +255,10 @@ C2 FN1=(F0+200 N=(alloc))+0 V0:(2,722,3000)
         stdout(&output),
         "\
 pyigprof-analyse: live.txt: app (pid 7)
-MEM_LIVE: 3 calls, 3400 total
-   self %      self    cum %       cum  function  (file)
-    88.24      3000    88.24      3000  alloc  (app)
-    11.76       400   100.00      3400  main  (app)
+MEM_LIVE: 3 blocks, 3.3 KiB in peaks of call-tree nodes (3,400 bytes)
+   self %  self bytes    cum %  cum bytes  function  (file)
+    88.24     2.9 KiB    88.24    2.9 KiB  alloc  (app)
+    11.76       400 B   100.00    3.3 KiB  main  (app)
 "
     );
 }

@@ -3,8 +3,10 @@
 //! `callgrind_annotate`.
 //!
 //! - `events:` two events per cost: for tick counters `Ticks` (CPU time in ticks of T
-//!   seconds; the `event:` line says how long a tick is) and `Samples`; for other
-//!   counters the counter itself (e.g. `MEM_TOTAL`, bytes) and `Calls`.
+//!   seconds; the `event:` line says how long a tick is) and `Samples`; for the memory
+//!   counters `Bytes` (the `event:` line says which bytes: `MEM_LIVE bytes live`, and
+//!   whether they are estimates from sampling) and `Allocations` or `Blocks`; for other
+//!   counters the counter itself and `Calls`.
 //! - `positions: line`. A Python frame's position is the line it was running (the
 //!   function's first line plus the node's offset, docs/dump-format.md); native frames
 //!   have no line and are at line 0.
@@ -23,7 +25,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
-use super::{Measure, Options, Unit};
+use super::{capitalized, Measure, Options, Unit};
 use crate::error::Error;
 use crate::profile::{FunctionId, Node, Profile, Values};
 use crate::symbol::Label;
@@ -33,7 +35,7 @@ use crate::symbol::Label;
 pub struct Cost {
     /// In the counter's unit (ticks for `PERF_TICKS`).
     pub amount: i64,
-    /// Samples (or calls for memory counters).
+    /// Samples (or allocations, blocks for memory counters).
     pub count: i64,
 }
 
@@ -203,6 +205,18 @@ pub fn write(file: &Callgrind, out: &mut dyn Write) -> io::Result<()> {
             )?;
             writeln!(out, "event: Samples : samples")?;
             "Ticks Samples".to_string()
+        }
+        Unit::Bytes => {
+            let mut bytes = format!("{} bytes {}", measure.counter, measure.amount_words());
+            bytes.truncate(bytes.trim_end().len());
+            if let Some(sampling) = &measure.sampling {
+                bytes = format!("{bytes}, {}", sampling.note());
+            }
+            writeln!(out, "event: Bytes : {bytes}")?;
+            let noun = measure.count_noun();
+            let event = capitalized(noun);
+            writeln!(out, "event: {event} : {noun}")?;
+            format!("Bytes {event}")
         }
         Unit::Amount => {
             writeln!(out, "event: Calls : calls")?;

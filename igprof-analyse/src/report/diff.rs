@@ -1,6 +1,6 @@
 //! The `--diff BASE NEW` report: per function, how its self and cumulative shares of
-//! the samples changed between two profiles, and whether each change is larger than
-//! sampling noise.
+//! the samples (or of the bytes, for memory counters) changed between two profiles, and
+//! whether each change is larger than sampling noise.
 //!
 //! Functions are matched by name and file (a Python function that moved to another line
 //! of the same file is the same function). Each function is tested twice:
@@ -32,30 +32,56 @@
 //!   corrected p-value is at most α (0.01 by default), and a function is significant
 //!   when either of its tests is ([`Significance`]).
 //!
-//! Only tick counters (`PERF_TICKS`, …) can be compared: other counters (IgProf's
-//! `MEM_TOTAL` bytes) are not samples.
+//! Memory counters (`MEM_*`, [`super::memory`]) are compared by their bytes
+//! ([`Method`]):
+//! - when a profile was recorded by sampling bytes (pyigprof's, with a mean of R bytes
+//!   between recorded allocations, `memory.rate_bytes`), the number of recorded
+//!   allocations behind b bytes is about Poisson with mean b/R; so the same z-tests are
+//!   made on sample-equivalents, each profile's bytes divided by its own R (x = a
+//!   function's bytes / R, n = the profile's bytes / R; [`Method::SampledBytes`]). An
+//!   allocation much larger than R is recorded almost surely, with less noise than its
+//!   b/R samples suppose: the test errs on the safe side. A profile with every
+//!   allocation recorded (R = 1) compared with a sampled one counts each byte as a
+//!   sample: it adds next to no noise;
+//! - when both profiles record every allocation (IgProf's `igprof -mp`, pyigprof's at
+//!   R = 1), the figures are exact: there is no noise to test, and a share is
+//!   significant when it changed by at least [`Options::min_change`] percentage points
+//!   (`--min-change`, [`DEFAULT_MIN_CHANGE`] by default; [`Method::Threshold`]); so is
+//!   a maximum (`MEM_MAX`), which is not a sum of samples whatever the rate.
+//!
+//! Shares of memory are of each profile's total bytes: a leak that grows makes its
+//! function's share grow and every other function's fall (their bytes, printed too,
+//! unchanged). Other counters, neither ticks nor memory, cannot be compared.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use super::{describe, percent, table_line, FunctionAmounts, Measure, Unit, VIEW_NOTE};
+use super::{describe, memory, percent, table_line, FunctionAmounts, Measure, Unit, VIEW_NOTE};
 use crate::error::Error;
-use crate::profile::{FunctionId, Profile};
+use crate::profile::{Combine, FunctionId, Profile};
 use crate::stats::{critical_z, two_proportion, Correction};
 use crate::symbol::Label;
 
 /// The significance level used when none is given.
 pub const DEFAULT_ALPHA: f64 = 0.01;
 
+/// The change of a share, in percentage points, from which a change is significant when
+/// there is nothing to test ([`Method::Threshold`]) and none is given.
+pub const DEFAULT_MIN_CHANGE: f64 = 1.0;
+
 /// What to compare.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
-    /// The counter, e.g. `PERF_TICKS`; must be a tick counter.
+    /// The counter, e.g. `PERF_TICKS` or `MEM_LIVE`; must be a tick counter or a memory
+    /// counter.
     pub counter: String,
     /// The significance level α of the corrected tests, 0 < α < 1.
     pub alpha: f64,
     /// The correction for making many tests.
     pub correction: Correction,
+    /// For [`Method::Threshold`] (exact figures on both sides, or a maximum): the change
+    /// of a share, in percentage points, from which it is significant.
+    pub min_change: f64,
 }
 
 impl Default for Options {
@@ -64,25 +90,53 @@ impl Default for Options {
             counter: super::DEFAULT_COUNTER.to_string(),
             alpha: DEFAULT_ALPHA,
             correction: Correction::default(),
+            min_change: DEFAULT_MIN_CHANGE,
         }
     }
+}
+
+/// How the shares of two profiles are compared.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Method {
+    /// Ticks: z-tests on the samples (signals).
+    Samples,
+    /// Bytes of a memory counter, sampled in at least one profile: z-tests on
+    /// sample-equivalents, each profile's bytes divided by its R (the number of
+    /// recorded allocations behind b bytes is about Poisson with mean b/R).
+    SampledBytes {
+        /// R of the base profile, bytes (1: every allocation recorded).
+        base_rate: f64,
+        /// R of the new profile, bytes.
+        new_rate: f64,
+    },
+    /// No test: a share is significant when it changed by at least `min_change`
+    /// percentage points. For memory counters whose figures are exact in both profiles
+    /// (every allocation recorded: no sampling noise), and for a maximum (`MEM_MAX`).
+    Threshold {
+        /// Percentage points.
+        min_change: f64,
+        /// Whether the counter is a maximum ([`Combine::Maximum`]) rather than a sum.
+        maximum: bool,
+    },
 }
 
 /// One function's values in one profile, in the counter's units.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Amounts {
-    /// Samples (signals) in the function itself: the `x` of the self test.
+    /// Samples (signals) in the function itself: the `x` of the self test. For memory
+    /// counters the sample-equivalents of `self_amount`: bytes / R (bytes when every
+    /// allocation is recorded).
     pub self_samples: i64,
-    /// Ticks in the function itself.
+    /// Ticks (bytes) in the function itself.
     pub self_amount: i64,
     /// Samples (signals) with the function anywhere on the stack, each counted once: the
-    /// `x` of the cumulative test.
+    /// `x` of the cumulative test. For memory counters, `cumulative` / R.
     pub cumulative_samples: i64,
-    /// Ticks of the samples with the function anywhere on the stack.
+    /// Ticks (bytes) of the samples with the function anywhere on the stack.
     pub cumulative: i64,
-    /// `self_amount` as a percentage of the profile's total ticks.
+    /// `self_amount` as a percentage of the profile's total amount.
     pub self_percent: f64,
-    /// `cumulative` as a percentage of the profile's total ticks.
+    /// `cumulative` as a percentage of the profile's total amount.
     pub cumulative_percent: f64,
 }
 
@@ -162,14 +216,16 @@ pub struct Change {
     pub new: Amounts,
     /// New self share minus base self share, in percentage points.
     pub change: f64,
-    /// The test of its self samples; `None` when it has none in either profile.
+    /// The test of its self samples; `None` when it has none in either profile, and
+    /// without a test ([`Method::Threshold`]).
     pub test: Option<Test>,
     /// New cumulative share minus base cumulative share, in percentage points.
     pub cumulative_change: f64,
     /// The test of its cumulative samples; `None` when it has none in either profile or
-    /// is on every sample of both.
+    /// is on every sample of both, and without a test ([`Method::Threshold`]).
     pub cumulative_test: Option<Test>,
-    /// Which of the two tests has a corrected p-value at most α.
+    /// Which of the two tests has a corrected p-value at most α; with
+    /// [`Method::Threshold`], which share changed by at least its points.
     pub significant: Significance,
 }
 
@@ -207,20 +263,23 @@ pub struct Diff {
     pub base: Side,
     /// The new profile.
     pub new: Side,
+    /// How the shares are compared.
+    pub method: Method,
     /// The significance level.
     pub alpha: f64,
     /// The correction applied.
     pub correction: Correction,
     /// m: the number of tests made, self and cumulative, over which p-values are
-    /// corrected.
+    /// corrected (0 for [`Method::Threshold`]).
     pub tests: usize,
     /// For Bonferroni, the |z| from which a change is significant; `None` for
     /// Benjamini–Hochberg, whose threshold depends on all p-values.
     pub critical_z: Option<f64>,
     /// Whether either profile is in the Python view with frames hidden.
     pub python_view: bool,
-    /// Every function tested (with at least one test): the significant ones first, each
-    /// group by decreasing [`Change::size`], then by name.
+    /// Every function compared (with at least one share tested, or compared with the
+    /// threshold): the significant ones first, each group by decreasing
+    /// [`Change::size`], then by name.
     pub changes: Vec<Change>,
 }
 
@@ -237,7 +296,8 @@ impl Diff {
     /// says which of its shares grew so.
     pub fn regressions(&self, points: f64) -> Vec<Regression<'_>> {
         let grew = |significant: bool, change: f64, test: Option<Test>| {
-            significant && change > points && test.is_some_and(|test| test.z > 0.0)
+            // Without a test (exact figures), a change above the points is a growth.
+            significant && change > points && test.is_none_or(|test| test.z > 0.0)
         };
         self.changes
             .iter()
@@ -260,18 +320,26 @@ impl Diff {
 fn side(profile: &Profile, counter: &str) -> Result<(Side, FunctionAmounts), Error> {
     let (measure, id) = Measure::select(profile, counter)?;
     let subject = super::subject(profile);
-    if measure.unit != Unit::Ticks {
+    let compared = match measure.unit {
+        Unit::Ticks => measure.total.count > 0,
+        Unit::Bytes => measure.total.amount > 0,
+        Unit::Amount => {
+            return Err(Error::Report {
+                subject,
+                message: format!(
+                    "--diff compares sampled counters (PERF_TICKS or another *_TICKS counter) and memory counters (MEM_*), not {counter}"
+                ),
+            })
+        }
+    };
+    let Some(id) = id.filter(|_| compared) else {
+        let what = match measure.unit {
+            Unit::Bytes => "bytes",
+            Unit::Ticks | Unit::Amount => "samples",
+        };
         return Err(Error::Report {
             subject,
-            message: format!(
-                "--diff compares sampled counters (PERF_TICKS or another *_TICKS counter), not {counter}"
-            ),
-        });
-    }
-    let Some(id) = id.filter(|_| measure.total.count > 0) else {
-        return Err(Error::Report {
-            subject,
-            message: format!("no samples of {counter} to compare"),
+            message: format!("no {what} of {counter} to compare"),
         });
     };
     let amounts = FunctionAmounts::of(profile, id);
@@ -282,18 +350,61 @@ fn side(profile: &Profile, counter: &str) -> Result<(Side, FunctionAmounts), Err
     Ok((side, amounts))
 }
 
-/// A function's amounts in one profile.
-fn amounts_of(side: &Side, amounts: &FunctionAmounts, function: Option<FunctionId>) -> Amounts {
+/// How `base` and `new`, on the same counter, are compared.
+fn method_of(base: &Side, new: &Side, options: &Options) -> Method {
+    let threshold = |maximum| Method::Threshold {
+        min_change: options.min_change,
+        maximum,
+    };
+    let rates = (base.measure.rate_bytes(), new.measure.rate_bytes());
+    match rates {
+        (Some(base_rate), Some(new_rate)) => {
+            if Combine::of(&options.counter) == Combine::Maximum {
+                threshold(true)
+            } else if base_rate <= 1.0 && new_rate <= 1.0 {
+                threshold(false)
+            } else {
+                Method::SampledBytes {
+                    base_rate,
+                    new_rate,
+                }
+            }
+        }
+        _ => Method::Samples,
+    }
+}
+
+/// The number of observations behind `count` samples and `amount` in a profile compared
+/// by `method` whose bytes were sampled every `rate` bytes: the samples for ticks,
+/// `amount / rate` (rounded) for bytes.
+fn observations(method: Method, rate: Option<f64>, count: i64, amount: i64) -> i64 {
+    match method {
+        Method::Samples => count,
+        Method::SampledBytes { .. } | Method::Threshold { .. } => {
+            (amount as f64 / rate.unwrap_or(1.0)).round() as i64
+        }
+    }
+}
+
+/// A function's amounts in one profile compared by `method`.
+fn amounts_of(
+    side: &Side,
+    amounts: &FunctionAmounts,
+    function: Option<FunctionId>,
+    method: Method,
+) -> Amounts {
     let Some(function) = function else {
         return Amounts::default();
     };
     let values = amounts.self_values[function as usize];
     let cumulative = amounts.cumulative[function as usize];
+    let cumulative_count = amounts.cumulative_counts[function as usize];
     let total = side.measure.total.amount;
+    let rate = side.measure.rate_bytes();
     Amounts {
-        self_samples: values.count,
+        self_samples: observations(method, rate, values.count, values.amount),
         self_amount: values.amount,
-        cumulative_samples: amounts.cumulative_counts[function as usize],
+        cumulative_samples: observations(method, rate, cumulative_count, cumulative),
         cumulative,
         self_percent: percent(values.amount, total),
         cumulative_percent: percent(cumulative, total),
@@ -315,10 +426,12 @@ fn test(x1: i64, n1: u64, x2: i64, n2: u64) -> Test {
 ///
 /// # Errors
 /// [`Error::Report`] naming the profile at fault if either has no counter
-/// `options.counter`, the counter is not a tick counter, or it has no samples.
+/// `options.counter`, the counter is neither a tick counter nor a memory counter, or it
+/// has no samples (no bytes) in it; those of [`Measure::select`].
 pub fn compute(base: &Profile, new: &Profile, options: &Options) -> Result<Diff, Error> {
     let (base_side, base_amounts) = side(base, &options.counter)?;
     let (new_side, new_amounts) = side(new, &options.counter)?;
+    let method = method_of(&base_side, &new_side, options);
 
     // The functions with a value on either side, matched by (name, file).
     let mut pairs: Vec<(Option<FunctionId>, Option<FunctionId>)> = Vec::new();
@@ -343,40 +456,82 @@ pub fn compute(base: &Profile, new: &Profile, options: &Options) -> Result<Diff,
         }
     }
 
-    let (n1, n2) = (
-        base_side.measure.total.count as u64,
-        new_side.measure.total.count as u64,
+    let n = |side: &Side| {
+        let total = side.measure.total;
+        observations(method, side.measure.rate_bytes(), total.count, total.amount).max(0) as u64
+    };
+    let (n1, n2) = (n(&base_side), n(&new_side));
+    let (total1, total2) = (
+        base_side.measure.total.amount,
+        new_side.measure.total.amount,
     );
     let mut changes: Vec<Change> = pairs
         .iter()
-        .map(|&(in_base, in_new)| {
+        .filter_map(|&(in_base, in_new)| {
             let label = match (in_new, in_base) {
                 (Some(id), _) => Label::of(new, new.function(id)),
                 (None, Some(id)) => Label::of(base, base.function(id)),
                 (None, None) => unreachable!("every pair has a side"),
             };
-            let before = amounts_of(&base_side, &base_amounts, in_base);
-            let after = amounts_of(&new_side, &new_amounts, in_new);
+            let before = amounts_of(&base_side, &base_amounts, in_base, method);
+            let after = amounts_of(&new_side, &new_amounts, in_new, method);
             // A function that is only a caller has no share of its own to compare; one on
             // every sample of both profiles has no cumulative share that could change.
-            let self_tested = before.self_samples > 0 || after.self_samples > 0;
-            let on_every_sample =
-                before.cumulative_samples as u64 >= n1 && after.cumulative_samples as u64 >= n2;
-            let cumulative_tested =
-                (before.cumulative_samples > 0 || after.cumulative_samples > 0) && !on_every_sample;
-            Change {
+            // Ticks count by samples (a sample can hold several ticks), bytes by bytes.
+            let (self_compared, on_every_sample, has_cumulative) = match method {
+                Method::Samples => (
+                    before.self_samples > 0 || after.self_samples > 0,
+                    before.cumulative_samples as u64 >= n1 && after.cumulative_samples as u64 >= n2,
+                    before.cumulative_samples > 0 || after.cumulative_samples > 0,
+                ),
+                Method::SampledBytes { .. } | Method::Threshold { .. } => (
+                    before.self_amount != 0 || after.self_amount != 0,
+                    before.cumulative >= total1 && after.cumulative >= total2,
+                    before.cumulative != 0 || after.cumulative != 0,
+                ),
+            };
+            let cumulative_compared = has_cumulative && !on_every_sample;
+            if !self_compared && !cumulative_compared {
+                return None;
+            }
+            let change = after.self_percent - before.self_percent;
+            let cumulative_change = after.cumulative_percent - before.cumulative_percent;
+            let (tests, significant) = match method {
+                Method::Threshold { min_change, .. } => {
+                    let beyond = |compared: bool, points: f64| {
+                        compared && points != 0.0 && points.abs() >= min_change
+                    };
+                    (
+                        (None, None),
+                        Significance::of(
+                            beyond(self_compared, change),
+                            beyond(cumulative_compared, cumulative_change),
+                        ),
+                    )
+                }
+                Method::Samples | Method::SampledBytes { .. } => (
+                    (
+                        self_compared
+                            .then(|| test(before.self_samples, n1, after.self_samples, n2)),
+                        cumulative_compared.then(|| {
+                            test(before.cumulative_samples, n1, after.cumulative_samples, n2)
+                        }),
+                    ),
+                    // Set once the p-values are corrected.
+                    Significance::No,
+                ),
+            };
+            Some(Change {
                 label,
                 base: before,
                 new: after,
-                change: after.self_percent - before.self_percent,
-                test: self_tested.then(|| test(before.self_samples, n1, after.self_samples, n2)),
-                cumulative_change: after.cumulative_percent - before.cumulative_percent,
-                cumulative_test: cumulative_tested
-                    .then(|| test(before.cumulative_samples, n1, after.cumulative_samples, n2)),
-                significant: Significance::No,
-            }
+                change,
+                test: tests.0,
+                cumulative_change,
+                cumulative_test: tests.1,
+                significant,
+            })
         })
-        .filter(|change| change.test.is_some() || change.cumulative_test.is_some())
         .collect();
 
     // One correction over every test made, self and cumulative.
@@ -387,18 +542,20 @@ pub fn compute(base: &Profile, new: &Profile, options: &Options) -> Result<Diff,
         .map(|test| test.p)
         .collect();
     let tests = p.len();
-    let mut adjusted = options.correction.adjust(&p).into_iter();
-    for change in &mut changes {
-        let mut correct = |test: &mut Option<Test>| match test {
-            Some(test) => {
-                test.p_adjusted = adjusted.next().expect("one corrected p-value per test");
-                test.p_adjusted <= options.alpha
-            }
-            None => false,
-        };
-        let self_share = correct(&mut change.test);
-        let cumulative = correct(&mut change.cumulative_test);
-        change.significant = Significance::of(self_share, cumulative);
+    if tests > 0 {
+        let mut adjusted = options.correction.adjust(&p).into_iter();
+        for change in &mut changes {
+            let mut correct = |test: &mut Option<Test>| match test {
+                Some(test) => {
+                    test.p_adjusted = adjusted.next().expect("one corrected p-value per test");
+                    test.p_adjusted <= options.alpha
+                }
+                None => false,
+            };
+            let self_share = correct(&mut change.test);
+            let cumulative = correct(&mut change.cumulative_test);
+            change.significant = Significance::of(self_share, cumulative);
+        }
     }
     changes.sort_by(|a, b| {
         b.significant
@@ -416,6 +573,7 @@ pub fn compute(base: &Profile, new: &Profile, options: &Options) -> Result<Diff,
     Ok(Diff {
         base: base_side,
         new: new_side,
+        method,
         alpha: options.alpha,
         correction: options.correction,
         tests,
@@ -437,24 +595,27 @@ pub struct Output {
 }
 
 /// The column headings of the table, before the function: the self share's columns,
-/// then the cumulative share's, then which is significant.
-const HEADINGS: [&str; 15] = [
-    "base %",
-    "new %",
-    "change",
-    "base s",
-    "new s",
-    "z",
-    "p (adj.)",
-    "base cum %",
-    "new cum %",
-    "cum change",
-    "base cum s",
-    "new cum s",
-    "cum z",
-    "cum p (adj.)",
-    "signif.",
-];
+/// then the cumulative share's, then which is significant. The amounts' headings say
+/// their unit ([`Measure::heading`]): `base s` for ticks, `base bytes` for memory.
+fn headings(measure: &Measure) -> [String; 15] {
+    [
+        "base %".to_string(),
+        "new %".to_string(),
+        "change".to_string(),
+        measure.heading("base"),
+        measure.heading("new"),
+        "z".to_string(),
+        "p (adj.)".to_string(),
+        "base cum %".to_string(),
+        "new cum %".to_string(),
+        "cum change".to_string(),
+        measure.heading("base cum"),
+        measure.heading("new cum"),
+        "cum z".to_string(),
+        "cum p (adj.)".to_string(),
+        "signif.".to_string(),
+    ]
+}
 
 /// What the z and p cells of a test not made show.
 const NOT_TESTED: &str = "-";
@@ -481,7 +642,7 @@ fn test_cells(test: Option<Test>) -> [String; 2] {
     }
 }
 
-/// The number cells of `change`, as [`HEADINGS`] names them.
+/// The number cells of `change`, as [`headings`] names them.
 fn cells(diff: &Diff, change: &Change) -> Vec<String> {
     let (base, new) = (&diff.base.measure, &diff.new.measure);
     let [z, p] = test_cells(change.test);
@@ -519,15 +680,58 @@ fn listed<'a>(diff: &'a Diff, output: &Output) -> &'a [Change] {
 
 /// One sentence on the test: `two-proportion z-test (pooled) on each function's self
 /// samples and on its cumulative samples (…), Bonferroni correction over 199 tests of 155
-/// functions, alpha 0.01`.
+/// functions, alpha 0.01`; for sampled bytes, how they are counted in samples; without a
+/// test, why and the threshold.
 fn method(diff: &Diff) -> String {
-    format!(
-        "two-proportion z-test (pooled) on each function's self samples and on its cumulative samples (n = all samples of each profile), {} correction over {} of {}, alpha {}",
-        diff.correction.name(),
-        counted(diff.tests, "test"),
-        counted(diff.changes.len(), "function"),
-        diff.alpha
-    )
+    let correction = || {
+        format!(
+            "{} correction over {} of {}, alpha {}",
+            diff.correction.name(),
+            counted(diff.tests, "test"),
+            counted(diff.changes.len(), "function"),
+            diff.alpha
+        )
+    };
+    let bytes = |rate: f64| memory::format_bytes(rate.round() as i64);
+    match diff.method {
+        Method::Samples => format!(
+            "two-proportion z-test (pooled) on each function's self samples and on its cumulative samples (n = all samples of each profile), {}",
+            correction()
+        ),
+        Method::SampledBytes {
+            base_rate,
+            new_rate,
+        } => format!(
+            "two-proportion z-test (pooled) on each function's self bytes and on its cumulative bytes, counted in samples of R bytes (R = {} in base, {} in new; n = all bytes of each profile / R), {}",
+            bytes(base_rate),
+            bytes(new_rate),
+            correction()
+        ),
+        Method::Threshold {
+            min_change,
+            maximum,
+        } => {
+            let (why, share) = if maximum {
+                (
+                    format!(
+                        "{} is the largest single allocation, not a sum of samples",
+                        diff.base.measure.counter
+                    ),
+                    "a share of each profile's largest allocation",
+                )
+            } else {
+                (
+                    "both profiles record every allocation: exact figures, no sampling noise"
+                        .to_string(),
+                    "a share",
+                )
+            };
+            format!(
+                "none ({why}): {share} is significant when it changed by at least {min_change:.2} points (--min-change); {} compared",
+                counted(diff.changes.len(), "function")
+            )
+        }
+    }
 }
 
 /// `count` and `noun`, plural unless `count` is 1: `1 test`, `199 tests`.
@@ -541,22 +745,38 @@ fn counted(count: usize, noun: &str) -> String {
 
 /// The changes of `shares` of `change`, in words: `+5.84 points cumulative`,
 /// `-4.97 points self and cumulative` (both the same), `+1.25 points self, +2.42 points
-/// cumulative`.
-fn changes_in_words(change: &Change, shares: Significance) -> String {
-    let (self_points, cumulative_points) = (
-        format_points(change.change),
-        format_points(change.cumulative_change),
+/// cumulative`. For memory counters each change of points is followed by that of the
+/// bytes ([`Measure::format_change`]): `+58.12 points self and cumulative (+64.0 MiB)`.
+fn changes_in_words(measure: &Measure, change: &Change, shares: Significance) -> String {
+    // (points, bytes) of a share.
+    let of = |points: f64, delta: i64| {
+        let bytes = match measure.unit {
+            Unit::Bytes => format!(" ({})", measure.format_change(delta)),
+            Unit::Ticks | Unit::Amount => String::new(),
+        };
+        (format_points(points), bytes)
+    };
+    let own = of(
+        change.change,
+        change.new.self_amount - change.base.self_amount,
     );
+    let cumulative = of(
+        change.cumulative_change,
+        change.new.cumulative - change.base.cumulative,
+    );
+    let words = |(points, bytes): &(String, String), shares: &str| {
+        format!("{points} points {shares}{bytes}")
+    };
     match shares {
         Significance::No => String::new(),
-        Significance::SelfShare => format!("{self_points} points self"),
-        Significance::Cumulative => format!("{cumulative_points} points cumulative"),
-        Significance::Both if self_points == cumulative_points => {
-            format!("{self_points} points self and cumulative")
-        }
-        Significance::Both => {
-            format!("{self_points} points self, {cumulative_points} points cumulative")
-        }
+        Significance::SelfShare => words(&own, "self"),
+        Significance::Cumulative => words(&cumulative, "cumulative"),
+        Significance::Both if own == cumulative => words(&own, "self and cumulative"),
+        Significance::Both => format!(
+            "{}, {}",
+            words(&own, "self"),
+            words(&cumulative, "cumulative")
+        ),
     }
 }
 
@@ -570,7 +790,7 @@ fn verdict(diff: &Diff, output: &Output, name: impl Fn(&Label) -> String) -> Str
                 format!(
                     "{} {}",
                     name(&change.label),
-                    changes_in_words(change, shares)
+                    changes_in_words(&diff.base.measure, change, shares)
                 )
             })
             .collect::<Vec<_>>()
@@ -632,7 +852,10 @@ fn title(diff: &Diff, arrow: &str) -> String {
 /// ```
 ///
 /// A test not made (a function with no self samples, or on every sample of both
-/// profiles) has `-` as its z and p.
+/// profiles; every test with [`Method::Threshold`]) has `-` as its z and p. For memory
+/// counters the amounts are bytes (`base bytes`, `8.0 MiB`: [`Measure::format_amount`])
+/// and the result gives the change of bytes after that of points: `Cache.add
+/// (/work/app.py:20) +36.36 points cumulative (+64.0 MiB)`.
 ///
 /// # Errors
 /// Those of `out`.
@@ -658,13 +881,13 @@ pub fn write_text(diff: &Diff, output: &Output, out: &mut dyn Write) -> io::Resu
         .iter()
         .map(|change| cells(diff, change))
         .collect();
-    let mut widths: Vec<usize> = HEADINGS.iter().map(|heading| heading.len() + 2).collect();
+    let headings = headings(&diff.base.measure);
+    let mut widths: Vec<usize> = headings.iter().map(|heading| heading.len() + 2).collect();
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.len() + 2);
         }
     }
-    let headings: Vec<String> = HEADINGS.iter().map(|heading| heading.to_string()).collect();
     writeln!(
         out,
         "{}",
@@ -713,16 +936,24 @@ fn markdown_name(label: &Label) -> String {
 /// Those of `out`.
 pub fn write_markdown(diff: &Diff, output: &Output, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "### {}\n", title(diff, "→"))?;
-    writeln!(out, "| profile | files and program | samples | time |")?;
+    let amount_heading = match diff.base.measure.unit {
+        Unit::Ticks => "time",
+        Unit::Bytes | Unit::Amount => "bytes",
+    };
+    writeln!(
+        out,
+        "| profile | files and program | {} | {amount_heading} |",
+        diff.base.measure.count_noun()
+    )?;
     writeln!(out, "|---|---|--:|--:|")?;
     for (name, side) in [("base", &diff.base), ("new", &diff.new)] {
         let measure = &side.measure;
         writeln!(
             out,
-            "| {name} | {} | {} | {:.3} s |",
+            "| {name} | {} | {} | {} |",
             code(&side.description),
             measure.total.count,
-            measure.seconds(measure.total.amount)
+            measure.format_with_unit(measure.total.amount)
         )?;
     }
     let threshold = diff
@@ -739,11 +970,12 @@ pub fn write_markdown(diff: &Diff, output: &Output, out: &mut dyn Write) -> io::
     }
     writeln!(out, "\n**{}**\n", verdict(diff, output, markdown_name))?;
     write!(out, "| function |")?;
-    for heading in HEADINGS {
+    let headings = headings(&diff.base.measure);
+    for heading in &headings {
         write!(out, " {heading} |")?;
     }
     write!(out, "\n|---|")?;
-    for _ in HEADINGS {
+    for _ in &headings {
         write!(out, "--:|")?;
     }
     writeln!(out)?;
@@ -928,5 +1160,102 @@ C2 FN4=(F0+20 N=(other))+1 V0:(4b,4b,1)
         assert!(text.ends_with(
             "result: REGRESSION: 1 function(s) grew significantly by more than 2.00 points: work (/work/app.py:10) +17.50 points cumulative\n"
         ), "{text}");
+    }
+
+    /// A memory profile of `f` and `g` with `f_bytes` and `g_bytes` live, recorded every
+    /// `rate` bytes (no memory statistics for 1, as IgProf's).
+    fn live(f_bytes: i64, g_bytes: i64, rate: u32) -> Profile {
+        let statistics = if rate > 1 {
+            format!(
+                "C1 FN0=(F0=([pyigprof])+0 N=(#pyigprof stats samples=0))+0 V0=(PERF_TICKS):(0,0,0)\n\
+                 C1 FN1=(F0+0 N=(#pyigprof memory rate_bytes={rate}))+0\n"
+            )
+        } else {
+            "C1 FN0=(F0=([none])+0 N=(start))+0\nC1 FN1=(F0+0 N=(end))+0\n".to_string()
+        };
+        load(
+            "m.txt",
+            format!(
+                "P=(HEX ID=1 N=(python3 m.py) T=0.004000)\n{statistics}\
+                 C1 FN2=(F1=(/work/m.py)+1 N=(f))+0 V1=(MEM_LIVE):(1,{f_bytes:x},0)\n\
+                 C1 FN3=(F1+9 N=(g))+0 V1:(1,{g_bytes:x},0)\n"
+            )
+            .as_bytes(),
+        )
+    }
+
+    #[test]
+    fn memory_is_tested_in_samples_of_r_bytes_or_by_the_threshold() {
+        let options = Options {
+            counter: "MEM_LIVE".to_string(),
+            ..Options::default()
+        };
+        // Sampled every 1 KiB: f 30 KiB of 100 → 45 KiB of 100, the z of 30/100 → 45/100
+        // samples (the first test of this module).
+        let diff = compute(
+            &live(30 << 10, 70 << 10, 1024),
+            &live(45 << 10, 55 << 10, 1024),
+            &options,
+        )
+        .unwrap();
+        assert_eq!(
+            diff.method,
+            Method::SampledBytes {
+                base_rate: 1024.0,
+                new_rate: 1024.0
+            }
+        );
+        let f = find(&diff, "/work/m.py:1");
+        assert_eq!((f.base.self_samples, f.new.self_samples), (30, 45));
+        assert!((f.test.unwrap().z - 2.1908902300206647).abs() < 1e-12);
+        // Exact on one side only: still a test, the exact side counting every byte.
+        let diff = compute(
+            &live(30 << 10, 70 << 10, 1),
+            &live(45 << 10, 55 << 10, 1024),
+            &options,
+        )
+        .unwrap();
+        assert_eq!(
+            diff.method,
+            Method::SampledBytes {
+                base_rate: 1.0,
+                new_rate: 1024.0
+            }
+        );
+        assert_eq!(find(&diff, "/work/m.py:1").base.self_samples, 30 << 10);
+        // Exact on both sides: no test; f's +15 points are significant, and a regression
+        // beyond 10 points, g's -15 points are significant but no regression.
+        let diff = compute(
+            &live(30 << 10, 70 << 10, 1),
+            &live(45 << 10, 55 << 10, 1),
+            &options,
+        )
+        .unwrap();
+        assert_eq!(
+            diff.method,
+            Method::Threshold {
+                min_change: DEFAULT_MIN_CHANGE,
+                maximum: false
+            }
+        );
+        assert_eq!(diff.tests, 0);
+        let f = find(&diff, "/work/m.py:1");
+        assert_eq!((f.test, f.significant), (None, Significance::Both));
+        assert_eq!(find(&diff, "/work/m.py:9").significant, Significance::Both);
+        let regressions = diff.regressions(10.0);
+        assert_eq!(regressions.len(), 1);
+        assert_eq!(regressions[0].change.label.name, "f");
+        // Below the threshold: not significant.
+        let strict = Options {
+            min_change: 20.0,
+            ..options.clone()
+        };
+        let diff = compute(
+            &live(30 << 10, 70 << 10, 1),
+            &live(45 << 10, 55 << 10, 1),
+            &strict,
+        )
+        .unwrap();
+        assert_eq!(diff.significant().count(), 0);
     }
 }

@@ -3,7 +3,8 @@
 //! crate (a Rust port of Brendan Gregg's `flamegraph.pl`).
 //!
 //! The width of a frame is its cumulative amount: ticks of T seconds for `PERF_TICKS`
-//! (the tooltip gives ticks and the share of the total), bytes for IgProf's `MEM_TOTAL`.
+//! (the tooltip gives ticks and the share of the total), bytes for the memory counters
+//! (`MEM_*`: the tooltip says `bytes`), the counter's amount otherwise.
 //! Colours are chosen from each function's name, so the same function has the same
 //! colour in every graph.
 
@@ -63,6 +64,7 @@ pub fn write(profile: &Profile, graph: &FlameGraph, out: &mut dyn Write) -> io::
     options.subtitle = Some(elide_end(&subtitle, subtitle_chars));
     options.count_name = match measure.unit {
         Unit::Ticks => format!("ticks of {:.3} ms", measure.tick_period * 1000.0),
+        Unit::Bytes => "bytes".to_string(),
         Unit::Amount => measure.counter.clone(),
     };
     options.hash = true;

@@ -34,11 +34,17 @@ pub struct Document {
     pub sources: Vec<Source>,
     /// The counter reported on, e.g. `PERF_TICKS`.
     pub counter: String,
-    /// What its amounts are: `ticks` (CPU time in ticks of `tick_period_s`) or `amount`
-    /// (anything else, e.g. bytes).
+    /// What its amounts are: `ticks` (CPU time in ticks of `tick_period_s`), `bytes`
+    /// (the memory counters, `MEM_*`) or `amount` (anything else).
     pub unit: String,
     /// Seconds per tick.
     pub tick_period_s: f64,
+    /// For unit `bytes`: R, the mean number of bytes allocated between two recorded
+    /// allocations (the largest of the dumps merged); 1 when every allocation was
+    /// recorded (exact figures), more when they are estimates from sampling bytes
+    /// ([`super::memory::Sampling`]). `null` for other units.
+    #[serde(default)]
+    pub rate_bytes: Option<f64>,
     /// The counter's total over the profile.
     pub total: Total,
     /// How many nodes of the dumps the Python view hid (0 with `--all-frames`).
@@ -64,7 +70,7 @@ pub struct Source {
 /// The counter's total.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Total {
-    /// Samples (signals; calls for memory counters).
+    /// Samples (signals; allocations or blocks for memory counters).
     pub samples: i64,
     /// Amount: ticks, or bytes…
     pub amount: i64,
@@ -214,12 +220,9 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Document, Error> 
             })
             .collect(),
         counter: measure.counter.clone(),
-        unit: match measure.unit {
-            Unit::Ticks => "ticks",
-            Unit::Amount => "amount",
-        }
-        .to_string(),
+        unit: measure.unit.name().to_string(),
         tick_period_s: measure.tick_period,
+        rate_bytes: measure.rate_bytes(),
         total: Total {
             samples: measure.total.count,
             amount: total,

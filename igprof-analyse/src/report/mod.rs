@@ -16,6 +16,8 @@
 //! - [`json`]: functions and call tree as JSON;
 //! - [`diff`]: the comparison of two profiles with a significance test per function.
 //!
+//! [`memory`] says what the memory counters (`MEM_*`) measure and writes their bytes.
+//!
 //! Reports work on the profile as the chosen view ([`crate::view`]) shows it, reshaped by
 //! the options of [`crate::transform`].
 
@@ -25,6 +27,7 @@ pub mod diff;
 pub mod flamegraph;
 pub mod json;
 pub mod lines;
+pub mod memory;
 pub mod pprof;
 pub mod speedscope;
 pub mod sqlite;
@@ -66,8 +69,8 @@ pub struct Options {
     pub limit: usize,
     /// The sort order.
     pub order: Order,
-    /// IgProf's `--calls`: `--top` and `--text` add the samples (calls for memory
-    /// counters) of each row.
+    /// IgProf's `--calls`: `--top` and `--text` add the samples (allocations or blocks
+    /// for memory counters) of each row.
     pub calls: bool,
     /// IgProf's `--paths`: `--top` and `--text` add each function's (and call's) number
     /// of call paths, the places of the call tree ([`CallTree`]) where it is.
@@ -92,7 +95,10 @@ pub enum Unit {
     /// CPU time in ticks of [`crate::profile::Source::tick_period`] seconds
     /// (`PERF_TICKS` and any other `*_TICKS` counter); the count is a number of samples.
     Ticks,
-    /// Anything else (e.g. IgProf's `MEM_TOTAL` bytes); the count is a number of calls.
+    /// Bytes: the memory counters (`MEM_*`, [`memory`]); the count is a number of
+    /// allocations or blocks.
+    Bytes,
+    /// Anything else; the count is a number of calls.
     Amount,
 }
 
@@ -101,10 +107,71 @@ impl Unit {
     pub fn of(name: &str) -> Unit {
         if name.ends_with("_TICKS") {
             Unit::Ticks
+        } else if memory::Kind::of(name).is_some() {
+            Unit::Bytes
         } else {
             Unit::Amount
         }
     }
+
+    /// Its name in the JSON document and the SQLite database: `ticks`, `bytes` or
+    /// `amount`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Ticks => "ticks",
+            Unit::Bytes => "bytes",
+            Unit::Amount => "amount",
+        }
+    }
+}
+
+/// `value` (an integer or a decimal number as text) with its thousands separated by
+/// `separator`: `thousands("2127280", ',')` is `2,127,280`.
+pub fn thousands(value: &str, separator: char) -> String {
+    let (integer, fraction) = value
+        .split_once('.')
+        .map_or((value, None), |(i, f)| (i, Some(f)));
+    let (sign, digits) = integer
+        .strip_prefix('-')
+        .map_or(("", integer), |digits| ("-", digits));
+    let mut grouped = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            grouped.push(separator);
+        }
+        grouped.push(digit);
+    }
+    match fraction {
+        Some(fraction) => format!("{sign}{grouped}.{fraction}"),
+        None => format!("{sign}{grouped}"),
+    }
+}
+
+/// `word` with its first letter in upper case: `Allocations` (a heading, a callgrind
+/// event).
+pub(crate) fn capitalized(word: &str) -> String {
+    let mut chars = word.chars();
+    chars.next().map_or_else(String::new, |first| {
+        first.to_uppercase().chain(chars).collect()
+    })
+}
+
+/// The counter a report is on when none is asked for: the first counter of `profile`
+/// that has a value (IgProf's rule is the first counter; pyigprof's statistics define
+/// `PERF_TICKS` first, without values, even in a profile of memory only), else the first
+/// counter; `None` for a profile without counters.
+pub fn default_counter(profile: &Profile) -> Option<&str> {
+    let counters = profile.counters();
+    let has_values = |id: usize| {
+        profile
+            .nodes()
+            .iter()
+            .any(|node| node.value(id as CounterId) != Values::default())
+    };
+    (0..counters.len())
+        .find(|&id| has_values(id))
+        .or((!counters.is_empty()).then_some(0))
+        .map(|id| counters[id].as_str())
 }
 
 /// The input files, comma separated, as errors and report headers name them.
@@ -166,20 +233,89 @@ pub struct Measure {
     pub counter: String,
     /// What its amounts measure.
     pub unit: Unit,
-    /// The counter's total over the profile: samples (or calls) and amount.
+    /// The counter's total over the profile: samples (or allocations, blocks, calls) and
+    /// amount.
     pub total: Values,
     /// Seconds per tick (of the first dump; all merged dumps have the same).
     pub tick_period: f64,
+    /// For a memory counter of a profile recorded by sampling bytes, how: its figures
+    /// are estimates. `None` for exact figures (every allocation recorded: IgProf's
+    /// profiles, pyigprof's at rate 1) and for counters that are not memory counters.
+    pub sampling: Option<memory::Sampling>,
+    /// Whether the amounts are the dumps' peaks (`--value peak`, [`Profile::peaks`]).
+    pub peaks: bool,
 }
 
 impl Measure {
-    /// `amount` as the reports show it: seconds with 3 decimals for ticks, the raw
-    /// number otherwise.
+    /// `amount` as the reports show it: seconds with 3 decimals for ticks (without
+    /// unit: the column heading says `s`), bytes in IEC units for memory counters
+    /// ([`memory::format_bytes`]: `82.7 MiB`), the raw number otherwise.
     pub fn format_amount(&self, amount: i64) -> String {
         match self.unit {
             Unit::Ticks => format!("{:.3}", self.seconds(amount)),
+            Unit::Bytes => memory::format_bytes(amount),
             Unit::Amount => amount.to_string(),
         }
+    }
+
+    /// `amount` with its unit, where [`Measure::format_amount`] leaves it to the
+    /// heading: `0.096 s` for ticks, as [`Measure::format_amount`] otherwise.
+    pub fn format_with_unit(&self, amount: i64) -> String {
+        match self.unit {
+            Unit::Ticks => format!("{} s", self.format_amount(amount)),
+            Unit::Bytes | Unit::Amount => self.format_amount(amount),
+        }
+    }
+
+    /// A change of `delta` as [`Measure::format_with_unit`] writes it, with its sign:
+    /// `+64.0 MiB`, `-0.012 s`, `0 B`.
+    pub fn format_change(&self, delta: i64) -> String {
+        let text = self.format_with_unit(delta);
+        if delta > 0 {
+            format!("+{text}")
+        } else {
+            text
+        }
+    }
+
+    /// The heading of an amount column: `prefix` and the unit of
+    /// [`Measure::format_amount`]'s numbers: `self s` for ticks, `self bytes` for memory
+    /// counters, `self` otherwise.
+    pub fn heading(&self, prefix: &str) -> String {
+        match self.unit {
+            Unit::Ticks => format!("{prefix} s"),
+            Unit::Bytes => format!("{prefix} bytes"),
+            Unit::Amount => prefix.to_string(),
+        }
+    }
+
+    /// What the counts are a number of: `samples` for ticks, `allocations` or `blocks`
+    /// for memory counters ([`memory::Kind::count_noun`]), `calls` otherwise.
+    pub fn count_noun(&self) -> &'static str {
+        match self.unit {
+            Unit::Ticks => "samples",
+            Unit::Bytes => memory::Kind::of(&self.counter).map_or("calls", |k| k.count_noun()),
+            Unit::Amount => "calls",
+        }
+    }
+
+    /// What the amounts of a memory counter are, in words to follow a number of bytes:
+    /// `allocated`, `live`, … ([`memory::Kind::amount_words`]), `in peaks of call-tree
+    /// nodes` with `--value peak`; empty for other counters.
+    pub fn amount_words(&self) -> &'static str {
+        match (self.unit, memory::Kind::of(&self.counter)) {
+            (Unit::Bytes, _) if self.peaks => "in peaks of call-tree nodes",
+            (Unit::Bytes, Some(kind)) => kind.amount_words(),
+            _ => "",
+        }
+    }
+
+    /// For a memory counter, R: the mean number of bytes allocated between two recorded
+    /// allocations ([`memory::Sampling::rate_bytes`]), 1 when every allocation was
+    /// recorded; `None` for other counters.
+    pub fn rate_bytes(&self) -> Option<f64> {
+        (self.unit == Unit::Bytes)
+            .then(|| self.sampling.map_or(1.0, |sampling| sampling.rate_bytes))
     }
 
     /// `amount` ticks in seconds (`amount` × [`Measure::tick_period`]); only meaningful
@@ -189,8 +325,12 @@ impl Measure {
     }
 
     /// The line giving the counter's total:
-    /// `PERF_TICKS: 617 samples, 2468 ticks of 4.000 ms = 9.872 s` for ticks,
-    /// `MEM_TOTAL: 3 calls, 822 total` otherwise.
+    /// `PERF_TICKS: 617 samples, 2468 ticks of 4.000 ms = 9.872 s` for ticks;
+    /// `MEM_TOTAL: 20 allocations, 6.2 KiB allocated (6,317 bytes)` for memory counters
+    /// (blocks and `live` for `MEM_LIVE`, …: [`memory::Kind`]; the exact bytes from
+    /// 1 KiB), the amount said to be peaks with `--value peak`, followed for a sampled
+    /// profile by `; ` and [`memory::Sampling::note`]; `COUNTER: 3 calls, 822 total`
+    /// otherwise.
     pub fn total_line(&self) -> String {
         let total = self.total.amount;
         match self.unit {
@@ -202,6 +342,28 @@ impl Measure {
                 self.tick_period * 1000.0,
                 self.seconds(total)
             ),
+            Unit::Bytes => {
+                let words = self.amount_words();
+                let mut line = format!(
+                    "{}: {} {}, {}",
+                    self.counter,
+                    thousands(&self.total.count.to_string(), ','),
+                    self.count_noun(),
+                    self.format_amount(total)
+                );
+                if !words.is_empty() {
+                    line.push(' ');
+                    line.push_str(words);
+                }
+                if total.unsigned_abs() >= 1024 {
+                    line.push_str(&format!(" ({} bytes)", thousands(&total.to_string(), ',')));
+                }
+                if let Some(sampling) = &self.sampling {
+                    line.push_str("; ");
+                    line.push_str(&sampling.note());
+                }
+                line
+            }
             Unit::Amount => format!(
                 "{}: {} calls, {} total",
                 self.counter, self.total.count, total
@@ -213,17 +375,25 @@ impl Measure {
     /// profile has no counter at all, the total then being zero.
     ///
     /// # Errors
-    /// Those of [`find_counter`].
+    /// Those of [`find_counter`], and for a memory counter those of
+    /// [`memory::Sampling::of`].
     pub fn select(profile: &Profile, name: &str) -> Result<(Measure, Option<CounterId>), Error> {
         let id = find_counter(profile, name)?;
+        let unit = Unit::of(name);
+        let sampling = match unit {
+            Unit::Bytes => memory::Sampling::of(profile)?,
+            Unit::Ticks | Unit::Amount => None,
+        };
         let measure = Measure {
             counter: name.to_string(),
-            unit: Unit::of(name),
+            unit,
             total: id.map_or_else(Values::default, |id| profile.total(id)),
             tick_period: profile
                 .sources
                 .first()
                 .map_or(0.0, |source| source.tick_period),
+            sampling,
+            peaks: profile.peaks,
         };
         Ok((measure, id))
     }
@@ -299,7 +469,7 @@ pub struct FunctionAmounts {
     /// The amount of the samples with the function anywhere on their stack, each
     /// sample counted once even where the function recurses.
     pub cumulative: Vec<i64>,
-    /// The number of those samples (calls for memory counters), counted the same way.
+    /// The number of those samples (allocations or blocks for memory counters), counted the same way.
     pub cumulative_counts: Vec<i64>,
 }
 
@@ -362,7 +532,7 @@ pub struct Arcs {
     /// Per arc, the amount of the samples whose stack has that call, each sample
     /// counted once even where the call recurs on its stack.
     pub amounts: Vec<i64>,
-    /// Per arc, the number of those samples (calls for memory counters).
+    /// Per arc, the number of those samples (allocations or blocks for memory counters).
     pub counts: Vec<i64>,
 }
 
@@ -691,8 +861,10 @@ pub(crate) fn table_line(cells: &[String], widths: &[usize], text: &str) -> Stri
 /// ```
 ///
 /// Percents (of the counter's total) have 2 decimals, seconds 3; columns widen to fit
-/// their values. Counters that are not ticks show raw amounts in `self` and `cum`
-/// columns instead of seconds. The report's extra [`Column`]s follow the amounts.
+/// their values. Memory counters show bytes in IEC units in `self bytes` and `cum bytes`
+/// columns ([`Measure::format_amount`]: `82.7 MiB`), other counters that are not ticks
+/// raw amounts in `self` and `cum` columns. The report's extra [`Column`]s follow the
+/// amounts.
 ///
 /// # Errors
 /// Those of `out`.
@@ -704,13 +876,12 @@ pub fn write<T: Item>(
     let measure = &report.measure;
     write_preamble(profile, measure, out)?;
     let total = measure.total.amount;
-    let amount_labels = match measure.unit {
-        Unit::Ticks => ["self s", "cum s"],
-        Unit::Amount => ["self", "cum"],
-    };
-    let mut labels: Vec<String> = ["self %", amount_labels[0], "cum %", amount_labels[1]]
-        .map(String::from)
-        .to_vec();
+    let mut labels: Vec<String> = vec![
+        "self %".to_string(),
+        measure.heading("self"),
+        "cum %".to_string(),
+        measure.heading("cum"),
+    ];
     labels.extend(report.columns.iter().map(|column| column.heading.clone()));
     let cells: Vec<Vec<String>> = report
         .rows

@@ -4,9 +4,14 @@
 //!
 //! - One [`Sample`] per distinct stack with values `[samples, cpu nanoseconds]`
 //!   (`sample_type` `samples/count` and `cpu/nanoseconds`, `period_type`
-//!   `cpu/nanoseconds`, `period` = the tick period in ns). For counters that are not
-//!   ticks: `[calls, amount]` (`calls/count` and `<counter>/bytes` for IgProf's `MEM_*`
-//!   counters, `<counter>/count` otherwise; period 1).
+//!   `cpu/nanoseconds`, `period` = the tick period in ns). For the memory counters
+//!   `[count, bytes]` as Go's heap profiles name them: `alloc_objects/count` and
+//!   `alloc_space/bytes` for `MEM_TOTAL`, `inuse_objects/count` and `inuse_space/bytes`
+//!   for `MEM_LIVE` and `MEM_LIVE_PEAK`, `alloc_objects/count` and
+//!   `max_alloc_space/bytes` for `MEM_MAX`, `calls/count` and `<counter>/bytes` for other
+//!   `MEM_*` counters; `period_type` `space/bytes`, `period` the mean bytes between
+//!   recorded allocations (1 when every allocation is recorded). For other counters:
+//!   `[calls, amount]` (`calls/count` and `<counter>/count`; period 1).
 //! - A [`Location`] per Python function and line (its [`Line`] has the line being run,
 //!   the function's first line plus the node's offset) and per native function (at the
 //!   function's start address, line 0: native offsets are merged). Stacks are written
@@ -27,6 +32,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
 
+use super::memory::{self, Kind};
 use super::{header_line, Measure, Options, Unit};
 use crate::error::Error;
 use crate::profile::{FunctionId, NodeId, Profile};
@@ -185,6 +191,18 @@ impl Strings {
     }
 }
 
+/// The sample types of memory counter `counter`: its count and its bytes, named as Go's
+/// heap profiles name them where they mean the same (`alloc_objects`/`alloc_space` for
+/// `MEM_TOTAL`, `inuse_objects`/`inuse_space` for `MEM_LIVE` and `MEM_LIVE_PEAK`).
+fn memory_types(counter: &str) -> [(&str, &'static str); 2] {
+    match memory::Kind::of(counter) {
+        Some(Kind::Total) => [("alloc_objects", "count"), ("alloc_space", "bytes")],
+        Some(Kind::Live | Kind::LivePeak) => [("inuse_objects", "count"), ("inuse_space", "bytes")],
+        Some(Kind::Max) => [("alloc_objects", "count"), ("max_alloc_space", "bytes")],
+        Some(Kind::Other) | None => [("calls", "count"), (counter, "bytes")],
+    }
+}
+
 /// Computes the pprof profile of `options.counter` in `profile` (the limit and order do
 /// not apply).
 ///
@@ -204,11 +222,11 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<PprofProfile, Err
                 period,
             )
         }
-        Unit::Amount if measure.counter.starts_with("MEM_") => (
-            [("calls", "count"), (measure.counter.as_str(), "bytes")],
-            1,
-            1,
-        ),
+        Unit::Bytes => {
+            // As Go's heap profiles: the period is the mean bytes between samples.
+            let rate = measure.rate_bytes().unwrap_or(1.0).round() as i64;
+            (memory_types(&measure.counter), 1, rate)
+        }
         Unit::Amount => (
             [("calls", "count"), (measure.counter.as_str(), "count")],
             1,
@@ -222,7 +240,13 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<PprofProfile, Err
             unit: strings.get(unit),
         })
         .collect();
-    let period_type = Some(sample_type[1].clone());
+    let period_type = Some(match measure.unit {
+        Unit::Bytes => ValueType {
+            r#type: strings.get("space"),
+            unit: strings.get("bytes"),
+        },
+        Unit::Ticks | Unit::Amount => sample_type[1].clone(),
+    });
     let default_sample_type = sample_type[1].r#type;
     let comment = vec![
         strings.get(&header_line(profile)),

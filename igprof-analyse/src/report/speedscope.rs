@@ -6,7 +6,7 @@
 //! for Python code `line`, its first line); each sample is a distinct stack of the
 //! [`CallTree`] with a self amount, as frame indices from the outermost frame to the
 //! innermost, and its weight is that amount: seconds (amount × T) for tick counters,
-//! bytes for IgProf's `MEM_*` counters, the raw amount otherwise. The weights sum to the
+//! bytes (unit `bytes`) for the memory counters (`MEM_*`), the raw amount otherwise. The weights sum to the
 //! counter's total (of its positive amounts), which is also the profile's `endValue`.
 //! As stacks are merged, speedscope's "Time Order" view shows them in call-tree order,
 //! not in time; "Left Heavy" and "Sandwich" are exact.
@@ -93,7 +93,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<File, Error> {
     let tree = CallTree::of(profile, counter);
     let (unit, scale) = match measure.unit {
         Unit::Ticks => ("seconds", measure.tick_period),
-        Unit::Amount if measure.counter.starts_with("MEM_") => ("bytes", 1.0),
+        Unit::Bytes => ("bytes", 1.0),
         Unit::Amount => ("none", 1.0),
     };
     let mut frames: Vec<Frame> = Vec::new();

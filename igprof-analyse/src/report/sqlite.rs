@@ -4,8 +4,11 @@
 //! ([`write_sql`]). docs/analyser.md ("SQLite") has the schema with example queries;
 //! [`SCHEMA`] is its SQL.
 //!
-//! - `profile`: one row: the counter, its unit and total, the tick period, the view,
-//!   `--value`, the analyser's arguments;
+//! - `profile`: one row: the counter, its unit (`ticks`, `bytes` for the memory
+//!   counters, `amount`) and total, the tick period, the view, `--value`, the analyser's
+//!   arguments and, for memory counters, the mean bytes between recorded allocations
+//!   (`rate_bytes`: 1 when every allocation is recorded, more for estimates from
+//!   sampling);
 //! - `sources`: the dumps read (path, program, pid, tick period);
 //! - `files`, `functions`: every function with a cost, its shown name (demangled,
 //!   Python's qualified name), its symbol as in the dump, file, whether it is Python and
@@ -46,7 +49,8 @@ CREATE TABLE profile (
     value TEXT NOT NULL,
     hidden_nodes INTEGER NOT NULL,
     arguments TEXT NOT NULL,
-    creator TEXT NOT NULL
+    creator TEXT NOT NULL,
+    rate_bytes REAL
 );
 CREATE TABLE sources (
     id INTEGER PRIMARY KEY,
@@ -359,10 +363,10 @@ fn fill(
     let ticks = measure.unit == Unit::Ticks;
     let seconds = |amount: i64| ticks.then(|| measure.seconds(amount));
     transaction.execute(
-        "INSERT INTO profile VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        "INSERT INTO profile VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         params![
             measure.counter,
-            if ticks { "ticks" } else { "amount" },
+            measure.unit.name(),
             measure.tick_period,
             measure.total.count,
             measure.total.amount,
@@ -372,6 +376,7 @@ fn fill(
             profile.hidden_nodes as i64,
             settings.arguments,
             format!("{} {}", crate::error::PROGRAM, env!("CARGO_PKG_VERSION")),
+            measure.rate_bytes(),
         ],
     )?;
     {

@@ -63,23 +63,7 @@ pub fn compute(profile: &Profile, options: &Options, limit: usize) -> Result<Sta
 
 /// `value` with its thousands separated by `'`, as IgProf's `thousands()`.
 fn thousands(value: &str) -> String {
-    let (integer, fraction) = value
-        .split_once('.')
-        .map_or((value, None), |(i, f)| (i, Some(f)));
-    let (sign, digits) = integer
-        .strip_prefix('-')
-        .map_or(("", integer), |digits| ("-", digits));
-    let mut grouped = String::new();
-    for (index, digit) in digits.chars().enumerate() {
-        if index > 0 && (digits.len() - index) % 3 == 0 {
-            grouped.push('\'');
-        }
-        grouped.push(digit);
-    }
-    match fraction {
-        Some(fraction) => format!("{sign}{grouped}.{fraction}"),
-        None => format!("{sign}{grouped}"),
-    }
+    super::thousands(value, '\'')
 }
 
 /// Writes `stacks` as IgProf does: `## Entry <rank> (<value>)`, then `#<i> <function>`
@@ -94,7 +78,8 @@ pub fn write(profile: &Profile, stacks: &Stacks, out: &mut dyn Write) -> io::Res
                 "{} seconds",
                 thousands(&format!("{:.2}", stacks.measure.seconds(amount)))
             ),
-            Unit::Amount => format!("{} bytes", thousands(&amount.to_string())),
+            // IgProf's form (its exact bytes), which scripts of IgProf's output read.
+            Unit::Bytes | Unit::Amount => format!("{} bytes", thousands(&amount.to_string())),
         };
         writeln!(out, "## Entry {} ({value})", rank + 1)?;
         let mut frame = 0;

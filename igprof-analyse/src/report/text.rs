@@ -13,14 +13,15 @@
 //!   `<spontaneous>`. Every sample counts once per arc, even where the arc recurs on
 //!   its stack.
 //!
-//! Amounts are seconds for tick counters (amount × T), raw amounts otherwise; percents
-//! are of the counter's total.
+//! Amounts are seconds for tick counters (amount × T), bytes in IEC units for memory
+//! counters ([`super::memory`]), raw amounts otherwise; percents are of the counter's
+//! total.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
 
 use super::{
-    paths, percent, write_preamble, Arcs, CallTree, FunctionAmounts, Measure, Options, Unit,
+    capitalized, paths, percent, write_preamble, Arcs, CallTree, FunctionAmounts, Measure, Options,
 };
 use crate::error::Error;
 use crate::profile::{FunctionId, Profile};
@@ -42,7 +43,7 @@ pub struct Arc {
     pub other: Option<FunctionId>,
     /// The amount of the samples whose stack has this call, each counted once.
     pub amount: i64,
-    /// The number of those samples (calls for memory counters).
+    /// The number of those samples (allocations or blocks for memory counters).
     pub count: i64,
     /// In how many places of the call tree the call is (IgProf's paths).
     pub paths: i64,
@@ -61,7 +62,7 @@ pub struct Entry {
     pub self_amount: i64,
     /// Its cumulative amount (recursion counted once).
     pub cumulative: i64,
-    /// Its self samples (calls for memory counters).
+    /// Its self samples (allocations or blocks for memory counters).
     pub self_count: i64,
     /// Its cumulative samples (calls), recursion counted once.
     pub cumulative_count: i64,
@@ -187,7 +188,8 @@ const RULE: &str = "------------------------------------------------------------
 /// ```
 ///
 /// With [`Text::calls`] and [`Text::paths`] (IgProf's `--calls` and `--paths`) the flat
-/// profiles add a `Samples` (`Calls` for counters that are not ticks) and a `Paths`
+/// profiles add a `Samples` (`Allocations` or `Blocks` for memory counters, `Calls` for
+/// other counters that are not ticks: [`Measure::count_noun`]) and a `Paths`
 /// column: the function's cumulative (first profile) or self (second) samples, and its
 /// number of call paths; the call graph adds `Samples / Total` and `Paths / Total`: for
 /// the function its cumulative samples and paths, for a caller or callee those of the
@@ -200,10 +202,8 @@ pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<
     write_preamble(profile, measure, out)?;
     let total = measure.total.amount;
     let total_count = measure.total.count;
-    let calls_heading = match measure.unit {
-        Unit::Ticks => "Samples",
-        Unit::Amount => "Calls",
-    };
+    let calls_heading = capitalized(measure.count_noun());
+    let calls_heading = calls_heading.as_str();
     // Widths of the optional columns; 0 when not shown.
     let count_width = if text.calls {
         text.entries
@@ -252,10 +252,22 @@ pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<
         cells
     };
     let amount = |value: i64| measure.format_amount(value);
+    // Every amount printed fits: for bytes a smaller amount can be longer (1000.0 KiB
+    // against 1.0 MiB).
     let width = text
         .entries
         .iter()
-        .map(|entry| amount(entry.cumulative).len())
+        .flat_map(|entry| {
+            let arcs = entry.callers.iter().chain(&entry.callees);
+            [
+                entry.cumulative,
+                entry.self_amount,
+                entry.cumulative - entry.self_amount,
+            ]
+            .into_iter()
+            .chain(arcs.map(|arc| arc.amount))
+        })
+        .map(|value| amount(value).len())
         .chain([amount(total).len(), 9])
         .max()
         .unwrap_or(9);

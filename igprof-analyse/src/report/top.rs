@@ -9,13 +9,14 @@
 //!   nodes of that function, each sample counted once even if the function recurses
 //!   (a node whose ancestor is the same function adds nothing more).
 //!
-//! For tick counters, seconds = amount × T (the tick period of the `P=` line); percents
-//! are of the counter's total amount over the whole profile.
+//! For tick counters, seconds = amount × T (the tick period of the `P=` line); memory
+//! counters show bytes ([`super::memory`]); percents are of the counter's total amount
+//! over the whole profile.
 
 use std::fmt;
 
 pub use super::write;
-use super::{paths, ranked, report, CallTree, Column, FunctionAmounts, Item, Unit};
+use super::{paths, ranked, report, CallTree, Column, FunctionAmounts, Item};
 pub use super::{Options, Order};
 use crate::error::Error;
 use crate::profile::{CounterId, FunctionId, Profile};
@@ -82,8 +83,8 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Top, Error> {
     Ok(top)
 }
 
-/// The columns `--calls` (self and cumulative samples, or calls) and `--paths` (call
-/// paths) add to `top`, computed from the functions' `amounts` of `counter` (`None`: no
+/// The columns `--calls` (self and cumulative samples, or allocations, blocks, calls:
+/// [`super::Measure::count_noun`]) and `--paths` (call paths) add to `top`, computed from the functions' `amounts` of `counter` (`None`: no
 /// counter, no rows).
 fn columns(
     profile: &Profile,
@@ -91,10 +92,7 @@ fn columns(
     amounts: Option<&(FunctionAmounts, CounterId)>,
     options: &Options,
 ) -> Vec<Column> {
-    let noun = match top.measure.unit {
-        Unit::Ticks => "samples",
-        Unit::Amount => "calls",
-    };
+    let noun = top.measure.count_noun();
     let of = |values: &dyn Fn(&FunctionAmounts, usize) -> i64| -> Vec<i64> {
         amounts.map_or_else(Vec::new, |(amounts, _)| {
             top.rows
@@ -262,7 +260,7 @@ PERF_TICKS: 13 samples, 24 ticks of 4.000 ms = 0.096 s
     }
 
     #[test]
-    fn memory_counters_show_amounts() {
+    fn memory_counters_show_bytes() {
         let profile = profile(
             b"P=(ID=7 N=(app) T=0.010000)
 C1 FN0=(F0=(app)+100 N=(main))+5 V0=(MEM_TOTAL):(1,100,100)
@@ -278,10 +276,10 @@ C2 FN1=(F0+200 N=(alloc))+0 V0:(2,722,700);LK=(0x91441c8,615);LK=(0x91633c0,107)
             text(&profile, &top),
             "\
 pyigprof-analyse: rec.txt: app (pid 7)
-MEM_TOTAL: 3 calls, 822 total
-   self %      self    cum %       cum  function  (file)
-    87.83       722    87.83       722  alloc  (app)
-    12.17       100   100.00       822  main  (app)
+MEM_TOTAL: 3 allocations, 822 B allocated
+   self %  self bytes    cum %  cum bytes  function  (file)
+    87.83       722 B    87.83      722 B  alloc  (app)
+    12.17       100 B   100.00      822 B  main  (app)
 "
         );
     }

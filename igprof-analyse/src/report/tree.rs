@@ -4,11 +4,12 @@
 //! A node is a function at one place of the tree (its callers up to the outermost
 //! frame); its cumulative amount is its own plus its callees'. Children are listed by
 //! decreasing cumulative amount. Percents are of the counter's total; for tick counters,
-//! seconds = amount × T.
+//! seconds = amount × T; memory counters show bytes (`cum bytes`, `self bytes`:
+//! [`super::memory`]).
 
 use std::io::{self, Write};
 
-use super::{percent, table_line, write_preamble, CallTree, Measure, Options, Unit};
+use super::{percent, table_line, write_preamble, CallTree, Measure, Options};
 use crate::error::Error;
 use crate::profile::Profile;
 use crate::symbol::Label;
@@ -59,11 +60,12 @@ pub fn write(profile: &Profile, tree: &Tree, out: &mut dyn Write) -> io::Result<
     let measure = &tree.measure;
     write_preamble(profile, measure, out)?;
     let total = measure.total.amount;
-    let labels = match measure.unit {
-        Unit::Ticks => ["cum %", "cum s", "self %", "self s"],
-        Unit::Amount => ["cum %", "cum", "self %", "self"],
-    }
-    .map(String::from);
+    let labels = [
+        "cum %".to_string(),
+        measure.heading("cum"),
+        "self %".to_string(),
+        measure.heading("self"),
+    ];
     let order = tree.calls.preorder();
     let cells: Vec<[String; 4]> = order
         .iter()
