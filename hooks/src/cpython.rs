@@ -76,6 +76,9 @@ type AuditHook = extern "C" fn(*const c_char, *mut c_void, *mut c_void) -> c_int
 /// by a thread that has a thread state (with the GIL held). Returns `false` when this
 /// CPython has no audit hooks (before 3.8) or the registration failed.
 pub fn attach_by_audit_hook(on_attach: fn(Attached)) -> bool {
+    if HOOKED.swap(true, Ordering::AcqRel) {
+        return true;
+    }
     let add = symbol(c"PySys_AddAuditHook");
     if add == 0 {
         return false;
@@ -90,9 +93,189 @@ pub fn attach_by_audit_hook(on_attach: fn(Attached)) -> bool {
     rc == 0
 }
 
-extern "C" fn audit_hook(_event: *const c_char, _args: *mut c_void, _data: *mut c_void) -> c_int {
+/// Whether the audit hook was registered.
+static HOOKED: AtomicBool = AtomicBool::new(false);
+/// What to call when the program's main code starts (a `fn()`; null = nothing, or done).
+static ON_RUN: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Calls `on_run` (with the GIL held) from the audit hook ([`attach_by_audit_hook`], which
+/// must be registered too) at the event CPython raises right before it runs the
+/// program's main code, with the interpreter fully initialised: `cpython.run_file`,
+/// `cpython.run_command`, `cpython.run_module`, `cpython.run_stdin` or
+/// `cpython.run_interactivehook` (3.8+; an embedding application raises none of them).
+/// Until then the audit hook stays registered.
+pub fn call_when_program_runs(on_run: fn()) {
+    ON_RUN.store(on_run as *mut (), Ordering::Release);
+}
+
+extern "C" fn audit_hook(event: *const c_char, _args: *mut c_void, _data: *mut c_void) -> c_int {
     try_attach();
+    if !ON_RUN.load(Ordering::Acquire).is_null()
+        && !event.is_null()
+        // SAFETY: CPython passes the event's NUL-terminated name.
+        && unsafe { CStr::from_ptr(event) }
+            .to_bytes()
+            .starts_with(b"cpython.run_")
+    {
+        let on_run = ON_RUN.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !on_run.is_null() {
+            // SAFETY: stored from a `fn()` by call_when_program_runs.
+            let on_run: fn() = unsafe { std::mem::transmute(on_run) };
+            on_run();
+            if ATTACHED.load(Ordering::Acquire) {
+                unlink_audit_hook();
+            }
+        }
+    }
     0
+}
+
+/// What to call when the interpreter starts finalising (a `fn()`; null = nothing).
+static ON_FINALIZE: AtomicPtr<()> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Calls `on_finalize` when `Py_FinalizeEx` or `Py_Finalize` is called through the
+/// dynamic linker: by an embedding application, or by `Py_Main` of an interpreter built
+/// as a shared `libpython` with semantic interposition (GCC's default for `-fPIC`; CPython
+/// turns it off from 3.10 in optimised builds). The first thing finalisation does, before
+/// threads are joined and `atexit` callbacks run: for interpreters without audit hooks
+/// (before 3.8), the nearest point to the end of the program's code.
+pub fn call_before_finalize(on_finalize: fn()) {
+    ON_FINALIZE.store(on_finalize as *mut (), Ordering::Release);
+}
+
+fn finalizing() {
+    let cb = ON_FINALIZE.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if !cb.is_null() {
+        // SAFETY: stored from a `fn()` by call_before_finalize.
+        let cb: fn() = unsafe { std::mem::transmute(cb) };
+        cb();
+    }
+}
+
+static NEXT_FINALIZE_EX: crate::next::Next = crate::next::Next::new(c"Py_FinalizeEx");
+static NEXT_FINALIZE: crate::next::Next = crate::next::Next::new(c"Py_Finalize");
+
+/// `int Py_FinalizeEx(void)` (3.6+), interposed: see [`call_before_finalize`].
+#[no_mangle]
+pub extern "C" fn Py_FinalizeEx() -> c_int {
+    finalizing();
+    // SAFETY: the next definition, CPython's.
+    unsafe { std::mem::transmute::<usize, extern "C" fn() -> c_int>(NEXT_FINALIZE_EX.get())() }
+}
+
+/// `void Py_Finalize(void)`, interposed: see [`call_before_finalize`].
+#[no_mangle]
+pub extern "C" fn Py_Finalize() {
+    finalizing();
+    // SAFETY: the next definition, CPython's.
+    unsafe { std::mem::transmute::<usize, extern "C" fn()>(NEXT_FINALIZE.get())() }
+}
+
+/// `PyMethodDef` of CPython's `Include/methodobject.h`.
+#[repr(C)]
+struct MethodDef {
+    name: *const c_char,
+    method: usize,
+    flags: c_int,
+    doc: *const c_char,
+}
+
+/// `METH_NOARGS`.
+const METH_NOARGS: c_int = 0x0004;
+
+struct AtExit {
+    def: std::cell::UnsafeCell<MethodDef>,
+    callback: AtomicPtr<()>,
+}
+
+// SAFETY: written once, with the GIL held, before CPython reads it.
+unsafe impl Sync for AtExit {}
+
+static AT_EXIT: AtExit = AtExit {
+    def: std::cell::UnsafeCell::new(MethodDef {
+        name: c"pyigprof_program_ended".as_ptr(),
+        method: 0,
+        flags: METH_NOARGS,
+        doc: std::ptr::null(),
+    }),
+    callback: AtomicPtr::new(std::ptr::null_mut()),
+};
+
+extern "C" fn at_exit_trampoline(_module: *mut c_void, _args: *mut c_void) -> *mut c_void {
+    let callback = AT_EXIT.callback.load(Ordering::Acquire);
+    if !callback.is_null() {
+        // SAFETY: stored from a `fn()` by register_atexit.
+        let callback: fn() = unsafe { std::mem::transmute(callback) };
+        callback();
+    }
+    // `Py_BuildValue("")` is a new reference to None.
+    call_c_api::<extern "C" fn(*const c_char) -> *mut c_void>(c"Py_BuildValue")
+        .map_or(std::ptr::null_mut(), |build| build(c"".as_ptr()))
+}
+
+/// The C-API function `name`, typed `F` (the caller gives its C signature).
+fn call_c_api<F: Copy>(name: &CStr) -> Option<F> {
+    let address = symbol(name);
+    // SAFETY: F is a function pointer type with the symbol's signature (the caller's
+    // contract), of the size of an address.
+    (address != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&address) })
+}
+
+/// Registers `callback` with Python's `atexit` module: it runs when the program's code
+/// has ended (after the program's own `atexit` callbacks, which were registered later,
+/// and after non-daemon threads were joined) and before the interpreter frees the
+/// program's objects. Call with the GIL held, once the interpreter is initialised (from
+/// [`call_when_program_runs`]). Returns false when anything fails (the error is cleared).
+pub fn register_atexit(callback: fn()) -> bool {
+    type Import = extern "C" fn(*const c_char) -> *mut c_void;
+    type GetAttr = extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+    type NewFunction = extern "C" fn(*mut MethodDef, *mut c_void, *mut c_void) -> *mut c_void;
+    type Call = extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> *mut c_void;
+    type DecRef = extern "C" fn(*mut c_void);
+    type Clear = extern "C" fn();
+    let (Some(import), Some(get_attr), Some(new_function), Some(call), Some(dec_ref), Some(clear)) = (
+        call_c_api::<Import>(c"PyImport_ImportModule"),
+        call_c_api::<GetAttr>(c"PyObject_GetAttrString"),
+        call_c_api::<NewFunction>(c"PyCFunction_NewEx"),
+        call_c_api::<Call>(c"PyObject_CallFunctionObjArgs"),
+        call_c_api::<DecRef>(c"Py_DecRef"),
+        call_c_api::<Clear>(c"PyErr_Clear"),
+    ) else {
+        return false;
+    };
+    AT_EXIT
+        .callback
+        .store(callback as *mut (), Ordering::Release);
+    // SAFETY: the definition is static; written before CPython first reads it.
+    unsafe { (*AT_EXIT.def.get()).method = at_exit_trampoline as *const () as usize };
+    let module = import(c"atexit".as_ptr());
+    if module.is_null() {
+        clear();
+        return false;
+    }
+    let register = get_attr(module, c"register".as_ptr());
+    let function = new_function(
+        AT_EXIT.def.get(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    );
+    let mut done = false;
+    if !register.is_null() && !function.is_null() {
+        let result = call(register, function, std::ptr::null_mut());
+        done = !result.is_null();
+        if done {
+            dec_ref(result);
+        }
+    }
+    for object in [function, register, module] {
+        if !object.is_null() {
+            dec_ref(object);
+        }
+    }
+    if !done {
+        clear();
+    }
+    done
 }
 
 /// For interpreters without audit hooks whose key cannot be read from memory (a 3.6 whose
@@ -120,7 +303,9 @@ pub fn try_attach() -> bool {
         // SAFETY: stored from a `fn(Attached)` by attach_by_audit_hook or attach_later.
         let cb: fn(Attached) = unsafe { std::mem::transmute(cb) };
         cb(Attached { tss_key: key });
-        unlink_audit_hook();
+        if ON_RUN.load(Ordering::Acquire).is_null() {
+            unlink_audit_hook();
+        }
     }
     true
 }

@@ -18,26 +18,34 @@
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
 
 /// The allocator of the library's Rust code: the private heap.
 pub struct Allocator;
 
-struct Heap {
+/// A `dlmalloc` heap behind a spin lock that records the process holding it (see the
+/// module docs). `A` is where the heap gets its memory from.
+pub struct Heap<A> {
     locked: AtomicBool,
     /// Process id of the holder (valid while `locked`).
     holder: AtomicI32,
-    heap: UnsafeCell<dlmalloc::Dlmalloc>,
+    heap: UnsafeCell<dlmalloc::Dlmalloc<A>>,
 }
 
 // SAFETY: `heap` is only touched with `locked` held.
-unsafe impl Sync for Heap {}
+unsafe impl<A> Sync for Heap<A> {}
 
-static HEAP: Heap = Heap {
-    locked: AtomicBool::new(false),
-    holder: AtomicI32::new(0),
-    heap: UnsafeCell::new(dlmalloc::Dlmalloc::new()),
-};
+/// The heap of the library's own data.
+static OWN: Heap<Mapped> = Heap::new(dlmalloc::Dlmalloc::new_with_allocator(Mapped {
+    marked: false,
+}));
+
+/// The heap that serves the program's sampled allocations (the memory profiler's,
+/// [`crate::record::memory`]): its memory is mapped in 2 MiB-aligned regions marked in
+/// `OWNED`, so that `free` tells a sampled block from the program's by one load.
+pub static SAMPLED: Heap<Mapped> = Heap::new(dlmalloc::Dlmalloc::new_with_allocator(Mapped {
+    marked: true,
+}));
 
 fn pid() -> i32 {
     // SAFETY: getpid has no preconditions.
@@ -60,59 +68,75 @@ fn recorded_pid() -> i32 {
     }
 }
 
-fn lock() {
-    let mut spins = 0u32;
-    while HEAP
-        .locked
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        spins += 1;
-        if spins.is_multiple_of(64) {
-            if HEAP.holder.load(Ordering::Relaxed) != pid() {
-                // Held by a thread of the parent when this process was forked: it will
-                // never be released here.
-                break;
-            }
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
-        } else {
-            std::hint::spin_loop();
+impl<A: dlmalloc::Allocator> Heap<A> {
+    const fn new(heap: dlmalloc::Dlmalloc<A>) -> Self {
+        Heap {
+            locked: AtomicBool::new(false),
+            holder: AtomicI32::new(0),
+            heap: UnsafeCell::new(heap),
         }
     }
-    HEAP.holder.store(recorded_pid(), Ordering::Relaxed);
+
+    fn lock(&self) {
+        let mut spins = 0u32;
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins.is_multiple_of(64) {
+                if self.holder.load(Ordering::Relaxed) != pid() {
+                    // Held by a thread of the parent when this process was forked: it will
+                    // never be released here.
+                    break;
+                }
+                // SAFETY: sched_yield has no preconditions.
+                unsafe { libc::sched_yield() };
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        self.holder.store(recorded_pid(), Ordering::Relaxed);
+    }
+
+    fn unlock(&self) {
+        self.locked.store(false, Ordering::Release);
+    }
+
+    /// Runs `f` on the heap with its lock held. `f` must not allocate from the same heap.
+    pub fn with<R>(&self, f: impl FnOnce(&mut dlmalloc::Dlmalloc<A>) -> R) -> R {
+        self.lock();
+        // SAFETY: the lock is held.
+        let r = f(unsafe { &mut *self.heap.get() });
+        self.unlock();
+        r
+    }
 }
 
-fn unlock() {
-    HEAP.locked.store(false, Ordering::Release);
-}
-
-fn with_heap<R>(f: impl FnOnce(&mut dlmalloc::Dlmalloc) -> R) -> R {
-    lock();
-    // SAFETY: the lock is held.
-    let r = f(unsafe { &mut *HEAP.heap.get() });
-    unlock();
-    r
-}
-
-/// `pthread_atfork` prepare handler: holds the heap across `fork`.
+/// `pthread_atfork` prepare handler: holds both heaps across `fork`.
 pub extern "C" fn prepare_fork() {
-    lock();
+    SAMPLED.lock();
+    OWN.lock();
 }
 
-/// `pthread_atfork` parent handler: releases the heap after `fork`.
+/// `pthread_atfork` parent handler: releases the heaps after `fork`.
 pub extern "C" fn after_fork_in_parent() {
-    unlock();
+    OWN.unlock();
+    SAMPLED.unlock();
 }
 
-/// `pthread_atfork` child handler: records the child's process id, releases the heap.
+/// `pthread_atfork` child handler: records the child's process id, releases the heaps.
 pub extern "C" fn after_fork_in_child() {
     let child = pid();
     RECORDED_PID.store(child, Ordering::Relaxed);
     // The parent's pid would read as a holder that does not exist here: a thread spinning
     // while the next one takes the heap (before it records itself) would take it over too.
-    HEAP.holder.store(child, Ordering::Relaxed);
-    unlock();
+    for heap in [&OWN.holder, &SAMPLED.holder] {
+        heap.store(child, Ordering::Relaxed);
+    }
+    OWN.unlock();
+    SAMPLED.unlock();
 }
 
 // SAFETY: every block is allocated from and returned to the one private heap, with the
@@ -120,22 +144,125 @@ pub extern "C" fn after_fork_in_child() {
 unsafe impl GlobalAlloc for Allocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
-        with_heap(|h| unsafe { h.malloc(layout.size(), layout.align()) })
+        OWN.with(|h| unsafe { h.malloc(layout.size(), layout.align()) })
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
-        with_heap(|h| unsafe { h.calloc(layout.size(), layout.align()) })
+        OWN.with(|h| unsafe { h.calloc(layout.size(), layout.align()) })
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: forwarded with the caller's guarantees.
-        with_heap(|h| unsafe { h.free(ptr, layout.size(), layout.align()) })
+        OWN.with(|h| unsafe { h.free(ptr, layout.size(), layout.align()) })
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
-        with_heap(|h| unsafe { h.realloc(ptr, layout.size(), layout.align(), new_size) })
+        OWN.with(|h| unsafe { h.realloc(ptr, layout.size(), layout.align(), new_size) })
+    }
+}
+
+/// Granularity of [`OWNED`]: the sampled heap maps whole, aligned regions of this size.
+const REGION: usize = 2 << 20;
+
+/// One byte per [`REGION`] of the 47-bit user address space (64 MiB of address space,
+/// resident only where read or written), non-zero where the region belongs to the sampled
+/// heap. Null until the sampled heap maps its first region.
+static OWNED: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Whether `ptr` lies in memory of the sampled heap ([`SAMPLED`]): one compare and one
+/// load, what `free` of every block the program frees costs.
+#[inline(always)]
+pub fn is_sampled_block(ptr: *const u8) -> bool {
+    let map = OWNED.load(Ordering::Relaxed);
+    let index = ptr as usize / REGION;
+    // SAFETY: the map covers every index below 2^47 / REGION.
+    !map.is_null() && index < (1 << 47) / REGION && unsafe { *map.add(index) } != 0
+}
+
+/// Where a heap gets its memory: anonymous private mappings, returned whole. For
+/// [`SAMPLED`] (`marked`), aligned to and rounded up to 2 MiB regions, and marked in
+/// `OWNED` while they are mapped.
+pub struct Mapped {
+    marked: bool,
+}
+
+impl Mapped {
+    fn mark(ptr: *mut u8, size: usize, value: u8) {
+        let map = OWNED.load(Ordering::Acquire);
+        for index in (ptr as usize / REGION)..(ptr as usize + size).div_ceil(REGION) {
+            // SAFETY: the map covers user-space indexes; written under the heap's lock.
+            unsafe { *map.add(index) = value };
+        }
+    }
+
+    fn map(bytes: usize) -> Option<usize> {
+        crate::mem::map_anonymous(bytes)
+    }
+}
+
+// SAFETY: regions are fresh private anonymous mappings, returned whole.
+unsafe impl dlmalloc::Allocator for Mapped {
+    fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
+        let failed = (std::ptr::null_mut(), 0, 0);
+        if !self.marked {
+            return match Self::map(size) {
+                Some(start) => (start as *mut u8, size, 0),
+                None => failed,
+            };
+        }
+        if OWNED.load(Ordering::Acquire).is_null() {
+            let Some(map) = crate::mem::map_region((1 << 47) / REGION) else {
+                return failed;
+            };
+            OWNED.store(map, Ordering::Release);
+        }
+        let size = size.div_ceil(REGION) * REGION;
+        let Some(raw) = Self::map(size + REGION) else {
+            return failed;
+        };
+        let start = raw.next_multiple_of(REGION);
+        // SAFETY: the unaligned ends of the mapping just made.
+        unsafe {
+            if start > raw {
+                crate::mem::unmap(raw, start - raw);
+            }
+            let tail = raw + size + REGION - (start + size);
+            if tail > 0 {
+                crate::mem::unmap(start + size, tail);
+            }
+        }
+        Self::mark(start as *mut u8, size, 1);
+        (start as *mut u8, size, 0)
+    }
+
+    fn remap(&self, _ptr: *mut u8, _old: usize, _new: usize, _can_move: bool) -> *mut u8 {
+        std::ptr::null_mut()
+    }
+
+    fn free_part(&self, _ptr: *mut u8, _old: usize, _new: usize) -> bool {
+        false
+    }
+
+    fn free(&self, ptr: *mut u8, size: usize) -> bool {
+        if self.marked {
+            Self::mark(ptr, size, 0);
+        }
+        // SAFETY: a region this allocator mapped, whole.
+        unsafe { crate::mem::unmap(ptr as usize, size) }
+    }
+
+    fn can_release_part(&self, _flags: u32) -> bool {
+        false
+    }
+
+    fn allocates_zeros(&self) -> bool {
+        true
+    }
+
+    fn page_size(&self) -> usize {
+        4096
     }
 }
 
@@ -181,10 +308,10 @@ mod tests {
         // (The holder must not allocate while it holds the heap: no channel.)
         static HELD: AtomicBool = AtomicBool::new(false);
         let holder = std::thread::spawn(|| {
-            lock();
+            OWN.lock();
             HELD.store(true, Ordering::Release);
             std::thread::sleep(std::time::Duration::from_millis(300));
-            unlock();
+            OWN.unlock();
         });
         while !HELD.load(Ordering::Acquire) {
             std::hint::spin_loop();

@@ -77,6 +77,32 @@ pub struct Config {
     /// Profile processes that are not Python too, native frames only
     /// (`PYIGPROF_ALL_PROCESSES=1`); by default they are left alone.
     pub all_processes: bool,
+    /// Sample CPU (or wall) time (`PYIGPROF_PROFILE` names `cpu`; the default).
+    pub profile_cpu: bool,
+    /// Sample allocations (`PYIGPROF_PROFILE` names `mem`).
+    pub profile_memory: bool,
+    /// Mean bytes allocated between two sampled allocations (`PYIGPROF_MEM_RATE`, a number
+    /// of bytes with an optional `k`/`K`/`KiB`, `M`/`MiB` or `G`/`GiB` suffix); 1 records
+    /// every allocation.
+    pub mem_rate: u64,
+}
+
+/// Parses a byte count: a whole number with an optional binary suffix (`512k`, `4MiB`).
+fn parse_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(digits);
+    let number: u64 = number.parse().ok()?;
+    let scale: u64 = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    number.checked_mul(scale).filter(|&n| n > 0)
 }
 
 /// Signals `PYIGPROF_DUMP_SIGNAL` may name: those whose default action the program is
@@ -187,6 +213,36 @@ impl Config {
             );
         let all_processes =
             lookup("PYIGPROF_ALL_PROCESSES").is_some_and(|v| !v.is_empty() && v != "0");
+        let (profile_cpu, profile_memory) = match lookup("PYIGPROF_PROFILE") {
+            None => (true, false),
+            Some(raw) => {
+                let text = raw.to_str().unwrap_or("");
+                let parts: Vec<&str> = text.split(',').map(str::trim).collect();
+                if !parts.is_empty() && parts.iter().all(|p| *p == "cpu" || *p == "mem") {
+                    (parts.contains(&"cpu"), parts.contains(&"mem"))
+                } else {
+                    complaints.push(format!(
+                        "pyigprof: PYIGPROF_PROFILE={raw:?} is not \"cpu\", \"mem\" or \"cpu,mem\"; \
+                         using the default cpu"
+                    ));
+                    (true, false)
+                }
+            }
+        };
+        let default_rate = crate::sources::allocations::DEFAULT_RATE;
+        let mem_rate = match lookup("PYIGPROF_MEM_RATE") {
+            None => default_rate,
+            Some(raw) => match raw.to_str().and_then(parse_bytes) {
+                Some(rate) => rate,
+                None => {
+                    complaints.push(format!(
+                        "pyigprof: PYIGPROF_MEM_RATE={raw:?} is not a number of bytes above 0 \
+                         (e.g. 512k, 4MiB, 1 for every allocation); using the default {default_rate}"
+                    ));
+                    default_rate
+                }
+            },
+        };
         (
             Config {
                 hz,
@@ -196,6 +252,9 @@ impl Config {
                 dump_signal,
                 dump_interval_s,
                 all_processes,
+                profile_cpu,
+                profile_memory,
+                mem_rate,
             },
             complaints,
         )
@@ -318,6 +377,44 @@ mod tests {
             "{}",
             complaints[0]
         );
+    }
+
+    #[test]
+    fn profile_kinds_and_memory_rate() {
+        let (c, complaints) = parse(&[]);
+        assert!(c.profile_cpu && !c.profile_memory && complaints.is_empty());
+        let (c, _) = parse(&[("PYIGPROF_PROFILE", "mem")]);
+        assert!(!c.profile_cpu && c.profile_memory);
+        let (c, _) = parse(&[("PYIGPROF_PROFILE", "cpu, mem")]);
+        assert!(c.profile_cpu && c.profile_memory);
+        let (c, complaints) = parse(&[("PYIGPROF_PROFILE", "memory")]);
+        assert!(c.profile_cpu && !c.profile_memory);
+        assert!(
+            complaints[0].contains("PYIGPROF_PROFILE=\"memory\""),
+            "{complaints:?}"
+        );
+        assert_eq!(c.mem_rate, 512 << 10);
+        for (text, bytes) in [
+            ("1", 1),
+            ("4096", 4096),
+            ("512k", 512 << 10),
+            ("4MiB", 4 << 20),
+            ("1 G", 1 << 30),
+        ] {
+            assert_eq!(
+                parse(&[("PYIGPROF_MEM_RATE", text)]).0.mem_rate,
+                bytes,
+                "{text}"
+            );
+        }
+        for bad in ["0", "-1", "lots", "5 TiB"] {
+            let (c, complaints) = parse(&[("PYIGPROF_MEM_RATE", bad)]);
+            assert_eq!(c.mem_rate, 512 << 10);
+            assert!(
+                complaints[0].contains("PYIGPROF_MEM_RATE"),
+                "{complaints:?}"
+            );
+        }
     }
 
     #[test]

@@ -79,10 +79,15 @@ pub extern "C" fn init() {
     }
     modules::rescan();
     let runtime = version.and_then(discover::runtime);
-    let Some(sampler) = sampler::Sampler::new(config.period_ns(), config.clock, runtime) else {
+    let Some(mut sampler) = sampler::Sampler::new(config.period_ns(), config.clock, runtime) else {
         crate::notice!("pyigprof: cannot map the profiler's memory; not profiling");
         return;
     };
+    sampler.cpu = config.profile_cpu;
+    if config.profile_memory && !record::memory::init() {
+        crate::notice!("pyigprof: cannot map the memory profiler's counters; not profiling");
+        return;
+    }
     let sampler = match sources::handler::install(sampler) {
         Ok(s) => s,
         Err(e) => {
@@ -90,12 +95,35 @@ pub extern "C" fn init() {
             return;
         }
     };
+    if config.profile_memory {
+        sources::allocations::enable(config.mem_rate);
+        if let Some(v) = version {
+            sources::allocations::install_python_allocators(v, false);
+        }
+        // The live set as the program's own code leaves it: frozen by an `atexit`
+        // callback registered when the program starts (3.8+), before the interpreter's
+        // finalisation frees the objects the program held.
+        cpython::call_when_program_runs(|| {
+            if cpython::register_atexit(record::memory::freeze_live) {
+                cpython::call_before_finalize(|| {});
+            }
+        });
+        cpython::call_before_finalize(record::memory::freeze_live);
+    }
+    let profile_cpu = config.profile_cpu;
+    let memory = config.profile_memory;
     lifecycle::start(config);
     pyigprof_hooks::install(Callbacks {
         thread_started: || with_sampler(|s| s.register_current_thread()),
         objects_added: || {
             modules::rescan();
             cpython::try_attach();
+            // An extension module is being imported, with the GIL held: the interpreter
+            // has chosen its allocators (3.6 resets them in Py_Main, after the
+            // constructor, and has no audit hook to wrap them again sooner).
+            if let Some(v) = cpython::version() {
+                sources::allocations::install_python_allocators(v, true);
+            }
         },
         object_closing: modules::forget_handle,
         objects_removed: modules::rescan,
@@ -114,6 +142,10 @@ pub extern "C" fn init() {
         && !cpython::attach_by_audit_hook(on_attach)
     {
         cpython::attach_later(on_attach);
+    } else if memory && version.is_some() {
+        // The memory profiler's re-wrapping of the allocators and its atexit callback
+        // ride on the audit hook (3.8+; nothing happens without it).
+        cpython::attach_by_audit_hook(on_attach);
     }
     // SAFETY: registering plain extern "C" functions.
     unsafe {
@@ -131,7 +163,7 @@ pub extern "C" fn init() {
     for problem in adopt::adopt_existing_threads(sampler).1 {
         crate::notice!("pyigprof: {problem}");
     }
-    if sampler.clock == config::Clock::Wall {
+    if profile_cpu && sampler.clock == config::Clock::Wall {
         if let Err(e) = sources::wall::start(sampler) {
             crate::notice!("pyigprof: {e}; not profiling");
         }
@@ -148,8 +180,12 @@ fn with_sampler(f: impl FnOnce(&'static sampler::Sampler)) {
 /// the sampler.
 fn on_attach(attached: cpython::Attached) {
     with_sampler(|s| {
-        if let Some(rt) = &s.python {
+        if let Some(rt) = s.python.as_ref().filter(|rt| rt.needs_attachment()) {
             rt.attach(attached.tss_key);
         }
     });
+    // The interpreter chose its allocators by now (its debug hooks replace the wrappers).
+    if let Some(v) = cpython::version() {
+        sources::allocations::install_python_allocators(v, true);
+    }
 }

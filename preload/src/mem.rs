@@ -9,18 +9,36 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Maps `bytes` of zeroed, private, read-write memory that is not backed by swap
 /// reservation. Returns `None` when the kernel refuses.
 pub fn map_region(bytes: usize) -> Option<*mut u8> {
-    // SAFETY: anonymous private mapping; the result is checked.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            unaligned_length(bytes),
+    map_anonymous(unaligned_length(bytes)).map(|a| a as *mut u8)
+}
+
+/// `mmap` of `bytes` of private, anonymous, read-write memory without swap reservation,
+/// made with the system call itself: the library's own mappings never reach its `mmap`
+/// interposition ([`crate::sources::allocations`]), which records the program's.
+pub fn map_anonymous(bytes: usize) -> Option<usize> {
+    // SAFETY: an anonymous private mapping; the result is checked.
+    let raw = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            0usize,
+            bytes,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
             -1,
-            0,
+            0usize,
         )
     };
-    (ptr != libc::MAP_FAILED).then_some(ptr.cast())
+    // The kernel's errors are -4095..-1.
+    (!(-4095..0).contains(&raw)).then_some(raw as usize)
+}
+
+/// `munmap` made with the system call itself (see [`map_anonymous`]).
+///
+/// # Safety
+/// `[addr, addr + bytes)` must be a mapping of the library's own that nothing uses.
+pub unsafe fn unmap(addr: usize, bytes: usize) -> bool {
+    // SAFETY: the caller's guarantee.
+    unsafe { libc::syscall(libc::SYS_munmap, addr, bytes) == 0 }
 }
 
 /// Huge-page size on x86-64 (the kernel's `PMD_SIZE`), bytes.

@@ -36,6 +36,9 @@ pub struct Sampler {
     pub period_ns: u64,
     /// The clock each thread is sampled on.
     pub clock: Clock,
+    /// Whether threads get sampling timers (`PYIGPROF_PROFILE` names `cpu`); false when
+    /// only allocations are sampled.
+    pub cpu: bool,
     /// All trace trees.
     pub trees: Trees,
     /// Per-thread state.
@@ -90,6 +93,7 @@ impl Sampler {
         Some(Sampler {
             period_ns,
             clock,
+            cpu: true,
             trees: Trees::new(1 << 24)?,
             slots: Slots::new()?,
             codes: Codes::new(1 << 20, 256 << 20)?,
@@ -141,6 +145,51 @@ impl Sampler {
             .unwrap_or((0, 0));
         slot.busy.store(FREE, Ordering::Release);
         recorded
+    }
+
+    /// Captures the calling thread's call stack at an allocation the memory profiler
+    /// sampled, from `regs` (taken inside the profiler's allocator hook), and returns the
+    /// trace-tree node it ends at, where the allocation is counted. The profiler's own
+    /// innermost frames (the hook and what it called) are replaced by one frame at
+    /// `entry`, the allocator function the program called as the program sees it (glibc's
+    /// `malloc`, CPython's object allocator), as IgProf's memory profiles end. Called in
+    /// the allocating thread, not in a signal handler, under the handler's rules (it may be
+    /// inside anything the program does). `None` when the thread's slot is busy (a
+    /// `SIGPROF` handler cannot be, but wall mode's source can) or the tree is full.
+    pub(crate) fn allocation_site(&self, regs: Regs, entry: u64) -> Option<u32> {
+        // SAFETY: pthread_self only reads the thread pointer.
+        let thread = unsafe { libc::pthread_self() } as usize;
+        // SAFETY: this is the owner thread; a SIGPROF handler arriving meanwhile finds the
+        // slot busy and leaves its scratch buffers alone.
+        let slot = unsafe { self.slots.find_or_claim(thread) }?;
+        slot.busy
+            .compare_exchange(FREE, HANDLING, Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        let captured = self.capture(slot, regs, Thread::Current);
+        // The profiler's frames are the innermost native ones.
+        let here = Self::allocation_site as *const () as u64;
+        let ours = match modules::current() {
+            Some(snapshot) => slot.native[..captured.native as usize]
+                .iter()
+                .take_while(|&&pc| snapshot.same_object(pc, here))
+                .count(),
+            None => 1,
+        };
+        let mut len = captured.len.saturating_sub(ours);
+        if len < slot.out.len() {
+            slot.out[len] = entry;
+            len += 1;
+        }
+        let mut root = slot.root.load(Ordering::Relaxed);
+        if root == 0 {
+            root = self.trees.new_root().unwrap_or(0);
+            slot.root.store(root, Ordering::Release);
+        }
+        let node = (root != 0)
+            .then(|| self.trees.find_from(&mut slot.path, root, &slot.out[..len]))
+            .flatten();
+        slot.busy.store(FREE, Ordering::Release);
+        node
     }
 
     /// Captures the call stack of another thread, blocked in a system call, from the

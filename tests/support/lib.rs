@@ -411,9 +411,16 @@ impl Stack {
 
 /// Every stack of the profile that has samples of its own (PERF_TICKS).
 pub fn stacks(profile: &Profile) -> Vec<Stack> {
+    stacks_of(profile, "PERF_TICKS")
+}
+
+/// Every stack of the profile with a value of its own for `counter`: for `PERF_TICKS`
+/// ticks and samples, for the memory counters bytes (`ticks`) and allocations or blocks
+/// (`samples`).
+pub fn stacks_of(profile: &Profile, counter: &str) -> Vec<Stack> {
     let counter = profile
-        .counter_id("PERF_TICKS")
-        .expect("PERF_TICKS counter");
+        .counter_id(counter)
+        .unwrap_or_else(|| panic!("no {counter} counter"));
     let nodes = profile.nodes();
     let mut out = Vec::new();
     for (index, node) in nodes.iter().enumerate() {

@@ -30,6 +30,51 @@ struct OutNode {
     children: Vec<u32>,
     samples: u64,
     ticks: u64,
+    memory: Memory,
+}
+
+/// The memory counters of a merged node, summed over threads (the largest allocation
+/// kept): see [`crate::record::memory`]. Bytes, and estimated calls.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct Memory {
+    /// `MEM_TOTAL`: allocations, bytes.
+    pub total: (u64, u64),
+    /// `MEM_LIVE`: blocks, bytes, and the peak of bytes.
+    pub live: (u64, u64, u64),
+    /// `MEM_MAX`: the largest single allocation, bytes.
+    pub max: u64,
+    /// `MEM_LIVE_PEAK`: blocks and bytes live when the process's live bytes peaked.
+    pub at_peak: (u64, u64),
+}
+
+impl Memory {
+    fn of(index: u32) -> Memory {
+        let Some(c) = crate::record::memory::counts_of(index) else {
+            return Memory::default();
+        };
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        Memory {
+            total: (load(&c.total_calls), load(&c.total_bytes)),
+            live: (load(&c.live_calls), load(&c.live_bytes), load(&c.live_peak)),
+            max: load(&c.max_bytes),
+            at_peak: c.at_peak(),
+        }
+    }
+
+    fn add(&mut self, other: Memory) {
+        self.total.0 += other.total.0;
+        self.total.1 += other.total.1;
+        self.live.0 += other.live.0;
+        self.live.1 += other.live.1;
+        self.live.2 += other.live.2;
+        self.max = self.max.max(other.max);
+        self.at_peak.0 += other.at_peak.0;
+        self.at_peak.1 += other.at_peak.1;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.total.0 == 0 && self.total.1 == 0 && self.max == 0
+    }
 }
 
 /// The merged profile, ready to be written.
@@ -45,6 +90,9 @@ pub struct Profile {
     /// The profiler's statistics, one `#pyigprof <section> key=value …` text each
     /// ([`crate::record::stats::Stats::lines`]), written after the call tree.
     pub statistics: Vec<String>,
+    /// The counter the statistics define first, which readers take as the profile's
+    /// default: `PERF_TICKS`, or `MEM_TOTAL` in a profile of allocations only.
+    pub first_counter: &'static str,
 }
 
 /// Turns trace-tree keys into (function, offset) pairs, caching per key.
@@ -215,6 +263,7 @@ impl Profile {
             children: Vec::new(),
             samples: 0,
             ticks: 0,
+            memory: Memory::default(),
         }];
         let mut edges: HashMap<(u32, u32, u64), u32> = HashMap::new();
         let own = own_object_path();
@@ -232,6 +281,8 @@ impl Profile {
                     let out = &mut nodes[parent as usize];
                     out.samples += node.samples.load(Ordering::Relaxed);
                     out.ticks += node.ticks.load(Ordering::Relaxed);
+                    out.memory
+                        .add(Memory::of(node.memory.load(Ordering::Relaxed)));
                     return;
                 }
                 let index = *edges.entry((parent, function, offset)).or_insert_with(|| {
@@ -241,6 +292,7 @@ impl Profile {
                         children: Vec::new(),
                         samples: 0,
                         ticks: 0,
+                        memory: Memory::default(),
                     });
                     let index = (nodes.len() - 1) as u32;
                     nodes[parent as usize].children.push(index);
@@ -249,6 +301,8 @@ impl Profile {
                 let out = &mut nodes[index as usize];
                 out.samples += node.samples.load(Ordering::Relaxed);
                 out.ticks += node.ticks.load(Ordering::Relaxed);
+                out.memory
+                    .add(Memory::of(node.memory.load(Ordering::Relaxed)));
                 path.push(index);
             });
         }
@@ -259,6 +313,11 @@ impl Profile {
             pid: std::process::id(),
             program: command_line(),
             statistics: sampler.stats.lines(),
+            first_counter: if sampler.cpu {
+                "PERF_TICKS"
+            } else {
+                "MEM_TOTAL"
+            },
         }
     }
 
@@ -296,8 +355,8 @@ impl Profile {
             };
             ids.function(&mut None, &function, &mut line);
             line.extend_from_slice(b"+0");
-            if !ids.counter_defined {
-                ids.ticks(0, 0, &mut line);
+            if ids.counters.is_empty() {
+                ids.counter(self.first_counter, (0, 0, 0), &mut line);
             }
             line.push(b'\n');
             out.write_all(&line)?;
@@ -319,7 +378,22 @@ impl Profile {
             line.extend_from_slice(format!("+{:x}", node.offset).as_bytes());
             // Ticks without samples: a thread's undelivered expirations (Marker::Unsampled).
             if node.samples > 0 || node.ticks > 0 {
-                ids.ticks(node.samples, node.ticks, &mut line);
+                ids.counter(
+                    "PERF_TICKS",
+                    (node.samples, node.ticks, node.ticks),
+                    &mut line,
+                );
+            }
+            let m = &node.memory;
+            if !m.is_empty() {
+                ids.counter("MEM_TOTAL", (m.total.0, m.total.1, m.total.1), &mut line);
+                ids.counter("MEM_LIVE", m.live, &mut line);
+                ids.counter("MEM_MAX", (m.total.0, m.max, m.max), &mut line);
+                ids.counter(
+                    "MEM_LIVE_PEAK",
+                    (m.at_peak.0, m.at_peak.1, m.at_peak.1),
+                    &mut line,
+                );
             }
             line.push(b'\n');
             out.write_all(&line)?;
@@ -333,13 +407,13 @@ impl Profile {
 /// that carry its statistics.
 pub const STATISTICS_FILE: &[u8] = b"[pyigprof]";
 
-/// The ids a dump has defined so far: functions and files numbered in the order they are
-/// first written, and whether `V0` (`PERF_TICKS`) is defined.
+/// The ids a dump has defined so far: functions, files and counters, numbered in the
+/// order they are first written.
 #[derive(Default)]
 struct Definitions {
     functions: u32,
     files: HashMap<Vec<u8>, u32>,
-    counter_defined: bool,
+    counters: Vec<&'static str>,
 }
 
 impl Definitions {
@@ -369,15 +443,20 @@ impl Definitions {
         line.extend_from_slice(b"))");
     }
 
-    /// Appends ` V0:(samples,ticks,ticks)`, defining `V0` as `PERF_TICKS` the first time.
-    fn ticks(&mut self, samples: u64, ticks: u64, line: &mut Vec<u8>) {
-        if self.counter_defined {
-            line.extend_from_slice(b" V0:(");
-        } else {
-            line.extend_from_slice(b" V0=(PERF_TICKS):(");
-            self.counter_defined = true;
+    /// Appends ` V<id>:(count,amount,peak)` for counter `name` (IgProf's names:
+    /// `PERF_TICKS` samples and ticks, `MEM_TOTAL` allocations and bytes, …), defining
+    /// it as ` V<id>=(NAME):(…)` the first time.
+    fn counter(&mut self, name: &'static str, values: (u64, u64, u64), line: &mut Vec<u8>) {
+        let (count, amount, peak) = values;
+        match self.counters.iter().position(|&c| c == name) {
+            Some(id) => line.extend_from_slice(format!(" V{id:x}:(").as_bytes()),
+            None => {
+                let id = self.counters.len();
+                self.counters.push(name);
+                line.extend_from_slice(format!(" V{id:x}=({name}):(").as_bytes());
+            }
         }
-        line.extend_from_slice(format!("{samples:x},{ticks:x},{ticks:x})").as_bytes());
+        line.extend_from_slice(format!("{count:x},{amount:x},{peak:x})").as_bytes());
     }
 }
 
@@ -548,6 +627,7 @@ mod tests {
             children,
             samples,
             ticks,
+            memory: Memory::default(),
         };
         let nodes = vec![
             node(u32::MAX, 0, vec![1], 0, 0),
@@ -563,6 +643,7 @@ mod tests {
             pid: 0x4d2,
             program: b"python3 app (1).py".to_vec(),
             statistics: vec!["#pyigprof stats samples=6".into()],
+            first_counter: "PERF_TICKS",
         }
     }
 
@@ -601,6 +682,57 @@ mod tests {
             .collect();
         assert_eq!(definitions, ["0", "1", "2", "3"], "{text}");
         assert!(text.contains("C3 FN3+4 V0:(1,1,1)\n"), "{text}");
+    }
+
+    #[test]
+    fn memory_counters_are_igprofs_with_their_ids_defined_once() {
+        let mut profile = sample_profile();
+        profile.first_counter = "MEM_TOTAL";
+        for node in &mut profile.nodes {
+            node.samples = 0;
+            node.ticks = 0;
+        }
+        profile.nodes[3].memory = Memory {
+            total: (3, 0x300),
+            live: (1, 0x100, 0x200),
+            max: 0x200,
+            at_peak: (2, 0x180),
+        };
+        profile.nodes[4].memory = Memory {
+            total: (1, 0x10),
+            live: (0, 0, 0x10),
+            max: 0x10,
+            at_peak: (0, 0),
+        };
+        let mut out = Vec::new();
+        profile.write(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1],
+            "C1 FN0=(F0=([pyigprof])+0 N=(#pyigprof stats samples=6))+0 V0=(MEM_TOTAL):(0,0,0)"
+        );
+        assert_eq!(
+            lines[4],
+            "C3 FN3=(F2+7 N=(squeeze))+3 V0:(3,300,300) V1=(MEM_LIVE):(1,100,200) \
+             V2=(MEM_MAX):(3,200,200) V3=(MEM_LIVE_PEAK):(2,180,180)"
+        );
+        assert_eq!(
+            lines[5],
+            "C3 FN3+4 V0:(1,10,10) V1:(0,0,10) V2:(1,10,10) V3:(0,0,0)"
+        );
+        // Merging sums, but keeps the largest allocation.
+        let mut merged = profile.nodes[3].memory;
+        merged.add(profile.nodes[4].memory);
+        assert_eq!(
+            merged,
+            Memory {
+                total: (4, 0x310),
+                live: (1, 0x100, 0x210),
+                max: 0x200,
+                at_peak: (2, 0x180),
+            }
+        );
     }
 
     #[test]

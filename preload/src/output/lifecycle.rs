@@ -269,10 +269,19 @@ fn summary(
     } else {
         String::new()
     };
+    if !sampler.cpu {
+        crate::notice!("pyigprof: wrote {}: {}", path.display(), memory_summary());
+        return;
+    }
+    let memory = if crate::sources::allocations::enabled() {
+        format!("; {}", memory_summary())
+    } else {
+        String::new()
+    };
     crate::notice!(
         "pyigprof: wrote {}: {recorded} samples, {:.3} s of {time} ({ticks} ticks of {:.3} ms); \
          {:.1}% with Python frames, {:.1}% complete native stacks ({:.1}% approximate); \
-         handler {:.1} µs median{dropped}",
+         handler {:.1} µs median{dropped}{memory}",
         path.display(),
         ticks as f64 * sampler.period_ns as f64 / 1e9,
         sampler.period_ns as f64 / 1e6,
@@ -283,6 +292,25 @@ fn summary(
     );
 }
 
+/// The memory profiler's part of the summary line.
+fn memory_summary() -> String {
+    use crate::sources::allocations;
+    let (live, peak) = crate::record::memory::live_and_peak();
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    let rate = match allocations::rate() {
+        1 => "every allocation recorded".to_string(),
+        r => format!("sampled every {} KiB on average", r / 1024),
+    };
+    format!(
+        "{} allocations recorded of {:.1} MiB allocated ({rate}); {:.1} MiB live {}, {:.1} MiB at the peak",
+        allocations::SAMPLED_ALLOCATIONS.load(Ordering::Relaxed),
+        mib(allocations::ALLOCATED_BYTES.load(Ordering::Relaxed)),
+        mib(live),
+        if crate::record::memory::frozen() { "when the program's code ended" } else { "at the end" },
+        mib(peak),
+    )
+}
+
 /// Stops sampling and tells whether the profile has anything in it: ticks of samples, or
 /// of timer expirations the kernel had not delivered (see `Sampler::stop`). A `fork` child
 /// that ran for less than a period before its `exec` failed and it ended with `_exit`
@@ -290,8 +318,13 @@ fn summary(
 fn stop_with_ticks() -> bool {
     sampler::get().is_some_and(|s| {
         s.stop();
-        s.stats.ticks.load(Ordering::Relaxed) > 0
+        s.stats.ticks.load(Ordering::Relaxed) > 0 || allocations_sampled()
     })
+}
+
+/// Whether the memory profiler sampled an allocation.
+fn allocations_sampled() -> bool {
+    crate::sources::allocations::SAMPLED_ALLOCATIONS.load(Ordering::Relaxed) > 0
 }
 
 /// `_exit`/`_Exit`: writes the profile if there is anything in it.
@@ -310,7 +343,10 @@ pub fn before_exec() {
     // Samples, not only ticks: a fork child that execs at once (subprocess) may have run
     // past its timer's first expiry without a sample delivered, and would leave a profile
     // of nothing but `<unsampled thread time>`.
-    let sampled = || sampler::get().is_some_and(|s| s.stats.samples.load(Ordering::Relaxed) > 0);
+    let sampled = || {
+        sampler::get().is_some_and(|s| s.stats.samples.load(Ordering::Relaxed) > 0)
+            || allocations_sampled()
+    };
     if !is_owner() {
         return;
     }

@@ -24,6 +24,9 @@ pub struct Node {
     pub samples: AtomicU64,
     /// CPU time those samples stand for, in ticks (1 + merged timer expirations each).
     pub ticks: AtomicU64,
+    /// The node's memory counters ([`crate::record::memory`]); 0 = none (no sampled
+    /// allocation ended here).
+    pub memory: AtomicU32,
 }
 
 /// Entries in a [`PathMemo`]'s leaf cache (a power of two; 16 bytes each).
@@ -84,7 +87,7 @@ pub struct Trees {
 }
 
 impl Trees {
-    /// Reserves room for `capacity` nodes (48 bytes each, resident only when used).
+    /// Reserves room for `capacity` nodes (40 bytes each, resident only when used).
     pub fn new(capacity: usize) -> Option<Trees> {
         Some(Trees {
             nodes: Pool::new(capacity)?,
@@ -108,6 +111,7 @@ impl Trees {
         node.next_sibling.store(0, Ordering::Relaxed);
         node.samples.store(0, Ordering::Relaxed);
         node.ticks.store(0, Ordering::Relaxed);
+        node.memory.store(0, Ordering::Relaxed);
     }
 
     /// The node at `index`.
@@ -157,6 +161,15 @@ impl Trees {
         samples: u64,
         ticks: u64,
     ) -> Option<u32> {
+        let leaf = self.find_from(memo, root, stack)?;
+        self.count(leaf, samples, ticks);
+        Some(leaf)
+    }
+
+    /// The node of `stack`'s innermost frame in the tree at `root`, inserted if new, found
+    /// as [`Trees::record_from`] finds it; counts nothing. `None` when the node pool is
+    /// full. Async-signal-safe; tree owner only.
+    pub fn find_from(&self, memo: &mut PathMemo, root: u32, stack: &[u64]) -> Option<u32> {
         let stack = &stack[..stack.len().min(memo.keys.len())];
         if memo.root.load(Ordering::Relaxed) != root {
             memo.root.store(root, Ordering::Relaxed);
@@ -171,7 +184,6 @@ impl Trees {
                 && entry.hash == hash
                 && self.node(entry.node).key.load(Ordering::Relaxed) == innermost
             {
-                self.count(entry.node, samples, ticks);
                 return Some(entry.node);
             }
         }
@@ -200,7 +212,6 @@ impl Trees {
             node: parent,
             epoch: memo.epoch,
         };
-        self.count(parent, samples, ticks);
         Some(parent)
     }
 

@@ -5,9 +5,12 @@
 //! - [`wall`]: wall mode's sampler process, which samples threads blocked in system calls
 //!   from outside, without signalling them;
 //! - [`handler`]: the `SIGPROF` handler, which turns a timer's signal into one sample;
-//! - [`adopt`]: threads that existed before the constructor, found and given timers.
+//! - [`adopt`]: threads that existed before the constructor, found and given timers;
+//! - [`allocations`]: the allocator hooks (`malloc`, …, and CPython's allocator domains),
+//!   which sample allocations for the memory profiler.
 
 pub mod adopt;
+pub mod allocations;
 pub mod handler;
 pub mod timer;
 pub mod wall;

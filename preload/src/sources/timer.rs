@@ -71,7 +71,7 @@ impl Sampler {
     /// Creates and arms the timer of thread `tid` (on its CPU clock) and stores it in its
     /// `slot`.
     fn arm(&self, slot: &Slot, tid: libc::pid_t) -> Result<(), String> {
-        if STATE.load(Ordering::Acquire) != SAMPLING {
+        if !self.cpu || STATE.load(Ordering::Acquire) != SAMPLING {
             return Ok(());
         }
         if slot.timer.load(Ordering::Acquire) != 0 {
@@ -189,6 +189,8 @@ impl Sampler {
         STATE.store(OFF, Ordering::Release);
         crate::signal_guard::reset_after_fork();
         self.trees.reset();
+        crate::record::memory::reset();
+        crate::sources::allocations::reset_after_fork();
         self.slots.reset_after_fork();
         self.stats.reset();
         // No locks here: another thread of the parent may have held one at fork time.
