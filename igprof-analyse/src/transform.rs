@@ -283,8 +283,13 @@ impl Options {
 
 /// The allocation functions IgProf's `MallocFilter` merges into their callers for the
 /// memory counters (`MEM_*`), by their names in the dump (mangled: `_Znwm` is
-/// `operator new(unsigned long)`).
-pub const ALLOCATORS: [&str; 14] = [
+/// `operator new(unsigned long)`), followed by those pyigprof's memory profiles end in
+/// besides: glibc's names of its allocator functions (`__libc_malloc` is `malloc`'s
+/// address), `mmap`, and CPython's allocator layer (`Objects/obmalloc.c`: the public
+/// `PyObject_*`/`PyMem_*` functions, pymalloc's `_PyObject_*`, the raw domain's
+/// `_PyMem_Raw*`), so that memory is charged to the interpreter or extension code that
+/// asked for it (`PyByteArray_Resize`, `list_resize`, `dict_new`, numpy's allocator).
+pub const ALLOCATORS: [&str; 42] = [
     "malloc",
     "calloc",
     "realloc",
@@ -299,6 +304,34 @@ pub const ALLOCATORS: [&str; 14] = [
     "_Znwm",
     "_Znaj",
     "_Znam",
+    "__libc_malloc",
+    "__libc_calloc",
+    "__libc_realloc",
+    "__libc_memalign",
+    "__libc_valloc",
+    "__libc_pvalloc",
+    "pvalloc",
+    "reallocarray",
+    "mmap",
+    "mmap64",
+    "__mmap",
+    "PyObject_Malloc",
+    "PyObject_Calloc",
+    "PyObject_Realloc",
+    "PyMem_Malloc",
+    "PyMem_Calloc",
+    "PyMem_Realloc",
+    "PyMem_RawMalloc",
+    "PyMem_RawCalloc",
+    "PyMem_RawRealloc",
+    "_PyObject_Malloc",
+    "_PyObject_Calloc",
+    "_PyObject_Realloc",
+    "_PyMem_RawMalloc",
+    "_PyMem_RawCalloc",
+    "_PyMem_RawRealloc",
+    "_PyMem_DebugRawAlloc",
+    "_PyMem_DebugRawRealloc",
 ];
 
 /// The pool allocator of old libstdc++ whose frames IgProf's `IgProfGccPoolAllocFilter`
@@ -835,6 +868,35 @@ C2 FNa=(F4=(/opt/igprof/lib/libigprof.so)+b0 N=(_ZN12_GLOBAL__N_113threadWrapper
 C3 FNb=(F1+c0 N=(_Z6workerPv))+0
 C4 FNc=(F0+d0 N=(calloc))+0 V0:(2,c8,c8)
 ";
+
+    #[test]
+    fn allocations_of_a_python_program_charge_the_code_that_asked() {
+        // A pyigprof memory profile: bytearray's buffer through CPython's allocator layer
+        // to glibc's malloc (named __libc_malloc at malloc's address), a dict through
+        // pymalloc, an mmap.
+        let dump = "P=(HEX ID=1 N=(python3 app.py) T=0.004000)
+C1 FN0=(F0=(/usr/bin/python3)+10 N=(main))+0
+C2 FN1=(F1=(/app.py)+1 N=(leak))+0
+C3 FN2=(F2=(/lib/libpython3.12.so)+20 N=(PyByteArray_Resize))+0
+C4 FN3=(F2+30 N=(PyObject_Malloc))+0
+C5 FN4=(F2+40 N=(_PyObject_Malloc))+0
+C6 FN5=(F2+50 N=(PyMem_RawMalloc))+0
+C7 FN6=(F3=(/lib/libc.so.6)+60 N=(__libc_malloc))+0 V0=(MEM_LIVE):(2,200000,200000)
+C3 FN7=(F2+70 N=(PyDict_New))+0
+C4 FN4+0 V0:(10,640,640)
+C3 FN8=(F4=(/lib/mmap.so)+80 N=(new_mmap_object))+0
+C4 FN9=(F3+90 N=(mmap64))+0 V0:(1,1000000,1000000)
+";
+        let live = igprof_filters(load(dump.as_bytes()), "MEM_LIVE");
+        assert_eq!(
+            stacks(&live),
+            [
+                "main;leak;PyByteArray_Resize 2097152",
+                "main;leak;PyDict_New 1600",
+                "main;leak;new_mmap_object 16777216",
+            ]
+        );
+    }
 
     #[test]
     fn igprofs_default_filters() {

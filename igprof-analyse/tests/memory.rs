@@ -8,10 +8,10 @@
 //! `#pyigprof memory rate_bytes=524288 sampled=…`: one allocation recorded every 512 KiB
 //! on average), then the call tree. `python3 app.py`: `<module>` calls, from line 28,
 //! `load` (line 13, `list.append` → `list_resize` → `realloc`), from line 29 `Cache.add`
-//! (line 22: `PyObject_Vectorcall` → `PyBytes_FromStringAndSize` → `_PyObject_Malloc`,
+//! (line 22: `PyObject_Vectorcall` → `PyBytes_FromStringAndSize` → `pymalloc_alloc`,
 //! the cache that leaks; line 23: bytes of its own), from line 30 `parse` (line 31, the
 //! `_json` extension's `scanstring_unicode` → `malloc`); a native thread runs
-//! `worker_main` (`malloc`). Live bytes, base: `_PyObject_Malloc` 8 MiB, `Cache.add`
+//! `worker_main` (`malloc`). Live bytes, base: `pymalloc_alloc` 8 MiB, `Cache.add`
 //! 512 KiB, `scanstring_unicode` 4 MiB, `list_resize` 2 MiB, `worker_main` 1 MiB (15.5
 //! MiB). `pyigprof-mem-jitter.txt`, a second run: 8.5 MiB and 3.5 MiB instead of 8 and 4.
 //! `pyigprof-mem-leak.txt`: the cache holds 72 MiB, 64 MiB more.
@@ -56,7 +56,7 @@ fn top_shows_bytes_and_says_they_are_estimates() {
 pyigprof-analyse: pyigprof-mem-base.txt: python3 app.py (pid 8000)
 {LIVE_TOTAL}; Python view: interpreter plumbing below Python code counts as its caller's (--all-frames shows it)
    self %  self bytes    cum %  cum bytes  function  (file)
-    51.61     8.0 MiB    51.61    8.0 MiB  _PyObject_Malloc  (/usr/bin/python3.12)
+    51.61     8.0 MiB    51.61    8.0 MiB  pymalloc_alloc  (/usr/bin/python3.12)
     25.81     4.0 MiB    25.81    4.0 MiB  scanstring_unicode  (/usr/lib/python3.12/lib-dynload/_json.cpython-312-x86_64-linux-gnu.so)
     12.90     2.0 MiB    12.90    2.0 MiB  list_resize  (/usr/bin/python3.12)
      6.45     1.0 MiB     6.45    1.0 MiB  worker_main  (/work/libworker.so)
@@ -66,7 +66,7 @@ pyigprof-analyse: pyigprof-mem-base.txt: python3 app.py (pid 8000)
     // The count column is blocks for MEM_LIVE, allocations for MEM_TOTAL.
     let calls = report(&["-r", "MEM_LIVE", "--top=1", "--calls", BASE]);
     assert!(
-        calls.contains("   self %  self bytes    cum %  cum bytes  self blocks  cum blocks  function  (file)\n    51.61     8.0 MiB    51.61    8.0 MiB        16384       16384  _PyObject_Malloc"),
+        calls.contains("   self %  self bytes    cum %  cum bytes  self blocks  cum blocks  function  (file)\n    51.61     8.0 MiB    51.61    8.0 MiB        16384       16384  pymalloc_alloc"),
         "{calls}"
     );
     let total = report(&["-r", "MEM_TOTAL", "--top=1", "--calls", BASE]);
@@ -173,7 +173,7 @@ fn max_and_peak_values_are_bytes_too() {
     // IgProf's --top N keeps IgProf's own form, in exact bytes.
     let stacks = report(&["-r", "MEM_LIVE", "--top", "1", BASE]);
     assert!(
-        stacks.starts_with("## Entry 1 (8'388'608 bytes)\n#0 _PyObject_Malloc\n#1 PyBytes_FromStringAndSize\n#2 Cache.add\n"),
+        stacks.starts_with("## Entry 1 (8'388'608 bytes)\n#0 pymalloc_alloc\n#1 PyBytes_FromStringAndSize\n#2 Cache.add\n"),
         "{stacks}"
     );
 }
@@ -211,7 +211,7 @@ fn json_sqlite_speedscope_and_flame_graph_say_bytes() {
     assert_eq!(document["total"]["amount"], 15 * MIB + MIB / 2);
     assert_eq!(document["total"]["samples"], 59363);
     let first = &document["functions"][0];
-    assert_eq!(first["name"], "_PyObject_Malloc");
+    assert_eq!(first["name"], "pymalloc_alloc");
     assert_eq!(first["self"]["amount"], 8 * MIB);
     assert_eq!(first["self"]["seconds"], Value::Null);
     // CPU profiles have no rate.
@@ -497,7 +497,7 @@ fn a_leak_of_64_mib_is_significant_and_jitter_is_not() {
         "{text}"
     );
     let rows = diff_rows(&text);
-    let malloc = cells(&rows, "_PyObject_Malloc");
+    let malloc = cells(&rows, "pymalloc_alloc");
     assert_eq!(
         malloc,
         [
