@@ -172,3 +172,75 @@ fn igprofs_reader_reads_every_profile_with_the_analysers_totals() {
     );
     assert!(!interpreters.is_empty());
 }
+
+/// Memory profiles (`PYIGPROF_PROFILE=mem` and `cpu,mem`) of a program with a thread and
+/// a fork child: IgProf's reader accepts each, takes `MEM_TOTAL` (or `PERF_TICKS`) as the
+/// key counter, and totals it as pyigprof-analyse does.
+#[test]
+fn igprof_reads_memory_profiles() {
+    let program = r#"
+import os, threading
+def spin(n):
+    t = 0
+    for i in range(n):
+        t += i % 7
+    return t
+def keep():
+    return [bytearray(1 << 18) for _ in range(64)]
+worker = threading.Thread(target=keep)
+worker.start()
+kept = keep()
+worker.join()
+pid = os.fork()
+if pid == 0:
+    more = keep()
+    os._exit(0)
+os.waitpid(pid, 0)
+spin(300000)
+"#;
+    let pythons = interpreters_for("IgProf reads memory profiles", "3.x interpreters", |i| {
+        i.version.0 == 3
+    });
+    for python in pythons {
+        for (kinds, key) in [("mem", "MEM_TOTAL"), ("cpu,mem", "PERF_TICKS")] {
+            let run = run_profiled(
+                &python.path,
+                &["-c", program],
+                &[("PYIGPROF_PROFILE", kinds), ("PYIGPROF_QUIET", "1")],
+            );
+            assert!(
+                run.output.status.success(),
+                "{}: {}",
+                python.name,
+                run.stderr()
+            );
+            let profiles = profiles_in(&run.dir);
+            assert_eq!(
+                profiles.len(),
+                2,
+                "{}: {kinds}: parent and child",
+                python.name
+            );
+            for (name, text) in &profiles {
+                let who = format!("{} {kinds}", python.name);
+                let igprof = igprof_reader::read(text)
+                    .unwrap_or_else(|e| panic!("{who}: IgProf's reader would stop on {name}: {e}"));
+                assert_eq!(igprof.counter, key, "{who}: {name}");
+                let profile = igprof_analyse::parse::read_profiles(&[run.dir.join(name)])
+                    .unwrap_or_else(|e| panic!("{who}: {name}: {e}"));
+                let total = profile.total(profile.counter_id(key).unwrap());
+                assert_eq!(
+                    (igprof.count, igprof.amount),
+                    (total.count, total.amount),
+                    "{who}: {name}: IgProf's totals against pyigprof-analyse's"
+                );
+                let bytes = profile.total(profile.counter_id("MEM_TOTAL").unwrap());
+                assert!(
+                    bytes.amount >= 8 << 20,
+                    "{who}: {name}: {} bytes",
+                    bytes.amount
+                );
+            }
+        }
+    }
+}

@@ -218,6 +218,7 @@ a = parent_work()
 pid = os.fork()
 if pid == 0:
     b = child_work()
+    del a
     os._exit(0)
 os.waitpid(pid, 0)
 "#;
@@ -394,5 +395,153 @@ unmapper()
             "{}: {total} allocated, {left} live",
             python.name
         );
+    }
+}
+
+#[test]
+fn the_live_set_at_the_peak_and_each_stacks_peak() {
+    // 192 MiB held at once by `burst`, freed; then `steady` keeps 32 MiB.
+    let program = r#"
+def burst():
+    held = [bytearray(1 << 20) for _ in range(192)]
+    return len(held)
+def steady():
+    return [bytearray(1 << 20) for _ in range(32)]
+burst()
+kept = steady()
+"#;
+    let block = (1 << 20) as f64 + 1.0;
+    for python in python311("memory: peak") {
+        let (run, profile) = profiled_ok(&python, &["-c", program], &[("PYIGPROF_PROFILE", "mem")]);
+        // At the process's peak, burst held everything and steady nothing.
+        let (at_peak, _) = sum(&profile, "MEM_LIVE_PEAK", |s| s.has("burst"));
+        let (steady_at_peak, _) = sum(&profile, "MEM_LIVE_PEAK", |s| s.has("steady"));
+        assert_close(
+            "burst at the peak",
+            at_peak,
+            192.0 * block,
+            sigma(192.0, block),
+            MIB,
+        );
+        assert!(steady_at_peak < MIB, "steady at the peak: {steady_at_peak}");
+        // As the program left it: steady's 32 MiB, burst's nothing.
+        let (burst_live, _) = sum(&profile, "MEM_LIVE", |s| s.has("burst"));
+        let (steady_live, _) = sum(&profile, "MEM_LIVE", |s| s.has("steady"));
+        assert!(burst_live < MIB, "burst live: {burst_live}");
+        assert_close(
+            "steady live",
+            steady_live,
+            32.0 * block,
+            sigma(32.0, block),
+            MIB,
+        );
+        // --value peak: each stack's own peak of live bytes.
+        let out = analyse(&[
+            "-r",
+            "MEM_LIVE",
+            "--value",
+            "peak",
+            "--json",
+            run.profiles()[0].to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let burst = json["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "burst")
+            .expect("burst in --json");
+        let peak = burst["cumulative"]["amount"].as_f64().unwrap();
+        assert_close(
+            "burst's peak",
+            peak,
+            192.0 * block,
+            sigma(192.0, block),
+            MIB,
+        );
+        let stats = run.statistics();
+        let process_peak: f64 = stats["memory.peak_live_bytes"].parse().unwrap();
+        assert!(process_peak >= at_peak, "{process_peak} < {at_peak}");
+    }
+}
+
+#[test]
+fn every_exit_path_writes_the_memory_profile_and_keeps_the_status() {
+    let keep = "kept = [bytearray(1 << 20) for _ in range(16)]\n";
+    let endings = [
+        ("os._exit", "import os\nos._exit(3)", Some(3), None),
+        ("sys.exit", "import sys\nsys.exit(4)", Some(4), None),
+        (
+            "SIGTERM",
+            "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)",
+            None,
+            Some(libc::SIGTERM),
+        ),
+        (
+            "os.abort",
+            "import os\nos.abort()",
+            None,
+            Some(libc::SIGABRT),
+        ),
+    ];
+    use std::os::unix::process::ExitStatusExt;
+    for python in python311("memory: exit paths") {
+        for (what, ending, code, signal) in endings {
+            let program = format!("{keep}{ending}\n");
+            let run = run_profiled(
+                &python.path,
+                &["-c", &program],
+                &[("PYIGPROF_PROFILE", "mem"), ("PYIGPROF_QUIET", "1")],
+            );
+            assert_eq!(run.output.status.code(), code, "{}: {what}", python.name);
+            assert_eq!(
+                run.output.status.signal(),
+                signal,
+                "{}: {what}",
+                python.name
+            );
+            let profile = run.profile();
+            let (total, _) = sum(&profile, "MEM_TOTAL", |_| true);
+            assert!(
+                total >= 16.0 * MIB * 0.5,
+                "{}: {what}: {total} bytes",
+                python.name
+            );
+        }
+    }
+}
+
+#[test]
+fn realloc_growth_is_counted_where_the_block_ends() {
+    // Exact mode: a buffer grown by appends to 10 MB is reallocated many times; what is
+    // live is its last size, what was allocated the sum of every size it had.
+    let program = r#"
+def grow():
+    b = bytearray()
+    for _ in range(10000):
+        b += b"x" * 1000
+    return b
+kept = grow()
+"#;
+    for python in python311("memory: realloc") {
+        let (_, profile) = profiled_ok(
+            &python,
+            &["-c", program],
+            &[("PYIGPROF_PROFILE", "mem"), ("PYIGPROF_MEM_RATE", "1")],
+        );
+        let (live, blocks) = sum(&profile, "MEM_LIVE", |s| s.has("grow"));
+        // bytearray over-allocates by 1/8 at most; the 1,000-byte temporaries are freed.
+        assert!(
+            (10e6..=10e6 * 1.2).contains(&live),
+            "{}: {live} bytes in {blocks} blocks",
+            python.name
+        );
+        let (total, _) = sum(&profile, "MEM_TOTAL", |s| s.has("grow"));
+        assert!(total > 2.0 * live, "{}: {total} allocated", python.name);
     }
 }

@@ -66,7 +66,18 @@ pub fn write(profile: &Profile, tree: &Tree, out: &mut dyn Write) -> io::Result<
         "self %".to_string(),
         measure.heading("self"),
     ];
-    let order = tree.calls.preorder();
+    // Nodes without any of the counter (a memory profile's nodes with allocations but
+    // nothing live, a cpu,mem profile's allocation sites in a CPU report) are left out,
+    // with their callees (which have none either), as IgProf leaves them out.
+    let order: Vec<_> = tree
+        .calls
+        .preorder()
+        .into_iter()
+        .filter(|&id| {
+            let node = &tree.calls.nodes[id as usize];
+            node.cumulative != 0 || node.self_values.count != 0
+        })
+        .collect();
     let cells: Vec<[String; 4]> = order
         .iter()
         .map(|&id| {
@@ -115,6 +126,37 @@ mod tests {
         let mut out = Vec::new();
         write(profile, &tree, &mut out).unwrap();
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn nodes_without_the_counter_are_left_out() {
+        // `temp` allocated (MEM_TOTAL) but keeps nothing (MEM_LIVE 0).
+        let profile = load(
+            "m.txt",
+            b"P=(HEX ID=1 N=(p) T=0.01)
+C1 FN0=(F0=(/a.py)+1 N=(main))+0
+C2 FN1=(F0+5 N=(keep))+0 V0=(MEM_TOTAL):(1,64,64) V1=(MEM_LIVE):(1,64,64)
+C2 FN2=(F0+9 N=(temp))+0 V0:(5,500,500) V1:(0,0,100)
+C3 FN3=(F0+12 N=(inner))+0 V0:(1,10,10) V1:(0,0,10)
+",
+        );
+        let text = |counter: &str| {
+            let options = Options {
+                counter: counter.to_string(),
+                ..Options::default()
+            };
+            let tree = compute(&profile, &options).unwrap();
+            let mut out = Vec::new();
+            write(&profile, &tree, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let live = text("MEM_LIVE");
+        assert!(
+            live.contains("keep") && !live.contains("temp") && !live.contains("inner"),
+            "{live}"
+        );
+        let total = text("MEM_TOTAL");
+        assert!(total.contains("temp") && total.contains("inner"), "{total}");
     }
 
     #[test]
