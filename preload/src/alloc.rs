@@ -247,7 +247,14 @@ unsafe impl dlmalloc::Allocator for Mapped {
 
     fn free(&self, ptr: *mut u8, size: usize) -> bool {
         if self.marked {
-            Self::mark(ptr, size, 0);
+            // The sampled heap keeps its regions: its pages are given back to the kernel
+            // (RSS falls as it would with the program's allocator), but the address space
+            // stays the heap's, to be used again without mapping, aligning and marking a
+            // region anew for every large sampled block the program allocates and frees
+            // (zlib's state, numpy's temporaries). `false` tells dlmalloc to keep it.
+            // SAFETY: a region this allocator mapped; its contents are free.
+            unsafe { libc::madvise(ptr.cast(), size, libc::MADV_DONTNEED) };
+            return false;
         }
         // SAFETY: a region this allocator mapped, whole.
         unsafe { crate::mem::unmap(ptr as usize, size) }

@@ -256,6 +256,8 @@ impl<'a> Resolver<'a> {
 impl Profile {
     /// Merges the trace trees of every thread of `sampler` (sampling must have stopped).
     pub fn collect(sampler: &Sampler) -> Profile {
+        // The writing thread's bytes since its last recorded allocation.
+        crate::sources::allocations::flush_thread_bytes();
         let mut resolver = Resolver::new(sampler);
         let mut nodes = vec![OutNode {
             function: u32::MAX,

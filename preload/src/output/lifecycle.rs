@@ -303,8 +303,8 @@ fn memory_summary() -> String {
     };
     format!(
         "{} allocations recorded of {:.1} MiB allocated ({rate}); {:.1} MiB live {}, {:.1} MiB at the peak",
-        allocations::SAMPLED_ALLOCATIONS.load(Ordering::Relaxed),
-        mib(allocations::ALLOCATED_BYTES.load(Ordering::Relaxed)),
+        crate::record::memory::ACTIVITY.sampled.load(Ordering::Relaxed),
+        mib(crate::record::memory::ACTIVITY.allocated_bytes.load(Ordering::Relaxed)),
         mib(live),
         if crate::record::memory::frozen() { "when the program's code ended" } else { "at the end" },
         mib(peak),
@@ -324,7 +324,7 @@ fn stop_with_ticks() -> bool {
 
 /// Whether the memory profiler sampled an allocation.
 fn allocations_sampled() -> bool {
-    crate::sources::allocations::SAMPLED_ALLOCATIONS.load(Ordering::Relaxed) > 0
+    crate::record::memory::ACTIVITY.sampled.load(Ordering::Relaxed) > 0
 }
 
 /// `_exit`/`_Exit`: writes the profile if there is anything in it.

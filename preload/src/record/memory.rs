@@ -141,6 +141,29 @@ static STATE: State = State {
     generation: AtomicU32::new(0),
 };
 
+/// What the memory profiler did, for the profile's statistics (`#pyigprof memory`,
+/// [`crate::record::stats::memory_line`]).
+pub struct Activity {
+    /// Mean bytes between samples (1: every allocation); 0 while allocations are not
+    /// sampled.
+    pub rate: AtomicU64,
+    /// Allocations recorded, all threads.
+    pub sampled: AtomicU64,
+    /// Recorded allocations whose call stack could not be recorded (counted nowhere).
+    pub unrecorded: AtomicU64,
+    /// Bytes allocated, all threads, counted exactly (each thread's count is added up
+    /// when it samples, and when the profile is written).
+    pub allocated_bytes: AtomicU64,
+}
+
+/// The memory profiler's [`Activity`].
+pub static ACTIVITY: Activity = Activity {
+    rate: AtomicU64::new(0),
+    sampled: AtomicU64::new(0),
+    unrecorded: AtomicU64::new(0),
+    allocated_bytes: AtomicU64::new(0),
+};
+
 /// Most nodes with memory counters (72 bytes each, resident only when used).
 const CAPACITY: usize = 1 << 22;
 
@@ -198,6 +221,13 @@ pub fn reset() {
         field.store(0, Ordering::Relaxed);
     }
     STATE.frozen.store(false, Ordering::Relaxed);
+    for counter in [
+        &ACTIVITY.sampled,
+        &ACTIVITY.unrecorded,
+        &ACTIVITY.allocated_bytes,
+    ] {
+        counter.store(0, Ordering::Relaxed);
+    }
 }
 
 /// What one sampled allocation stands for.

@@ -106,7 +106,7 @@ impl Stats {
             fitted(h.native_frame_ns),
             fitted(h.python_frame_ns),
         ));
-        if crate::sources::allocations::enabled() {
+        if crate::record::memory::ACTIVITY.rate.load(Ordering::Relaxed) != 0 {
             out.push('\n');
             out.push_str(&memory_line());
         }
@@ -118,20 +118,19 @@ impl Stats {
 /// unrecorded=… allocated_bytes=… live_bytes=… peak_live_bytes=… live_frozen=0|1`: the
 /// mean bytes between samples (1: every allocation), the allocations sampled and those
 /// whose stack could not be recorded, the bytes the program allocated (counted exactly,
-/// up to the last sample of each thread but the writer's), and the sampled estimates of
+/// up to the last sample of each thread but the writer's, which the writer adds first), and the sampled estimates of
 /// the bytes live now (or when the program's code ended: `live_frozen=1`) and at the peak.
 pub fn memory_line() -> String {
-    use crate::sources::allocations as a;
-    a::flush_thread_bytes();
-    let (live, peak) = crate::record::memory::live_and_peak();
+    use crate::record::memory::{self, ACTIVITY as a};
+    let (live, peak) = memory::live_and_peak();
     format!(
         "#pyigprof memory rate_bytes={} sampled={} unrecorded={} allocated_bytes={} \
          live_bytes={live} peak_live_bytes={peak} live_frozen={}",
-        a::rate(),
-        a::SAMPLED_ALLOCATIONS.load(Ordering::Relaxed),
-        a::UNRECORDED.load(Ordering::Relaxed),
-        a::ALLOCATED_BYTES.load(Ordering::Relaxed),
-        u8::from(crate::record::memory::frozen()),
+        a.rate.load(Ordering::Relaxed),
+        a.sampled.load(Ordering::Relaxed),
+        a.unrecorded.load(Ordering::Relaxed),
+        a.allocated_bytes.load(Ordering::Relaxed),
+        u8::from(memory::frozen()),
     )
 }
 

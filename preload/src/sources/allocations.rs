@@ -27,7 +27,7 @@
 //! pass straight through.
 
 use crate::capture::unwind::Regs;
-use crate::record::memory::{self, Weight};
+use crate::record::memory::{self, Weight, ACTIVITY};
 use libc::{c_int, c_void};
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -43,19 +43,10 @@ pub const DEFAULT_RATE: u64 = 512 << 10;
 
 /// Whether allocations are sampled (set once the sampler exists).
 static ENABLED: AtomicBool = AtomicBool::new(false);
-/// Mean bytes between samples; 1 = every allocation.
-static RATE: AtomicU64 = AtomicU64::new(DEFAULT_RATE);
-/// Allocations sampled (recorded), all threads.
-pub static SAMPLED_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-/// Bytes allocated, all threads, counted exactly (the threads' byte counters, added up
-/// when a thread samples and when the profile is written).
-pub static ALLOCATED_BYTES: AtomicU64 = AtomicU64::new(0);
-/// Sampled allocations whose call stack could not be recorded (counted nowhere).
-pub static UNRECORDED: AtomicU64 = AtomicU64::new(0);
 
 /// Starts sampling allocations every `rate` bytes on average (1 = every allocation).
 pub fn enable(rate: u64) {
-    RATE.store(rate.max(1), Ordering::Relaxed);
+    ACTIVITY.rate.store(rate.max(1), Ordering::Relaxed);
     ENABLED.store(true, Ordering::Release);
 }
 
@@ -66,21 +57,20 @@ pub fn enabled() -> bool {
 
 /// Mean bytes between samples.
 pub fn rate() -> u64 {
-    RATE.load(Ordering::Relaxed)
+    ACTIVITY.rate.load(Ordering::Relaxed)
 }
 
-/// Forgets the counts of the parent (in a fork child).
+/// Forgets the bytes the thread that forked counted in the parent (in a fork child,
+/// after [`memory::reset`]).
 pub fn reset_after_fork() {
-    for counter in [&SAMPLED_ALLOCATIONS, &ALLOCATED_BYTES, &UNRECORDED] {
-        counter.store(0, Ordering::Relaxed);
-    }
     let _ = THREAD.try_with(|t| {
         t.flushed
             .set(t.drawn.get().saturating_add_signed(-t.left.get()))
     });
 }
 
-/// Adds the calling thread's allocated bytes not yet counted to [`ALLOCATED_BYTES`].
+/// Adds the calling thread's allocated bytes not yet counted to the exact count
+/// ([`memory::Activity::allocated_bytes`]).
 pub fn flush_thread_bytes() {
     let _ = THREAD.try_with(|t| t.flush());
 }
@@ -144,7 +134,7 @@ impl PerThread {
         let allocated = self.drawn.get().saturating_add_signed(-self.left.get());
         let new = allocated.saturating_sub(self.flushed.get());
         if new > 0 {
-            ALLOCATED_BYTES.fetch_add(new, Ordering::Relaxed);
+            ACTIVITY.allocated_bytes.fetch_add(new, Ordering::Relaxed);
             self.flushed.set(allocated);
         }
     }
@@ -267,11 +257,11 @@ fn record(
     weight: Weight,
 ) -> Option<*mut c_void> {
     let sampler = crate::sampler::get()?;
-    SAMPLED_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    ACTIVITY.sampled.fetch_add(1, Ordering::Relaxed);
     let node = sampler
         .allocation_site(regs, entry as u64)
         .unwrap_or_else(|| {
-            UNRECORDED.fetch_add(1, Ordering::Relaxed);
+            ACTIVITY.unrecorded.fetch_add(1, Ordering::Relaxed);
             0
         });
     let block = memory::allocate(&sampler.trees, node, size, align, zeroed, weight);
@@ -762,12 +752,12 @@ fn record_mapping(start: *mut c_void, len: usize) {
             return;
         };
         t.inside.set(true);
-        SAMPLED_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        ALLOCATED_BYTES.fetch_add(len as u64, Ordering::Relaxed);
+        ACTIVITY.sampled.fetch_add(1, Ordering::Relaxed);
+        ACTIVITY.allocated_bytes.fetch_add(len as u64, Ordering::Relaxed);
         let node = sampler
             .allocation_site(regs, NEXT_MMAP.get() as u64)
             .unwrap_or_else(|| {
-                UNRECORDED.fetch_add(1, Ordering::Relaxed);
+                ACTIVITY.unrecorded.fetch_add(1, Ordering::Relaxed);
                 0
             });
         memory::map(&sampler.trees, node, start as usize, len);
