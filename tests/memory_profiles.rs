@@ -545,3 +545,62 @@ kept = grow()
         assert!(total > 2.0 * live, "{}: {total} allocated", python.name);
     }
 }
+
+#[test]
+fn failed_allocations_count_nothing_and_sampling_goes_on() {
+    // CPython's own tests ask for sys.maxsize bytes (test_io's BufferedReader with such a
+    // buffer size); the profiler once counted down through them one threshold at a time.
+    let program = r#"
+import io, sys
+for _ in range(3):
+    try:
+        bytearray(sys.maxsize)
+    except MemoryError:
+        pass
+try:
+    io.BufferedReader(io.BytesIO(b"x"), buffer_size=sys.maxsize)
+except MemoryError:
+    pass
+def leak():
+    return [bytearray(1 << 20) for _ in range(64)]
+kept = leak()
+"#;
+    for python in python311("memory: failed allocations") {
+        let dir = scratch_dir("failed-allocations");
+        let mut child = std::process::Command::new(&python.path)
+            .args(["-c", program])
+            .current_dir(&dir)
+            .env("LD_PRELOAD", &artifacts().preload)
+            .env("PYIGPROF_PROFILE", "mem")
+            .env("PYIGPROF_QUIET", "1")
+            .spawn()
+            .unwrap();
+        let status = wait_at_most(&mut child, std::time::Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("{}: hung on a failed allocation", python.name));
+        assert!(status.success(), "{}", python.name);
+        let run = Run {
+            output: std::process::Output {
+                status,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+            },
+            dir,
+        };
+        let profile = run.profile();
+        let block = (1 << 20) as f64 + 1.0;
+        let (live, _) = sum(&profile, "MEM_LIVE", |s| s.has("leak"));
+        assert_close(
+            "leak after failures",
+            live,
+            64.0 * block,
+            sigma(64.0, block),
+            MIB,
+        );
+        let exact: f64 = run.statistics()["memory.allocated_bytes"].parse().unwrap();
+        assert!(
+            exact < 1e9,
+            "{}: {exact} bytes counted as allocated",
+            python.name
+        );
+    }
+}

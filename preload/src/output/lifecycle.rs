@@ -324,7 +324,10 @@ fn stop_with_ticks() -> bool {
 
 /// Whether the memory profiler sampled an allocation.
 fn allocations_sampled() -> bool {
-    crate::record::memory::ACTIVITY.sampled.load(Ordering::Relaxed) > 0
+    crate::record::memory::ACTIVITY
+        .sampled
+        .load(Ordering::Relaxed)
+        > 0
 }
 
 /// `_exit`/`_Exit`: writes the profile if there is anything in it.

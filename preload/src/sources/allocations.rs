@@ -220,11 +220,20 @@ fn sample(size: usize, align: usize, zeroed: bool, entry: usize) -> Option<*mut 
                 t.drawn.set(first);
                 left += first as i64;
             }
-            while left <= 0 {
+            if left <= 0 {
+                // Crossed: sampled. The distance to the next sample point is again
+                // exponential with mean R (the exponential is memoryless), however far
+                // past the threshold the allocation went (one of sys.maxsize bytes
+                // included); the bytes allocated, `drawn - left`, stay what they were.
                 sampled = true;
                 let next = t.draw(rate);
-                t.drawn.set(t.drawn.get() + next);
-                left += next as i64;
+                t.drawn.set(
+                    t.drawn
+                        .get()
+                        .saturating_add(left.unsigned_abs())
+                        .saturating_add(next),
+                );
+                left = next as i64;
             }
             t.left.set(left);
             t.flush();
@@ -448,7 +457,32 @@ fn allocate(
             return block;
         }
     }
-    forward()
+    let block = forward();
+    if block.is_null() && size != 0 {
+        uncount(size);
+    }
+    block
+}
+
+/// Takes `size` bytes of an allocation that failed back off the calling thread's count
+/// (`bytearray(sys.maxsize)` allocates nothing).
+#[cold]
+fn uncount(size: usize) {
+    if !enabled() {
+        return;
+    }
+    let _ = THREAD.try_with(|t| {
+        // Bytes allocated are `drawn - left`; `left`, the distance to the next sample, is
+        // left alone: given that it is positive it is still exponential (memoryless).
+        t.drawn.set(t.drawn.get().saturating_sub(size as u64));
+        let allocated = t.drawn.get().saturating_add_signed(-t.left.get());
+        if t.flushed.get() > allocated {
+            ACTIVITY
+                .allocated_bytes
+                .fetch_sub(t.flushed.get() - allocated, Ordering::Relaxed);
+            t.flushed.set(allocated);
+        }
+    });
 }
 
 /// `malloc(3)`.
@@ -753,7 +787,9 @@ fn record_mapping(start: *mut c_void, len: usize) {
         };
         t.inside.set(true);
         ACTIVITY.sampled.fetch_add(1, Ordering::Relaxed);
-        ACTIVITY.allocated_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        ACTIVITY
+            .allocated_bytes
+            .fetch_add(len as u64, Ordering::Relaxed);
         let node = sampler
             .allocation_site(regs, NEXT_MMAP.get() as u64)
             .unwrap_or_else(|| {
