@@ -31,7 +31,7 @@ use crate::record::memory::{self, Weight, ACTIVITY};
 use libc::{c_int, c_void};
 use std::cell::Cell;
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 /// Allocations of at least this many bytes are always sampled, with weight 1: the largest
 /// allocations (and so `MEM_MAX`) are exact.
@@ -63,27 +63,124 @@ pub fn rate() -> u64 {
 /// Forgets the bytes the thread that forked counted in the parent (in a fork child,
 /// after [`memory::reset`]).
 pub fn reset_after_fork() {
-    let _ = THREAD.try_with(|t| {
-        t.flushed
-            .set(t.drawn.get().saturating_add_signed(-t.left.get()))
-    });
+    let _ = THREAD.try_with(|t| t.countdown.forget());
+    INTERPRETER.forget();
 }
 
-/// Adds the calling thread's allocated bytes not yet counted to the exact count
-/// ([`memory::Activity::allocated_bytes`]).
+/// Adds the bytes the calling thread and the interpreter allocated and did not count yet
+/// to the exact count ([`memory::Activity::allocated_bytes`]).
 pub fn flush_thread_bytes() {
-    let _ = THREAD.try_with(|t| t.flush());
+    let _ = THREAD.try_with(|t| t.countdown.flush());
+    INTERPRETER.flush();
+}
+
+/// Bytes to count down before the next sample, and the bytes counted. All-zero (the
+/// initial value) is "not started". Relaxed loads and stores, never read-modify-write:
+/// each countdown has one writer at a time (its thread, or the thread holding the GIL).
+struct Countdown {
+    /// Bytes to allocate before the next sample (≤ 0: the allocation that made it so is
+    /// sampled).
+    left: AtomicI64,
+    /// Sum of the thresholds drawn: `drawn - left` is the bytes allocated.
+    drawn: AtomicU64,
+    /// Of those, the bytes added to the exact count ([`memory::Activity::allocated_bytes`]).
+    flushed: AtomicU64,
+}
+
+impl Countdown {
+    const fn new() -> Countdown {
+        Countdown {
+            left: AtomicI64::new(0),
+            drawn: AtomicU64::new(0),
+            flushed: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts `size` bytes down; true when the threshold is crossed (or the allocation is
+    /// large): the caller then asks [`sample`]. The fast path of every allocation.
+    #[inline(always)]
+    fn take(&self, size: usize) -> bool {
+        let left = self.left.load(Ordering::Relaxed).wrapping_sub(size as i64);
+        self.left.store(left, Ordering::Relaxed);
+        left <= 0 || size >= ALWAYS_SAMPLED
+    }
+
+    /// After [`Countdown::take`] said so: whether this allocation of `size` bytes is
+    /// sampled, drawing the next threshold (`draw`) when it crossed the current one.
+    fn cross(&self, size: usize, rate: u64, mut draw: impl FnMut() -> u64) -> bool {
+        let mut left = self.left.load(Ordering::Relaxed);
+        let mut sampled = size >= ALWAYS_SAMPLED || rate <= 1;
+        if self.drawn.load(Ordering::Relaxed) == 0 {
+            // The first allocation starts the count.
+            let first = draw();
+            self.drawn.store(first, Ordering::Relaxed);
+            left += first as i64;
+        }
+        if left <= 0 {
+            // Crossed: sampled. The distance to the next sample point is again
+            // exponential with mean R (the exponential is memoryless), however far past
+            // the threshold the allocation went (one of sys.maxsize bytes included); the
+            // bytes allocated, `drawn - left`, stay what they were. Exact mode needs no
+            // draw: every allocation crosses.
+            sampled = true;
+            let next = if rate <= 1 { 1 } else { draw() };
+            let drawn = self.drawn.load(Ordering::Relaxed);
+            self.drawn.store(
+                drawn
+                    .saturating_add(left.unsigned_abs())
+                    .saturating_add(next),
+                Ordering::Relaxed,
+            );
+            left = next as i64;
+        }
+        self.left.store(left, Ordering::Relaxed);
+        self.flush();
+        sampled
+    }
+
+    /// Adds the bytes counted since the last flush to the exact count.
+    fn flush(&self) {
+        let allocated = self.allocated();
+        let new = allocated.saturating_sub(self.flushed.load(Ordering::Relaxed));
+        if new > 0 {
+            ACTIVITY.allocated_bytes.fetch_add(new, Ordering::Relaxed);
+            self.flushed.store(allocated, Ordering::Relaxed);
+        }
+    }
+
+    fn allocated(&self) -> u64 {
+        self.drawn
+            .load(Ordering::Relaxed)
+            .saturating_add_signed(-self.left.load(Ordering::Relaxed))
+    }
+
+    /// Takes the `size` bytes of an allocation that failed back off the count. `left`, the
+    /// distance to the next sample, stays: given that it is positive it is still
+    /// exponential (memoryless).
+    fn uncount(&self, size: usize) {
+        let drawn = self.drawn.load(Ordering::Relaxed);
+        self.drawn
+            .store(drawn.saturating_sub(size as u64), Ordering::Relaxed);
+        let allocated = self.allocated();
+        let flushed = self.flushed.load(Ordering::Relaxed);
+        if flushed > allocated {
+            ACTIVITY
+                .allocated_bytes
+                .fetch_sub(flushed - allocated, Ordering::Relaxed);
+            self.flushed.store(allocated, Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets the bytes counted before a fork (in the child).
+    fn forget(&self) {
+        self.flushed.store(self.allocated(), Ordering::Relaxed);
+    }
 }
 
 /// A thread's sampling state. All-zero (the initial value) is "not started".
 struct PerThread {
-    /// Bytes to allocate before the next sample (≤ 0: the allocation that made it so is
-    /// sampled).
-    left: Cell<i64>,
-    /// Sum of the thresholds drawn: `drawn - left` is the bytes the thread allocated.
-    drawn: Cell<u64>,
-    /// Of those, the bytes added to [`ALLOCATED_BYTES`] already.
-    flushed: Cell<u64>,
+    /// The thread's countdown, for the allocator functions.
+    countdown: Countdown,
     /// xorshift64* state; 0 = not seeded.
     random: Cell<u64>,
     /// The profiler is sampling in this thread: its own allocations pass through.
@@ -93,14 +190,19 @@ struct PerThread {
 thread_local! {
     static THREAD: PerThread = const {
         PerThread {
-            left: Cell::new(0),
-            drawn: Cell::new(0),
-            flushed: Cell::new(0),
+            countdown: Countdown::new(),
             random: Cell::new(0),
             inside: Cell::new(false),
         }
     };
 }
+
+/// The countdown of CPython's mem and object domains. Their functions are called with
+/// the GIL held (the C-API's rule for them), so one countdown for the interpreter has one
+/// writer at a time, and the path of every Python allocation reads no thread-local
+/// variable. Sampling the interpreter's stream of bytes as a whole samples each
+/// allocation with the same probability, `1 - exp(-s/R)`.
+static INTERPRETER: Countdown = Countdown::new();
 
 /// Seeds for the threads' generators.
 static SEEDS: AtomicU64 = AtomicU64::new(0x853c_49e6_748f_ea9b);
@@ -129,32 +231,19 @@ impl PerThread {
     fn draw(&self, rate: u64) -> u64 {
         ((-self.uniform().ln() * rate as f64) as u64).max(1)
     }
-
-    fn flush(&self) {
-        let allocated = self.drawn.get().saturating_add_signed(-self.left.get());
-        let new = allocated.saturating_sub(self.flushed.get());
-        if new > 0 {
-            ACTIVITY.allocated_bytes.fetch_add(new, Ordering::Relaxed);
-            self.flushed.set(allocated);
-        }
-    }
 }
 
-/// Counts `size` bytes allocated by the calling thread; true when the allocation may be
-/// sampled (the thread's threshold is crossed, or the allocation is large): the caller
-/// then asks [`sample`]. The fast path of every allocation.
+/// Counts `size` bytes allocated by the calling thread through the allocator functions;
+/// true when the allocation may be sampled ([`Countdown::take`]).
 #[inline(always)]
 fn crossed(size: usize) -> bool {
-    if !ENABLED.load(Ordering::Relaxed) {
-        return false;
-    }
-    THREAD
-        .try_with(|t| {
-            let left = t.left.get().wrapping_sub(size as i64);
-            t.left.set(left);
-            left <= 0 || size >= ALWAYS_SAMPLED
-        })
-        .unwrap_or(false)
+    ENABLED.load(Ordering::Relaxed) && THREAD.try_with(|t| t.countdown.take(size)).unwrap_or(false)
+}
+
+/// Counts `size` bytes allocated through CPython's domains ([`INTERPRETER`]).
+#[inline(always)]
+fn crossed_in_interpreter(size: usize) -> bool {
+    ENABLED.load(Ordering::Relaxed) && INTERPRETER.take(size)
 }
 
 /// The registers of the caller, for the unwinder.
@@ -197,14 +286,21 @@ pub fn weight(size: usize, rate: u64, unit: f64) -> Weight {
     }
 }
 
-/// The slow path of an allocation whose thread crossed its threshold (or of a large one):
-/// draws the next threshold, and, when the allocation is sampled, records its call stack
-/// and serves it from the sampled heap. `entry` is the allocator function the program
-/// called (where the recorded stack ends). `None`: not sampled, or the sampled heap could
-/// not serve it; the caller forwards the allocation.
+/// The slow path of an allocation whose countdown (`countdown`, or the thread's when
+/// `None`) crossed its threshold (or of a large one): draws the next threshold, and, when
+/// the allocation is sampled, records its call stack and serves it from the sampled heap.
+/// `entry` is the allocator function the program called (where the recorded stack ends).
+/// `None`: not sampled, or the sampled heap could not serve it; the caller forwards the
+/// allocation.
 #[inline(never)]
 #[cold]
-fn sample(size: usize, align: usize, zeroed: bool, entry: usize) -> Option<*mut c_void> {
+fn sample(
+    size: usize,
+    align: usize,
+    zeroed: bool,
+    entry: usize,
+    countdown: Option<&Countdown>,
+) -> Option<*mut c_void> {
     let regs = registers_here();
     THREAD
         .try_with(|t| {
@@ -212,43 +308,13 @@ fn sample(size: usize, align: usize, zeroed: bool, entry: usize) -> Option<*mut 
                 return None;
             }
             let rate = rate();
-            let mut left = t.left.get();
-            let mut sampled = size >= ALWAYS_SAMPLED || rate <= 1;
-            if t.drawn.get() == 0 {
-                // The thread's first allocation starts its count.
-                let first = t.draw(rate);
-                t.drawn.set(first);
-                left += first as i64;
-            }
-            if left <= 0 {
-                // Crossed: sampled. The distance to the next sample point is again
-                // exponential with mean R (the exponential is memoryless), however far
-                // past the threshold the allocation went (one of sys.maxsize bytes
-                // included); the bytes allocated, `drawn - left`, stay what they were.
-                sampled = true;
-                let next = t.draw(rate);
-                t.drawn.set(
-                    t.drawn
-                        .get()
-                        .saturating_add(left.unsigned_abs())
-                        .saturating_add(next),
-                );
-                left = next as i64;
-            }
-            t.left.set(left);
-            t.flush();
-            if !sampled {
+            let countdown = countdown.unwrap_or(&t.countdown);
+            if !countdown.cross(size, rate, || t.draw(rate)) {
                 return None;
             }
             t.inside.set(true);
-            let served = record(
-                regs,
-                size,
-                align,
-                zeroed,
-                entry,
-                weight(size, rate, t.uniform()),
-            );
+            let weight = weight(size, rate, t.uniform());
+            let served = record(regs, size, align, zeroed, entry, weight);
             t.inside.set(false);
             served
         })
@@ -453,7 +519,7 @@ fn allocate(
     forward: impl FnOnce() -> *mut c_void,
 ) -> *mut c_void {
     if crossed(size) {
-        if let Some(block) = sample(size, align, zeroed, entry.get()) {
+        if let Some(block) = sample(size, align, zeroed, entry.get(), None) {
             return block;
         }
     }
@@ -468,21 +534,9 @@ fn allocate(
 /// (`bytearray(sys.maxsize)` allocates nothing).
 #[cold]
 fn uncount(size: usize) {
-    if !enabled() {
-        return;
+    if enabled() {
+        let _ = THREAD.try_with(|t| t.countdown.uncount(size));
     }
-    let _ = THREAD.try_with(|t| {
-        // Bytes allocated are `drawn - left`; `left`, the distance to the next sample, is
-        // left alone: given that it is positive it is still exponential (memoryless).
-        t.drawn.set(t.drawn.get().saturating_sub(size as u64));
-        let allocated = t.drawn.get().saturating_add_signed(-t.left.get());
-        if t.flushed.get() > allocated {
-            ACTIVITY
-                .allocated_bytes
-                .fetch_sub(t.flushed.get() - allocated, Ordering::Relaxed);
-            t.flushed.set(allocated);
-        }
-    });
 }
 
 /// `malloc(3)`.
@@ -607,7 +661,7 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
     if moved.is_null() {
         return moved;
     }
-    match sample(size, 16, false, NEXT_REALLOC.get()) {
+    match sample(size, 16, false, NEXT_REALLOC.get(), None) {
         Some(block) => {
             // SAFETY: both hold `size` bytes.
             unsafe { std::ptr::copy_nonoverlapping(moved.cast::<u8>(), block.cast(), size) };
@@ -852,16 +906,21 @@ static WRAPPED: Wrapped = Wrapped {
 ///
 /// # Safety
 /// `ctx` must be a `ctx` of a wrapper this module installed.
-unsafe fn wrapped(ctx: *mut c_void) -> PyMemAllocatorEx {
-    // SAFETY: the caller's guarantee; slots are written before installation.
-    unsafe { (*(ctx as *const Option<PyMemAllocatorEx>)).unwrap_unchecked() }
+unsafe fn wrapped(ctx: *mut c_void) -> &'static PyMemAllocatorEx {
+    // SAFETY: the caller's guarantee; slots are written before installation and never
+    // again.
+    unsafe {
+        (*(ctx as *const Option<PyMemAllocatorEx>))
+            .as_ref()
+            .unwrap_unchecked()
+    }
 }
 
 unsafe extern "C" fn py_malloc(ctx: *mut c_void, size: usize) -> *mut c_void {
     // SAFETY: installed with a slot's ctx.
     let next = unsafe { wrapped(ctx) };
-    if size <= PYMALLOC_LARGEST && crossed(size) {
-        if let Some(block) = sample(size, 16, false, next.malloc as usize) {
+    if size <= PYMALLOC_LARGEST && crossed_in_interpreter(size) {
+        if let Some(block) = sample(size, 16, false, next.malloc as usize, Some(&INTERPRETER)) {
             return block;
         }
     }
@@ -873,8 +932,8 @@ unsafe extern "C" fn py_calloc(ctx: *mut c_void, count: usize, size: usize) -> *
     // SAFETY: installed with a slot's ctx.
     let next = unsafe { wrapped(ctx) };
     if let Some(total) = count.checked_mul(size) {
-        if total <= PYMALLOC_LARGEST && crossed(total) {
-            if let Some(block) = sample(total, 16, true, next.calloc as usize) {
+        if total <= PYMALLOC_LARGEST && crossed_in_interpreter(total) {
+            if let Some(block) = sample(total, 16, true, next.calloc as usize, Some(&INTERPRETER)) {
                 return block;
             }
         }
@@ -896,7 +955,7 @@ unsafe extern "C" fn py_realloc(ctx: *mut c_void, ptr: *mut c_void, size: usize)
             free_sampled,
         );
     }
-    if size == 0 || size > PYMALLOC_LARGEST || !crossed(size) {
+    if size == 0 || size > PYMALLOC_LARGEST || !crossed_in_interpreter(size) {
         // SAFETY: the wrapped allocator, for its own block.
         return unsafe { (next.realloc)(next.ctx, ptr, size) };
     }
@@ -905,7 +964,7 @@ unsafe extern "C" fn py_realloc(ctx: *mut c_void, ptr: *mut c_void, size: usize)
     if moved.is_null() {
         return moved;
     }
-    match sample(size, 16, false, next.realloc as usize) {
+    match sample(size, 16, false, next.realloc as usize, Some(&INTERPRETER)) {
         Some(block) => {
             // SAFETY: both hold `size` bytes.
             unsafe { std::ptr::copy_nonoverlapping(moved.cast::<u8>(), block.cast(), size) };
@@ -1038,11 +1097,34 @@ mod tests {
     }
 
     #[test]
+    fn a_countdown_samples_crossings_and_counts_every_byte() {
+        let c = Countdown::new();
+        let mut draws = [100u64, 50, 1000, 7].into_iter();
+        let mut draw = || draws.next().unwrap();
+        // First allocation: starts the count (threshold 100), not crossed.
+        assert!(c.take(30));
+        assert!(!c.cross(30, 512, &mut draw));
+        assert_eq!(c.left.load(Ordering::Relaxed), 70);
+        assert!(!c.take(60));
+        // 80 more: crossed at 10 left; the next threshold (50) starts afresh.
+        assert!(c.take(80));
+        assert!(c.cross(80, 512, &mut draw));
+        assert_eq!(c.left.load(Ordering::Relaxed), 50);
+        assert_eq!(c.allocated(), 30 + 60 + 80);
+        // A huge allocation: one draw, however many thresholds it passes.
+        assert!(c.take(1 << 40));
+        assert!(c.cross(1 << 40, 512, &mut draw));
+        assert_eq!(c.left.load(Ordering::Relaxed), 1000);
+        assert_eq!(c.allocated(), 170 + (1 << 40));
+        // It failed: its bytes leave the count, the distance to the next sample stays.
+        c.uncount(1 << 40);
+        assert_eq!((c.allocated(), c.left.load(Ordering::Relaxed)), (170, 1000));
+    }
+
+    #[test]
     fn thresholds_are_exponential_with_the_rate_as_mean() {
         let t = PerThread {
-            left: Cell::new(0),
-            drawn: Cell::new(0),
-            flushed: Cell::new(0),
+            countdown: Countdown::new(),
             random: Cell::new(0),
             inside: Cell::new(false),
         };
