@@ -897,6 +897,9 @@ struct Wrapped {
 // SAFETY: each slot is written once, before the wrapper that reads it is installed.
 unsafe impl Sync for Wrapped {}
 
+/// The `malloc` of each domain (mem, object) when it was first wrapped.
+static FIRST_SEEN: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
 static WRAPPED: Wrapped = Wrapped {
     slots: [const { std::cell::UnsafeCell::new(None) }; 8],
     used: AtomicUsize::new(0),
@@ -990,9 +993,12 @@ unsafe extern "C" fn py_free(ctx: *mut c_void, ptr: *mut c_void) {
 
 /// Wraps CPython's object and mem allocator domains (pymalloc) so that their small blocks
 /// are sampled too: at start-up (`PyMem_SetAllocator` may be called before
-/// initialisation) and again when the interpreter attaches, for a domain whose wrapper
-/// the interpreter replaced (`-X dev`, `PYTHONMALLOC=pymalloc_debug` install CPython's
-/// debug hooks after the constructor). Python 3.6+ (the mem domain is pymalloc's since
+/// initialisation), and again when the interpreter attaches or imports an extension, for
+/// a domain the interpreter reset to the allocator it had then (3.6). A domain the
+/// interpreter gave another allocator (`-X dev`, `PYTHONMALLOC=debug` install CPython's
+/// debug hooks after the constructor) is left as it is: its small objects are not seen.
+/// (Wrapped, the object domain is not pymalloc's to CPython's introspection:
+/// `sys._debugmallocstats()` prints no pymalloc statistics.) Python 3.6+ (the mem domain is pymalloc's since
 /// 3.6; 3.5's `PyMemAllocatorEx` is the same, its mem domain `malloc`'s); not when
 /// `PYTHONMALLOC` makes `malloc` the allocator (then the `malloc` hook sees every block).
 /// `initialised`: the interpreter runs, and the domains are only touched by a thread that
@@ -1029,15 +1035,25 @@ pub fn install_python_allocators(version: (u8, u8, u8), initialised: bool) -> us
         )
     };
     let mut wrapped_now = 0;
-    for domain in [DOMAIN_MEM, DOMAIN_OBJ] {
+    for (domain, first) in [DOMAIN_MEM, DOMAIN_OBJ].into_iter().zip(&FIRST_SEEN) {
         let mut current = std::mem::MaybeUninit::<PyMemAllocatorEx>::uninit();
         // SAFETY: a valid out-pointer, which PyMem_GetAllocator fills.
         let current = unsafe {
             get(domain, current.as_mut_ptr());
             current.assume_init()
         };
-        if std::ptr::eq(current.malloc as *const (), py_malloc as *const ()) {
+        let seen = current.malloc as *const () as usize;
+        if seen == py_malloc as *const () as usize {
             continue;
+        }
+        // Wrapped again only when the interpreter put back the allocator it had when the
+        // constructor wrapped it (3.6's Py_Main resets pymalloc); another one is its
+        // debug hooks (-X dev, PYTHONMALLOC=debug), whose name `_testinternalcapi.
+        // pymem_getallocatorsname()` and dev mode's checks must find as they are.
+        match first.compare_exchange(0, seen, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => {}
+            Err(original) if original == seen => {}
+            Err(_) => continue,
         }
         let index = WRAPPED.used.fetch_add(1, Ordering::Relaxed);
         let Some(slot) = WRAPPED.slots.get(index) else {
