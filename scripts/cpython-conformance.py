@@ -3,7 +3,7 @@
 
 Runs a chosen set of CPython's test files (``python -m test``) on every interpreter that
 ships its ``test`` package, once without the profiler and once with it in each mode asked
-for (``PYIGPROF_CLOCK=cpu``, ``wall``), reads every test's outcome from regrtest's JUnit XML
+for (``PYIGPROF_CLOCK=cpu``, ``wall``; ``mem``: the memory profiler, ``PYIGPROF_PROFILE=mem``), reads every test's outcome from regrtest's JUnit XML
 report, and fails when any test's outcome differs between the plain run and a profiled one.
 A test that fails the same way in both runs is the machine's, not the profiler's: those are
 listed, not counted, and so are the tests CPython itself skips when `LD_PRELOAD` is set
@@ -12,6 +12,7 @@ listed, not counted, and so are the tests CPython itself skips when `LD_PRELOAD`
 
     python3 scripts/cpython-conformance.py                      # the CI set, cpu mode
     python3 scripts/cpython-conformance.py --modes cpu,wall     # both modes
+    python3 scripts/cpython-conformance.py --modes mem --pythons 3.12   # the memory profiler
     python3 scripts/cpython-conformance.py --full --modes cpu   # every test file (a quiet machine, hours)
     python3 scripts/cpython-conformance.py --pythons 3.12 --tests test_signal,test_os
     python3 scripts/cpython-conformance.py --pythons sid-3.15=/path/to/python3.15
@@ -184,7 +185,8 @@ def main():
     ap.add_argument("--pythons", help="comma-separated versions (3.12), paths, or NAME=PATH; default every interpreter with its test package")
     ap.add_argument("--tests", help="comma-separated test files; default the CI set")
     ap.add_argument("--full", action="store_true", help="every test file of each interpreter (hours)")
-    ap.add_argument("--modes", default="cpu", help="profiled modes: cpu, wall or both (default cpu)")
+    ap.add_argument("--modes", default="cpu",
+                    help="profiled modes: cpu, wall, mem (the memory profiler), comma-separated (default cpu)")
     ap.add_argument("--jobs", type=int, default=2, help="regrtest worker processes (default 2)")
     ap.add_argument("--timeout", type=int, default=600, help="per test file, s (default 600)")
     ap.add_argument("--preload", default=os.path.join(REPO, "target", "release", "libpyigprof.so"))
@@ -192,8 +194,8 @@ def main():
     args = ap.parse_args()
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if any(m not in ("cpu", "wall") for m in modes):
-        sys.exit("conformance: --modes takes cpu and wall")
+    if any(m not in ("cpu", "wall", "mem") for m in modes):
+        sys.exit("conformance: --modes takes cpu, wall and mem")
     for path in (args.preload, args.analyse):
         if not os.path.exists(path):
             log("conformance: %s is missing (cargo build --release)" % path)
@@ -224,8 +226,12 @@ def main():
             for mode in modes:
                 mode_dir = os.path.join(tmp, mode)
                 os.makedirs(mode_dir)
-                env = {"LD_PRELOAD": args.preload, "PYIGPROF_QUIET": "1", "PYIGPROF_CLOCK": mode,
+                env = {"LD_PRELOAD": args.preload, "PYIGPROF_QUIET": "1",
                        "PYIGPROF_OUTPUT": os.path.join(mode_dir, "profile.%p.gz")}
+                if mode == "mem":
+                    env["PYIGPROF_PROFILE"] = "mem"
+                else:
+                    env["PYIGPROF_CLOCK"] = mode
                 log("conformance: %s: the same under the profiler, %s mode" % (name, mode))
                 profiled, profiled_s, tail = run_suite(python, tests, args.jobs, args.timeout, mode_dir, env)
                 if profiled is None:
