@@ -32,6 +32,8 @@ import sys
 import tempfile
 import threading
 import time
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from measure import run_once  # noqa: E402  (bench/measure.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -235,52 +237,6 @@ def config_command(cfg, py, prog_argv, venv_env, preload, rundir):
 
 
 # ---------------------------------------------------------------------- measuring
-
-def run_once(argv, env, rundir, timeout_s):
-    """Run argv to completion; returns cpu_s (user+sys of the process and every
-    descendant it waited for, from wait4), wall_s, status and stderr's tail."""
-    err_path = os.path.join(rundir, "stderr.txt")
-    with open(err_path, "wb") as err:
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.Popen(argv, env=env, cwd=rundir, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-        except OSError as e:
-            return {"ok": False, "error": "cannot start %s: %s" % (argv[0], e)}
-        timed_out = []
-
-        def kill():
-            timed_out.append(True)
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        timer = threading.Timer(timeout_s, kill)
-        timer.start()
-        try:
-            _, status, ru = os.wait4(proc.pid, 0)
-        except BaseException:
-            kill()
-            raise
-        finally:
-            timer.cancel()
-        wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") \
-            else (-(status & 0x7f) if status & 0x7f else status >> 8)
-    with open(err_path, "rb") as f:
-        stderr = f.read().decode("utf-8", "replace")
-    res = {"cpu_s": ru.ru_utime + ru.ru_stime, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
-           "wall_s": wall, "status": proc.returncode, "stderr": stderr}
-    if timed_out:
-        res.update(ok=False, error="timed out after %.0f s" % timeout_s)
-    elif proc.returncode != 0:
-        lines = [l for l in stderr.splitlines() if l.strip()]
-        res.update(ok=False, error="exit status %d: %s" % (proc.returncode,
-                                                          (lines[-1] if lines else "")[:160]))
-    else:
-        res["ok"] = True
-    return res
-
 
 COUNTER_RE = re.compile(r"V(\d+)(?:=\(([^)]*)\))?:\(([0-9a-f]+),([0-9a-f]+),([0-9a-f]+)\)")
 STATS_RE = re.compile(r"^C1 FN[0-9a-f]+=\(F[0-9a-f]+(?:=\(\[pyigprof\]\))?\+0 N=\((#pyigprof [^)]*)\)\)")
