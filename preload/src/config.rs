@@ -85,6 +85,13 @@ pub struct Config {
     /// of bytes with an optional `k`/`K`/`KiB`, `M`/`MiB` or `G`/`GiB` suffix); 1 records
     /// every allocation.
     pub mem_rate: u64,
+    /// The event sampled in cpu mode (`PYIGPROF_EVENT`, perf's names: `task-clock`, the
+    /// default, for CPU time; `page-faults`, `context-switches`, `cycles`, …, optionally
+    /// with `/period=N/`), through per-thread perf events.
+    pub event: crate::sources::perf::Event,
+    /// Whether perf events may be used (`PYIGPROF_PERF_EVENTS`, `0` forces the POSIX
+    /// timers that are the fallback where the kernel refuses perf events).
+    pub perf_events: bool,
 }
 
 /// Parses a byte count: a whole number with an optional binary suffix (`512k`, `4MiB`).
@@ -243,6 +250,38 @@ impl Config {
                 }
             },
         };
+        let period_ns = 1_000_000_000 / u64::from(hz);
+        let task_clock = crate::sources::perf::Event::task_clock(period_ns);
+        let event = match lookup("PYIGPROF_EVENT").filter(|v| !v.is_empty()) {
+            None => task_clock,
+            Some(raw) => match raw
+                .to_str()
+                .ok_or_else(|| "not text".to_string())
+                .and_then(|text| crate::sources::perf::Event::parse(text, period_ns))
+            {
+                Ok(event) => event,
+                Err(why) => {
+                    complaints.push(format!(
+                        "pyigprof: PYIGPROF_EVENT={raw:?}: {why}; sampling CPU time (task-clock)"
+                    ));
+                    task_clock
+                }
+            },
+        };
+        let perf_events = match lookup("PYIGPROF_PERF_EVENTS") {
+            None => true,
+            Some(raw) => match raw.to_str().map(str::trim) {
+                Some("1") | Some("") => true,
+                Some("0") => false,
+                _ => {
+                    complaints.push(format!(
+                        "pyigprof: PYIGPROF_PERF_EVENTS={raw:?} is not 0 (POSIX CPU timers) or 1 \
+                         (perf events where the kernel allows them); using 1"
+                    ));
+                    true
+                }
+            },
+        };
         (
             Config {
                 hz,
@@ -255,6 +294,8 @@ impl Config {
                 profile_cpu,
                 profile_memory,
                 mem_rate,
+                event,
+                perf_events,
             },
             complaints,
         )
@@ -415,6 +456,20 @@ mod tests {
                 "{complaints:?}"
             );
         }
+    }
+
+    #[test]
+    fn events_and_the_perf_switch() {
+        let (c, complaints) = parse(&[("PYIGPROF_HZ", "1000")]);
+        assert_eq!((c.event.counter, c.event.period, c.perf_events), ("PERF_TICKS", 1_000_000, true));
+        assert!(complaints.is_empty());
+        let (c, _) = parse(&[("PYIGPROF_EVENT", "page-faults/period=10/"), ("PYIGPROF_PERF_EVENTS", "0")]);
+        assert_eq!((c.event.counter, c.event.period, c.perf_events), ("PERF_PAGE_FAULTS", 10, false));
+        let (c, complaints) = parse(&[("PYIGPROF_EVENT", "cyles"), ("PYIGPROF_PERF_EVENTS", "no")]);
+        assert_eq!((c.event.counter, c.perf_events), ("PERF_TICKS", true));
+        assert_eq!(complaints.len(), 2, "{complaints:?}");
+        assert!(complaints[0].starts_with("pyigprof: PYIGPROF_EVENT=\"cyles\": \"cyles\" is not an event"), "{complaints:?}");
+        assert!(complaints[1].contains("PYIGPROF_PERF_EVENTS=\"no\""), "{complaints:?}");
     }
 
     #[test]

@@ -84,6 +84,9 @@ pub extern "C" fn init() {
         return;
     };
     sampler.cpu = config.profile_cpu;
+    if config.profile_cpu {
+        sampler.trigger = sources::Trigger::choose(&config);
+    }
     if config.profile_memory && !record::memory::init() {
         crate::notice!("pyigprof: cannot map the memory profiler's counters; not profiling");
         return;

@@ -36,6 +36,8 @@ pub struct Sampler {
     pub period_ns: u64,
     /// The clock each thread is sampled on.
     pub clock: Clock,
+    /// What interrupts each thread for a sample: a perf event or a POSIX timer.
+    pub trigger: crate::sources::Trigger,
     /// Whether threads get sampling timers (`PYIGPROF_PROFILE` names `cpu`); false when
     /// only allocations are sampled.
     pub cpu: bool,
@@ -93,6 +95,7 @@ impl Sampler {
         Some(Sampler {
             period_ns,
             clock,
+            trigger: crate::sources::Trigger::Timer { why: "not chosen yet" },
             cpu: true,
             trees: Trees::new(1 << 24)?,
             slots: Slots::new()?,

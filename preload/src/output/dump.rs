@@ -91,8 +91,11 @@ pub struct Profile {
     /// ([`crate::record::stats::Stats::lines`]), written after the call tree.
     pub statistics: Vec<String>,
     /// The counter the statistics define first, which readers take as the profile's
-    /// default: `PERF_TICKS`, or `MEM_TOTAL` in a profile of allocations only.
+    /// default: the samples' counter, or `MEM_TOTAL` in a profile of allocations only.
     pub first_counter: &'static str,
+    /// The counter the samples' ticks (or events) are written under: `PERF_TICKS`, or the
+    /// perf event's (`PERF_PAGE_FAULTS`, …: [`crate::sources::Trigger::counter`]).
+    pub counter: &'static str,
 }
 
 /// Turns trace-tree keys into (function, offset) pairs, caching per key.
@@ -314,12 +317,17 @@ impl Profile {
             period_ns: sampler.period_ns,
             pid: std::process::id(),
             program: command_line(),
-            statistics: sampler.stats.lines(),
+            statistics: {
+                let mut lines = sampler.stats.lines();
+                lines.insert(2, sampling_line(sampler));
+                lines
+            },
             first_counter: if sampler.cpu {
-                "PERF_TICKS"
+                sampler.trigger.counter()
             } else {
                 "MEM_TOTAL"
             },
+            counter: sampler.trigger.counter(),
         }
     }
 
@@ -381,7 +389,7 @@ impl Profile {
             // Ticks without samples: a thread's undelivered expirations (Marker::Unsampled).
             if node.samples > 0 || node.ticks > 0 {
                 ids.counter(
-                    "PERF_TICKS",
+                    self.counter,
                     (node.samples, node.ticks, node.ticks),
                     &mut line,
                 );
@@ -402,6 +410,28 @@ impl Profile {
             stack.extend(node.children.iter().rev().map(|&c| (c, depth + 1)));
         }
         Ok(())
+    }
+}
+
+/// The statistics line that says what sampled the threads: `#pyigprof sampling
+/// trigger=<event>|posix-timer counter=<COUNTER> period=<ns or events> randomized=0|1
+/// exclude_kernel=0|1 [why=<token>]` (docs/dump-format.md).
+pub fn sampling_line(sampler: &Sampler) -> String {
+    use crate::sources::Trigger;
+    match &sampler.trigger {
+        Trigger::Event(e) => format!(
+            "#pyigprof sampling trigger={} counter={} period={} randomized={} exclude_kernel={}",
+            e.name,
+            e.counter,
+            e.period,
+            u8::from(e.randomized()),
+            u8::from(crate::sources::perf::excludes_kernel()),
+        ),
+        Trigger::Timer { why } => format!(
+            "#pyigprof sampling trigger=posix-timer counter=PERF_TICKS period={} randomized=0 \
+             exclude_kernel=0 why={why}",
+            sampler.period_ns
+        ),
     }
 }
 
@@ -646,6 +676,7 @@ mod tests {
             program: b"python3 app (1).py".to_vec(),
             statistics: vec!["#pyigprof stats samples=6".into()],
             first_counter: "PERF_TICKS",
+            counter: "PERF_TICKS",
         }
     }
 

@@ -278,17 +278,36 @@ fn summary(
     } else {
         String::new()
     };
-    crate::notice!(
-        "pyigprof: wrote {}: {recorded} samples, {:.3} s of {time} ({ticks} ticks of {:.3} ms); \
-         {:.1}% with Python frames, {:.1}% complete native stacks ({:.1}% approximate); \
+    let shares = format!(
+        "{:.1}% with Python frames, {:.1}% complete native stacks ({:.1}% approximate); \
          handler {:.1} µs median{dropped}{memory}",
-        path.display(),
-        ticks as f64 * sampler.period_ns as f64 / 1e9,
-        sampler.period_ns as f64 / 1e6,
         percent(stats.with_python.load(Ordering::Relaxed)),
         percent(stats.complete.load(Ordering::Relaxed)),
         percent(stats.approximate.load(Ordering::Relaxed)),
         stats.handler.summary().median_ns as f64 / 1e3,
+    );
+    let trigger = sampler.trigger.describe();
+    if let Some(event) = sampler.trigger.event().filter(|e| !e.is_time()) {
+        crate::notice!(
+            "pyigprof: wrote {}: {recorded} samples of {ticks} {} ({}, by {trigger}); {shares}",
+            path.display(),
+            event.name,
+            event.counter,
+        );
+        return;
+    }
+    let period_ns = match sampler.trigger.event() {
+        Some(event) => event.period,
+        None => sampler.period_ns,
+    };
+    let seconds = ticks as f64 * period_ns as f64 / 1e9;
+    let rate = if seconds > 0.0 { recorded as f64 / seconds } else { 0.0 };
+    crate::notice!(
+        "pyigprof: wrote {}: {recorded} samples, {:.3} s of {time} ({ticks} ticks of {:.3} ms), \
+         {rate:.0} samples per second by {trigger}; {shares}",
+        path.display(),
+        seconds,
+        period_ns as f64 / 1e6,
     );
 }
 

@@ -74,6 +74,24 @@ pub struct Slot {
     pub stopped_cpu_ns: AtomicU64,
     /// The trace-tree node of the thread's latest recorded sample (0 = none yet).
     pub last_leaf: AtomicU32,
+    /// The thread's perf event (`crate::sources::perf`): descriptor + 1 (0 = none).
+    pub event_fd: AtomicI32,
+    /// The kernel's id of that event (`PERF_EVENT_IOC_ID`), to tell it from a descriptor
+    /// the program got with the same number after closing ours.
+    pub event_id: AtomicU64,
+    /// The event's count at the thread's latest sample (ns of CPU time, or events).
+    pub counted: AtomicU64,
+    /// Nanoseconds of CPU time counted but not yet turned into ticks (less than a period).
+    pub carry: AtomicU64,
+    /// The event's count at which the next sample is due (randomized events).
+    pub due: AtomicU64,
+    /// Moving average of how late samples come after they are due (ns of CPU time).
+    pub late: AtomicU64,
+    /// State of the generator of the thread's random intervals (`crate::sources::random`).
+    pub random: AtomicU64,
+    /// What the thread's perf event counted after its last sample (ticks or events) + 1,
+    /// taken when sampling stopped and placed once no handler runs (0 = none).
+    pub tail: AtomicU64,
     /// Scratch: native frame addresses, innermost first.
     pub native: [u64; MAX_NATIVE_FRAMES],
     /// Scratch: each native frame's stack pointer.
@@ -264,6 +282,7 @@ impl Slots {
         self.for_each(|slot| {
             slot.root.store(0, Ordering::Relaxed);
             slot.timer.store(0, Ordering::Relaxed);
+            slot.tail.store(0, Ordering::Relaxed);
             slot.busy.store(FREE, Ordering::Relaxed);
             slot.pending.store(0, Ordering::Relaxed);
             slot.running_periods.store(0, Ordering::Relaxed);
@@ -279,8 +298,15 @@ impl Slots {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A free slot on the heap, for unit tests of what reads or writes one.
+    pub(crate) fn zeroed_slot() -> Box<Slot> {
+        let layout = std::alloc::Layout::new::<Slot>();
+        // SAFETY: all-zero is a valid Slot; the layout is Slot's.
+        unsafe { Box::from_raw(std::alloc::alloc_zeroed(layout).cast::<Slot>()) }
+    }
 
     #[test]
     fn loops_over_threads_visit_the_claimed_slots_only() {

@@ -204,32 +204,21 @@ thread_local! {
 /// allocation with the same probability, `1 - exp(-s/R)`.
 static INTERPRETER: Countdown = Countdown::new();
 
-/// Seeds for the threads' generators.
-static SEEDS: AtomicU64 = AtomicU64::new(0x853c_49e6_748f_ea9b);
-
 impl PerThread {
-    /// A uniform number in `(0, 1]`.
+    /// A uniform number in `(0, 1]` ([`crate::sources::random::uniform`]).
     fn uniform(&self) -> f64 {
         let mut x = self.random.get();
-        if x == 0 {
-            let stack = &x as *const u64 as u64;
-            x = SEEDS
-                .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
-                .wrapping_mul(0x2545_f491_4f6c_dd1d)
-                ^ stack
-                ^ crate::sources::timer::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
-            x |= 1;
-        }
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
+        let u = crate::sources::random::uniform(&mut x);
         self.random.set(x);
-        ((x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) + 1) as f64 / (1u64 << 53) as f64
+        u
     }
 
     /// A threshold drawn from the exponential distribution with mean `rate` bytes.
     fn draw(&self, rate: u64) -> u64 {
-        ((-self.uniform().ln() * rate as f64) as u64).max(1)
+        let mut x = self.random.get();
+        let draw = crate::sources::random::exponential(&mut x, rate as f64);
+        self.random.set(x);
+        (draw as u64).max(1)
     }
 }
 

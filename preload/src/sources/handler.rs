@@ -1,7 +1,8 @@
 //! The `SIGPROF` handler: the one entry point of every signal-driven sample.
 //!
-//! It tells the signals it is sent apart by their `si_value` cookie — a sampling timer's
-//! ([`crate::sources::timer`]) becomes one sample (`Sampler::sample`), the roll call of
+//! It tells the signals it is sent apart — a perf event's overflow (`si_code` `POLL_IN`,
+//! [`crate::sources::perf`]) and a sampling timer's, by its `si_value` cookie
+//! ([`crate::sources::timer`]), become one sample (`Sampler::sample`), the roll call of
 //! threads that existed before the constructor is answered ([`crate::sources::adopt`]), and
 //! the timer of periodic snapshot profiles runs the action registered for it
 //! ([`on_timer`]) — preserves `errno`, and times itself ([`crate::record::timing`]).
@@ -13,7 +14,7 @@ use crate::capture::unwind::Regs;
 use crate::sampler::{Sampler, STATE, YIELDED};
 use crate::signal_guard::InFlight;
 use crate::sources::timer::{clock_ns, ticks_of, TIMER_COOKIE};
-use crate::sources::{adopt, timer};
+use crate::sources::{adopt, perf, timer};
 use pyigprof_hooks::{interruptions, signals};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -107,17 +108,25 @@ pub extern "C" fn on_sigprof(
     // SAFETY: __errno_location is the calling thread's errno.
     let errno = unsafe { *libc::__errno_location() };
     let in_flight = InFlight::enter();
-    if crate::sampler::sampling() && is_ours(info) {
+    let overflow = perf::overflow_fd(info);
+    if let Some(fd) = overflow {
+        // A perf event's overflow: sampled if the event is the thread's own (a signal of
+        // an event closed meanwhile is dropped).
+        if let (true, Some(sampler)) = (crate::sampler::sampling(), crate::sampler::get()) {
+            let start = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
+            let weight = sampler.trigger.event().and_then(|event| {
+                // SAFETY: pthread_self only reads the thread pointer; the owner thread.
+                let slot = unsafe { sampler.slots.find_or_claim(libc::pthread_self() as usize) }?;
+                perf::weigh(event, slot, fd)
+            });
+            if let Some(weight) = weight {
+                sample_here(sampler, weight, uc, start);
+            }
+        }
+    } else if crate::sampler::sampling() && is_ours(info) {
         if let Some(sampler) = crate::sampler::get() {
             let start = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
-            // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
-            let regs = unsafe { Regs::from_ucontext(uc.cast()) };
-            let (native, python) = sampler.sample(ticks_of(info), regs);
-            let end = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(start);
-            sampler
-                .stats
-                .handler
-                .record(end.saturating_sub(start), native, python);
+            sample_here(sampler, ticks_of(info), uc, start);
         }
     } else if adopt::is_roll_call(info) {
         adopt::answer(uc.cast());
@@ -128,7 +137,7 @@ pub extern "C" fn on_sigprof(
             let action: fn() =
                 unsafe { std::mem::transmute::<usize, fn()>(OTHER_ACTION.load(Ordering::Acquire)) };
             action();
-        } else if !is_ours(info) && signals::program_sees_default(libc::SIGPROF) {
+        } else if !is_ours(info) && overflow.is_none() && signals::program_sees_default(libc::SIGPROF) {
             // Someone else's SIGPROF (`kill -PROF`, the program's own `ITIMER_PROF`) while
             // the program leaves SIGPROF at its default action: the process ends by it, as
             // it would without pyigprof (the profile is written first).
@@ -142,4 +151,17 @@ pub extern "C" fn on_sigprof(
         interruptions::keep(entered, uc.cast());
         *libc::__errno_location() = errno;
     }
+}
+
+/// Samples the interrupted thread (registers in `uc`) with `weight` ticks (or events),
+/// and times the handler from `start` (ns of `CLOCK_MONOTONIC`).
+fn sample_here(sampler: &Sampler, weight: u64, uc: *mut libc::c_void, start: u64) {
+    // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
+    let regs = unsafe { Regs::from_ucontext(uc.cast()) };
+    let (native, python) = sampler.sample(weight, regs);
+    let end = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(start);
+    sampler
+        .stats
+        .handler
+        .record(end.saturating_sub(start), native, python);
 }

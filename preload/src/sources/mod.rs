@@ -1,7 +1,12 @@
 //! Sources of samples: what makes a thread stop and hand its call stack to the sampler.
 //!
-//! - [`timer`]: per-thread POSIX timers on each thread's CPU clock, delivering `SIGPROF`,
-//!   the accounting of ticks they stand for, and the registration of threads;
+//! - [`timer`]: the registration of threads and their sampling clocks, either per-thread
+//!   POSIX timers on each thread's CPU clock, delivering `SIGPROF`, and the accounting of
+//!   ticks they stand for, or
+//! - [`perf`]: per-thread perf events (`task-clock`, not tied to the kernel's tick, or
+//!   another event: page faults, context switches, hardware counters), chosen at start-up
+//!   where the kernel allows them ([`Trigger`]);
+//! - [`random`]: the random intervals between samples;
 //! - [`wall`]: wall mode's sampler process, which samples threads blocked in system calls
 //!   from outside, without signalling them;
 //! - [`handler`]: the `SIGPROF` handler, which turns a timer's signal into one sample;
@@ -12,5 +17,92 @@
 pub mod adopt;
 pub mod allocations;
 pub mod handler;
+pub mod perf;
+pub mod random;
 pub mod timer;
 pub mod wall;
+
+/// What interrupts each thread for a sample, chosen at start-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// A perf event per thread ([`perf`]): `task-clock` for CPU time, or the event
+    /// `PYIGPROF_EVENT` names.
+    Event(perf::Event),
+    /// A POSIX timer per thread on its CPU clock ([`timer`]), checked by the kernel on its
+    /// scheduler tick; `why` says why perf events are not used (`wall mode`,
+    /// `PYIGPROF_PERF_EVENTS=0`, or `perf_event_open`'s refusal).
+    Timer {
+        /// Why not a perf event.
+        why: &'static str,
+    },
+}
+
+impl Trigger {
+    /// The counter the samples are counted under: `PERF_TICKS` for CPU time, the event's
+    /// (`PERF_PAGE_FAULTS`, …) otherwise.
+    pub fn counter(&self) -> &'static str {
+        match self {
+            Trigger::Event(e) => e.counter,
+            Trigger::Timer { .. } => "PERF_TICKS",
+        }
+    }
+
+    /// The event, if a perf event samples.
+    pub fn event(&self) -> Option<&perf::Event> {
+        match self {
+            Trigger::Event(e) => Some(e),
+            Trigger::Timer { .. } => None,
+        }
+    }
+}
+
+impl Trigger {
+    /// Chooses what samples the threads, at start-up: in cpu mode, the event `config` asks
+    /// for (`task-clock` unless `PYIGPROF_EVENT` names another) if the kernel opens it;
+    /// else `task-clock`, saying on stderr why the event asked for is not sampled; else
+    /// POSIX timers, as always in wall mode and with `PYIGPROF_PERF_EVENTS=0`.
+    pub fn choose(config: &crate::config::Config) -> Trigger {
+        let leak = |text: String| -> &'static str { Box::leak(text.into_boxed_str()) };
+        if config.clock == crate::config::Clock::Wall {
+            if !config.event.is_time() {
+                crate::notice!(
+                    "pyigprof: PYIGPROF_EVENT={} is not sampled in wall mode (PYIGPROF_CLOCK=wall \
+                     samples time); sampling wall time",
+                    config.event.name
+                );
+            }
+            return Trigger::Timer { why: "wall-mode" };
+        }
+        if !config.perf_events {
+            return Trigger::Timer { why: "PYIGPROF_PERF_EVENTS=0" };
+        }
+        let event = config.event;
+        let refused = match perf::probe(&event) {
+            Ok(()) => return Trigger::Event(event),
+            Err(e) => e,
+        };
+        let task_clock = perf::Event::task_clock(config.period_ns());
+        if !event.is_time() {
+            crate::notice!(
+                "pyigprof: cannot sample the event {}: {}; sampling CPU time instead",
+                event.name,
+                perf::describe(refused)
+            );
+            if perf::probe(&task_clock).is_ok() {
+                return Trigger::Event(task_clock);
+            }
+        }
+        Trigger::Timer { why: leak(format!("perf_event_open:{}", perf::errno_name(refused).replace(' ', "-"))) }
+    }
+
+    /// How the trigger is named in the statistics (`#pyigprof sampling …`) and the summary:
+    /// `task-clock perf events at random intervals`, `page-faults perf events every 100`,
+    /// `POSIX CPU timers (wall-mode)`.
+    pub fn describe(&self) -> String {
+        match self {
+            Trigger::Event(e) if e.randomized() => format!("{} perf events at random intervals", e.name),
+            Trigger::Event(e) => format!("{} perf events every {}", e.name, e.period),
+            Trigger::Timer { why } => format!("POSIX CPU timers ({why})"),
+        }
+    }
+}

@@ -1,5 +1,7 @@
-//! Per-thread sampling timers: the source of CPU-time samples (in both modes: wall mode
-//! adds the time threads spend blocked, [`crate::sources::wall`]).
+//! Each thread's sampling clock: registering threads, and arming, stopping and accounting
+//! for what interrupts them — a perf event ([`crate::sources::perf`], chosen where the
+//! kernel allows it) or a POSIX timer (below; always in wall mode, which adds the time
+//! threads spend blocked, [`crate::sources::wall`]). See [`crate::sources::Trigger`].
 //!
 //! Timers (shared/design/timers.md): one POSIX timer per thread, created by the thread
 //! itself when it registers, on its own CPU clock (`CLOCK_THREAD_CPUTIME_ID`), delivering
@@ -15,6 +17,7 @@ use crate::config::Clock;
 use crate::record::threads::{Slot, CAPTURING, FREE};
 use crate::sampler::{get, Sampler, OFF, SAMPLING, STATE, YIELDED};
 use crate::signal_guard::wait_for_handlers;
+use crate::sources::{perf, Trigger};
 use std::sync::atomic::Ordering;
 
 /// `sigev_value` our sampling timers' signals carry, to tell them from anybody else's
@@ -74,13 +77,13 @@ impl Sampler {
         if !self.cpu || STATE.load(Ordering::Acquire) != SAMPLING {
             return Ok(());
         }
-        if slot.timer.load(Ordering::Acquire) != 0 {
+        if slot.timer.load(Ordering::Acquire) != 0 || slot.event_fd.load(Ordering::Acquire) != 0 {
             if slot.tid.load(Ordering::Relaxed) == tid {
                 return Ok(());
             }
             // The slot's last owner was an adopted thread that ended, and a new thread got
             // its pthread_t.
-            Sampler::disarm(slot);
+            self.disarm(slot);
         }
         // The wall-clock source may be capturing the slot's previous owner (a thread that
         // ended, whose pthread_t this thread reuses): it is done within microseconds.
@@ -94,6 +97,14 @@ impl Sampler {
         slot.pending.store(0, Ordering::Relaxed);
         slot.running_periods.store(0, Ordering::Relaxed);
         slot.waited.store(0, Ordering::Relaxed);
+        if let Trigger::Event(event) = &self.trigger {
+            perf::arm(event, slot, tid)?;
+            slot.tid.store(tid, Ordering::Relaxed);
+            slot.ticks.store(0, Ordering::Relaxed);
+            slot.last_leaf.store(0, Ordering::Relaxed);
+            self.stats.threads.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         let clock = thread_cpu_clock(tid);
         // The first expiry at a random point of the first period: a thread that runs for
         // less than a period (thousands of short-lived threads) is then sampled with
@@ -120,14 +131,17 @@ impl Sampler {
         Ok(())
     }
 
-    /// Deletes the timer stored in `slot`, if any.
-    fn disarm(slot: &Slot) {
+    /// Deletes the timer stored in `slot`, or closes its perf event, if any. Returns, for
+    /// a perf event, what its thread counted after its last sample (ticks or events: see
+    /// [`perf::disarm`]).
+    fn disarm(&self, slot: &Slot) -> Option<u64> {
         let timer = slot.timer.swap(0, Ordering::AcqRel);
         if timer != 0 {
             // SAFETY: a timer we created (stored as id + 1) and nobody else deletes (the swap
             // took it).
             unsafe { libc::timer_delete((timer - 1) as libc::timer_t) };
         }
+        self.trigger.event().and_then(|event| perf::disarm(event, slot))
     }
 
     /// Stops sampling: deletes the timer and waits for handlers in flight. Afterwards the
@@ -148,7 +162,9 @@ impl Sampler {
                 let now = clock_ns(thread_cpu_clock(tid)).unwrap_or(0);
                 slot.stopped_cpu_ns.store(now, Ordering::Relaxed);
             }
-            Sampler::disarm(slot);
+            if let Some(tail) = self.disarm(slot) {
+                slot.tail.store(tail + 1, Ordering::Relaxed);
+            }
         });
         // Handlers already past the STATE check finish adding their ticks first.
         wait_for_handlers();
@@ -156,6 +172,10 @@ impl Sampler {
             let now = slot.stopped_cpu_ns.swap(0, Ordering::Relaxed);
             if now != 0 {
                 self.count_undelivered(slot, now);
+            }
+            let tail = slot.tail.swap(0, Ordering::Relaxed);
+            if tail > 1 {
+                self.place_unsampled(slot, tail - 1);
             }
         });
     }
@@ -188,6 +208,8 @@ impl Sampler {
         }
         STATE.store(OFF, Ordering::Release);
         crate::signal_guard::reset_after_fork();
+        // The parent's perf events came with its descriptors: not this process's.
+        self.slots.for_each(perf::forget_after_fork);
         self.trees.reset();
         crate::record::memory::reset();
         crate::sources::allocations::reset_after_fork();
@@ -217,9 +239,13 @@ impl Sampler {
     /// its timer and counts the ticks of the expirations the kernel had not delivered yet
     /// ([`Sampler::count_undelivered`]).
     fn thread_ending(&self, slot: &Slot) {
-        Sampler::disarm(slot);
+        let tail = self.disarm(slot);
         let tid = slot.tid.load(Ordering::Relaxed);
         if tid == 0 || STATE.load(Ordering::Acquire) != SAMPLING {
+            return;
+        }
+        if self.trigger.event().is_some() {
+            self.place_unsampled(slot, tail.unwrap_or(0));
             return;
         }
         if let Some(now) = clock_ns(thread_cpu_clock(tid)) {
@@ -252,7 +278,17 @@ impl Sampler {
         } else {
             0
         };
-        let mut missed = expirations.saturating_sub(slot.ticks.load(Ordering::Relaxed));
+        let missed = expirations.saturating_sub(slot.ticks.load(Ordering::Relaxed));
+        self.place_unsampled(slot, missed);
+    }
+
+    /// Counts `missed` ticks (or events) of `slot`'s thread that no sample took: a share of
+    /// them, those of its last moments (the last kernel tick, [`TAIL_NS`], for a timer;
+    /// up to two mean intervals for a perf event), to the thread's latest sample, where it
+    /// most likely still was, the rest (all of them when it has no sample) to an
+    /// `<unsampled thread time>` marker. The thread's sampling has stopped: no handler
+    /// runs for it.
+    fn place_unsampled(&self, slot: &Slot, mut missed: u64) {
         if missed == 0 {
             return;
         }
@@ -262,7 +298,12 @@ impl Sampler {
         self.stats.ticks.fetch_add(missed, Ordering::Relaxed);
         let leaf = slot.last_leaf.load(Ordering::Relaxed);
         if leaf != 0 {
-            let tail = missed.min(TAIL_NS.div_ceil(self.period_ns));
+            let near = match &self.trigger {
+                Trigger::Event(e) if e.is_time() => 2,
+                Trigger::Event(e) => 2 * e.period,
+                Trigger::Timer { .. } => TAIL_NS.div_ceil(self.period_ns),
+            };
+            let tail = missed.min(near);
             self.trees
                 .node(leaf)
                 .ticks

@@ -1,0 +1,541 @@
+//! Per-thread perf events (`perf_event_open`): the source of CPU-time samples where the
+//! kernel allows it, and of samples of other events (page faults, context switches,
+//! hardware counters).
+//!
+//! One event per thread, counting that thread only (`pid` = its tid, any CPU), its
+//! overflow signal sent to that thread: `O_ASYNC`, `F_SETSIG` `SIGPROF`, `F_SETOWN_EX`
+//! `F_OWNER_TID` (shared/design/timers.md). The signal arrives with `si_code` `POLL_IN`
+//! and `si_fd` the event's descriptor, which tells it from a timer's. Unlike the POSIX CPU
+//! timers ([`crate::sources::timer`]), which the kernel checks on its scheduler tick
+//! (250 Hz here, whatever the rate asked for), the `task-clock` event runs on an hrtimer:
+//! measured here, 995, 3954 and 9718 signals per CPU second for periods of 1 ms, 250 µs and
+//! 100 µs.
+//!
+//! **Random intervals.** For `task-clock` each interval is drawn at random
+//! ([`crate::sources::random::interval`], mean the period asked for) and armed from the
+//! handler with `PERF_EVENT_IOC_PERIOD`, which restarts the hrtimer with the new period
+//! from now. The signal comes some time after the overflow (measured here: tens of µs,
+//! the thread running meanwhile), so the draws' mean is the period less the thread's
+//! average lateness, and samples come at the rate asked for. Counting events (page faults, context switches, …) keep the
+//! kernel's fixed period: `PERF_EVENT_IOC_PERIOD` on a software counting event zeroes the
+//! count left to the next overflow, so the next single event overflows (Linux
+//! `perf_swevent_event`; measured here: a period of 100 re-armed in each handler sampled
+//! 97,807 of 100,000 page faults one by one).
+//!
+//! **Weights.** Each sample weighs what the thread counted since its previous sample,
+//! read from the event (`read(2)` of its descriptor): nanoseconds of CPU time, turned into
+//! ticks of the mean period with the remainder carried to the next sample, or events.
+//! Overflows the kernel skipped (in kernel mode with `exclude_kernel`) or merged into one
+//! signal are in the next sample's weight, so the profile's total is what the thread
+//! counted, whatever the rate.
+
+use crate::record::threads::Slot;
+use perf_event_open_sys::bindings as sys;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// An event to sample on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// The name as `PYIGPROF_EVENT` spells it, perf's (`task-clock`, `page-faults`,
+    /// `cycles`, `r1a8`).
+    pub name: &'static str,
+    /// `perf_event_attr.type` (`PERF_TYPE_SOFTWARE`, `_HARDWARE` or `_RAW`).
+    pub kind: u32,
+    /// `perf_event_attr.config`.
+    pub config: u64,
+    /// The counter its samples are counted under in the profile, in IgProf's style:
+    /// `PERF_TICKS` for `task-clock`, `PERF_PAGE_FAULTS`, `PERF_CYCLES`, `PERF_RAW_1A8`, ….
+    pub counter: &'static str,
+    /// Mean events between two samples: nanoseconds of the thread's CPU time for
+    /// `task-clock`, a count of events otherwise.
+    pub period: u64,
+}
+
+impl Event {
+    /// Whether the event measures the thread's CPU time (`task-clock`), its samples
+    /// counted in ticks of [`Event::period`] nanoseconds.
+    pub fn is_time(&self) -> bool {
+        self.kind == sys::PERF_TYPE_SOFTWARE && self.config == u64::from(sys::PERF_COUNT_SW_TASK_CLOCK)
+    }
+
+    /// Whether each interval is drawn at random ([`crate::sources::random::interval`]):
+    /// for the hrtimer-based `task-clock`; counting events keep a fixed period (see the
+    /// module's documentation).
+    pub fn randomized(&self) -> bool {
+        self.is_time()
+    }
+
+    /// The `task-clock` event with a mean period of `period_ns` nanoseconds of CPU time.
+    pub fn task_clock(period_ns: u64) -> Event {
+        Event {
+            name: "task-clock",
+            kind: sys::PERF_TYPE_SOFTWARE,
+            config: u64::from(sys::PERF_COUNT_SW_TASK_CLOCK),
+            counter: "PERF_TICKS",
+            period: period_ns,
+        }
+    }
+
+    /// Parses `PYIGPROF_EVENT`: an event name of [`NAMED`] or a raw event `rNNNN` (hex),
+    /// optionally followed by perf's `/period=N/` (events between samples; ns for
+    /// `task-clock`). `period_ns` is `task-clock`'s period when none is given
+    /// (`PYIGPROF_HZ`). The error says what was expected.
+    pub fn parse(text: &str, period_ns: u64) -> Result<Event, String> {
+        let text = text.trim();
+        let (name, period) = match text.split_once('/') {
+            None => (text, None),
+            Some((name, rest)) => {
+                let value = rest
+                    .trim_end_matches('/')
+                    .strip_prefix("period=")
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .filter(|&p| p > 0)
+                    .ok_or_else(|| {
+                        format!("{rest:?} is not /period=N/ with N a whole number above 0")
+                    })?;
+                (name, Some(value))
+            }
+        };
+        let mut event = if let Some(&(names, kind, config, counter, default)) =
+            NAMED.iter().find(|(names, ..)| names.contains(&name))
+        {
+            Event {
+                name: names[0],
+                kind,
+                config,
+                counter,
+                period: default,
+            }
+        } else if let Some(code) = name
+            .strip_prefix('r')
+            .filter(|hex| !hex.is_empty() && hex.len() <= 16)
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        {
+            // Leaked once, at start-up: the event lives as long as the process.
+            let counter: &'static str = Box::leak(format!("PERF_RAW_{code:X}").into_boxed_str());
+            let name: &'static str = Box::leak(format!("r{code:x}").into_boxed_str());
+            Event {
+                name,
+                kind: sys::PERF_TYPE_RAW,
+                config: code,
+                counter,
+                period: 1_000_000,
+            }
+        } else {
+            let names: Vec<&str> = NAMED.iter().map(|(names, ..)| names[0]).collect();
+            return Err(format!(
+                "{name:?} is not an event: expected one of {} or a raw event rNNNN (hex), \
+                 optionally with /period=N/",
+                names.join(", ")
+            ));
+        };
+        event.period = match (period, event.is_time()) {
+            (Some(p), true) => p.max(MIN_PERIOD_NS),
+            (Some(p), false) => p,
+            (None, true) => period_ns,
+            (None, false) => event.period,
+        };
+        Ok(event)
+    }
+}
+
+/// The events `PYIGPROF_EVENT` names (perf's names and aliases first): type, config,
+/// counter, and the default period (events between samples; `task-clock`'s comes from
+/// `PYIGPROF_HZ`). The defaults give tens to thousands of samples per second on common
+/// programs: every context switch and migration, one page fault in 100, one cycle or
+/// instruction in 10 million.
+pub const NAMED: [(&[&str], u32, u64, &str, u64); 12] = [
+    (&["task-clock"], sys::PERF_TYPE_SOFTWARE, sys::PERF_COUNT_SW_TASK_CLOCK as u64, "PERF_TICKS", 0),
+    (&["page-faults", "faults"], sys::PERF_TYPE_SOFTWARE, sys::PERF_COUNT_SW_PAGE_FAULTS as u64, "PERF_PAGE_FAULTS", 100),
+    (&["minor-faults"], sys::PERF_TYPE_SOFTWARE, sys::PERF_COUNT_SW_PAGE_FAULTS_MIN as u64, "PERF_MINOR_FAULTS", 100),
+    (&["major-faults"], sys::PERF_TYPE_SOFTWARE, sys::PERF_COUNT_SW_PAGE_FAULTS_MAJ as u64, "PERF_MAJOR_FAULTS", 1),
+    (&["context-switches", "cs"], sys::PERF_TYPE_SOFTWARE, sys::PERF_COUNT_SW_CONTEXT_SWITCHES as u64, "PERF_CONTEXT_SWITCHES", 1),
+    (&["cpu-migrations", "migrations"], sys::PERF_TYPE_SOFTWARE, sys::PERF_COUNT_SW_CPU_MIGRATIONS as u64, "PERF_CPU_MIGRATIONS", 1),
+    (&["cycles", "cpu-cycles"], sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_CPU_CYCLES as u64, "PERF_CYCLES", 10_000_000),
+    (&["instructions"], sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_INSTRUCTIONS as u64, "PERF_INSTRUCTIONS", 10_000_000),
+    (&["cache-references"], sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_CACHE_REFERENCES as u64, "PERF_CACHE_REFERENCES", 1_000_000),
+    (&["cache-misses"], sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_CACHE_MISSES as u64, "PERF_CACHE_MISSES", 100_000),
+    (&["branches", "branch-instructions"], sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_BRANCH_INSTRUCTIONS as u64, "PERF_BRANCHES", 1_000_000),
+    (&["branch-misses"], sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_BRANCH_MISSES as u64, "PERF_BRANCH_MISSES", 100_000),
+];
+
+/// The shortest period the kernel arms for its hrtimer-based events, ns
+/// (`perf_swevent_init_hrtimer`: 10 µs).
+pub const MIN_PERIOD_NS: u64 = 10_000;
+
+/// `fcntl` commands and values the `libc` crate lacks (Linux `include/uapi/asm-generic/fcntl.h`).
+const F_SETSIG: libc::c_int = 10;
+const F_SETOWN_EX: libc::c_int = 15;
+const F_OWNER_TID: libc::c_int = 0;
+
+/// `struct f_owner_ex` (`include/uapi/asm-generic/fcntl.h`): whom `O_ASYNC` signals.
+#[repr(C)]
+struct OwnerEx {
+    kind: libc::c_int,
+    pid: libc::pid_t,
+}
+
+/// `si_code` of a signal sent for `O_ASYNC` input or hang-up (`include/uapi/asm-generic/siginfo.h`).
+const POLL_IN: libc::c_int = 1;
+const POLL_HUP: libc::c_int = 6;
+
+/// Whether events are opened with `exclude_kernel` (and `exclude_hv`): set when the
+/// kernel refused them without (`perf_event_paranoid` 2 for a user without
+/// `CAP_PERFMON`). Without it a thread's time in system calls is sampled at the call.
+static EXCLUDE_KERNEL: AtomicBool = AtomicBool::new(false);
+
+/// Whether events are opened with `exclude_kernel` ([`EXCLUDE_KERNEL`]).
+pub fn excludes_kernel() -> bool {
+    EXCLUDE_KERNEL.load(Ordering::Relaxed)
+}
+
+/// Lowest descriptor number the events take: out of the way of the program's own
+/// (a program that closed its standard input gets descriptor 0 back from its next `open`,
+/// and CPython checks 0, 1 and 2 at start-up).
+const FD_FLOOR: libc::c_int = 512;
+
+/// Opens `event` on thread `tid`, its overflow signal (`SIGPROF`) sent to that thread,
+/// the first overflow after `first` (ns of CPU time or events), and enables it. Returns
+/// the descriptor (close-on-exec, numbered from [`FD_FLOOR`] where the limit allows).
+/// Not async-signal-safe only in that it may be refused; it takes no lock and allocates
+/// nothing (a fork child calls it).
+///
+/// # Errors
+/// The `errno` of the step that failed ([`describe`] names it).
+pub fn open(event: &Event, tid: libc::pid_t, first: u64) -> Result<libc::c_int, i32> {
+    let attempt = |exclude_kernel: bool| {
+        // SAFETY: a zeroed perf_event_attr is valid (all features off).
+        let mut attr: sys::perf_event_attr = unsafe { std::mem::zeroed() };
+        attr.type_ = event.kind;
+        attr.size = std::mem::size_of::<sys::perf_event_attr>() as u32;
+        attr.config = event.config;
+        attr.__bindgen_anon_1.sample_period = first.max(1);
+        attr.set_disabled(1);
+        attr.set_exclude_kernel(u64::from(exclude_kernel));
+        attr.set_exclude_hv(u64::from(exclude_kernel));
+        // SAFETY: a valid attr; the kernel copies it.
+        let fd = unsafe {
+            perf_event_open_sys::perf_event_open(
+                &mut attr,
+                tid,
+                -1,
+                -1,
+                sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+            )
+        };
+        if fd < 0 {
+            Err(errno())
+        } else {
+            Ok(fd)
+        }
+    };
+    let fd = match attempt(excludes_kernel()) {
+        Err(e) if (e == libc::EACCES || e == libc::EPERM) && !excludes_kernel() => {
+            let fd = attempt(true)?;
+            EXCLUDE_KERNEL.store(true, Ordering::Relaxed);
+            fd
+        }
+        other => other?,
+    };
+    // SAFETY: plain fcntl/ioctl calls on the descriptor just opened.
+    unsafe {
+        let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, FD_FLOOR);
+        let fd = if high >= 0 {
+            libc::close(fd);
+            high
+        } else {
+            fd
+        };
+        let owner = OwnerEx {
+            kind: F_OWNER_TID,
+            pid: tid,
+        };
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if libc::fcntl(fd, libc::F_SETFL, flags | libc::O_ASYNC) != 0
+            || libc::fcntl(fd, F_SETSIG, libc::SIGPROF) != 0
+            || libc::fcntl(fd, F_SETOWN_EX, &owner) != 0
+            || libc::ioctl(fd, sys::ENABLE as _, 0) != 0
+        {
+            let e = errno();
+            libc::close(fd);
+            return Err(e);
+        }
+        Ok(fd)
+    }
+}
+
+/// Whether `event` can be sampled here: opens it on the calling thread, and closes it.
+///
+/// # Errors
+/// The `errno` of `perf_event_open` ([`describe`] names it).
+pub fn probe(event: &Event) -> Result<(), i32> {
+    // SAFETY: gettid has no preconditions.
+    let fd = open(event, unsafe { libc::gettid() }, u64::MAX >> 2)?;
+    // SAFETY: the descriptor just opened.
+    unsafe { libc::close(fd) };
+    Ok(())
+}
+
+/// Why `perf_event_open` (or the set-up of its descriptor) failed, for a user: the errno's
+/// name and what it means here.
+pub fn describe(errno: i32) -> String {
+    let meaning = match errno {
+        libc::ENOENT | libc::EOPNOTSUPP => "this CPU or kernel does not offer the event",
+        libc::EACCES | libc::EPERM => {
+            "not permitted (kernel.perf_event_paranoid, a seccomp filter or a container)"
+        }
+        libc::ENOSYS => "this kernel has no perf events",
+        libc::EINVAL => "the kernel refused the event's settings",
+        libc::EMFILE | libc::ENFILE => "no file descriptor left",
+        _ => "",
+    };
+    let name = errno_name(errno);
+    if meaning.is_empty() {
+        format!("perf_event_open: {name}")
+    } else {
+        format!("perf_event_open: {name}, {meaning}")
+    }
+}
+
+/// The symbolic name of `errno` (`EACCES`), or `errno N`.
+pub fn errno_name(errno: i32) -> String {
+    let name = match errno {
+        libc::ENOENT => "ENOENT",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::EACCES => "EACCES",
+        libc::EPERM => "EPERM",
+        libc::ENOSYS => "ENOSYS",
+        libc::EINVAL => "EINVAL",
+        libc::EMFILE => "EMFILE",
+        libc::ENFILE => "ENFILE",
+        libc::E2BIG => "E2BIG",
+        libc::EBUSY => "EBUSY",
+        _ => return format!("errno {errno}"),
+    };
+    name.to_string()
+}
+
+fn errno() -> i32 {
+    // SAFETY: the calling thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+/// The count of the event behind descriptor `fd` (ns of CPU time or events).
+/// Async-signal-safe.
+pub fn read_count(fd: libc::c_int) -> Option<u64> {
+    let mut value: u64 = 0;
+    // SAFETY: reading 8 bytes into a u64.
+    let n = unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) };
+    (n == 8).then_some(value)
+}
+
+/// The kernel's id of the event behind `fd` (`PERF_EVENT_IOC_ID`), `None` when `fd` is
+/// not a perf event (the program closed ours and the number was reused).
+/// Async-signal-safe.
+pub fn event_id(fd: libc::c_int) -> Option<u64> {
+    let mut id: u64 = 0;
+    // SAFETY: PERF_EVENT_IOC_ID writes a u64; other files refuse the request.
+    (unsafe { libc::ioctl(fd, sys::ID as _, &mut id as *mut u64) } == 0).then_some(id)
+}
+
+/// Sets the events before the next overflow of the event behind `fd`
+/// (`PERF_EVENT_IOC_PERIOD`, which restarts the count from now). Async-signal-safe.
+pub fn set_period(fd: libc::c_int, period: u64) {
+    // SAFETY: PERF_EVENT_IOC_PERIOD reads a u64 through the pointer.
+    unsafe { libc::ioctl(fd, sys::PERIOD as _, &period as *const u64) };
+}
+
+/// Whether the signal `info` describes is a perf event's overflow (`si_code` `POLL_IN`
+/// or `POLL_HUP`, sent by the kernel through the descriptor's `O_ASYNC`); its `si_fd`.
+pub fn overflow_fd(info: *const libc::siginfo_t) -> Option<libc::c_int> {
+    // SAFETY: the kernel passes a valid siginfo; for SIGPOLL-style signals si_fd is the
+    // int at offset 24 (after si_band, a long at offset 16).
+    unsafe {
+        let code = (*info).si_code;
+        (code == POLL_IN || code == POLL_HUP)
+            .then(|| *(info as *const u8).add(24).cast::<libc::c_int>())
+    }
+}
+
+/// The weight of a sample the overflow of descriptor `fd` triggers on `slot`'s thread:
+/// what the thread counted since its previous sample, in ticks of `event.period` ns for
+/// `task-clock` (the remainder carried in the slot) or in events; and, for a randomized
+/// event, the next interval armed. `None` when `fd` is not the thread's event (a signal
+/// of an event already closed). Async-signal-safe; called by the owner thread's handler.
+pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<u64> {
+    let own = slot.event_fd.load(Ordering::Relaxed);
+    if own == 0 || own - 1 != fd {
+        return None;
+    }
+    let now = read_count(fd)?;
+    let weight = take_since_last(event, slot, now);
+    if event.randomized() {
+        // The signal reaches the thread some time after the overflow (the kernel's
+        // irq_work, on this VM tens of µs), and the thread runs meanwhile: intervals are
+        // drawn shorter by that lateness (a moving average), so that samples come at the
+        // rate asked for. The draw stays exponential, so the instants stay random.
+        let late = now.saturating_sub(slot.due.load(Ordering::Relaxed)).min(event.period);
+        let average = slot.late.load(Ordering::Relaxed);
+        let average = average - average / 8 + late / 8;
+        slot.late.store(average, Ordering::Relaxed);
+        let mut state = slot.random.load(Ordering::Relaxed);
+        let draw = crate::sources::random::interval(
+            &mut state,
+            event.period.saturating_sub(average).max(2 * MIN_PERIOD_NS),
+            MIN_PERIOD_NS,
+        );
+        slot.random.store(state, Ordering::Relaxed);
+        slot.due.store(now.saturating_add(draw), Ordering::Relaxed);
+        set_period(fd, draw);
+    }
+    Some(weight)
+}
+
+/// Counts `now` (the thread's event count) as read: returns what it counted since the
+/// previous reading, in the sample's unit (ticks of `event.period` ns for `task-clock`,
+/// carrying the remainder; events otherwise).
+pub fn take_since_last(event: &Event, slot: &Slot, now: u64) -> u64 {
+    let last = slot.counted.swap(now, Ordering::Relaxed);
+    let delta = now.saturating_sub(last);
+    if !event.is_time() {
+        return delta;
+    }
+    let total = delta + slot.carry.load(Ordering::Relaxed);
+    slot.carry.store(total % event.period, Ordering::Relaxed);
+    total / event.period
+}
+
+/// Starts sampling `event` on `slot`'s thread `tid`: opens its event, the first sample
+/// after a random interval for a randomized event (so that a thread running less than a
+/// period is sampled with probability its time / period) and after a period otherwise.
+///
+/// # Errors
+/// A message naming what failed.
+pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t) -> Result<(), String> {
+    let mut state = crate::sources::random::seed(tid as u64);
+    let first = if event.randomized() {
+        crate::sources::random::interval(&mut state, event.period, MIN_PERIOD_NS)
+    } else {
+        event.period
+    };
+    slot.random.store(state, Ordering::Relaxed);
+    slot.counted.store(0, Ordering::Relaxed);
+    slot.carry.store(0, Ordering::Relaxed);
+    slot.due.store(first, Ordering::Relaxed);
+    slot.late.store(0, Ordering::Relaxed);
+    let fd = open(event, tid, first)
+        .map_err(|e| format!("cannot open the {} event: {}", event.name, describe(e)))?;
+    slot.event_id
+        .store(event_id(fd).unwrap_or(0), Ordering::Relaxed);
+    slot.event_fd.store(fd + 1, Ordering::Release);
+    Ok(())
+}
+
+/// Stops sampling on `slot`'s thread: closes its event and returns what the thread
+/// counted since its last sample (in the sample's unit, as [`take_since_last`]), `None`
+/// when it had no event or the descriptor is no longer ours (the program closed it).
+/// Async-signal-safe.
+pub fn disarm(event: &Event, slot: &Slot) -> Option<u64> {
+    let fd = slot.event_fd.swap(0, Ordering::AcqRel);
+    if fd == 0 {
+        return None;
+    }
+    let fd = fd - 1;
+    let id = slot.event_id.load(Ordering::Relaxed);
+    if event_id(fd) != Some(id) {
+        // Not our event any more: the number belongs to the program now.
+        return None;
+    }
+    let tail = read_count(fd).map(|now| {
+        let mut tail = take_since_last(event, slot, now);
+        // The CPU time left over from the ticks (less than one): one more tick with the
+        // probability of its share of a period, so that threads shorter than a period
+        // (thousands of them) still add up to their time.
+        let carry = slot.carry.swap(0, Ordering::Relaxed);
+        if event.is_time() && carry > 0 {
+            let mut state = slot.random.load(Ordering::Relaxed);
+            if crate::sources::random::uniform(&mut state) * event.period as f64 <= carry as f64 {
+                tail += 1;
+            }
+            slot.random.store(state, Ordering::Relaxed);
+        }
+        tail
+    });
+    // SAFETY: our descriptor (checked above).
+    unsafe { libc::close(fd) };
+    tail
+}
+
+/// In a fork child: the events inherited with the parent's descriptors are the parent's
+/// threads'; close the descriptors (the child opens its own). Async-signal-safe.
+pub fn forget_after_fork(slot: &Slot) {
+    let fd = slot.event_fd.swap(0, Ordering::AcqRel);
+    if fd != 0 && event_id(fd - 1) == Some(slot.event_id.load(Ordering::Relaxed)) {
+        // SAFETY: the copy of our descriptor this process inherited.
+        unsafe { libc::close(fd - 1) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_by_name_with_periods() {
+        let e = Event::parse("task-clock", 1_000_000).unwrap();
+        assert_eq!((e.counter, e.period, e.is_time()), ("PERF_TICKS", 1_000_000, true));
+        let e = Event::parse("page-faults", 4_000_000).unwrap();
+        assert_eq!((e.name, e.counter, e.period), ("page-faults", "PERF_PAGE_FAULTS", 100));
+        assert!(!e.randomized());
+        let e = Event::parse("cs/period=3/", 4_000_000).unwrap();
+        assert_eq!((e.name, e.counter, e.period), ("context-switches", "PERF_CONTEXT_SWITCHES", 3));
+        let e = Event::parse("cycles", 4_000_000).unwrap();
+        assert_eq!((e.kind, e.counter), (sys::PERF_TYPE_HARDWARE, "PERF_CYCLES"));
+        let e = Event::parse("r1a8/period=5000/", 4_000_000).unwrap();
+        assert_eq!((e.kind, e.config, e.counter, e.period), (sys::PERF_TYPE_RAW, 0x1a8, "PERF_RAW_1A8", 5000));
+        // task-clock's period is nanoseconds, at least the kernel's 10 µs.
+        assert_eq!(Event::parse("task-clock/period=500/", 1).unwrap().period, MIN_PERIOD_NS);
+        let bad = Event::parse("cycels", 1).unwrap_err();
+        assert!(bad.contains("\"cycels\" is not an event") && bad.contains("page-faults"), "{bad}");
+        let bad = Event::parse("cycles/period=0/", 1).unwrap_err();
+        assert!(bad.contains("/period=N/"), "{bad}");
+    }
+
+    #[test]
+    fn time_is_counted_in_ticks_with_the_remainder_carried() {
+        let slot: Box<Slot> = crate::record::threads::tests::zeroed_slot();
+        let e = Event::task_clock(1_000_000);
+        assert_eq!(take_since_last(&e, &slot, 2_500_000), 2);
+        assert_eq!(take_since_last(&e, &slot, 3_000_000), 1);
+        assert_eq!(take_since_last(&e, &slot, 3_400_000), 0);
+        assert_eq!(take_since_last(&e, &slot, 4_000_000), 1);
+        // 4 ms in 4 ticks, nothing left over.
+        assert_eq!(slot.carry.load(Ordering::Relaxed), 0);
+        let faults = Event::parse("page-faults", 1).unwrap();
+        assert_eq!(take_since_last(&faults, &slot, 4_000_123), 123);
+    }
+
+    #[test]
+    fn task_clock_counts_the_threads_cpu_time() {
+        let e = Event::task_clock(1_000_000);
+        if let Err(err) = probe(&e) {
+            eprintln!("skipped: {} (perf events unavailable here)", describe(err));
+            return;
+        }
+        // No overflow in this test (its process has no SIGPROF handler).
+        // SAFETY: gettid has no preconditions.
+        let fd = open(&e, unsafe { libc::gettid() }, u64::MAX >> 2).unwrap();
+        assert!(fd >= FD_FLOOR, "descriptor {fd}");
+        let cpu = || crate::sources::timer::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap();
+        let (start, cpu_start) = (read_count(fd).unwrap(), cpu());
+        while cpu() - cpu_start < 20_000_000 {
+            std::hint::black_box((0..1000).sum::<u64>());
+        }
+        let (counted, used) = (read_count(fd).unwrap() - start, cpu() - cpu_start);
+        assert!(counted.abs_diff(used) < used / 20, "task-clock {counted} ns, CPU clock {used} ns");
+        assert!(event_id(fd).is_some());
+        // SAFETY: our descriptor.
+        unsafe { libc::close(fd) };
+        assert_eq!(event_id(fd), None);
+    }
+}
