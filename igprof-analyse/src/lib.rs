@@ -12,7 +12,8 @@
 //!   [`report::flamegraph`], [`report::speedscope`], [`report::callgrind`],
 //!   [`report::pprof`], [`report::sqlite`], [`report::json`], and
 //!   [`report::diff`], which compares two profiles; [`report::memory`] says what the
-//!   memory counters measure and writes their bytes);
+//!   memory counters measure and writes their bytes, [`report::events`] the same for
+//!   the sampled event counters such as `PERF_PAGE_FAULTS`);
 //! - [`transform`]: options that reshape the call tree after the view (IgProf's
 //!   `--value peak`, count filters, `--merge-libraries`, `--merge-regexp`; `--hide`,
 //!   `--merge-ancestors`);

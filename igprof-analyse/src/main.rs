@@ -108,15 +108,17 @@ struct Cli {
     /// Write the profile as gzip-compressed pprof protobuf (profile.proto) to FILE, for
     /// `go tool pprof` and other tools: one sample per distinct stack with [samples, cpu
     /// nanoseconds], or for memory counters [objects, bytes] (alloc_space for MEM_TOTAL,
-    /// inuse_space for MEM_LIVE). Nothing is printed unless a report is asked for too.
+    /// inuse_space for MEM_LIVE), for event counters [samples, events] (page_faults for
+    /// PERF_PAGE_FAULTS). Nothing is printed unless a report is asked for too.
     #[arg(long, value_name = "FILE.pb.gz", conflicts_with = "comparison")]
     pprof: Option<PathBuf>,
 
     /// Compare profile NEW with profile BASE: per function, the self and cumulative
     /// shares in both, their changes in percentage points and whether each is larger
     /// than sampling noise (two-proportion z-tests on samples, corrected for the number
-    /// of tests). Memory counters (MEM_*) are tested on their bytes divided by the mean
-    /// bytes between recorded allocations; exact ones by --min-change.
+    /// of tests). Event counters (PERF_PAGE_FAULTS, ...) are tested on their samples,
+    /// as ticks are. Memory counters (MEM_*) are tested on their bytes divided by the
+    /// mean bytes between recorded allocations; exact ones by --min-change.
     #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with = "profiles")]
     diff: Option<Vec<PathBuf>>,
 
@@ -238,8 +240,8 @@ struct Cli {
     max_average_value: Option<i64>,
 
     /// IgProf's --calls: --top and --text add the samples (allocations or blocks for
-    /// memory counters, calls for other counters that are not ticks) of each function
-    /// and call.
+    /// memory counters, calls for other counters that are neither ticks nor events) of
+    /// each function and call.
     #[arg(short = 'c', long, conflicts_with_all = ["lines", "tree", "collapsed", "json", "comparison"])]
     calls: bool,
 
@@ -250,8 +252,9 @@ struct Cli {
 
     /// The counter to report on, e.g. PERF_TICKS (CPU time) or, for memory profiles,
     /// MEM_TOTAL (bytes allocated), MEM_LIVE (bytes still allocated), MEM_MAX (largest
-    /// allocation), MEM_LIVE_PEAK (bytes live at the program's peak). By default the
-    /// first counter of the (first) profile that has values, as IgProf does.
+    /// allocation), MEM_LIVE_PEAK (bytes live at the program's peak), or a sampled event
+    /// counter: PERF_PAGE_FAULTS, PERF_CONTEXT_SWITCHES, PERF_CYCLES, ... (events). By
+    /// default the first counter of the (first) profile that has values, as IgProf does.
     #[arg(short = 'r', long = "report", value_name = "COUNTER")]
     counter: Option<String>,
 

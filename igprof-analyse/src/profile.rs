@@ -66,7 +66,9 @@ pub struct Function {
 /// For `PERF_TICKS`, `count` is the number of samples (signals) and `amount` the CPU
 /// time they stand for, in ticks of [`Source::tick_period`] seconds. For the memory
 /// counters (`MEM_*`, [`crate::report::memory`]), `count` is a number of allocations or
-/// blocks and `amount` a number of bytes.
+/// blocks and `amount` a number of bytes. For the sampled event counters
+/// (`PERF_PAGE_FAULTS`, …, [`crate::report::events`]), `count` is a number of samples,
+/// `amount` the number of events they stand for and `peak` the same as `amount`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Values {
     /// Number of events (samples, calls).

@@ -766,7 +766,7 @@ fn usage_and_input_errors_exit_2() {
         ),
         (
             &["--diff", "fd.txt", "fd.txt", "-r", "FD_USED"],
-            "pyigprof-analyse: fd.txt: --diff compares sampled counters (PERF_TICKS or another *_TICKS counter) and memory counters (MEM_*), not FD_USED\n",
+            "pyigprof-analyse: fd.txt: --diff compares sampled counters (PERF_TICKS or another *_TICKS counter, PERF_* event counters such as PERF_PAGE_FAULTS) and memory counters (MEM_*), not FD_USED\n",
         ),
         (
             &["--diff", "freed.txt", "mem.txt", "-r", "MEM_LIVE"],

@@ -5,8 +5,10 @@
 //! - `events:` two events per cost: for tick counters `Ticks` (CPU time in ticks of T
 //!   seconds; the `event:` line says how long a tick is) and `Samples`; for the memory
 //!   counters `Bytes` (the `event:` line says which bytes: `MEM_LIVE bytes live`, and
-//!   whether they are estimates from sampling) and `Allocations` or `Blocks`; for other
-//!   counters the counter itself and `Calls`.
+//!   whether they are estimates from sampling) and `Allocations` or `Blocks`; for the
+//!   sampled event counters the counter itself (`PERF_PAGE_FAULTS`, a number of events;
+//!   the `event:` line says which: `page faults`) and `Samples`; for other counters the
+//!   counter itself and `Calls`.
 //! - `positions: line`. A Python frame's position is the line it was running (the
 //!   function's first line plus the node's offset, docs/dump-format.md); native frames
 //!   have no line and are at line 0.
@@ -35,7 +37,7 @@ use crate::symbol::Label;
 pub struct Cost {
     /// In the counter's unit (ticks for `PERF_TICKS`).
     pub amount: i64,
-    /// Samples (or allocations, blocks for memory counters).
+    /// Samples (or allocations, blocks for memory counters; samples for event counters).
     pub count: i64,
 }
 
@@ -217,6 +219,13 @@ pub fn write(file: &Callgrind, out: &mut dyn Write) -> io::Result<()> {
             let event = capitalized(noun);
             writeln!(out, "event: {event} : {noun}")?;
             format!("Bytes {event}")
+        }
+        Unit::Events => {
+            let words = super::events::event_words(&measure.counter)
+                .unwrap_or_else(|| measure.counter.clone());
+            writeln!(out, "event: {} : {words}", measure.counter)?;
+            writeln!(out, "event: Samples : samples")?;
+            format!("{} Samples", measure.counter)
         }
         Unit::Amount => {
             writeln!(out, "event: Calls : calls")?;

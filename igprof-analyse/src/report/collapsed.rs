@@ -5,7 +5,8 @@
 //! One line per distinct stack of the [`CallTree`] with a self amount:
 //! `outermost;…;innermost <amount>`, frames named by [`Label::frame`]
 //! (`python_work (/work/app.py:16)`, `deflate [libz.so.1]`). The amount is the counter's
-//! (ticks of T seconds for `PERF_TICKS`, bytes for the memory counters); stacks with a
+//! (ticks of T seconds for `PERF_TICKS`, bytes for the memory counters, events for the
+//! sampled event counters such as `PERF_PAGE_FAULTS`); stacks with a
 //! zero or negative amount are left out. The amounts of all lines sum to the counter's
 //! total (of its positive amounts).
 

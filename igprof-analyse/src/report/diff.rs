@@ -51,7 +51,16 @@
 //!
 //! Shares of memory are of each profile's total bytes: a leak that grows makes its
 //! function's share grow and every other function's fall (their bytes, printed too,
-//! unchanged). Other counters, neither ticks nor memory, cannot be compared.
+//! unchanged).
+//!
+//! The sampled event counters (`PERF_PAGE_FAULTS`, `PERF_CYCLES`, …: [`super::events`])
+//! are compared as ticks are ([`Method::Samples`]): the z-tests are on the samples (the
+//! first number of `V:(samples,events,events)`), which are what sampling makes
+//! Poisson-distributed, while an amount of events is the samples times the mean sample
+//! period; shares and changes are of events. The events' changes are printed too
+//! (`+2,400 events`).
+//!
+//! Other counters, neither ticks, memory nor events, cannot be compared.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -72,8 +81,8 @@ pub const DEFAULT_MIN_CHANGE: f64 = 1.0;
 /// What to compare.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
-    /// The counter, e.g. `PERF_TICKS` or `MEM_LIVE`; must be a tick counter or a memory
-    /// counter.
+    /// The counter, e.g. `PERF_TICKS`, `MEM_LIVE` or `PERF_PAGE_FAULTS`; must be a tick
+    /// counter, a memory counter or a sampled event counter.
     pub counter: String,
     /// The significance level α of the corrected tests, 0 < α < 1.
     pub alpha: f64,
@@ -98,7 +107,8 @@ impl Default for Options {
 /// How the shares of two profiles are compared.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Method {
-    /// Ticks: z-tests on the samples (signals).
+    /// Ticks and sampled events: z-tests on the samples (signals, or the samples of an
+    /// event counter).
     Samples,
     /// Bytes of a memory counter, sampled in at least one profile: z-tests on
     /// sample-equivalents, each profile's bytes divided by its R (the number of
@@ -127,12 +137,12 @@ pub struct Amounts {
     /// counters the sample-equivalents of `self_amount`: bytes / R (bytes when every
     /// allocation is recorded).
     pub self_samples: i64,
-    /// Ticks (bytes) in the function itself.
+    /// Ticks (bytes, events) in the function itself.
     pub self_amount: i64,
     /// Samples (signals) with the function anywhere on the stack, each counted once: the
     /// `x` of the cumulative test. For memory counters, `cumulative` / R.
     pub cumulative_samples: i64,
-    /// Ticks (bytes) of the samples with the function anywhere on the stack.
+    /// Ticks (bytes, events) of the samples with the function anywhere on the stack.
     pub cumulative: i64,
     /// `self_amount` as a percentage of the profile's total amount.
     pub self_percent: f64,
@@ -321,13 +331,13 @@ fn side(profile: &Profile, counter: &str) -> Result<(Side, FunctionAmounts), Err
     let (measure, id) = Measure::select(profile, counter)?;
     let subject = super::subject(profile);
     let compared = match measure.unit {
-        Unit::Ticks => measure.total.count > 0,
+        Unit::Ticks | Unit::Events => measure.total.count > 0,
         Unit::Bytes => measure.total.amount > 0,
         Unit::Amount => {
             return Err(Error::Report {
                 subject,
                 message: format!(
-                    "--diff compares sampled counters (PERF_TICKS or another *_TICKS counter) and memory counters (MEM_*), not {counter}"
+                    "--diff compares sampled counters (PERF_TICKS or another *_TICKS counter, PERF_* event counters such as PERF_PAGE_FAULTS) and memory counters (MEM_*), not {counter}"
                 ),
             })
         }
@@ -335,7 +345,7 @@ fn side(profile: &Profile, counter: &str) -> Result<(Side, FunctionAmounts), Err
     let Some(id) = id.filter(|_| compared) else {
         let what = match measure.unit {
             Unit::Bytes => "bytes",
-            Unit::Ticks | Unit::Amount => "samples",
+            Unit::Ticks | Unit::Events | Unit::Amount => "samples",
         };
         return Err(Error::Report {
             subject,
@@ -596,7 +606,8 @@ pub struct Output {
 
 /// The column headings of the table, before the function: the self share's columns,
 /// then the cumulative share's, then which is significant. The amounts' headings say
-/// their unit ([`Measure::heading`]): `base s` for ticks, `base bytes` for memory.
+/// their unit ([`Measure::heading`]): `base s` for ticks, `base bytes` for memory,
+/// `base events` for event counters.
 fn headings(measure: &Measure) -> [String; 15] {
     [
         "base %".to_string(),
@@ -745,13 +756,14 @@ fn counted(count: usize, noun: &str) -> String {
 
 /// The changes of `shares` of `change`, in words: `+5.84 points cumulative`,
 /// `-4.97 points self and cumulative` (both the same), `+1.25 points self, +2.42 points
-/// cumulative`. For memory counters each change of points is followed by that of the
-/// bytes ([`Measure::format_change`]): `+58.12 points self and cumulative (+64.0 MiB)`.
+/// cumulative`. For memory and event counters each change of points is followed by that
+/// of the amount ([`Measure::format_change`]): `+58.12 points self and cumulative (+64.0
+/// MiB)`, `+40.00 points self (+2,400 events)`.
 fn changes_in_words(measure: &Measure, change: &Change, shares: Significance) -> String {
     // (points, bytes) of a share.
     let of = |points: f64, delta: i64| {
         let bytes = match measure.unit {
-            Unit::Bytes => format!(" ({})", measure.format_change(delta)),
+            Unit::Bytes | Unit::Events => format!(" ({})", measure.format_change(delta)),
             Unit::Ticks | Unit::Amount => String::new(),
         };
         (format_points(points), bytes)
@@ -855,7 +867,8 @@ fn title(diff: &Diff, arrow: &str) -> String {
 /// profiles; every test with [`Method::Threshold`]) has `-` as its z and p. For memory
 /// counters the amounts are bytes (`base bytes`, `8.0 MiB`: [`Measure::format_amount`])
 /// and the result gives the change of bytes after that of points: `Cache.add
-/// (/work/app.py:20) +36.36 points cumulative (+64.0 MiB)`.
+/// (/work/app.py:20) +36.36 points cumulative (+64.0 MiB)`; for event counters they are
+/// events (`base events`, `1,200`), the result giving their change (`+2,400 events`).
 ///
 /// # Errors
 /// Those of `out`.
@@ -938,6 +951,7 @@ pub fn write_markdown(diff: &Diff, output: &Output, out: &mut dyn Write) -> io::
     writeln!(out, "### {}\n", title(diff, "→"))?;
     let amount_heading = match diff.base.measure.unit {
         Unit::Ticks => "time",
+        Unit::Events => "events",
         Unit::Bytes | Unit::Amount => "bytes",
     };
     writeln!(
@@ -948,12 +962,18 @@ pub fn write_markdown(diff: &Diff, output: &Output, out: &mut dyn Write) -> io::
     writeln!(out, "|---|---|--:|--:|")?;
     for (name, side) in [("base", &diff.base), ("new", &diff.new)] {
         let measure = &side.measure;
+        // The column says events; seconds and bytes say their unit.
+        let amount = match measure.unit {
+            Unit::Events => measure.format_amount(measure.total.amount),
+            Unit::Ticks | Unit::Bytes | Unit::Amount => {
+                measure.format_with_unit(measure.total.amount)
+            }
+        };
         writeln!(
             out,
-            "| {name} | {} | {} | {} |",
+            "| {name} | {} | {} | {amount} |",
             code(&side.description),
             measure.total.count,
-            measure.format_with_unit(measure.total.amount)
         )?;
     }
     let threshold = diff

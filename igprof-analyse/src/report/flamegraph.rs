@@ -4,7 +4,8 @@
 //!
 //! The width of a frame is its cumulative amount: ticks of T seconds for `PERF_TICKS`
 //! (the tooltip gives ticks and the share of the total), bytes for the memory counters
-//! (`MEM_*`: the tooltip says `bytes`), the counter's amount otherwise.
+//! (`MEM_*`: the tooltip says `bytes`), events for the sampled event counters
+//! (`PERF_PAGE_FAULTS`, …: the tooltip says `events`), the counter's amount otherwise.
 //! Colours are chosen from each function's name, so the same function has the same
 //! colour in every graph.
 
@@ -65,6 +66,7 @@ pub fn write(profile: &Profile, graph: &FlameGraph, out: &mut dyn Write) -> io::
     options.count_name = match measure.unit {
         Unit::Ticks => format!("ticks of {:.3} ms", measure.tick_period * 1000.0),
         Unit::Bytes => "bytes".to_string(),
+        Unit::Events => "events".to_string(),
         Unit::Amount => measure.counter.clone(),
     };
     options.hash = true;

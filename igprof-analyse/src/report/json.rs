@@ -35,7 +35,9 @@ pub struct Document {
     /// The counter reported on, e.g. `PERF_TICKS`.
     pub counter: String,
     /// What its amounts are: `ticks` (CPU time in ticks of `tick_period_s`), `bytes`
-    /// (the memory counters, `MEM_*`) or `amount` (anything else).
+    /// (the memory counters, `MEM_*`), `events` (the sampled event counters such as
+    /// `PERF_PAGE_FAULTS`: numbers of events, the samples standing for them) or `amount`
+    /// (anything else).
     pub unit: String,
     /// Seconds per tick.
     pub tick_period_s: f64,

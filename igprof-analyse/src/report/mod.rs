@@ -16,7 +16,8 @@
 //! - [`json`]: functions and call tree as JSON;
 //! - [`diff`]: the comparison of two profiles with a significance test per function.
 //!
-//! [`memory`] says what the memory counters (`MEM_*`) measure and writes their bytes.
+//! [`memory`] says what the memory counters (`MEM_*`) measure and writes their bytes;
+//! [`events`] does the same for the sampled event counters (`PERF_PAGE_FAULTS`, …).
 //!
 //! Reports work on the profile as the chosen view ([`crate::view`]) shows it, reshaped by
 //! the options of [`crate::transform`].
@@ -24,6 +25,7 @@
 pub mod callgrind;
 pub mod collapsed;
 pub mod diff;
+pub mod events;
 pub mod flamegraph;
 pub mod json;
 pub mod lines;
@@ -70,7 +72,7 @@ pub struct Options {
     /// The sort order.
     pub order: Order,
     /// IgProf's `--calls`: `--top` and `--text` add the samples (allocations or blocks
-    /// for memory counters) of each row.
+    /// for memory counters, calls for counters of no known unit) of each row.
     pub calls: bool,
     /// IgProf's `--paths`: `--top` and `--text` add each function's (and call's) number
     /// of call paths, the places of the call tree ([`CallTree`]) where it is.
@@ -98,6 +100,11 @@ pub enum Unit {
     /// Bytes: the memory counters (`MEM_*`, [`memory`]); the count is a number of
     /// allocations or blocks.
     Bytes,
+    /// Events: the sampled event counters (`PERF_PAGE_FAULTS`, `PERF_CYCLES`, …: names
+    /// starting with `PERF_` and not ending in `_TICKS`, [`events`]). The amount is a
+    /// number of events (page faults, cycles, …), the count the number of samples that
+    /// stand for them: amount / count is the mean sample period, in events.
+    Events,
     /// Anything else; the count is a number of calls.
     Amount,
 }
@@ -109,17 +116,20 @@ impl Unit {
             Unit::Ticks
         } else if memory::Kind::of(name).is_some() {
             Unit::Bytes
+        } else if events::is_event_counter(name) {
+            Unit::Events
         } else {
             Unit::Amount
         }
     }
 
-    /// Its name in the JSON document and the SQLite database: `ticks`, `bytes` or
-    /// `amount`.
+    /// Its name in the JSON document and the SQLite database: `ticks`, `bytes`,
+    /// `events` or `amount`.
     pub fn name(self) -> &'static str {
         match self {
             Unit::Ticks => "ticks",
             Unit::Bytes => "bytes",
+            Unit::Events => "events",
             Unit::Amount => "amount",
         }
     }
@@ -249,26 +259,31 @@ pub struct Measure {
 impl Measure {
     /// `amount` as the reports show it: seconds with 3 decimals for ticks (without
     /// unit: the column heading says `s`), bytes in IEC units for memory counters
-    /// ([`memory::format_bytes`]: `82.7 MiB`), the raw number otherwise.
+    /// ([`memory::format_bytes`]: `82.7 MiB`), events with their thousands separated for
+    /// event counters (without unit: the heading says `events`; [`events::format_events`]:
+    /// `12,345`), the raw number otherwise.
     pub fn format_amount(&self, amount: i64) -> String {
         match self.unit {
             Unit::Ticks => format!("{:.3}", self.seconds(amount)),
             Unit::Bytes => memory::format_bytes(amount),
+            Unit::Events => events::format_events(amount),
             Unit::Amount => amount.to_string(),
         }
     }
 
     /// `amount` with its unit, where [`Measure::format_amount`] leaves it to the
-    /// heading: `0.096 s` for ticks, as [`Measure::format_amount`] otherwise.
+    /// heading: `0.096 s` for ticks, `12,345 events` for event counters, as
+    /// [`Measure::format_amount`] otherwise.
     pub fn format_with_unit(&self, amount: i64) -> String {
         match self.unit {
             Unit::Ticks => format!("{} s", self.format_amount(amount)),
+            Unit::Events => format!("{} events", self.format_amount(amount)),
             Unit::Bytes | Unit::Amount => self.format_amount(amount),
         }
     }
 
     /// A change of `delta` as [`Measure::format_with_unit`] writes it, with its sign:
-    /// `+64.0 MiB`, `-0.012 s`, `0 B`.
+    /// `+64.0 MiB`, `-0.012 s`, `+2,400 events`, `0 B`.
     pub fn format_change(&self, delta: i64) -> String {
         let text = self.format_with_unit(delta);
         if delta > 0 {
@@ -280,20 +295,22 @@ impl Measure {
 
     /// The heading of an amount column: `prefix` and the unit of
     /// [`Measure::format_amount`]'s numbers: `self s` for ticks, `self bytes` for memory
-    /// counters, `self` otherwise.
+    /// counters, `self events` for event counters, `self` otherwise.
     pub fn heading(&self, prefix: &str) -> String {
         match self.unit {
             Unit::Ticks => format!("{prefix} s"),
             Unit::Bytes => format!("{prefix} bytes"),
+            Unit::Events => format!("{prefix} events"),
             Unit::Amount => prefix.to_string(),
         }
     }
 
-    /// What the counts are a number of: `samples` for ticks, `allocations` or `blocks`
-    /// for memory counters ([`memory::Kind::count_noun`]), `calls` otherwise.
+    /// What the counts are a number of: `samples` for ticks and event counters,
+    /// `allocations` or `blocks` for memory counters ([`memory::Kind::count_noun`]),
+    /// `calls` otherwise.
     pub fn count_noun(&self) -> &'static str {
         match self.unit {
-            Unit::Ticks => "samples",
+            Unit::Ticks | Unit::Events => "samples",
             Unit::Bytes => memory::Kind::of(&self.counter).map_or("calls", |k| k.count_noun()),
             Unit::Amount => "calls",
         }
@@ -329,8 +346,9 @@ impl Measure {
     /// `MEM_TOTAL: 20 allocations, 6.2 KiB allocated (6,317 bytes)` for memory counters
     /// (blocks and `live` for `MEM_LIVE`, …: [`memory::Kind`]; the exact bytes from
     /// 1 KiB), the amount said to be peaks with `--value peak`, followed for a sampled
-    /// profile by `; ` and [`memory::Sampling::note`]; `COUNTER: 3 calls, 822 total`
-    /// otherwise.
+    /// profile by `; ` and [`memory::Sampling::note`];
+    /// `PERF_PAGE_FAULTS: 40 samples, 12,345 events` for event counters (thousands
+    /// separated); `COUNTER: 3 calls, 822 total` otherwise.
     pub fn total_line(&self) -> String {
         let total = self.total.amount;
         match self.unit {
@@ -364,6 +382,12 @@ impl Measure {
                 }
                 line
             }
+            Unit::Events => format!(
+                "{}: {} samples, {} events",
+                self.counter,
+                thousands(&self.total.count.to_string(), ','),
+                events::format_events(total)
+            ),
             Unit::Amount => format!(
                 "{}: {} calls, {} total",
                 self.counter, self.total.count, total
@@ -382,7 +406,7 @@ impl Measure {
         let unit = Unit::of(name);
         let sampling = match unit {
             Unit::Bytes => memory::Sampling::of(profile)?,
-            Unit::Ticks | Unit::Amount => None,
+            Unit::Ticks | Unit::Events | Unit::Amount => None,
         };
         let measure = Measure {
             counter: name.to_string(),
@@ -862,9 +886,10 @@ pub(crate) fn table_line(cells: &[String], widths: &[usize], text: &str) -> Stri
 ///
 /// Percents (of the counter's total) have 2 decimals, seconds 3; columns widen to fit
 /// their values. Memory counters show bytes in IEC units in `self bytes` and `cum bytes`
-/// columns ([`Measure::format_amount`]: `82.7 MiB`), other counters that are not ticks
-/// raw amounts in `self` and `cum` columns. The report's extra [`Column`]s follow the
-/// amounts.
+/// columns ([`Measure::format_amount`]: `82.7 MiB`), event counters numbers of events,
+/// thousands separated, in `self events` and `cum events` columns (`12,345`), other
+/// counters that are not ticks raw amounts in `self` and `cum` columns. The report's
+/// extra [`Column`]s follow the amounts.
 ///
 /// # Errors
 /// Those of `out`.

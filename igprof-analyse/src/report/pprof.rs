@@ -10,7 +10,11 @@
 //!   for `MEM_LIVE` and `MEM_LIVE_PEAK`, `alloc_objects/count` and
 //!   `max_alloc_space/bytes` for `MEM_MAX`, `calls/count` and `<counter>/bytes` for other
 //!   `MEM_*` counters; `period_type` `space/bytes`, `period` the mean bytes between
-//!   recorded allocations (1 when every allocation is recorded). For other counters:
+//!   recorded allocations (1 when every allocation is recorded). For the sampled event
+//!   counters `[samples, events]`: `samples/count` and `<event>/count`, the event
+//!   named in lower case without `PERF_` (`page_faults` for `PERF_PAGE_FAULTS`:
+//!   [`super::events::event_name`]); `period_type` the event's, `period` the mean
+//!   number of events per sample (rounded, at least 1). For other counters:
 //!   `[calls, amount]` (`calls/count` and `<counter>/count`; period 1).
 //! - A [`Location`] per Python function and line (its [`Line`] has the line being run,
 //!   the function's first line plus the node's offset) and per native function (at the
@@ -212,6 +216,7 @@ fn memory_types(counter: &str) -> [(&str, &'static str); 2] {
 pub fn compute(profile: &Profile, options: &Options) -> Result<PprofProfile, Error> {
     let (measure, counter) = Measure::select(profile, &options.counter)?;
     let mut strings = Strings::new();
+    let event = super::events::event_name(&measure.counter);
     // Ticks: values [samples, ns], amount × ns per tick.
     let (types, scale, period) = match measure.unit {
         Unit::Ticks => {
@@ -227,6 +232,14 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<PprofProfile, Err
             let rate = measure.rate_bytes().unwrap_or(1.0).round() as i64;
             (memory_types(&measure.counter), 1, rate)
         }
+        Unit::Events => (
+            [
+                ("samples", "count"),
+                (event.as_deref().unwrap_or(&measure.counter), "count"),
+            ],
+            1,
+            super::events::mean_period(measure.total.count, measure.total.amount),
+        ),
         Unit::Amount => (
             [("calls", "count"), (measure.counter.as_str(), "count")],
             1,
@@ -245,7 +258,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<PprofProfile, Err
             r#type: strings.get("space"),
             unit: strings.get("bytes"),
         },
-        Unit::Ticks | Unit::Amount => sample_type[1].clone(),
+        Unit::Ticks | Unit::Events | Unit::Amount => sample_type[1].clone(),
     });
     let default_sample_type = sample_type[1].r#type;
     let comment = vec![

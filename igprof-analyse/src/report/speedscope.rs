@@ -6,7 +6,9 @@
 //! for Python code `line`, its first line); each sample is a distinct stack of the
 //! [`CallTree`] with a self amount, as frame indices from the outermost frame to the
 //! innermost, and its weight is that amount: seconds (amount × T) for tick counters,
-//! bytes (unit `bytes`) for the memory counters (`MEM_*`), the raw amount otherwise. The weights sum to the
+//! bytes (unit `bytes`) for the memory counters (`MEM_*`), the raw amount otherwise
+//! (unit `none`: events for the sampled event counters such as `PERF_PAGE_FAULTS`, which
+//! the profile's name says, as for any other counter). The weights sum to the
 //! counter's total (of its positive amounts), which is also the profile's `endValue`.
 //! As stacks are merged, speedscope's "Time Order" view shows them in call-tree order,
 //! not in time; "Left Heavy" and "Sandwich" are exact.
@@ -94,7 +96,8 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<File, Error> {
     let (unit, scale) = match measure.unit {
         Unit::Ticks => ("seconds", measure.tick_period),
         Unit::Bytes => ("bytes", 1.0),
-        Unit::Amount => ("none", 1.0),
+        // speedscope has no unit for events: the profile is named after the counter.
+        Unit::Events | Unit::Amount => ("none", 1.0),
     };
     let mut frames: Vec<Frame> = Vec::new();
     let mut frame_of: Vec<Option<usize>> = vec![None; profile.functions().len()];

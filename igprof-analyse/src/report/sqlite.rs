@@ -5,7 +5,8 @@
 //! [`SCHEMA`] is its SQL.
 //!
 //! - `profile`: one row: the counter, its unit (`ticks`, `bytes` for the memory
-//!   counters, `amount`) and total, the tick period, the view, `--value`, the analyser's
+//!   counters, `events` for the sampled event counters such as `PERF_PAGE_FAULTS`,
+//!   `amount`) and total, the tick period, the view, `--value`, the analyser's
 //!   arguments and, for memory counters, the mean bytes between recorded allocations
 //!   (`rate_bytes`: 1 when every allocation is recorded, more for estimates from
 //!   sampling);

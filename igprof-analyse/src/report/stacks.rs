@@ -13,8 +13,10 @@
 //!
 //! A stack is one node of the call tree by function ([`CallTree`]: a function's frames
 //! at different offsets under the same callers are one, as IgProf's nodes are one per
-//! symbol) and its callers; its value is the node's own amount of the counter: seconds with 2 decimals for tick counters, else the amount followed by
-//! `bytes`, with thousands separated by `'` as IgProf writes them. Ties keep the order of
+//! symbol) and its callers; its value is the node's own amount of the counter: seconds
+//! with 2 decimals for tick counters, events for the sampled event counters
+//! (`PERF_PAGE_FAULTS`, …: `12'345 events`), else the amount followed by `bytes`, with
+//! thousands separated by `'` as IgProf writes them. Ties keep the order of
 //! the tree (depth first). pyigprof's own `--top` lists functions instead.
 
 use std::io::{self, Write};
@@ -80,6 +82,8 @@ pub fn write(profile: &Profile, stacks: &Stacks, out: &mut dyn Write) -> io::Res
             ),
             // IgProf's form (its exact bytes), which scripts of IgProf's output read.
             Unit::Bytes | Unit::Amount => format!("{} bytes", thousands(&amount.to_string())),
+            // IgProf's form, in events rather than bytes.
+            Unit::Events => format!("{} events", thousands(&amount.to_string())),
         };
         writeln!(out, "## Entry {} ({value})", rank + 1)?;
         let mut frame = 0;

@@ -5,7 +5,8 @@
 //! frame); its cumulative amount is its own plus its callees'. Children are listed by
 //! decreasing cumulative amount. Percents are of the counter's total; for tick counters,
 //! seconds = amount × T; memory counters show bytes (`cum bytes`, `self bytes`:
-//! [`super::memory`]).
+//! [`super::memory`]), event counters events (`cum events`, `self events`:
+//! [`super::events`]).
 
 use std::io::{self, Write};
 
