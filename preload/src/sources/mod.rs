@@ -77,11 +77,25 @@ impl Trigger {
             return Trigger::Timer { why: "PYIGPROF_PERF_EVENTS=0" };
         }
         let event = config.event;
+        let task_clock = perf::Event::task_clock(config.period_ns());
+        if event.counter == "PERF_CONTEXT_SWITCHES" {
+            // Counted as the thread goes off CPU: the overflow's signal would then wake it
+            // and interrupt the call it blocks in (measured: 26 samples per time.sleep, each
+            // sleep interrupted and retried).
+            crate::notice!(
+                "pyigprof: cannot sample the event context-switches: its signal would interrupt \
+                 the blocking call where the thread went off CPU; sampling CPU time instead \
+                 (PYIGPROF_CLOCK=wall shows where threads block)"
+            );
+            if perf::probe(&task_clock).is_ok() {
+                return Trigger::Event(task_clock);
+            }
+            return Trigger::Timer { why: "perf_event_open:refused" };
+        }
         let refused = match perf::probe(&event) {
             Ok(()) => return Trigger::Event(event),
             Err(e) => e,
         };
-        let task_clock = perf::Event::task_clock(config.period_ns());
         if !event.is_time() {
             crate::notice!(
                 "pyigprof: cannot sample the event {}: {}; sampling CPU time instead",

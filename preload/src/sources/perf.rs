@@ -12,7 +12,7 @@
 //! 100 µs.
 //!
 //! **Random intervals.** For `task-clock` each interval is drawn at random
-//! ([`crate::sources::random::interval`], mean the period asked for) and armed from the
+//! ([`crate::sources::random::interval`]: uniform over half to one and a half periods) and armed from the
 //! handler with `PERF_EVENT_IOC_PERIOD`, which restarts the hrtimer with the new period
 //! from now. The signal comes some time after the overflow (measured here: tens of µs,
 //! the thread running meanwhile), so the draws' mean is the period less the thread's
@@ -373,7 +373,7 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<u64> {
         // The signal reaches the thread some time after the overflow (the kernel's
         // irq_work, on this VM tens of µs), and the thread runs meanwhile: intervals are
         // drawn shorter by that lateness (a moving average), so that samples come at the
-        // rate asked for. The draw stays exponential, so the instants stay random.
+        // rate asked for. The draw keeps its spread, so the instants stay random.
         let late = now.saturating_sub(slot.due.load(Ordering::Relaxed)).min(event.period);
         let average = slot.late.load(Ordering::Relaxed);
         let average = average - average / 8 + late / 8;
