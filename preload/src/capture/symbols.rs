@@ -20,9 +20,45 @@ pub struct Symbol {
 }
 
 /// An object's function symbols, sorted by address.
+///
+/// Built once per object when the profile is written, so its construction is most of what
+/// a short process pays at exit: entries are compact (addresses and a reference to the
+/// name), names are copied into one buffer, and unnamed functions (`@?0x<start>`) are named
+/// only when looked up.
 #[derive(Debug, Default)]
 pub struct SymbolTable {
-    symbols: Vec<Symbol>,
+    entries: Vec<Entry>,
+    /// The names of the entries that have one, one after the other.
+    names: Vec<u8>,
+}
+
+/// One function of a [`SymbolTable`]: `[start, end)` and its name.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    start: u64,
+    end: u64,
+    name: Name,
+}
+
+/// The name of an [`Entry`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Name {
+    /// `SymbolTable::names[at..at + len]`.
+    Text { at: u32, len: u32 },
+    /// A function no symbol names: `@?0x<start>`.
+    Unnamed,
+}
+
+/// A function symbol while the table is built: start, size, rank (global 0, weak 1, local
+/// 2, the entry point 3, an FDE's 4: the lowest names a function when several start at one
+/// address), name, and the end of its section.
+#[derive(Clone, Copy, Debug)]
+struct Raw {
+    start: u64,
+    size: u64,
+    rank: u8,
+    name: Name,
+    section_end: u64,
 }
 
 impl SymbolTable {
@@ -41,145 +77,197 @@ impl SymbolTable {
         name_entry: bool,
     ) -> Option<SymbolTable> {
         let file = object::File::parse(data).ok()?;
-        // (start, size, rank, name, end of its section): rank prefers global over weak over
-        // local names for aliases at the same address.
-        let mut raw: Vec<(u64, u64, u8, String, u64)> = Vec::new();
-        collect_functions(&file, &mut raw);
+        let mut table = SymbolTable::default();
+        let mut raw: Vec<Raw> = Vec::new();
+        collect_functions(&file, &mut raw, &mut table.names);
         if let Some(debug) = debug.and_then(|d| object::File::parse(d).ok()) {
-            collect_functions(&debug, &mut raw);
+            collect_functions(&debug, &mut raw, &mut table.names);
         }
         let entry = file.entry();
         if name_entry && entry != 0 {
-            raw.push((entry, 0, 3, "_start".into(), u64::MAX));
+            let at = table.names.len() as u32;
+            table.names.extend_from_slice(b"_start");
+            raw.push(Raw {
+                start: entry,
+                size: 0,
+                rank: 3,
+                name: Name::Text { at, len: 6 },
+                section_end: u64::MAX,
+            });
         }
         // Where no symbol covers a function that has unwind information (stripped objects,
         // static functions of a library without .symtab), the FDE's start is the function's
         // start: name it `@?0x<start>` so that one function stays one entry.
         let fdes = fde_ranges(&file);
-        raw.sort_by(|a, b| (a.0, a.2, &a.3).cmp(&(b.0, b.2, &b.3)));
-        raw.dedup_by_key(|s| s.0);
+        table.sort_and_dedup(&mut raw);
         let sized: Vec<(u64, u64)> = raw
             .iter()
-            .filter(|s| s.1 > 0)
-            .map(|s| (s.0, s.0 + s.1))
+            .filter(|s| s.size > 0)
+            .map(|s| (s.start, s.start + s.size))
             .collect();
         let covered = |addr: u64| {
             let at = sized.partition_point(|r| r.0 <= addr);
             at > 0 && addr < sized[at - 1].1
         };
+        let named = raw.len();
         for &(start, end) in &fdes {
-            if !covered(start) && raw.binary_search_by_key(&start, |s| s.0).is_err() {
-                raw.push((start, end - start, 4, format!("@?{start:#x}"), u64::MAX));
+            if !covered(start) && raw[..named].binary_search_by_key(&start, |s| s.start).is_err() {
+                raw.push(Raw {
+                    start,
+                    size: end - start,
+                    rank: 4,
+                    name: Name::Unnamed,
+                    section_end: u64::MAX,
+                });
             }
         }
-        raw.sort_by(|a, b| (a.0, a.2, &a.3).cmp(&(b.0, b.2, &b.3)));
-        raw.dedup_by_key(|s| s.0);
-        let starts: Vec<u64> = raw.iter().map(|s| s.0).collect();
-        let mut symbols: Vec<Symbol> = raw
-            .into_iter()
+        table.sort_and_dedup(&mut raw);
+        table.entries = raw
+            .iter()
             .enumerate()
-            .map(|(i, (start, size, _, name, section_end))| {
-                let next = starts.get(i + 1).copied().unwrap_or(u64::MAX);
-                let end = if size > 0 {
-                    start + size
+            .map(|(i, s)| {
+                let next = raw.get(i + 1).map_or(u64::MAX, |n| n.start);
+                let end = if s.size > 0 {
+                    s.start + s.size
                 } else {
-                    next.min(section_end).max(start + 1)
+                    next.min(s.section_end).max(s.start + 1)
                 };
-                Symbol { start, end, name }
+                Entry {
+                    start: s.start,
+                    end,
+                    name: s.name,
+                }
             })
             .collect();
         // Code that neither a symbol nor an FDE describes (hand-written assembly without
         // CFI in a stripped library, such as libjpeg-turbo's SIMD kernels) is one function
         // per gap, named `@?0x<start of the gap>`, rather than one per address.
-        let regions = uncovered_code(&file, &symbols);
-        symbols.extend(regions);
-        symbols.sort_by_key(|s| s.start);
-        Some(SymbolTable { symbols })
+        let gaps = uncovered_code(&file, &table.entries);
+        table.entries.extend(gaps);
+        table.entries.sort_by_key(|e| e.start);
+        Some(table)
+    }
+
+    /// Sorts `raw` by start, then rank, then name, and keeps the first of each start.
+    fn sort_and_dedup(&self, raw: &mut Vec<Raw>) {
+        raw.sort_by(|a, b| {
+            (a.start, a.rank)
+                .cmp(&(b.start, b.rank))
+                .then_with(|| self.name_bytes(a.name, a.start).cmp(&self.name_bytes(b.name, b.start)))
+        });
+        raw.dedup_by_key(|s| s.start);
+    }
+
+    /// The bytes of name `name` of the function at `start`.
+    fn name_bytes(&self, name: Name, start: u64) -> std::borrow::Cow<'_, [u8]> {
+        match name {
+            Name::Text { at, len } => {
+                std::borrow::Cow::Borrowed(&self.names[at as usize..(at + len) as usize])
+            }
+            Name::Unnamed => std::borrow::Cow::Owned(format!("@?{start:#x}").into_bytes()),
+        }
+    }
+
+    /// `entry` as a [`Symbol`].
+    fn symbol(&self, entry: &Entry) -> Symbol {
+        let name = self.name_bytes(entry.name, entry.start);
+        Symbol {
+            start: entry.start,
+            end: entry.end,
+            // Names were checked to be UTF-8 when read.
+            name: String::from_utf8_lossy(&name).into_owned(),
+        }
     }
 
     /// The symbol containing ELF virtual address `svma`.
-    pub fn lookup(&self, svma: u64) -> Option<&Symbol> {
-        let at = self.symbols.partition_point(|s| s.start <= svma);
-        let sym = self.symbols.get(at.checked_sub(1)?)?;
-        (svma < sym.end).then_some(sym)
+    pub fn lookup(&self, svma: u64) -> Option<Symbol> {
+        let at = self.entries.partition_point(|s| s.start <= svma);
+        let entry = self.entries.get(at.checked_sub(1)?)?;
+        (svma < entry.end).then(|| self.symbol(entry))
     }
 
     /// Every symbol named `name` or `name.<suffix>` (compiler-split parts such as
     /// `.cold`), as `[start, end)` ranges.
     pub fn ranges_of(&self, name: &str) -> Vec<(u64, u64)> {
-        self.symbols
+        self.entries
             .iter()
-            .filter(|s| {
-                s.name == name
-                    || s.name
-                        .strip_prefix(name)
-                        .is_some_and(|rest| rest.starts_with('.'))
+            .filter(|e| {
+                let bytes = self.name_bytes(e.name, e.start);
+                bytes.as_ref() == name.as_bytes()
+                    || bytes
+                        .strip_prefix(name.as_bytes())
+                        .is_some_and(|rest| rest.starts_with(b"."))
             })
-            .map(|s| (s.start, s.end))
+            .map(|e| (e.start, e.end))
             .collect()
+    }
+
+    /// Every function of the table, by address.
+    pub fn symbols(&self) -> impl Iterator<Item = Symbol> + '_ {
+        self.entries.iter().map(|e| self.symbol(e))
     }
 
     /// Number of symbols.
     pub fn len(&self) -> usize {
-        self.symbols.len()
+        self.entries.len()
     }
 
     /// Whether the table has no symbol.
     pub fn is_empty(&self) -> bool {
-        self.symbols.is_empty()
+        self.entries.is_empty()
     }
 }
 
-/// The parts of `file`'s executable sections that no symbol of `symbols` (sorted by start)
-/// covers, each as a [`Symbol`] named `@?0x<start>` (ELF virtual addresses).
-fn uncovered_code(file: &object::File<'_>, symbols: &[Symbol]) -> Vec<Symbol> {
+/// The parts of `file`'s executable sections that no entry of `entries` (sorted by start)
+/// covers, each an unnamed [`Entry`] (`@?0x<start>`; ELF virtual addresses).
+fn uncovered_code(file: &object::File<'_>, entries: &[Entry]) -> Vec<Entry> {
     let mut regions = Vec::new();
+    let gap = |start: u64, end: u64| Entry {
+        start,
+        end,
+        name: Name::Unnamed,
+    };
     for section in file.sections() {
         if section.kind() != SectionKind::Text || section.size() == 0 {
             continue;
         }
         let (begin, end) = (section.address(), section.address() + section.size());
-        // Walk the symbols that overlap the section, keeping the end of what is covered.
-        let first = symbols.partition_point(|s| s.start < begin);
+        let first = entries.partition_point(|s| s.start < begin);
         let mut covered_to = match first.checked_sub(1) {
-            Some(before) => symbols[before].end.clamp(begin, end),
+            Some(before) => entries[before].end.clamp(begin, end),
             None => begin,
         };
-        for symbol in symbols[first..].iter().take_while(|s| s.start < end) {
-            if symbol.start > covered_to {
-                regions.push(Symbol {
-                    start: covered_to,
-                    end: symbol.start,
-                    name: format!("@?{covered_to:#x}"),
-                });
+        for entry in entries[first..].iter().take_while(|s| s.start < end) {
+            if entry.start > covered_to {
+                regions.push(gap(covered_to, entry.start));
             }
-            covered_to = covered_to.max(symbol.end);
+            covered_to = covered_to.max(entry.end);
         }
         if covered_to < end {
-            regions.push(Symbol {
-                start: covered_to,
-                end,
-                name: format!("@?{covered_to:#x}"),
-            });
+            regions.push(gap(covered_to, end));
         }
     }
     regions
 }
 
-/// Appends the function symbols of `file` (`.symtab` and `.dynsym`) to `raw` as
-/// (start, size, rank, name, end of its section).
-fn collect_functions(file: &object::File<'_>, raw: &mut Vec<(u64, u64, u8, String, u64)>) {
-    let section_end = |index: Option<object::SectionIndex>| -> u64 {
-        index
-            .and_then(|i| file.section_by_index(i).ok())
-            .map_or(u64::MAX, |sec| sec.address() + sec.size())
-    };
+/// Appends the function symbols of `file` (`.symtab` and `.dynsym`) to `raw`, their names
+/// to `names`. Symbols whose name is empty or not UTF-8 are left out.
+fn collect_functions(file: &object::File<'_>, raw: &mut Vec<Raw>, names: &mut Vec<u8>) {
+    // The end of each section, by index (a symbol's function ends there at the latest).
+    let mut section_ends: Vec<Option<u64>> = Vec::new();
+    for section in file.sections() {
+        let index = section.index().0;
+        if section_ends.len() <= index {
+            section_ends.resize(index + 1, None);
+        }
+        section_ends[index] = Some(section.address() + section.size());
+    }
     for sym in file.symbols().chain(file.dynamic_symbols()) {
         if sym.kind() != SymbolKind::Text || sym.address() == 0 || sym.is_undefined() {
             continue;
         }
-        let Ok(name) = sym.name() else { continue };
-        if name.is_empty() {
+        let Ok(name) = sym.name_bytes() else { continue };
+        if name.is_empty() || std::str::from_utf8(name).is_err() {
             continue;
         }
         let rank = if sym.is_global() && !sym.is_weak() {
@@ -189,13 +277,21 @@ fn collect_functions(file: &object::File<'_>, raw: &mut Vec<(u64, u64, u8, Strin
         } else {
             2
         };
-        raw.push((
-            sym.address(),
-            sym.size(),
+        let at = names.len() as u32;
+        names.extend_from_slice(name);
+        raw.push(Raw {
+            start: sym.address(),
+            size: sym.size(),
             rank,
-            name.to_string(),
-            section_end(sym.section_index()),
-        ));
+            name: Name::Text {
+                at,
+                len: name.len() as u32,
+            },
+            section_end: sym
+                .section_index()
+                .and_then(|i| section_ends.get(i.0).copied().flatten())
+                .unwrap_or(u64::MAX),
+        });
     }
 }
 
@@ -231,7 +327,7 @@ fn debug_file_for(id: &[u8]) -> Option<memmap2::Mmap> {
 
 /// The `[start, end)` ELF virtual addresses of the functions that the object's `.eh_frame`
 /// describes (one per FDE, read with gimli), sorted by start. Empty when it has none.
-fn fde_ranges(file: &object::File<'_>) -> Vec<(u64, u64)> {
+fn fde_ranges<'data>(file: &object::File<'data>) -> Vec<(u64, u64)> {
     use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
     let Some(section) = file.section_by_name(".eh_frame") else {
         return Vec::new();
@@ -248,12 +344,26 @@ fn fde_ranges(file: &object::File<'_>) -> Vec<(u64, u64)> {
     }
     let eh_frame = EhFrame::new(data, LittleEndian);
     let mut ranges = Vec::new();
+    type Reader<'data> = gimli::EndianSlice<'data, LittleEndian>;
+    let mut cies: Vec<(gimli::EhFrameOffset, gimli::CommonInformationEntry<Reader<'data>>)> =
+        Vec::new();
     let mut entries = eh_frame.entries(&bases);
     while let Ok(Some(entry)) = entries.next() {
         let CieOrFde::Fde(partial) = entry else {
             continue;
         };
-        if let Ok(fde) = partial.parse(EhFrame::cie_from_offset) {
+        // Objects have a few CIEs and thousands of FDEs: each CIE is parsed once.
+        let cie = |section: &EhFrame<Reader<'data>>,
+                   bases: &BaseAddresses,
+                   offset: gimli::EhFrameOffset| {
+            if let Some((_, cie)) = cies.iter().find(|(at, _)| *at == offset) {
+                return Ok(cie.clone());
+            }
+            let cie = section.cie_from_offset(bases, offset)?;
+            cies.push((offset, cie.clone()));
+            Ok(cie)
+        };
+        if let Ok(fde) = partial.parse(cie) {
             if fde.len() > 0 {
                 ranges.push((fde.initial_address(), fde.initial_address() + fde.len()));
             }
@@ -347,13 +457,12 @@ mod tests {
             return;
         };
         let table = SymbolTable::from_elf(&data, false).unwrap();
-        let unnamed: Vec<&Symbol> = table
-            .symbols
-            .iter()
+        let unnamed: Vec<Symbol> = table
+            .symbols()
             .filter(|s| s.name.starts_with("@?"))
             .collect();
         assert!(!unnamed.is_empty());
-        let f = unnamed[0];
+        let f = &unnamed[0];
         assert_eq!(f.name, format!("@?{:#x}", f.start));
         // Every address inside it resolves to the same function.
         assert_eq!(table.lookup(f.start).unwrap().start, f.start);
@@ -396,16 +505,15 @@ mod tests {
             }
             assert!(unwound > 0, "{path}: no FDE read");
             if path.contains("libjpeg") {
-                let gaps: Vec<&Symbol> = table
-                    .symbols
-                    .iter()
+                let gaps: Vec<Symbol> = table
+                    .symbols()
                     .filter(|s| s.name.starts_with("@?") && !fdes.iter().any(|r| r.0 == s.start))
                     .filter(|s| s.end - s.start > 4096)
                     .collect();
                 assert_eq!(gaps.len(), 1, "{path}: {gaps:?}");
-                let gap = gaps[0];
+                let gap = &gaps[0];
                 let middle = table.lookup(gap.start + (gap.end - gap.start) / 2).unwrap();
-                assert_eq!(middle, gap);
+                assert_eq!(&middle, gap);
                 assert_eq!(gap.name, format!("@?{:#x}", gap.start));
             }
         }
