@@ -89,8 +89,9 @@ pub struct Config {
     /// default, for CPU time; `page-faults`, `context-switches`, `cycles`, …, optionally
     /// with `/period=N/`), through per-thread perf events.
     pub event: crate::sources::perf::Event,
-    /// Whether perf events may be used (`PYIGPROF_PERF_EVENTS`, `0` forces the POSIX
-    /// timers that are the fallback where the kernel refuses perf events).
+    /// Whether threads are sampled on perf events (`PYIGPROF_PERF_EVENTS=1`, or an event
+    /// named in `PYIGPROF_EVENT`; cpu mode only) rather than the POSIX CPU timers of the
+    /// default.
     pub perf_events: bool,
 }
 
@@ -268,17 +269,20 @@ impl Config {
                 }
             },
         };
+        // An event named is a perf event asked for.
+        let asked = lookup("PYIGPROF_EVENT").is_some_and(|v| !v.is_empty());
         let perf_events = match lookup("PYIGPROF_PERF_EVENTS") {
-            None => true,
+            None => asked,
             Some(raw) => match raw.to_str().map(str::trim) {
-                Some("1") | Some("") => true,
-                Some("0") => false,
+                Some("1") => true,
+                Some("0") | Some("") => false,
                 _ => {
                     complaints.push(format!(
                         "pyigprof: PYIGPROF_PERF_EVENTS={raw:?} is not 0 (POSIX CPU timers) or 1 \
-                         (perf events where the kernel allows them); using 1"
+                         (perf events where the kernel allows them); using {}",
+                        u8::from(asked)
                     ));
-                    true
+                    asked
                 }
             },
         };
@@ -461,10 +465,13 @@ mod tests {
     #[test]
     fn events_and_the_perf_switch() {
         let (c, complaints) = parse(&[("PYIGPROF_HZ", "1000")]);
-        assert_eq!((c.event.counter, c.event.period, c.perf_events), ("PERF_TICKS", 1_000_000, true));
+        assert_eq!((c.event.counter, c.event.period, c.perf_events), ("PERF_TICKS", 1_000_000, false));
         assert!(complaints.is_empty());
-        let (c, _) = parse(&[("PYIGPROF_EVENT", "page-faults/period=10/"), ("PYIGPROF_PERF_EVENTS", "0")]);
-        assert_eq!((c.event.counter, c.event.period, c.perf_events), ("PERF_PAGE_FAULTS", 10, false));
+        assert!(parse(&[("PYIGPROF_PERF_EVENTS", "1")]).0.perf_events);
+        let (c, _) = parse(&[("PYIGPROF_EVENT", "page-faults/period=10/")]);
+        assert_eq!((c.event.counter, c.event.period, c.perf_events), ("PERF_PAGE_FAULTS", 10, true));
+        let (c, _) = parse(&[("PYIGPROF_EVENT", "page-faults"), ("PYIGPROF_PERF_EVENTS", "0")]);
+        assert!(!c.perf_events);
         let (c, complaints) = parse(&[("PYIGPROF_EVENT", "cyles"), ("PYIGPROF_PERF_EVENTS", "no")]);
         assert_eq!((c.event.counter, c.perf_events), ("PERF_TICKS", true));
         assert_eq!(complaints.len(), 2, "{complaints:?}");

@@ -29,8 +29,8 @@ pub enum Trigger {
     /// `PYIGPROF_EVENT` names.
     Event(perf::Event),
     /// A POSIX timer per thread on its CPU clock ([`timer`]), checked by the kernel on its
-    /// scheduler tick; `why` says why perf events are not used (`wall mode`,
-    /// `PYIGPROF_PERF_EVENTS=0`, or `perf_event_open`'s refusal).
+    /// scheduler tick; `why` says why perf events are not used (`the default`, `wall
+    /// mode`, or `perf_event_open`'s refusal).
     Timer {
         /// Why not a perf event.
         why: &'static str,
@@ -57,10 +57,13 @@ impl Trigger {
 }
 
 impl Trigger {
-    /// Chooses what samples the threads, at start-up: in cpu mode, the event `config` asks
-    /// for (`task-clock` unless `PYIGPROF_EVENT` names another) if the kernel opens it;
-    /// else `task-clock`, saying on stderr why the event asked for is not sampled; else
-    /// POSIX timers, as always in wall mode and with `PYIGPROF_PERF_EVENTS=0`.
+    /// Chooses what samples the threads, at start-up. POSIX timers by default and always
+    /// in wall mode (a perf event's descriptor is one more file descriptor the program can
+    /// see, and at high rates its signals land in system calls more often: opt-in). With
+    /// `PYIGPROF_PERF_EVENTS=1` or `PYIGPROF_EVENT`, in cpu mode: the event asked for
+    /// (`task-clock` unless `PYIGPROF_EVENT` names another) if the kernel opens it; else
+    /// `task-clock`, saying on stderr why the event asked for is not sampled; else POSIX
+    /// timers, the summary line saying why.
     pub fn choose(config: &crate::config::Config) -> Trigger {
         let leak = |text: String| -> &'static str { Box::leak(text.into_boxed_str()) };
         if config.clock == crate::config::Clock::Wall {
@@ -71,10 +74,10 @@ impl Trigger {
                     config.event.name
                 );
             }
-            return Trigger::Timer { why: "wall-mode" };
+            return Trigger::Timer { why: "wall mode" };
         }
         if !config.perf_events {
-            return Trigger::Timer { why: "PYIGPROF_PERF_EVENTS=0" };
+            return Trigger::Timer { why: "the default" };
         }
         let event = config.event;
         let task_clock = perf::Event::task_clock(config.period_ns());
@@ -92,7 +95,7 @@ impl Trigger {
             }
             return Trigger::Timer { why: "perf_event_open:refused" };
         }
-        let refused = match perf::probe(&event) {
+        let mut refused = match perf::probe(&event) {
             Ok(()) => return Trigger::Event(event),
             Err(e) => e,
         };
@@ -102,8 +105,9 @@ impl Trigger {
                 event.name,
                 perf::describe(refused)
             );
-            if perf::probe(&task_clock).is_ok() {
-                return Trigger::Event(task_clock);
+            match perf::probe(&task_clock) {
+                Ok(()) => return Trigger::Event(task_clock),
+                Err(e) => refused = e,
             }
         }
         Trigger::Timer { why: leak(format!("perf_event_open:{}", perf::errno_name(refused).replace(' ', "-"))) }
@@ -111,12 +115,16 @@ impl Trigger {
 
     /// How the trigger is named in the statistics (`#pyigprof sampling …`) and the summary:
     /// `task-clock perf events at random intervals`, `page-faults perf events every 100`,
-    /// `POSIX CPU timers (wall-mode)`.
+    /// `POSIX CPU timers (the default; …)`.
     pub fn describe(&self) -> String {
         match self {
             Trigger::Event(e) if e.randomized() => format!("{} perf events at random intervals", e.name),
             Trigger::Event(e) => format!("{} perf events every {}", e.name, e.period),
-            Trigger::Timer { why } => format!("POSIX CPU timers ({why})"),
+            Trigger::Timer { why } => format!(
+                "POSIX CPU timers ({why}; at the kernel's ticks, not random: a program \
+                 that repeats in step with them may be seen at one phase; \
+                 PYIGPROF_PERF_EVENTS=1 samples at the rate asked for, at random instants)"
+            ),
         }
     }
 }

@@ -197,8 +197,7 @@ const FD_FLOOR: libc::c_int = 512;
 /// Opens `event` on thread `tid`, its overflow signal (`SIGPROF`) sent to that thread,
 /// the first overflow after `first` (ns of CPU time or events), and enables it. Returns
 /// the descriptor (close-on-exec, numbered from [`FD_FLOOR`] where the limit allows).
-/// Not async-signal-safe only in that it may be refused; it takes no lock and allocates
-/// nothing (a fork child calls it).
+/// Async-signal-safe: system calls only, no lock, no allocation (a fork child calls it).
 ///
 /// # Errors
 /// The `errno` of the step that failed ([`describe`] names it).

@@ -19,8 +19,9 @@
 //! the thread ran meanwhile the capture is dropped. Reads of its memory cannot fault
 //! ([`crate::capture::probe`]: its stack may be unmapped if it ends meanwhile).
 //!
-//! A period in which a thread is blocked is one tick (periods the source overslept count
-//! too); a period in which it runs is counted by its CPU timer; periods in which it was not
+//! A period in which a thread is blocked is one tick (the passes come at random intervals
+//! around the period, each counting the wall time since the last); a period in which it
+//! runs is counted by its CPU timer; periods in which it was not
 //! blocked and its CPU timer counted nothing (it waited, runnable, for a CPU: a loaded
 //! machine) are added to its latest sample (`count_waiting`). So a thread's ticks add up
 //! to its wall time, less a few periods of timer lag at its end.
@@ -244,10 +245,17 @@ unsafe fn raw(nr: libc::c_long, args: [u64; 4]) -> i64 {
     ret
 }
 
-/// The source's loop: one pass over the sampled threads each period.
+/// The source's loop: one pass over the sampled threads after each interval, drawn at
+/// random around the period ([`crate::sources::random::interval`]) so that a program that
+/// blocks periodically cannot stay in step with the passes. Each pass counts the wall time
+/// since the previous one, in ticks of the period (the remainder carried to the next pass):
+/// time overslept is counted too.
 fn run(sampler: &Sampler) {
     let period = sampler.period_ns;
-    let mut next = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0) + period;
+    let mut state = crate::sources::random::seed(period);
+    let mut last = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
+    let mut next = last + crate::sources::random::interval(&mut state, period, 1);
+    let mut carry = 0;
     let mut line = [0u8; 256];
     let mut again = [0u8; 256];
     loop {
@@ -255,9 +263,14 @@ fn run(sampler: &Sampler) {
             return;
         }
         let now = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(next);
-        // Periods overslept are ticks too.
-        let periods = 1 + now.saturating_sub(next) / period;
-        next += periods * period;
+        let elapsed = now.saturating_sub(last) + carry;
+        let periods = elapsed / period;
+        carry = elapsed % period;
+        last = now;
+        next = now + crate::sources::random::interval(&mut state, period, 1);
+        if periods == 0 {
+            continue;
+        }
         let in_flight = InFlight::enter();
         if STATE.load(Ordering::SeqCst) == SAMPLING {
             // SAFETY: visit uses a slot's scratch only while it holds it (CAPTURING).
