@@ -6,8 +6,9 @@
 
 Builds pyigprof (cargo build --release), makes one venv per interpreter with
 py-spy, pyperformance (for its benchmark sources and pyperf) and numpy, then
-runs every program under every configuration (no profiler, pyigprof at 250 Hz
-and 1 kHz, py-spy with and without --native, cProfile), alternating the
+runs every program under every configuration (no profiler; pyigprof at 250 Hz,
+1 kHz and 4 kHz on task-clock perf events and at 1 kHz on POSIX timers; py-spy at
+1 kHz and 4 kHz, with and without --native; cProfile), alternating the
 configurations run by run, and measures the CPU time (user+sys) of the whole
 process tree and the wall time of each run.  Writes a markdown table (--out)
 and the raw per-run data as JSON next to it.  See bench/overhead/README.md.
@@ -49,14 +50,33 @@ SMOKE_PROGRAMS = ["call_heavy", "richards"]
 DEFAULT_PYTHONS = "3.11,3.12,3.13"
 SMOKE_PYTHON = "3.12"
 
-# Configurations, in the order of one round.  "kind" selects how the command is built.
+# Configurations, in the order of one round.  "kind" selects how the command is built;
+# "id" is a short name for --configs.  The pyigprof rates are samples per second of CPU
+# time: with task-clock perf events (PYIGPROF_PERF_EVENTS=1, set explicitly: they were
+# the default at commit d682514, opt-in since c6bc5c0) the real rate is the rate asked;
+# PYIGPROF_PERF_EVENTS=0 forces POSIX CPU timers, which the kernel checks on its tick
+# (250 Hz here), so "1 kHz (timers)" really samples ~250 times a second.  The default
+# configuration sets neither: it shows whatever the library does by default.
 CONFIGS = [
-    {"name": "baseline", "kind": "plain"},
-    {"name": "pyigprof 250 Hz (default)", "kind": "pyigprof", "hz": None},
-    {"name": "pyigprof 1 kHz", "kind": "pyigprof", "hz": 1000},
-    {"name": "py-spy 1 kHz", "kind": "py-spy", "native": False},
-    {"name": "py-spy 1 kHz --native", "kind": "py-spy", "native": True},
-    {"name": "cProfile", "kind": "cprofile"},
+    {"name": "baseline", "id": "baseline", "kind": "plain"},
+    {"name": "pyigprof 250 Hz (default)", "id": "pyigprof-250", "kind": "pyigprof", "hz": None},
+    {"name": "pyigprof 1 kHz", "id": "pyigprof-1k", "kind": "pyigprof", "hz": 1000,
+     "env": {"PYIGPROF_PERF_EVENTS": "1"}},
+    {"name": "pyigprof 4 kHz", "id": "pyigprof-4k", "kind": "pyigprof", "hz": 4000,
+     "env": {"PYIGPROF_PERF_EVENTS": "1"}},
+    {"name": "pyigprof 1 kHz (timers)", "id": "pyigprof-1k-timers", "kind": "pyigprof", "hz": 1000,
+     "env": {"PYIGPROF_PERF_EVENTS": "0"}},
+    {"name": "py-spy 1 kHz", "id": "py-spy-1k", "kind": "py-spy", "rate": 1000, "native": False},
+    {"name": "py-spy 1 kHz --native", "id": "py-spy-1k-native", "kind": "py-spy", "rate": 1000, "native": True},
+    {"name": "py-spy 4 kHz", "id": "py-spy-4k", "kind": "py-spy", "rate": 4000, "native": False},
+    {"name": "py-spy 4 kHz --native", "id": "py-spy-4k-native", "kind": "py-spy", "rate": 4000, "native": True},
+    {"name": "cProfile", "id": "cprofile", "kind": "cprofile"},
+]
+# The equal-rate comparison (issue 17): per asked rate, pyigprof's configuration and
+# py-spy's without and with --native.
+EQUAL_RATE = [
+    ("1 kHz", "pyigprof 1 kHz", "py-spy 1 kHz", "py-spy 1 kHz --native"),
+    ("4 kHz", "pyigprof 4 kHz", "py-spy 4 kHz", "py-spy 4 kHz --native"),
 ]
 BASELINE = "baseline"
 PYIGPROF_1K = "pyigprof 1 kHz"
@@ -222,11 +242,12 @@ def config_command(cfg, py, prog_argv, venv_env, preload, rundir):
         env["PYIGPROF_QUIET"] = "1"
         if cfg["hz"]:
             env["PYIGPROF_HZ"] = str(cfg["hz"])
+        env.update(cfg.get("env", {}))
         return [py] + prog_argv, env
     if cfg["kind"] == "py-spy":
         if not venv_env["py_spy"]:
             return "py-spy not installed"
-        argv = [venv_env["py_spy"], "record", "--rate", "1000", "--format", "raw",
+        argv = [venv_env["py_spy"], "record", "--rate", str(cfg.get("rate", 1000)), "--format", "raw",
                 "-o", os.path.join(rundir, "py-spy.txt")]
         if cfg["native"]:
             argv.append("--native")
@@ -289,7 +310,7 @@ def pyigprof_metrics(rundir, res):
         return
     samples = ticks = 0
     reported = 0.0
-    stats, handler = {}, {}
+    stats, handler, sampling = {}, {}, {}
     for p in profiles:      # normally one; child processes would add theirs
         try:
             prof = parse_pyigprof_profile(p)
@@ -302,11 +323,15 @@ def pyigprof_metrics(rundir, res):
         # Statistics of the main process's profile (the first, lowest pid) are reported.
         stats = stats or prof["trailers"].get("stats", {})
         handler = handler or prof["trailers"].get("handler", {})
+        sampling = sampling or prof["trailers"].get("sampling", {})
     res.update(profiles=len(profiles), samples=samples, ticks=ticks, reported_s=reported,
                samples_per_cpu_s=samples / res["cpu_s"] if res["cpu_s"] > 0 else None,
                reported_over_cpu=reported / res["cpu_s"] if res["cpu_s"] > 0 else None,
                stats={k: to_number(v) for k, v in stats.items()},
-               handler={k: to_number(v) for k, v in handler.items()})
+               handler={k: to_number(v) for k, v in handler.items()},
+               # '#pyigprof sampling': trigger (task-clock, posix-timer, ...), counter,
+               # period, randomized, exclude_kernel, why; kept as text.
+               sampling=dict(sampling))
 
 
 def pyspy_metrics(rundir, res):
@@ -388,12 +413,23 @@ def summarise(results):
                 for r in ok)
             row["profile_samples"] = median(r.get("samples") for r in ok)
             row["profile_ticks"] = median(r.get("ticks") for r in ok)
+            # What interrupted the threads ('#pyigprof sampling trigger=...'), every
+            # distinct one over the runs (normally one); n/a for older profiles.
+            triggers = sorted({r.get("sampling", {}).get("trigger") for r in ok} - {None})
+            row["trigger"] = "+".join(triggers) if triggers else (None if not ok else "n/a")
+            row["sampling_period"] = median(to_number(r.get("sampling", {}).get("period")) for r in ok)
+            row["samples"] = row["profile_samples"]
         elif cfg.startswith("py-spy"):
             row["samples_per_s"] = median(r.get("samples_per_wall_s") for r in ok)
+            row["samples"] = median(r.get("samples") for r in ok)
         rows.append(row)
     base = {(r["python"], r["program"]): r for r in rows if r["config"] == BASELINE}
     for r in rows:
         b = base.get((r["python"], r["program"]))
+        # Samples per second of the program's own work (the baseline's CPU time): the one
+        # denominator both profilers share, whatever each one's overhead adds to the run.
+        r["samples_per_base_cpu_s"] = (r["samples"] / b["cpu_s"]
+                                       if r.get("samples") is not None and b and b["cpu_s"] else None)
         r["cpu_ratio"] = r["cpu_s"] / b["cpu_s"] if b and b["cpu_s"] and r["cpu_s"] is not None else None
         r["wall_ratio"] = r["wall_s"] / b["wall_s"] if b and b["wall_s"] and r["wall_s"] is not None else None
         add_noise(r, results["runs"])
@@ -433,26 +469,37 @@ def render(results, rows):
         out.append("- pyigprof (before): %s" % meta["preload_before"])
     out.append("- runs per configuration: %d, alternating; target CPU time per baseline run: %.2f s"
                % (meta["runs"], meta["target_cpu_s"]))
+    if meta.get("configs"):
+        out.append("- configurations: %s" % ", ".join(meta["configs"]))
     for v in meta["pythons"]:
         out.append("- Python %s: %s; py-spy %s; numpy %s; LOOPS: %s%s" % (
             v["version"], v["interpreter"], v.get("py_spy_version") or "missing", v.get("numpy") or "missing",
             ", ".join("%s=%s" % kv for kv in v.get("loops", {}).items()),
             "".join("; " + n for n in v.get("notes", []))))
     out.append("")
-    out.append("CPU = user+sys of the whole process tree (profiler included), median over runs; "
-               "ratios are to the baseline's median in this invocation. samples/s: pyigprof per "
-               "second of the process's CPU time, py-spy per second of wall time. reported/CPU: "
-               "the profile's ticks x T over the process's CPU time. handler: the profile's own "
-               "`#pyigprof handler` statistics (median over runs).")
+    equal = equal_rate_table(rows)
+    if equal:
+        out.extend(equal)
+    out.append("All configurations. CPU = user+sys of the whole process tree (profiler included), "
+               "median over runs; ratios are to the baseline's median in this invocation. "
+               "samples/s: pyigprof per second of the process's CPU time, py-spy per second of "
+               "wall time (each profiler's own rate); samples/base CPU s: the run's samples over "
+               "the baseline's median CPU time (per second of the program's own work, the same "
+               "denominator for both). trigger: pyigprof's `#pyigprof sampling trigger=` "
+               "(task-clock perf events or POSIX timers). reported/CPU: the profile's ticks x T "
+               "over the process's CPU time. handler: the profile's own `#pyigprof handler` "
+               "statistics (median over runs).")
     out.append("")
-    out.append("| Python | program | configuration | ok runs | CPU s | CPU ratio | wall s | wall ratio "
-               "| samples/s | reported/CPU | handler median ns | handler p99 ns | note |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    out.append("| Python | program | configuration | trigger | ok runs | CPU s | CPU ratio | wall s | wall ratio "
+               "| samples/s | samples/base CPU s | reported/CPU | handler median ns | handler p99 ns | note |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        out.append("| %s | %s | %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["python"], r["program"], r["config"], r["n_ok"], r["n"], fmt(r["cpu_s"], ".3f"),
+        out.append("| %s | %s | %s | %s | %d/%d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["python"], r["program"], r["config"], r.get("trigger") or "",
+            r["n_ok"], r["n"], fmt(r["cpu_s"], ".3f"),
             fmt(r["cpu_ratio"], ".3f"), fmt(r["wall_s"], ".3f"), fmt(r["wall_ratio"], ".3f"),
             fmt(r.get("samples_per_s"), ".0f") if "samples_per_s" in r else "",
+            fmt(r.get("samples_per_base_cpu_s"), ".0f") if "samples_per_s" in r else "",
             fmt(r.get("reported_over_cpu"), ".3f") if "reported_over_cpu" in r else "",
             fmt(r.get("handler_median_ns"), ".0f") if r["config"].startswith("pyigprof") else "",
             fmt(r.get("handler_p99_ns"), ".0f") if r["config"].startswith("pyigprof") else "",
@@ -501,6 +548,45 @@ def render(results, rows):
     for line in targets(rows):
         out.append("- " + line)
     return "\n".join(out) + "\n"
+
+
+def equal_rate_table(rows):
+    """Issue 17: CPU overhead at equal real sample rates. Per interpreter, program and asked
+    rate, pyigprof's and py-spy's (without and with --native) real samples per second and
+    CPU ratio side by side; lines of markdown, or [] when no such configuration ran."""
+    by = {(r["python"], r["program"], r["config"]): r for r in rows}
+    keys = []
+    for r in rows:
+        if (r["python"], r["program"]) not in keys:
+            keys.append((r["python"], r["program"]))
+    lines = []
+    for python, prog in keys:
+        for rate, pig, spy, native in EQUAL_RATE:
+            cells = []
+            present = False
+            for cfg in (pig, spy, native):
+                r = by.get((python, prog, cfg))
+                present = present or r is not None
+                if r is None:
+                    cells += ["", "", ""]
+                    continue
+                cells += [fmt(r.get("samples_per_s"), ".0f"), fmt(r.get("samples_per_base_cpu_s"), ".0f"),
+                          fmt(r["cpu_ratio"], ".3f") + ("" if r["n_ok"] == r["n"] else " (%d/%d ok)" % (r["n_ok"], r["n"]))]
+            if present:
+                t = by.get((python, prog, pig), {}).get("trigger") or ""
+                lines.append("| %s | %s | %s | %s | %s |" % (python, prog, rate, t, " | ".join(cells)))
+    if not lines:
+        return []
+    head = ["Equal real sample rates (issue 17): for each asked rate, the real samples per second "
+            "(pyigprof: per second of the process's CPU time, from the profile; py-spy: per second "
+            "of wall time, from its `Samples:` line), the samples per second of the baseline's CPU "
+            "time (the same denominator for both), and the CPU ratio to the baseline of this "
+            "invocation (the profiler's own CPU time included). Medians over runs.", "",
+            "| Python | program | rate | pyigprof trigger | pyigprof samples/s | pyigprof samples/base CPU s "
+            "| pyigprof CPU ratio | py-spy samples/s | py-spy samples/base CPU s | py-spy CPU ratio "
+            "| py-spy --native samples/s | py-spy --native samples/base CPU s | py-spy --native CPU ratio |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    return head + lines + [""]
 
 
 def targets(rows):
@@ -571,6 +657,7 @@ def targets(rows):
 # --------------------------------------------------------------------------- main
 
 def main():
+    global CONFIGS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true",
@@ -579,8 +666,10 @@ def main():
     ap.add_argument("--pythons", help="interpreters: pyenv versions (3.12 = newest 3.12.x) or paths, "
                                       "comma-separated (default %s)" % DEFAULT_PYTHONS)
     ap.add_argument("--programs", help="comma-separated subset of: " + ",".join(OWN_PROGRAMS + PYPERFORMANCE_BENCHMARKS))
-    ap.add_argument("--configs", help="comma-separated kinds of configuration to run besides the baseline: "
-                                      "pyigprof, py-spy, cprofile (default: all)")
+    ap.add_argument("--configs", help="comma-separated configurations to run besides the baseline (always "
+                                      "run): ids (%s), kinds (pyigprof, py-spy, cprofile: all of that "
+                                      "kind) or full names (default: all)"
+                    % ", ".join(c["id"] for c in CONFIGS if c["kind"] != "plain"))
     ap.add_argument("--runs", type=int, help="runs per configuration (default 5; smoke 2)")
     ap.add_argument("--target-seconds", type=float,
                     help="CPU time of one baseline run, s (default 3; smoke 0.3)")
@@ -593,15 +682,16 @@ def main():
                     help="the pyigprof library (default %(default)s)")
     ap.add_argument("--preload-before", metavar="LIBRARY",
                     help="an A/B of the library: another build (e.g. of an older commit) run as "
-                         "two more configurations, 'pyigprof 250 Hz (before)' and 'pyigprof 1 kHz "
-                         "(before)', alternating with the others; the targets list the handler "
+                         "more configurations, each pyigprof configuration again named '... (before)' "
+                         "('pyigprof 250 Hz (before)', 'pyigprof 1 kHz (before)', ...), alternating "
+                         "with the others (--configs selects them too); the targets list the handler "
                          "median and p99 before -> after per program")
     args = ap.parse_args()
 
     runs = args.runs or (2 if args.smoke else 5)
     target = args.target_seconds or (0.3 if args.smoke else 3.0)
     min_span = 0.1 if args.smoke else 0.5       # calibration: CPU seconds between two runs
-    timeout_s = max(60.0, 20 * target + 30)     # per run; cProfile may be several times slower
+    timeout_s = max(60.0, 40 * target + 30)     # per run; py-spy --native may be 10-20 times slower
     out_md = args.out or os.path.join(HERE, "results-smoke.md" if args.smoke else "results.md")
     out_json = os.path.splitext(out_md)[0] + ".json"
     if args.programs:
@@ -612,19 +702,19 @@ def main():
     else:
         programs = SMOKE_PROGRAMS if args.smoke else OWN_PROGRAMS + PYPERFORMANCE_BENCHMARKS
 
-    global CONFIGS
     if args.configs:
-        kinds = {k.strip() for k in args.configs.split(",") if k.strip()}
-        unknown = kinds - {c["kind"] for c in CONFIGS}
+        wanted = {k.strip() for k in args.configs.split(",") if k.strip()}
+        unknown = wanted - {c[f] for c in CONFIGS for f in ("kind", "id", "name")}
         if unknown:
-            sys.exit("bench: unknown configuration kind(s): %s" % ", ".join(sorted(unknown)))
-        CONFIGS = [c for c in CONFIGS if c["kind"] == "plain" or c["kind"] in kinds]
+            sys.exit("bench: unknown configuration(s): %s (ids: %s; kinds: pyigprof, py-spy, cprofile)" % (
+                ", ".join(sorted(unknown)), ", ".join(c["id"] for c in CONFIGS)))
+        CONFIGS = [c for c in CONFIGS if c["kind"] == "plain" or wanted & {c["kind"], c["id"], c["name"]}]
 
     if args.preload_before:
         if not os.path.exists(args.preload_before):
             sys.exit("bench: no library at %s (--preload-before)" % args.preload_before)
         CONFIGS = CONFIGS + [dict(c, name=c["name"].replace(" (default)", "") + " (before)",
-                                  preload=args.preload_before)
+                                  id=c["id"] + "-before", preload=args.preload_before)
                              for c in CONFIGS if c["kind"] == "pyigprof"]
 
     interps = find_interpreters(args.pythons or (SMOKE_PYTHON if args.smoke else DEFAULT_PYTHONS))
@@ -642,7 +732,8 @@ def main():
             "host": platform.node(), "cpus": os.cpu_count(), "kernel": platform.release(),
             "load_before": "%.2f %.2f %.2f" % os.getloadavg(), "preload": args.preload, "commit": commit,
             "preload_before": args.preload_before,
-            "runs": runs, "target_cpu_s": target, "pythons": []}
+            "runs": runs, "target_cpu_s": target, "pythons": [],
+            "configs": [c["name"] for c in CONFIGS]}
     results = {"meta": meta, "runs": {}}
 
     venvs = [setup_venv(v, p, args) for v, p in interps]
