@@ -346,7 +346,7 @@ pub fn set_period(fd: libc::c_int, period: u64) {
 
 /// Whether the signal `info` describes is a perf event's overflow (`si_code` `POLL_IN`
 /// or `POLL_HUP`, sent by the kernel through the descriptor's `O_ASYNC`); its `si_fd`.
-pub fn overflow_fd(info: *const libc::siginfo_t) -> Option<libc::c_int> {
+pub(crate) fn overflow_fd(info: *const libc::siginfo_t) -> Option<libc::c_int> {
     // SAFETY: the kernel passes a valid siginfo; for SIGPOLL-style signals si_fd is the
     // int at offset 24 (after si_band, a long at offset 16).
     unsafe {
