@@ -43,6 +43,8 @@ print(json.dumps({"cpu_s": time.process_time()}))
 /// Runs `python args…` under the profiler with `env`, like `run_profiled`, and returns the
 /// run with the CPU time (user + system, s) of the whole process, start-up and exit
 /// included, from `wait4`.
+// The child is reaped by wait4 itself, which `Child::wait` cannot return the rusage of.
+#[allow(clippy::zombie_processes)]
 fn run_with_cpu_time(python: &Interpreter, args: &[&str], env: &[(&str, &str)]) -> (Run, f64) {
     use std::io::Read;
     use std::process::{Command, Stdio};
