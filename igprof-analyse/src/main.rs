@@ -32,10 +32,11 @@ use igprof_analyse::{Error, Profile};
 #[command(group(ArgGroup::new("report_kind").args(["top", "top_stacks", "lines", "tree", "text", "collapsed", "json"])))]
 #[command(group(ArgGroup::new("comparison").args(["diff", "baseline"])))]
 struct Cli {
-    /// Print the N functions with the most cost (default 20; --top=0 prints all). This
-    /// is the report printed when none is asked for; with --diff, the number of
-    /// functions listed. N must be attached with "=": IgProf's "--top N", with a space,
-    /// is --top-stacks.
+    /// Print the N functions with the most cost (default 20; --top=0 prints all), each
+    /// share with its 95% confidence interval and samples where it has a sampling error
+    /// (docs/analyser.md). This is the report printed when none is asked for; with
+    /// --diff, the number of functions listed. N must be attached with "=": IgProf's
+    /// "--top N", with a space, is --top-stacks.
     #[arg(long, value_name = "N", num_args = 0..=1, require_equals = true, default_missing_value = "20")]
     top: Option<usize>,
 
@@ -241,7 +242,8 @@ struct Cli {
 
     /// IgProf's --calls: --top and --text add the samples (allocations or blocks for
     /// memory counters, calls for other counters that are neither ticks nor events) of
-    /// each function and call.
+    /// each function and call. Their tables show them anyway where shares have a
+    /// sampling error; --text's call graph only with --calls.
     #[arg(short = 'c', long, conflicts_with_all = ["lines", "tree", "collapsed", "json", "comparison"])]
     calls: bool,
 

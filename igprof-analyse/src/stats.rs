@@ -1,5 +1,6 @@
-//! The statistics of the `--diff` report: is a change of a function's share of the
-//! samples larger than sampling noise?
+//! The statistics of the reports: how precise a share of the samples is ([`wilson`], the
+//! 95 % intervals every report shows), and, for `--diff`, whether a change of a
+//! function's share is larger than sampling noise.
 //!
 //! A sampling profile is a series of observations of where the program was; a function's
 //! self samples among all samples are a binomial count, and so are its cumulative samples
@@ -7,6 +8,50 @@
 //! function and per share, with the pooled two-proportion z-test ([`two_proportion`]); up
 //! to two tests per function are made, so the p-values are corrected for multiple
 //! comparisons ([`Correction`]) before being compared with the significance level α.
+
+/// The standard normal quantile of a two-sided 95 % interval: Φ⁻¹(0.975).
+pub const Z_95: f64 = 1.959_963_984_540_054;
+
+/// The Wilson score interval of a binomial proportion: `successes` out of `trials`
+/// observations, at the confidence of the two-sided normal quantile `z` ([`Z_95`] for
+/// 95 %), as fractions `(low, high)` within [0, 1]:
+///
+/// ```text
+/// p̂ = successes / trials
+/// centre = (p̂ + z²/2n) / (1 + z²/n)
+/// half-width = z / (1 + z²/n) × √(p̂ (1 − p̂) / n + z²/4n²)
+/// ```
+///
+/// Unlike p̂ ± z √(p̂(1−p̂)/n) (Wald's), it behaves for few successes: 0 of n gives
+/// [0, z²/(n + z²)], not [0, 0], and n of n gives [n/(n + z²), 1]; it is lopsided towards
+/// ½ there, as the proportion's distribution is. `successes` need not be a whole number
+/// (a share times the number of observations); it is taken within [0, `trials`].
+/// `None` without observations (`trials` ≤ 0, or not a number).
+///
+/// Known values: 10 of 100 gives [5.52 %, 17.44 %], 0 of 20 [0, 16.11 %].
+pub fn wilson(successes: f64, trials: f64, z: f64) -> Option<(f64, f64)> {
+    if trials.is_nan() || trials <= 0.0 || trials.is_infinite() || successes.is_nan() {
+        return None;
+    }
+    let n = trials;
+    let p = (successes / n).clamp(0.0, 1.0);
+    let z2 = z * z;
+    let denominator = 1.0 + z2 / n;
+    let centre = (p + z2 / (2.0 * n)) / denominator;
+    let half = z / denominator * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    // At p̂ = 0 (1) the low (high) end is 0 (1) exactly, up to rounding.
+    let low = if p == 0.0 {
+        0.0
+    } else {
+        (centre - half).max(0.0)
+    };
+    let high = if p == 1.0 {
+        1.0
+    } else {
+        (centre + half).min(1.0)
+    };
+    Some((low, high))
+}
 
 /// The result of a two-proportion z-test.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -164,6 +209,45 @@ mod tests {
         for (x, value) in expected {
             close(erfc(x), value, 1.2e-7);
         }
+    }
+
+    #[test]
+    fn wilson_intervals_by_hand() {
+        // Python, with z = 1.959963984540054: centre = (p + z²/2n) / (1 + z²/n),
+        // half = z / (1 + z²/n) × √(p(1−p)/n + z²/4n²).
+        let cases = [
+            (10.0, 100.0, 0.05522914, 0.17436566),
+            (200.0, 2000.0, 0.08760923, 0.11392441),
+            (100.0, 1000.0, 0.08290944, 0.12015196),
+            (1.0, 13.0, 0.01371042, 0.33313951),
+            (12.0, 13.0, 0.66686049, 0.98628958),
+        ];
+        for (k, n, low, high) in cases {
+            let (l, h) = wilson(k, n, Z_95).unwrap();
+            close(l, low, 1e-6);
+            close(h, high, 1e-6);
+        }
+        // None of 20: from 0 exactly to z²/(n + z²); all of 20: mirrored.
+        let (l, h) = wilson(0.0, 20.0, Z_95).unwrap();
+        assert_eq!(l, 0.0);
+        close(h, Z_95 * Z_95 / (20.0 + Z_95 * Z_95), 1e-12);
+        close(h, 0.16112516, 1e-6);
+        let (l, h) = wilson(20.0, 20.0, Z_95).unwrap();
+        close(l, 20.0 / (20.0 + Z_95 * Z_95), 1e-12);
+        assert_eq!(h, 1.0);
+        // One observation of one: wide, but within [0, 1].
+        let (l, h) = wilson(1.0, 1.0, Z_95).unwrap();
+        close(l, 0.20654931, 1e-6);
+        assert_eq!(h, 1.0);
+        // Symmetric around ½; out-of-range successes are clamped; no observations, none.
+        let (l, h) = wilson(50.0, 100.0, Z_95).unwrap();
+        close(l + h, 1.0, 1e-12);
+        assert_eq!(wilson(-3.0, 20.0, Z_95), wilson(0.0, 20.0, Z_95));
+        assert_eq!(wilson(25.0, 20.0, Z_95), wilson(20.0, 20.0, Z_95));
+        assert_eq!(wilson(0.0, 0.0, Z_95), None);
+        assert_eq!(wilson(1.0, f64::NAN, Z_95), None);
+        // 95 % is the two-sided p-value 0.05 (erfc is good to 1.2e-7 here).
+        close(critical_z(0.05), Z_95, 1e-7);
     }
 
     #[test]

@@ -53,11 +53,11 @@ fn top_flag_without_value_then_limit_and_cumulative_order() {
         stdout(&output),
         "\
 pyigprof-analyse: rec.gz: python3 rec.py (pid 1234)
-PERF_TICKS: 13 samples, 24 ticks of 4.000 ms = 0.096 s
-   self %    self s    cum %     cum s  function  (file)
-     0.00     0.000    83.33     0.080  <module> (/work/rec.py:1)
-     0.00     0.000    83.33     0.080  __libc_start_main  (/usr/lib/libc.so.6)
-    33.33     0.032    66.67     0.064  fib (/work/rec.py:10)
+PERF_TICKS: 13 samples, 24 ticks of 4.000 ms = 0.096 s; a 10 % share is 2.1-36.1 % (95 %)
+   self %    self s    cum %     cum s  self 95% CI   cum 95% CI  self samples  cum samples  function  (file)
+     0.00     0.000    83.33     0.080   [0.0-22.8]  [60.2-89.0]             0           12  <module> (/work/rec.py:1)
+     0.00     0.000    83.33     0.080   [0.0-22.8]  [60.2-89.0]             0           12  __libc_start_main  (/usr/lib/libc.so.6)
+    33.33     0.032    66.67     0.064  [16.8-51.2]  [43.1-79.6]             6           10  fib (/work/rec.py:10)
 "
     );
 }
@@ -75,10 +75,10 @@ fn plain_and_gzip_profiles_merge() {
         stdout(&output),
         "\
 pyigprof-analyse: a.txt, b.txt: python3 rec.py (pid 1234)
-PERF_TICKS: 26 samples, 48 ticks of 4.000 ms = 0.192 s
-   self %    self s    cum %     cum s  function  (file)
-    33.33     0.064    66.67     0.128  fib (/work/rec.py:10)
-    33.33     0.064    33.33     0.064  deflate_slow  (/usr/lib/libz.so.1)
+PERF_TICKS: 26 samples, 48 ticks of 4.000 ms = 0.192 s; a 10 % share is 3.2-27.1 % (95 %)
+   self %    self s    cum %     cum s  self 95% CI   cum 95% CI  self samples  cum samples  function  (file)
+    33.33     0.064    66.67     0.128  [20.8-46.6]  [50.2-77.1]            12           20  fib (/work/rec.py:10)
+    33.33     0.064    33.33     0.064  [17.9-54.2]  [17.9-54.2]             8            8  deflate_slow  (/usr/lib/libz.so.1)
 "
     );
 }
@@ -99,18 +99,18 @@ fn top_of_igprof_decimal_dump() {
         stdout(&output),
         "\
 pyigprof-analyse: igprof.ls.txt: ls (pid 32365)
-PERF_TICKS: 2 samples, 2 ticks of 10.000 ms = 0.020 s
-   self %    self s    cum %     cum s  function  (file)
-    50.00     0.010   100.00     0.020  strftime  (ls)
-    50.00     0.010    50.00     0.010  @?0x804c533  (ls)
-     0.00     0.000   100.00     0.020  __libc_start_main  (/lib/tls/libc.so.6)
-     0.00     0.000   100.00     0.020  strcoll  (ls)
-     0.00     0.000    50.00     0.010  @?0x13ad84  (/lib/tls/libc.so.6)
-     0.00     0.000    50.00     0.010  @?0x13adab  (/lib/tls/libc.so.6)
-     0.00     0.000    50.00     0.010  @?0x13ae20  (/lib/tls/libc.so.6)
-     0.00     0.000    50.00     0.010  @?0x804ca7c  (ls)
-     0.00     0.000    50.00     0.010  @?0x804cd05  (ls)
-     0.00     0.000    50.00     0.010  qsort  (/lib/tls/libc.so.6)
+PERF_TICKS: 2 samples, 2 ticks of 10.000 ms = 0.020 s; a 10 % share is 0.5-72.1 % (95 %)
+   self %    self s    cum %     cum s  self 95% CI    cum 95% CI  self samples  cum samples  function  (file)
+    50.00     0.010   100.00     0.020   [9.5-90.5]  [34.2-100.0]             1            2  strftime  (ls)
+    50.00     0.010    50.00     0.010   [9.5-90.5]    [9.5-90.5]             1            1  @?0x804c533  (ls)
+     0.00     0.000   100.00     0.020   [0.0-65.8]  [34.2-100.0]             0            2  __libc_start_main  (/lib/tls/libc.so.6)
+     0.00     0.000   100.00     0.020   [0.0-65.8]  [34.2-100.0]             0            2  strcoll  (ls)
+     0.00     0.000    50.00     0.010   [0.0-65.8]    [9.5-90.5]             0            1  @?0x13ad84  (/lib/tls/libc.so.6)
+     0.00     0.000    50.00     0.010   [0.0-65.8]    [9.5-90.5]             0            1  @?0x13adab  (/lib/tls/libc.so.6)
+     0.00     0.000    50.00     0.010   [0.0-65.8]    [9.5-90.5]             0            1  @?0x13ae20  (/lib/tls/libc.so.6)
+     0.00     0.000    50.00     0.010   [0.0-65.8]    [9.5-90.5]             0            1  @?0x804ca7c  (ls)
+     0.00     0.000    50.00     0.010   [0.0-65.8]    [9.5-90.5]             0            1  @?0x804cd05  (ls)
+     0.00     0.000    50.00     0.010   [0.0-65.8]    [9.5-90.5]             0            1  qsort  (/lib/tls/libc.so.6)
 "
     );
 }
@@ -240,11 +240,11 @@ fn lines_of_python_dump() {
         &run(&["--lines=3", "--order", "cumulative", "lines.gz"], &dir.0),
         "\
 pyigprof-analyse: lines.gz: python3 app.py (pid 42)
-PERF_TICKS: 18 samples, 33 ticks of 4.000 ms = 0.132 s; Python view: interpreter plumbing below Python code counts as its caller's (--all-frames shows it)
-   self %    self s    cum %     cum s  line  (function)
-     9.09     0.012    42.42     0.056  /work/app.py:12  (walk)
-     0.00     0.000    42.42     0.056  /work/app.py:30  (<module>)
-    33.33     0.044    33.33     0.044  /work/app.py:15  (walk)
+PERF_TICKS: 18 samples, 33 ticks of 4.000 ms = 0.132 s; a 10 % share is 2.6-31.4 % (95 %); Python view: interpreter plumbing below Python code counts as its caller's (--all-frames shows it)
+   self %    self s    cum %     cum s  self 95% CI   cum 95% CI  self samples  cum samples  line  (function)
+     9.09     0.012    42.42     0.056   [2.5-26.8]  [20.7-71.6]             2            6  /work/app.py:12  (walk)
+     0.00     0.000    42.42     0.056   [0.0-17.6]  [20.7-71.6]             0            6  /work/app.py:30  (<module>)
+    33.33     0.044    33.33     0.044  [13.5-67.8]  [13.5-67.8]             4            4  /work/app.py:15  (walk)
 ",
     );
 }

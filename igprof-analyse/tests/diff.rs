@@ -477,11 +477,11 @@ fn hand_computed_counts() {
     let text = stdout(&output);
     assert_eq!(
         line_with(&text, "base: "),
-        "base: base.txt: python3 app.py (pid 1): PERF_TICKS: 1000 samples, 1000 ticks of 4.000 ms = 4.000 s"
+        "base: base.txt: python3 app.py (pid 1): PERF_TICKS: 1000 samples, 1000 ticks of 4.000 ms = 4.000 s; a 10 % share is ±1.9 points (95 %)"
     );
     assert_eq!(
         line_with(&text, "new: "),
-        "new: new.txt: python3 app.py (pid 2): PERF_TICKS: 950 samples, 1150 ticks of 4.000 ms = 4.600 s"
+        "new: new.txt: python3 app.py (pid 2): PERF_TICKS: 950 samples, 1150 ticks of 4.000 ms = 4.600 s; a 10 % share is 8.3-12.1 % (95 %)"
     );
     // Bonferroni over 6 tests at α = 0.01: |z| ≥ Φ⁻¹(1 − 0.01/12) = 3.144.
     assert!(line_with(&text, "test: ").ends_with(

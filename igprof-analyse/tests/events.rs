@@ -155,13 +155,13 @@ fn dumps(test: &str) -> TempDir {
 /// 53.46 %), events with their thousands separated.
 const SMALL_TOP: &str = "\
 pyigprof-analyse: small.txt: python3 app.py (pid 9000)
-PERF_PAGE_FAULTS: 40 samples, 12,345 events
-   self %  self events    cum %  cum events  function  (file)
-    48.60        6,000    48.60       6,000  memset  (/usr/lib/x86_64-linux-gnu/libc.so.6)
-    19.44        2,400    19.44       2,400  __memmove_avx_unaligned_erms  (/usr/lib/x86_64-linux-gnu/libc.so.6)
-    17.38        2,145    17.38       2,145  worker_main  (/work/libworker.so)
-     9.72        1,200    29.16       3,600  load (/work/app.py:10)
-     4.86          600    53.46       6,600  build (/work/app.py:20)
+PERF_PAGE_FAULTS: 40 samples, 12,345 events; a 10 % share is 4.0-23.1 % (95 %)
+   self %  self events    cum %  cum events  self 95% CI   cum 95% CI  self samples  cum samples  function  (file)
+    48.60        6,000    48.60       6,000  [34.2-63.0]  [34.2-63.0]            20           20  memset  (/usr/lib/x86_64-linux-gnu/libc.so.6)
+    19.44        2,400    19.44       2,400  [10.2-33.8]  [10.2-33.8]             8            8  __memmove_avx_unaligned_erms  (/usr/lib/x86_64-linux-gnu/libc.so.6)
+    17.38        2,145    17.38       2,145   [8.2-33.7]   [8.2-33.7]             6            6  worker_main  (/work/libworker.so)
+     9.72        1,200    29.16       3,600   [3.8-22.4]  [17.6-44.2]             4           12  load (/work/app.py:10)
+     4.86          600    53.46       6,600   [1.3-16.0]  [38.7-67.4]             2           22  build (/work/app.py:20)
 ";
 
 #[test]
@@ -185,21 +185,21 @@ fn top_shows_events_and_samples() {
     let lines: Vec<&str> = calls.lines().skip(2).collect();
     assert_eq!(
         lines[0],
-        "   self %  self events    cum %  cum events  self samples  cum samples  function  (file)"
+        "   self %  self events    cum %  cum events  self 95% CI   cum 95% CI  self samples  cum samples  function  (file)"
     );
     assert_eq!(
         lines[1],
-        "    48.60        6,000    48.60       6,000            20           20  memset  (/usr/lib/x86_64-linux-gnu/libc.so.6)"
+        "    48.60        6,000    48.60       6,000  [34.2-63.0]  [34.2-63.0]            20           20  memset  (/usr/lib/x86_64-linux-gnu/libc.so.6)"
     );
     assert_eq!(
         lines[5],
-        "     4.86          600    53.46       6,600             2           22  build (/work/app.py:20)"
+        "     4.86          600    53.46       6,600   [1.3-16.0]  [38.7-67.4]             2           22  build (/work/app.py:20)"
     );
     // The first counter with values is the CPU time's: 5 places of 5 ticks.
     let ticks = report(&["--top=1", "small.txt"], &dir.0);
     assert!(
         ticks.contains(
-            "\nPERF_TICKS: 25 samples, 25 ticks of 4.000 ms = 0.100 s\n   self %    self s"
+            "\nPERF_TICKS: 25 samples, 25 ticks of 4.000 ms = 0.100 s; a 10 % share is 3.2-27.5 % (95 %)\n   self %    self s"
         ),
         "{ticks}"
     );
@@ -215,18 +215,21 @@ fn tree_lines_text_and_stacks_show_events() {
     let dir = dumps("tree_lines_text_and_stacks_show_events");
     let tree = report(&["-r", "PERF_PAGE_FAULTS", "--tree", "small.txt"], &dir.0);
     let lines: Vec<&str> = tree.lines().collect();
-    assert_eq!(lines[1], "PERF_PAGE_FAULTS: 40 samples, 12,345 events");
+    assert_eq!(
+        lines[1],
+        "PERF_PAGE_FAULTS: 40 samples, 12,345 events; a 10 % share is 4.0-23.1 % (95 %)"
+    );
     assert_eq!(
         lines[2],
-        "    cum %  cum events   self %  self events  function"
+        "    cum %  cum events   self %  self events   cum 95% CI  self 95% CI  cum samples  self samples  function"
     );
     // <module>: 1200 + 2400 + 600 + 6000 = 10,200 faults of 12,345 (82.62 %).
     assert_eq!(
         lines[5],
-        "    82.62      10,200     0.00            0      <module> (/work/app.py:1)"
+        "    82.62      10,200     0.00            0  [68.9-90.3]    [0.0-8.8]           34             0      <module> (/work/app.py:1)"
     );
     assert!(
-        tree.contains("\n    48.60       6,000    48.60        6,000            memset  (/usr/lib/x86_64-linux-gnu/libc.so.6)\n"),
+        tree.contains("\n    48.60       6,000    48.60        6,000  [34.2-63.0]  [34.2-63.0]           20            20            memset  (/usr/lib/x86_64-linux-gnu/libc.so.6)\n"),
         "{tree}"
     );
 
@@ -240,10 +243,10 @@ fn tree_lines_text_and_stacks_show_events() {
         .skip(1)
         .collect::<Vec<_>>(),
         [
-            "PERF_PAGE_FAULTS: 40 samples, 12,345 events",
-            "   self %  self events    cum %  cum events  line  (function)",
-            "    53.46        6,600    53.46       6,600  /work/app.py:22  (build)",
-            "    29.16        3,600    29.16       3,600  /work/app.py:13  (load)",
+            "PERF_PAGE_FAULTS: 40 samples, 12,345 events; a 10 % share is 4.0-23.1 % (95 %)",
+            "   self %  self events    cum %  cum events  self 95% CI   cum 95% CI  self samples  cum samples  line  (function)",
+            "    53.46        6,600    53.46       6,600  [38.7-67.4]  [38.7-67.4]            22           22  /work/app.py:22  (build)",
+            "    29.16        3,600    29.16       3,600  [17.6-44.2]  [17.6-44.2]            12           12  /work/app.py:13  (load)",
         ]
     );
 
@@ -253,11 +256,11 @@ fn tree_lines_text_and_stacks_show_events() {
         &dir.0,
     );
     assert!(
-        text.contains("% total      Total  Samples  Function\n  82.62     10,200       34  <module> (/work/app.py:1) [1]\n"),
+        text.contains("% total      Total       95% CI  Samples  Function\n  82.62     10,200  [68.9-90.3]       34  <module> (/work/app.py:1) [1]\n"),
         "{text}"
     );
     assert!(
-        text.contains("% total       Self  Samples  Function\n  48.60      6,000       20  memset  (/usr/lib/x86_64-linux-gnu/libc.so.6) [5]\n"),
+        text.contains("% total       Self       95% CI  Samples  Function\n  48.60      6,000  [34.2-63.0]       20  memset  (/usr/lib/x86_64-linux-gnu/libc.so.6) [5]\n"),
         "{text}"
     );
     assert!(
@@ -282,11 +285,11 @@ fn context_switches_are_events_too() {
         stdout(&output),
         "\
 pyigprof-analyse: switches.txt: python3 server.py (pid 11000)
-PERF_CONTEXT_SWITCHES: 1,266 samples, 1,316 events
-   self %  self events    cum %  cum events  function  (file)
-    91.19        1,200    91.19       1,200  clock_nanosleep  (/usr/lib/x86_64-linux-gnu/libc.so.6)
-     7.60          100     7.60         100  __poll  (/usr/lib/x86_64-linux-gnu/libc.so.6)
-     1.22           16     1.22          16  pthread_cond_wait  (/usr/lib/x86_64-linux-gnu/libc.so.6)
+PERF_CONTEXT_SWITCHES: 1,266 samples, 1,316 events; a 10 % share is ±1.7 points (95 %)
+   self %  self events    cum %  cum events  self 95% CI   cum 95% CI  self samples  cum samples  function  (file)
+    91.19        1,200    91.19       1,200  [89.9-92.2]  [89.9-92.2]          1200         1200  clock_nanosleep  (/usr/lib/x86_64-linux-gnu/libc.so.6)
+     7.60          100     7.60         100    [5.8-9.9]    [5.8-9.9]            50           50  __poll  (/usr/lib/x86_64-linux-gnu/libc.so.6)
+     1.22           16     1.22          16    [0.7-2.0]    [0.7-2.0]            16           16  pthread_cond_wait  (/usr/lib/x86_64-linux-gnu/libc.so.6)
 "
     );
     assert!(
@@ -488,7 +491,9 @@ fn exports_say_events() {
         "{svg}"
     );
     assert!(
-        svg.contains("PERF_PAGE_FAULTS: 40 samples, 12,345 events"),
+        svg.contains(
+            "PERF_PAGE_FAULTS: 40 samples, 12,345 events; a 10 % share is 4.0-23.1 % (95 %)"
+        ),
         "{svg}"
     );
 
@@ -592,8 +597,8 @@ fn diff_flags_tripled_faults_and_not_jitter() {
         lines[..4],
         [
             "pyigprof-analyse: PERF_PAGE_FAULTS self and cumulative shares per function, base -> new",
-            "base: base.txt: python3 app.py (pid 9001): PERF_PAGE_FAULTS: 400 samples, 123,450 events",
-            "new: grown.txt: python3 app.py (pid 9002): PERF_PAGE_FAULTS: 560 samples, 171,450 events",
+            "base: base.txt: python3 app.py (pid 9001): PERF_PAGE_FAULTS: 400 samples, 123,450 events; a 10 % share is 7.4-13.3 % (95 %)",
+            "new: grown.txt: python3 app.py (pid 9002): PERF_PAGE_FAULTS: 560 samples, 171,450 events; a 10 % share is 7.8-12.8 % (95 %)",
             "test: two-proportion z-test (pooled) on each function's self samples and on its cumulative samples (n = all samples of each profile), Bonferroni correction over 16 tests of 11 functions, alpha 0.01: significant when |z| >= 3.42",
         ]
     );

@@ -29,20 +29,18 @@ fn top(extra: &[&str]) -> Top {
     let total = text.lines().nth(1).unwrap();
     // PERF_TICKS: 3754 samples, 3760 ticks of 4.000 ms = 15.040 s
     let words: Vec<&str> = total.split_whitespace().collect();
+    // The label starts where the heading says "function", after the number columns
+    // (shares, amounts, their intervals and samples).
+    let header = text.lines().find(|line| line.contains("self %")).unwrap();
+    let column = header.find("function").unwrap();
     let percents = text
         .lines()
         .skip_while(|line| !line.contains("self %"))
         .skip(1)
         .map(|line| {
             let words: Vec<&str> = line.split_whitespace().collect();
-            // The label is what follows the four number columns.
-            let mut rest = line;
-            for _ in 0..4 {
-                rest = rest.trim_start();
-                rest = &rest[rest.find(' ').unwrap()..];
-            }
             (
-                rest.trim_start().to_string(),
+                line[column..].to_string(),
                 (words[0].parse().unwrap(), words[2].parse().unwrap()),
             )
         })

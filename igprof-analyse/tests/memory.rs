@@ -44,8 +44,10 @@ fn report(args: &[&str]) -> String {
     stdout(&output)
 }
 
-/// The summary line of the base profile's `MEM_LIVE` (the Python view adds its note).
-const LIVE_TOTAL: &str = "MEM_LIVE: 59,363 blocks, 15.5 MiB live (16,252,928 bytes); estimates from sampling every 512.0 KiB allocated on average (493 allocations recorded)";
+/// The summary line of the base profile's `MEM_LIVE` (the Python view adds its note):
+/// 16,252,928 bytes sampled every 524,288 are 31 samples, among which a share of 10 %
+/// (3.1 samples) has the Wilson interval 3.5-25.3 %.
+const LIVE_TOTAL: &str = "MEM_LIVE: 59,363 blocks, 15.5 MiB live (16,252,928 bytes); estimates from sampling every 512.0 KiB allocated on average (493 allocations recorded); as 31 samples of 512.0 KiB, a 10 % share is 3.5-25.3 % (95 %)";
 
 #[test]
 fn top_shows_bytes_and_says_they_are_estimates() {
@@ -55,18 +57,19 @@ fn top_shows_bytes_and_says_they_are_estimates() {
             "\
 pyigprof-analyse: pyigprof-mem-base.txt: python3 app.py (pid 8000)
 {LIVE_TOTAL}; Python view: interpreter plumbing below Python code counts as its caller's (--all-frames shows it)
-   self %  self bytes    cum %  cum bytes  function  (file)
-    51.61     8.0 MiB    51.61    8.0 MiB  pymalloc_alloc  (/usr/bin/python3.12)
-    25.81     4.0 MiB    25.81    4.0 MiB  scanstring_unicode  (/usr/lib/python3.12/lib-dynload/_json.cpython-312-x86_64-linux-gnu.so)
-    12.90     2.0 MiB    12.90    2.0 MiB  list_resize  (/usr/bin/python3.12)
-     6.45     1.0 MiB     6.45    1.0 MiB  worker_main  (/work/libworker.so)
+   self %  self bytes    cum %  cum bytes  self 95% CI   cum 95% CI  self blocks  cum blocks  function  (file)
+    51.61     8.0 MiB    51.61    8.0 MiB  [34.8-68.0]  [34.8-68.0]        16384       16384  pymalloc_alloc  (/usr/bin/python3.12)
+    25.81     4.0 MiB    25.81    4.0 MiB  [13.7-43.2]  [13.7-43.2]        41943       41943  scanstring_unicode  (/usr/lib/python3.12/lib-dynload/_json.cpython-312-x86_64-linux-gnu.so)
+    12.90     2.0 MiB    12.90    2.0 MiB   [5.1-28.9]   [5.1-28.9]            4           4  list_resize  (/usr/bin/python3.12)
+     6.45     1.0 MiB     6.45    1.0 MiB   [1.8-20.7]   [1.8-20.7]            8           8  worker_main  (/work/libworker.so)
 "
         )
     );
-    // The count column is blocks for MEM_LIVE, allocations for MEM_TOTAL.
+    // The count column is blocks for MEM_LIVE, allocations for MEM_TOTAL; --calls adds
+    // nothing more where the intervals come with the counts.
     let calls = report(&["-r", "MEM_LIVE", "--top=1", "--calls", BASE]);
     assert!(
-        calls.contains("   self %  self bytes    cum %  cum bytes  self blocks  cum blocks  function  (file)\n    51.61     8.0 MiB    51.61    8.0 MiB        16384       16384  pymalloc_alloc"),
+        calls.contains("   self %  self bytes    cum %  cum bytes  self 95% CI   cum 95% CI  self blocks  cum blocks  function  (file)\n    51.61     8.0 MiB    51.61    8.0 MiB  [34.8-68.0]  [34.8-68.0]        16384       16384  pymalloc_alloc"),
         "{calls}"
     );
     let total = report(&["-r", "MEM_TOTAL", "--top=1", "--calls", BASE]);
@@ -106,14 +109,14 @@ fn tree_lines_and_text_show_bytes() {
     let lines: Vec<&str> = tree.lines().collect();
     assert_eq!(
         lines[2],
-        "    cum %  cum bytes   self %  self bytes  function"
+        "    cum %  cum bytes   self %  self bytes   cum 95% CI  self 95% CI  cum blocks  self blocks  function"
     );
     // Cache.add: its own 512 KiB and the 8 MiB of what it called; the interpreter's
     // PyObject_Vectorcall is hidden (Python view).
     assert!(
         tree.contains(
-            "    54.84    8.5 MiB     3.23   512.0 KiB        Cache.add (/work/app.py:20)\n\
-             \x20   51.61    8.0 MiB     0.00         0 B          PyBytes_FromStringAndSize  (/usr/bin/python3.12)\n"
+            "    54.84    8.5 MiB     3.23   512.0 KiB  [37.8-70.8]   [0.6-16.2]       17408         1024        Cache.add (/work/app.py:20)\n\
+             \x20   51.61    8.0 MiB     0.00         0 B  [34.8-68.0]   [0.0-11.0]       16384            0          PyBytes_FromStringAndSize  (/usr/bin/python3.12)\n"
         ),
         "{tree}"
     );
@@ -126,10 +129,10 @@ fn tree_lines_and_text_show_bytes() {
             .skip(2)
             .collect::<Vec<_>>(),
         [
-            "   self %  self bytes    cum %  cum bytes  line  (function)",
-            "    51.61     8.0 MiB    51.61    8.0 MiB  /work/app.py:22  (Cache.add)",
-            "    25.81     4.0 MiB    25.81    4.0 MiB  /work/app.py:31  (parse)",
-            "    12.90     2.0 MiB    12.90    2.0 MiB  /work/app.py:13  (load)",
+            "   self %  self bytes    cum %  cum bytes  self 95% CI   cum 95% CI  self blocks  cum blocks  line  (function)",
+            "    51.61     8.0 MiB    51.61    8.0 MiB  [34.8-68.0]  [34.8-68.0]        16384       16384  /work/app.py:22  (Cache.add)",
+            "    25.81     4.0 MiB    25.81    4.0 MiB  [13.7-43.2]  [13.7-43.2]        41943       41943  /work/app.py:31  (parse)",
+            "    12.90     2.0 MiB    12.90    2.0 MiB   [5.1-28.9]   [5.1-28.9]            4           4  /work/app.py:13  (load)",
         ]
     );
 
@@ -139,7 +142,7 @@ fn tree_lines_and_text_show_bytes() {
         "{text}"
     );
     assert!(
-        text.contains("% total      Total  Blocks  Function\n  98.20   54.5 MiB   37900  <module> (/work/app.py:1) [1]\n"),
+        text.contains("% total      Total       95% CI  Blocks  Function\n  98.20   54.5 MiB  [93.7-99.5]   37900  <module> (/work/app.py:1) [1]\n"),
         "{text}"
     );
     assert!(

@@ -24,6 +24,8 @@ struct TreeLine {
     cum_s: f64,
     self_percent: f64,
     self_s: f64,
+    cum_samples: f64,
+    self_samples: f64,
     function: String,
 }
 
@@ -38,8 +40,10 @@ fn tree_lines(text: &str) -> Vec<TreeLine> {
     lines[header + 1..]
         .iter()
         .map(|line| {
+            // The shares and amounts, then their intervals ([lo-hi]) and samples.
             let words: Vec<f64> = line[..column]
                 .split_whitespace()
+                .filter(|w| !w.starts_with('['))
                 .map(|w| w.parse().unwrap())
                 .collect();
             let name = &line[column..];
@@ -58,6 +62,8 @@ fn tree_lines(text: &str) -> Vec<TreeLine> {
                 cum_s: words[1],
                 self_percent: words[2],
                 self_s: words[3],
+                cum_samples: words[4],
+                self_samples: words[5],
                 function: function.to_string(),
             }
         })
@@ -71,7 +77,7 @@ fn tree_adds_up() {
         text.lines()
             .nth(1)
             .unwrap()
-            .contains("= 15.040 s; Python view: "),
+            .contains("= 15.040 s; a 10 % share is ±1.0 points (95 %); Python view: "),
         "{text}"
     );
     let lines = tree_lines(&text);
@@ -90,6 +96,9 @@ fn tree_adds_up() {
             (line.cum_s - sum).abs() <= 0.0005 * (children.len() + 2) as f64,
             "{line:?}"
         );
+        // So do the samples, exactly.
+        let samples: f64 = line.self_samples + children.iter().map(|c| c.cum_samples).sum::<f64>();
+        assert_eq!(line.cum_samples, samples, "{line:?}");
         assert!(line.cum_percent + 0.005 >= line.self_percent);
         if index > 0 {
             assert!(line.depth <= lines[index - 1].depth + 1);
@@ -181,9 +190,12 @@ fn blocks(text: &str) -> Vec<Block> {
 fn text_call_graph_is_consistent() {
     let text = output(&[PROFILE, "--text"]);
     for section in [
-        "\nFlat profile (cumulative >= 1%)\n\n% total      Total  Function\n 100.00     15.040  ",
-        "\n 100.00     15.040  _start  (/root/.pyenv/versions/3.11.7/bin/python3.11) [",
-        "\nFlat profile (self >= 0.01%)\n\n% total       Self  Function\n  57.15      8.596  @?0x29c240  (/lib/x86_64-linux-gnu/libcrypto.so.3) [",
+        // Each flat profile's share with its 95 % interval and its samples: all 3754
+        // samples have _start on their stack; SHA-256's 2146 make up 57.15 % of the
+        // ticks (Wilson's interval of 2146 of 3754, moved from 57.17 % to 57.15 %).
+        "\nFlat profile (cumulative >= 1%)\n\n% total      Total        95% CI  Samples  Function\n 100.00     15.040  [99.9-100.0]     3754  ",
+        "\n 100.00     15.040  [99.9-100.0]     3754  _start  (/root/.pyenv/versions/3.11.7/bin/python3.11) [",
+        "\nFlat profile (self >= 0.01%)\n\n% total       Self        95% CI  Samples  Function\n  57.15      8.596   [55.6-58.7]     2146  @?0x29c240  (/lib/x86_64-linux-gnu/libcrypto.so.3) [",
         "\nCall tree profile (cumulative)\n\nRank    % total      Total       Self / Children   Function\n",
     ] {
         assert!(text.contains(section), "{section}\n{text}");

@@ -15,7 +15,8 @@ const LIBCRYPTO: &str = "/lib/x86_64-linux-gnu/libcrypto.so.3";
 const LIBZ: &str = "/lib/x86_64-linux-gnu/libz.so.1";
 
 /// A `--top=0` report: total ticks, and per function label its self and cumulative
-/// ticks and the extra columns (`--calls`, `--paths`).
+/// ticks and the extra columns (self and cumulative samples, which come with the
+/// intervals of the shares or `--calls`, then `--paths`).
 struct Top {
     total: i64,
     rows: HashMap<String, (i64, i64, Vec<i64>)>,
@@ -35,16 +36,19 @@ fn top(args: &[&str]) -> Top {
     let mut rows = HashMap::new();
     let mut order = Vec::new();
     for line in &lines[3..] {
-        // The number columns, then the label.
+        // The number columns (the intervals of the shares, [lo-hi], left out), then
+        // the label.
         let mut rest = *line;
         let mut words = Vec::new();
         loop {
             let trimmed = rest.trim_start();
             let end = trimmed.find(' ').unwrap();
-            if trimmed[..end].parse::<f64>().is_err() {
+            let word = &trimmed[..end];
+            if word.parse::<f64>().is_ok() {
+                words.push(word);
+            } else if !word.starts_with('[') {
                 break;
             }
-            words.push(&trimmed[..end]);
             rest = &trimmed[end..];
         }
         let label = rest.trim_start().to_string();
@@ -296,7 +300,7 @@ fn calls_and_paths_columns() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let text = stdout(&output);
     assert!(
-        text.contains("% total      Total  Samples  Paths  Function\n"),
+        text.contains("% total      Total        95% CI  Samples  Paths  Function\n"),
         "{text}"
     );
     assert!(

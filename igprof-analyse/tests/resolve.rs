@@ -207,7 +207,7 @@ C1 FN1=(F0+{b:x} N=(@?{:#x}))+0 V0:(2,2,2)
     let text = stdout(&output);
     assert!(
         text.ends_with(&format!(
-            "   100.00     0.030   100.00     0.030  crunch  ({path}; {}/demo.c:7)\n",
+            "   100.00     0.030   100.00     0.030  [43.9-100.0]  [43.9-100.0]             3            3  crunch  ({path}; {}/demo.c:7)\n",
             dir.0.display()
         )),
         "{text}"
@@ -405,7 +405,7 @@ fn igprof_dumps_of_stripped_code_name_functions_by_offset() {
     let output = run_resolving(&["a.txt", "--top=0"], &dir.0);
     assert!(
         stdout(&output).contains(&format!(
-            "    83.33     0.050    83.33     0.050  @{{libdemo.so+{}}}  ({path})\n",
+            "    83.33     0.050    83.33     0.050  [43.6-97.0]   [43.6-97.0]             5            5  @{{libdemo.so+{}}}  ({path})\n",
             lib.mix
         )),
         "{}",

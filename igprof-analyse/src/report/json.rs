@@ -7,12 +7,17 @@
 //!   amount, seconds and percent; its index in the list is its id in `tree`;
 //! - `tree`: the [`CallTree`] in depth-first order, each node with its parent's index,
 //!   its depth, its function's index, and its self and cumulative values.
+//!
+//! Every percent has its 95 % confidence interval (`ci95`, [`Measure::interval`]) where
+//! shares have a sampling error, and `total.sample_size` is the n it was computed with.
 
 use std::io::{self, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::{percent, ranked, CallTree, FunctionAmounts, Measure, Options, Unit};
+use super::{
+    cumulative_counts, percent, ranked, CallTree, FunctionAmounts, Keyed, Measure, Options, Unit,
+};
 use crate::error::Error;
 use crate::profile::{FunctionId, Profile};
 use crate::symbol::Label;
@@ -78,6 +83,23 @@ pub struct Total {
     pub amount: i64,
     /// For ticks, the amount in seconds; `null` otherwise.
     pub seconds: Option<f64>,
+    /// n, the number of observations the shares are estimated from, which the intervals
+    /// (`ci95`) are computed with: the samples for ticks and events, the total bytes / R
+    /// for a memory counter recorded by sampling bytes ([`Measure::sample_size`]); `null`
+    /// where shares have no sampling error (exact memory profiles, maxima, counters of
+    /// calls).
+    #[serde(default)]
+    pub sample_size: Option<f64>,
+}
+
+/// A 95 % confidence interval of a share, in percent with 6 decimals
+/// ([`Measure::interval`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    /// Its low end.
+    pub low: f64,
+    /// Its high end.
+    pub high: f64,
 }
 
 /// An amount with its seconds and share.
@@ -89,6 +111,10 @@ pub struct Cost {
     pub seconds: Option<f64>,
     /// `amount` as a percentage of the total amount.
     pub percent: f64,
+    /// The 95 % confidence interval of `percent` (Wilson's, among
+    /// [`Total::sample_size`] observations); `null` where shares have no sampling error.
+    #[serde(default)]
+    pub ci95: Option<Interval>,
 }
 
 /// A function.
@@ -104,6 +130,9 @@ pub struct Function {
     pub python: bool,
     /// Its samples (signals) of its own.
     pub self_samples: i64,
+    /// The samples with it anywhere on the stack, each counted once.
+    #[serde(default)]
+    pub cumulative_samples: i64,
     /// Its own cost.
     #[serde(rename = "self")]
     pub self_cost: Cost,
@@ -122,6 +151,9 @@ pub struct Node {
     pub function: usize,
     /// Samples of the function itself at this place.
     pub self_samples: i64,
+    /// Samples of the node and everything below it.
+    #[serde(default)]
+    pub cumulative_samples: i64,
     /// The function's own cost at this place.
     #[serde(rename = "self")]
     pub self_cost: Cost,
@@ -137,24 +169,36 @@ pub struct Node {
 pub fn compute(profile: &Profile, options: &Options) -> Result<Document, Error> {
     let (measure, counter) = Measure::select(profile, &options.counter)?;
     let total = measure.total.amount;
-    let cost = |amount: i64| Cost {
+    let cost = |amount: i64, samples: i64| Cost {
         amount,
         seconds: (measure.unit == Unit::Ticks).then(|| measure.seconds(amount)),
         percent: percent(amount, total),
+        ci95: measure
+            .interval(amount, samples)
+            .map(|(low, high)| Interval {
+                low: micro(low),
+                high: micro(high),
+            }),
     };
     let calls = CallTree::of(profile, counter);
     let amounts = counter.map(|counter| FunctionAmounts::of(profile, counter));
     let mut ranked_ids: Vec<FunctionId> = match &amounts {
         Some(amounts) => {
             let self_amounts: Vec<i64> = amounts.self_values.iter().map(|v| v.amount).collect();
+            let self_counts: Vec<i64> = amounts.self_values.iter().map(|v| v.count).collect();
             let all = Options {
                 limit: 0,
                 ..options.clone()
             };
             let label = |id: usize| Label::of(profile, profile.function(id as FunctionId));
+            let keyed = Keyed {
+                self_amounts: &self_amounts,
+                cumulative: &amounts.cumulative,
+                self_counts: &self_counts,
+                cumulative_counts: &amounts.cumulative_counts,
+            };
             ranked(
-                &self_amounts,
-                &amounts.cumulative,
+                &keyed,
                 |id| (id, label(id)),
                 &all,
                 |a, b| (&a.1.name, &a.1.location).cmp(&(&b.1.name, &b.1.location)),
@@ -169,6 +213,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Document, Error> 
     for (position, &id) in ranked_ids.iter().enumerate() {
         index[id as usize] = Some(position);
     }
+    let node_counts = cumulative_counts(&calls);
     let order = calls.preorder();
     let mut position_of = vec![0usize; calls.nodes.len()];
     let mut tree = Vec::with_capacity(order.len());
@@ -186,8 +231,9 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Document, Error> 
             depth: node.depth,
             function,
             self_samples: node.self_values.count,
-            self_cost: cost(node.self_values.amount),
-            cumulative: cost(node.cumulative),
+            cumulative_samples: node_counts[id as usize],
+            self_cost: cost(node.self_values.amount, node.self_values.count),
+            cumulative: cost(node.cumulative, node_counts[id as usize]),
         });
     }
     let functions = ranked_ids
@@ -195,17 +241,23 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Document, Error> 
         .map(|&id| {
             let function = profile.function(id);
             let label = Label::of(profile, function);
-            let (values, cumulative) = amounts.as_ref().map_or((Default::default(), 0), |a| {
-                (a.self_values[id as usize], a.cumulative[id as usize])
-            });
+            let (values, cumulative, cumulative_samples) =
+                amounts.as_ref().map_or((Default::default(), 0, 0), |a| {
+                    (
+                        a.self_values[id as usize],
+                        a.cumulative[id as usize],
+                        a.cumulative_counts[id as usize],
+                    )
+                });
             Function {
                 line: label.python.then_some(function.start),
                 python: label.python,
                 name: label.name,
                 file: profile.file(function.file).to_string(),
                 self_samples: values.count,
-                self_cost: cost(values.amount),
-                cumulative: cost(cumulative),
+                cumulative_samples,
+                self_cost: cost(values.amount, values.count),
+                cumulative: cost(cumulative, cumulative_samples),
             }
         })
         .collect();
@@ -229,11 +281,17 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Document, Error> 
             samples: measure.total.count,
             amount: total,
             seconds: (measure.unit == Unit::Ticks).then(|| measure.seconds(total)),
+            sample_size: measure.sample_size(),
         },
         hidden_nodes: profile.hidden_nodes,
         functions,
         tree,
     })
+}
+
+/// `value` rounded to 6 decimals, which JSON writes and reads back exactly.
+fn micro(value: f64) -> f64 {
+    (value * 1e6).round() / 1e6
 }
 
 /// Writes `document` as pretty-printed JSON.

@@ -16,16 +16,17 @@
 //!   several times (recursion).
 //!
 //! For tick counters, seconds = amount × T; percents are of the counter's total amount
-//! over the whole profile, as in [`super::top`].
+//! over the whole profile, as in [`super::top`], with their 95 % intervals and the
+//! rows' samples (counted as the amounts are) where shares have a sampling error.
 
 use std::collections::HashMap;
 use std::fmt;
 
 pub use super::write;
-use super::{cumulative_once, ranked, report, Item};
+use super::{cumulative_once, ranked, report, sample_columns, subtree_counts, Item, Keyed};
 pub use super::{Options, Order};
 use crate::error::Error;
-use crate::profile::{FileId, FunctionId, Profile};
+use crate::profile::{Combine, FileId, FunctionId, Profile};
 
 /// What a row of the report is about: a line of Python code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +74,7 @@ struct Seen {
 /// [`Error::Report`] if the profile has counters but not `options.counter`. A profile
 /// without any counter gives an empty report.
 pub fn compute(profile: &Profile, options: &Options) -> Result<Lines, Error> {
-    report(profile, options, |counter| {
+    let mut lines = report(profile, options, |counter| {
         let nodes = profile.nodes();
         let mut index: HashMap<(FileId, i64), u32> = HashMap::new();
         let mut seen: Vec<Seen> = Vec::new();
@@ -82,6 +83,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Lines, Error> {
         let mut line_of: Vec<Option<u32>> = Vec::with_capacity(nodes.len());
         let mut innermost: Vec<Option<(u32, FunctionId)>> = Vec::with_capacity(nodes.len());
         let mut self_amounts: Vec<i64> = Vec::new();
+        let mut self_counts: Vec<i64> = Vec::new();
         // Parents come before their children, so one forward pass sees every parent
         // first.
         for node in nodes {
@@ -97,6 +99,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Lines, Error> {
                         functions: Vec::new(),
                     });
                     self_amounts.push(0);
+                    self_counts.push(0);
                     next
                 });
                 let functions = &mut seen[line as usize].functions;
@@ -110,7 +113,12 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Lines, Error> {
             line_of.push(own.map(|(line, _)| line));
             let inner = own.or_else(|| node.parent.and_then(|parent| innermost[parent as usize]));
             innermost.push(inner);
-            let amount = node.value(counter).amount;
+            let values = node.value(counter);
+            let amount = values.amount;
+            if let Some((line, _)) = inner {
+                let line = line as usize;
+                self_counts[line] = self_counts[line].saturating_add(values.count);
+            }
             if let Some((line, function)) = inner.filter(|_| amount != 0) {
                 let line = line as usize;
                 self_amounts[line] = self_amounts[line].saturating_add(amount);
@@ -126,6 +134,13 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Lines, Error> {
             &line_of,
             seen.len(),
             profile.combine(counter),
+        );
+        let cumulative_counts = cumulative_once(
+            profile,
+            &subtree_counts(profile, counter),
+            &line_of,
+            seen.len(),
+            Combine::Sum,
         );
 
         let name = |id: FunctionId| &profile.function(id).name;
@@ -143,10 +158,18 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Lines, Error> {
                     .collect(),
             }
         };
-        ranked(&self_amounts, &cumulative, item, options, |a, b| {
+        let keyed = Keyed {
+            self_amounts: &self_amounts,
+            cumulative: &cumulative,
+            self_counts: &self_counts,
+            cumulative_counts: &cumulative_counts,
+        };
+        ranked(&keyed, item, options, |a, b| {
             (&a.file, a.line).cmp(&(&b.file, b.line))
         })
-    })
+    })?;
+    lines.columns = sample_columns(&lines.measure, &lines.rows, options.calls);
+    Ok(lines)
 }
 
 #[cfg(test)]
@@ -300,8 +323,8 @@ mod tests {
             text(&profile, &lines),
             "\
 pyigprof-analyse: ls.txt: ls (pid 32365)
-PERF_TICKS: 2 samples, 2 ticks of 10.000 ms = 0.020 s
-   self %    self s    cum %     cum s  line  (function)
+PERF_TICKS: 2 samples, 2 ticks of 10.000 ms = 0.020 s; a 10 % share is 0.5-72.1 % (95 %)
+   self %    self s    cum %     cum s  self 95% CI  cum 95% CI  self samples  cum samples  line  (function)
 "
         );
     }

@@ -19,6 +19,11 @@
 //! [`memory`] says what the memory counters (`MEM_*`) measure and writes their bytes;
 //! [`events`] does the same for the sampled event counters (`PERF_PAGE_FAULTS`, …).
 //!
+//! Shares are estimates from samples: [`Measure::interval`] gives the 95 % confidence
+//! interval of one (Wilson's, [`crate::stats::wilson`]), which the text reports print
+//! with each share and `--json` and `--sqlite` store; [`Measure::error_note`] ends the
+//! total line with the error of a share of 10 %.
+//!
 //! Reports work on the profile as the chosen view ([`crate::view`]) shows it, reshaped by
 //! the options of [`crate::transform`].
 
@@ -72,7 +77,9 @@ pub struct Options {
     /// The sort order.
     pub order: Order,
     /// IgProf's `--calls`: `--top` and `--text` add the samples (allocations or blocks
-    /// for memory counters, calls for counters of no known unit) of each row.
+    /// for memory counters, calls for counters of no known unit) of each row. Where
+    /// shares have a sampling error ([`Measure::sample_size`]) their tables have them
+    /// anyway.
     pub calls: bool,
     /// IgProf's `--paths`: `--top` and `--text` add each function's (and call's) number
     /// of call paths, the places of the call tree ([`CallTree`]) where it is.
@@ -348,8 +355,20 @@ impl Measure {
     /// 1 KiB), the amount said to be peaks with `--value peak`, followed for a sampled
     /// profile by `; ` and [`memory::Sampling::note`];
     /// `PERF_PAGE_FAULTS: 40 samples, 12,345 events` for event counters (thousands
-    /// separated); `COUNTER: 3 calls, 822 total` otherwise.
+    /// separated); `COUNTER: 3 calls, 822 total` otherwise. Where shares have a sampling
+    /// error ([`Measure::sample_size`]) the line ends with `; ` and
+    /// [`Measure::error_note`]: `…; a 10 % share is ±1.3 points (95 %)`.
     pub fn total_line(&self) -> String {
+        let mut line = self.plain_total_line();
+        if let Some(note) = self.error_note() {
+            line.push_str("; ");
+            line.push_str(&note);
+        }
+        line
+    }
+
+    /// [`Measure::total_line`] without its sampling error.
+    fn plain_total_line(&self) -> String {
         let total = self.total.amount;
         match self.unit {
             Unit::Ticks => format!(
@@ -393,6 +412,89 @@ impl Measure {
                 self.counter, self.total.count, total
             ),
         }
+    }
+
+    /// n, the number of independent observations a share of this counter is estimated
+    /// from, which sets its sampling error ([`Measure::interval`]):
+    /// - ticks and event counters: the profile's samples (the count of the total, not
+    ///   the ticks or events: a sample that weighs more is still one observation);
+    /// - a memory counter of a profile recorded by sampling bytes every R bytes on
+    ///   average ([`memory::Sampling`]): the total bytes / R, the recorded allocations
+    ///   they stand for (about Poisson: the same sample-equivalents as `--diff`'s);
+    ///
+    /// `None` where a share has no sampling error, or none that can be told: memory
+    /// counters recorded exactly (every allocation: IgProf's, pyigprof's at rate 1),
+    /// memory peaks (`--value peak`), maxima (`MEM_MAX`, any `*_MAX` counter), counters
+    /// of calls ([`Unit::Amount`]), and a profile without samples or amount.
+    pub fn sample_size(&self) -> Option<f64> {
+        if self.total.amount <= 0 || Combine::of(&self.counter) == Combine::Maximum {
+            return None;
+        }
+        let n = match self.unit {
+            Unit::Ticks | Unit::Events => self.total.count as f64,
+            Unit::Bytes if self.peaks => return None,
+            Unit::Bytes => self.total.amount as f64 / self.sampling?.rate_bytes,
+            Unit::Amount => return None,
+        };
+        (n > 0.0).then_some(n)
+    }
+
+    /// The 95 % confidence interval of the share of `amount` in the total, which `count`
+    /// samples make up, in percent `(low, high)`; `None` where [`Measure::sample_size`]
+    /// is.
+    ///
+    /// - Ticks and event counters: the Wilson score interval ([`crate::stats::wilson`])
+    ///   of k = `count` samples among the profile's n, moved to the share shown (of the
+    ///   amounts, p̂ = amount / total): both ends times p̂ / (k / n), at most 100 %. Where
+    ///   every sample weighs the same (ticks without overruns, events at a fixed period)
+    ///   p̂ = k / n and it is Wilson's interval itself; where a row's samples weigh more
+    ///   than the others' (2 context switches each), the share keeps the relative
+    ///   precision of its k samples. pyigprof's CPU samples weigh the CPU time since the
+    ///   thread's previous sample, spread uniformly over half to one and a half periods
+    ///   (coefficient of variation 0.29), which makes a share's variance about 1.08
+    ///   times the binomial one: the interval is then a close approximation (4 %
+    ///   narrow). A row without samples, or without amount, has the interval of p̂ n
+    ///   samples: from 0 to z²/(n + z²) for none.
+    /// - Memory counters recorded by sampling bytes: Wilson's interval of the share's
+    ///   sample-equivalents, p̂ n of n = total bytes / R.
+    pub fn interval(&self, amount: i64, count: i64) -> Option<(f64, f64)> {
+        use crate::stats::{wilson, Z_95};
+        let n = self.sample_size()?;
+        let share = amount as f64 / self.total.amount as f64;
+        let counted = matches!(self.unit, Unit::Ticks | Unit::Events);
+        let (low, high) = if counted && count > 0 && share > 0.0 {
+            let k = (count as f64).min(n);
+            let (low, high) = wilson(k, n, Z_95)?;
+            let scale = share / (k / n);
+            (low * scale, (high * scale).min(1.0))
+        } else {
+            wilson(share * n, n, Z_95)?
+        };
+        Some((low * 100.0, high * 100.0))
+    }
+
+    /// What the total line says of the sampling error: how precise a share of 10 % is,
+    /// `a 10 % share is ±1.3 points (95 %)` (the half-width of its [`Measure::interval`],
+    /// for 1,000 observations or more), `a 10 % share is 5.5-17.4 % (95 %)` (the interval
+    /// itself, lopsided for fewer); for a sampled memory counter preceded by its n, `as
+    /// 31 samples of 512.0 KiB, `. `None` without sampling error ([`Measure::sample_size`]).
+    pub fn error_note(&self) -> Option<String> {
+        let n = self.sample_size()?;
+        let (low, high) = crate::stats::wilson(0.1 * n, n, crate::stats::Z_95)?;
+        let (low, high) = (low * 100.0, high * 100.0);
+        let error = if n >= 1000.0 {
+            format!("a 10 % share is ±{:.1} points (95 %)", (high - low) / 2.0)
+        } else {
+            format!("a 10 % share is {low:.1}-{high:.1} % (95 %)")
+        };
+        Some(match (self.unit, self.sampling) {
+            (Unit::Bytes, Some(sampling)) => format!(
+                "as {} samples of {}, {error}",
+                thousands(&format!("{n:.0}"), ','),
+                memory::format_bytes(sampling.rate_bytes.round() as i64)
+            ),
+            _ => error,
+        })
     }
 
     /// The measure of counter `name` in `profile`, and the counter's id: `None` when the
@@ -752,6 +854,24 @@ impl CallTree {
     }
 }
 
+/// The cumulative count (samples) of every node of `tree`: its own plus its
+/// descendants'.
+pub(crate) fn cumulative_counts(tree: &CallTree) -> Vec<i64> {
+    let mut counts: Vec<i64> = tree
+        .nodes
+        .iter()
+        .map(|node| node.self_values.count)
+        .collect();
+    // Parents come before their children.
+    for id in (0..tree.nodes.len()).rev() {
+        if let Some(parent) = tree.nodes[id].parent {
+            let count = counts[id];
+            counts[parent as usize] = counts[parent as usize].saturating_add(count);
+        }
+    }
+    counts
+}
+
 /// One row of a report: what it is about and its amounts, in the counter's unit (ticks
 /// for `PERF_TICKS`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -764,6 +884,11 @@ pub struct Row<T> {
     /// The cumulative (inclusive) amount, each sample counted once even where the item
     /// recurses.
     pub cumulative: i64,
+    /// The samples of the self amount (allocations or blocks for memory counters, calls
+    /// for counters of calls).
+    pub self_count: i64,
+    /// The samples of the cumulative amount, each counted once.
+    pub cumulative_count: i64,
 }
 
 /// What the rows of a report are about; the `Display` form ends each row of the text.
@@ -789,7 +914,8 @@ pub struct Report<T> {
     /// The rows, sorted and cut to the limit; items with neither self nor cumulative
     /// amount are left out.
     pub rows: Vec<Row<T>>,
-    /// Extra columns, printed after the amounts (empty unless asked for).
+    /// Extra columns, printed after the amounts and their intervals: the samples (where
+    /// shares have a sampling error, or with `--calls`), the paths (`--paths`).
     pub columns: Vec<Column>,
 }
 
@@ -811,22 +937,42 @@ pub(crate) fn report<T>(
     })
 }
 
-/// The rows of the keys `0..self_amounts.len()` with some self or cumulative amount
-/// (`item` makes what a key stands for), sorted by `options.order`, ties broken by
-/// `name` (ascending), and cut to `options.limit` (all for 0).
+/// Per key, the self and cumulative amounts of a report's rows and their samples: what
+/// [`ranked`] ranks.
+pub(crate) struct Keyed<'a> {
+    /// The self amounts.
+    pub self_amounts: &'a [i64],
+    /// The cumulative amounts.
+    pub cumulative: &'a [i64],
+    /// The self samples.
+    pub self_counts: &'a [i64],
+    /// The cumulative samples.
+    pub cumulative_counts: &'a [i64],
+}
+
+/// The rows of the keys `0..keyed.self_amounts.len()` with some self or cumulative
+/// amount (`item` makes what a key stands for), sorted by `options.order`, ties broken
+/// by `name` (ascending), and cut to `options.limit` (all for 0).
 pub(crate) fn ranked<T>(
-    self_amounts: &[i64],
-    cumulative: &[i64],
+    keyed: &Keyed<'_>,
     mut item: impl FnMut(usize) -> T,
     options: &Options,
     name: impl Fn(&T, &T) -> Ordering,
 ) -> Vec<Row<T>> {
+    let Keyed {
+        self_amounts,
+        cumulative,
+        self_counts,
+        cumulative_counts,
+    } = *keyed;
     let mut rows: Vec<Row<T>> = (0..self_amounts.len())
         .filter(|&key| self_amounts[key] != 0 || cumulative[key] != 0)
         .map(|key| Row {
             item: item(key),
             self_amount: self_amounts[key],
             cumulative: cumulative[key],
+            self_count: self_counts[key],
+            cumulative_count: cumulative_counts[key],
         })
         .collect();
     rows.sort_by(|a, b| {
@@ -854,6 +1000,38 @@ pub fn percent(part: i64, total: i64) -> f64 {
     }
 }
 
+/// A share's 95 % interval ([`Measure::interval`]) as the tables show it, percents with
+/// one decimal in brackets: `[5.5-17.4]`; empty for `None`.
+pub fn format_interval(interval: Option<(f64, f64)>) -> String {
+    interval.map_or_else(String::new, |(low, high)| format!("[{low:.1}-{high:.1}]"))
+}
+
+/// The heading of the column of the 95 % intervals of the `prefix` shares: `self 95% CI`.
+pub(crate) fn interval_heading(prefix: &str) -> String {
+    format!("{prefix} 95% CI")
+}
+
+/// The columns of the rows' self and cumulative samples (`self samples`, `cum samples`;
+/// allocations or blocks for memory counters: [`Measure::count_noun`]), which IgProf's
+/// `--calls` asks for and which come with the intervals ([`Measure::sample_size`]):
+/// empty unless one of them is wanted.
+pub(crate) fn sample_columns<T>(measure: &Measure, rows: &[Row<T>], calls: bool) -> Vec<Column> {
+    if !calls && measure.sample_size().is_none() {
+        return Vec::new();
+    }
+    let noun = measure.count_noun();
+    vec![
+        Column {
+            heading: format!("self {noun}"),
+            values: rows.iter().map(|row| row.self_count).collect(),
+        },
+        Column {
+            heading: format!("cum {noun}"),
+            values: rows.iter().map(|row| row.cumulative_count).collect(),
+        },
+    ]
+}
+
 /// The number columns, right-aligned to `widths`, then two spaces and `text`.
 pub(crate) fn table_line(cells: &[String], widths: &[usize], text: &str) -> String {
     let mut line = String::new();
@@ -866,30 +1044,35 @@ pub(crate) fn table_line(cells: &[String], widths: &[usize], text: &str) -> Stri
 }
 
 /// Writes `report` as text: the [`header_line`], the counter's total, then a table with
-/// self and cumulative percents and amounts and the rows' items ([`Item::HEADING`]):
+/// self and cumulative percents and amounts, the 95 % intervals of the percents and the
+/// report's extra [`Column`]s, and the rows' items ([`Item::HEADING`]):
 ///
 /// ```text
 /// pyigprof-analyse: <file(s)>: <program> (pid <pid>)
-/// PERF_TICKS: 617 samples, 2468 ticks of 4.000 ms = 9.872 s
-///    self %    self s    cum %     cum s  function  (file)
-///     41.23     1.016    41.23     1.016  deflate_slow  (/usr/lib/x86_64-linux-gnu/libz.so.1)
+/// PERF_TICKS: 100 samples, 100 ticks of 4.000 ms = 0.400 s; a 10 % share is 5.5-17.4 % (95 %)
+///    self %    self s    cum %     cum s  self 95% CI    cum 95% CI  self samples  cum samples  function  (file)
+///     50.00     0.200    50.00     0.200  [40.4-59.6]   [40.4-59.6]            50           50  hot (/work/app.py:16)
+///      0.00     0.000   100.00     0.400    [0.0-3.7]  [96.3-100.0]             0          100  main (/work/app.py:1)
 /// ```
 ///
 /// or, for [`lines`]:
 ///
 /// ```text
 /// pyigprof-analyse: p.gz: python3 app.py (pid 42)
-/// PERF_TICKS: 513 samples, 513 ticks of 4.000 ms = 2.052 s
-///    self %    self s    cum %     cum s  line  (function)
-///     57.69     1.184    57.69     1.184  /work/app.py:37  (digest)
+/// PERF_TICKS: 100 samples, 100 ticks of 4.000 ms = 0.400 s; a 10 % share is 5.5-17.4 % (95 %)
+///    self %    self s    cum %     cum s  self 95% CI    cum 95% CI  self samples  cum samples  line  (function)
+///     50.00     0.200    50.00     0.200  [40.4-59.6]   [40.4-59.6]            50           50  /work/app.py:16  (hot)
 /// ```
 ///
 /// Percents (of the counter's total) have 2 decimals, seconds 3; columns widen to fit
 /// their values. Memory counters show bytes in IEC units in `self bytes` and `cum bytes`
 /// columns ([`Measure::format_amount`]: `82.7 MiB`), event counters numbers of events,
 /// thousands separated, in `self events` and `cum events` columns (`12,345`), other
-/// counters that are not ticks raw amounts in `self` and `cum` columns. The report's
-/// extra [`Column`]s follow the amounts.
+/// counters that are not ticks raw amounts in `self` and `cum` columns. Where shares
+/// have a sampling error ([`Measure::sample_size`]) the `self 95% CI` and `cum 95% CI`
+/// columns ([`Measure::interval`], [`format_interval`]) follow the amounts, and the
+/// report's columns start with the rows' self and cumulative samples; its other extra
+/// [`Column`]s come next.
 ///
 /// # Errors
 /// Those of `out`.
@@ -901,12 +1084,17 @@ pub fn write<T: Item>(
     let measure = &report.measure;
     write_preamble(profile, measure, out)?;
     let total = measure.total.amount;
+    let intervals = measure.sample_size().is_some();
     let mut labels: Vec<String> = vec![
         "self %".to_string(),
         measure.heading("self"),
         "cum %".to_string(),
         measure.heading("cum"),
     ];
+    if intervals {
+        labels.push(interval_heading("self"));
+        labels.push(interval_heading("cum"));
+    }
     labels.extend(report.columns.iter().map(|column| column.heading.clone()));
     let cells: Vec<Vec<String>> = report
         .rows
@@ -919,6 +1107,14 @@ pub fn write<T: Item>(
                 format!("{:.2}", percent(row.cumulative, total)),
                 measure.format_amount(row.cumulative),
             ];
+            if intervals {
+                cells.push(format_interval(
+                    measure.interval(row.self_amount, row.self_count),
+                ));
+                cells.push(format_interval(
+                    measure.interval(row.cumulative, row.cumulative_count),
+                ));
+            }
             cells.extend(report.columns.iter().map(|column| {
                 column
                     .values
@@ -942,12 +1138,12 @@ pub fn write<T: Item>(
 }
 
 /// Writes the two lines every text report starts with: the [`header_line`], then the
-/// counter's total ([`Measure::total_line`]) followed, when the Python view hid frames
-/// ([`Profile::hidden_nodes`]), by `; ` and [`VIEW_NOTE`]:
+/// counter's total with its sampling error ([`Measure::total_line`]) followed, when the
+/// Python view hid frames ([`Profile::hidden_nodes`]), by `; ` and [`VIEW_NOTE`]:
 ///
 /// ```text
 /// pyigprof-analyse: p.gz: python3 app.py (pid 42)
-/// PERF_TICKS: 513 samples, 513 ticks of 4.000 ms = 2.052 s; Python view: interpreter plumbing below Python code counts as its caller's (--all-frames shows it)
+/// PERF_TICKS: 3754 samples, 3760 ticks of 4.000 ms = 15.040 s; a 10 % share is ±1.0 points (95 %); Python view: interpreter plumbing below Python code counts as its caller's (--all-frames shows it)
 /// ```
 ///
 /// # Errors
@@ -969,6 +1165,97 @@ pub const VIEW_NOTE: &str =
 mod tests {
     use super::testing::load;
     use super::*;
+
+    /// A measure of `counter` whose total is `count` samples (allocations) and `amount`.
+    fn measure(counter: &str, count: i64, amount: i64, rate: Option<f64>) -> Measure {
+        Measure {
+            counter: counter.to_string(),
+            unit: Unit::of(counter),
+            total: Values {
+                count,
+                amount,
+                peak: amount,
+            },
+            tick_period: 0.004,
+            sampling: rate.map(|rate_bytes| memory::Sampling {
+                rate_bytes,
+                mixed: false,
+                recorded: None,
+            }),
+            peaks: false,
+        }
+    }
+
+    #[track_caller]
+    fn near(actual: Option<(f64, f64)>, expected: (f64, f64)) {
+        let (low, high) = actual.expect("an interval");
+        assert!(
+            (low - expected.0).abs() < 1e-4 && (high - expected.1).abs() < 1e-4,
+            "{actual:?} vs {expected:?}"
+        );
+    }
+
+    #[test]
+    fn intervals_of_shares() {
+        // Ticks of one each: Wilson's interval of k of n (by hand, z = 1.96: 10 of 100 is
+        // 5.5229-17.4366 %, 0 of 100 0-3.6993 %, 100 of 100 96.3007-100 %).
+        let ticks = measure("PERF_TICKS", 100, 100, None);
+        assert_eq!(ticks.sample_size(), Some(100.0));
+        near(ticks.interval(10, 10), (5.5229, 17.4366));
+        near(ticks.interval(0, 0), (0.0, 3.6993));
+        near(ticks.interval(100, 100), (96.3007, 100.0));
+        // Samples of 2 ticks among samples of 1: 20 samples of 100 (13.3367-28.8829 %)
+        // are 40 ticks of 120, a third: the interval times (1/3) / (20/100).
+        let weighted = measure("PERF_TICKS", 100, 120, None);
+        near(weighted.interval(40, 20), (22.2278, 48.1382));
+        // Events too; the high end stays at most 100 %.
+        let events = measure("PERF_PAGE_FAULTS", 10, 1000, None);
+        let (_, high) = events.interval(990, 9).unwrap();
+        assert!(high <= 100.0, "{high}");
+        // Sampled bytes: 100,000 bytes every 1,000 are 100 samples; 10,000 bytes are 10
+        // of them, whatever the allocations' count.
+        let sampled = measure("MEM_LIVE", 7, 100_000, Some(1000.0));
+        assert_eq!(sampled.sample_size(), Some(100.0));
+        near(sampled.interval(10_000, 1), (5.5229, 17.4366));
+        // No interval: exact bytes, peaks, maxima, counters of calls, nothing sampled.
+        assert_eq!(measure("MEM_LIVE", 7, 100_000, None).interval(10, 1), None);
+        let peaks = Measure {
+            peaks: true,
+            ..sampled.clone()
+        };
+        assert_eq!(peaks.interval(10_000, 1), None);
+        assert_eq!(
+            measure("MEM_MAX", 7, 100_000, Some(1000.0)).sample_size(),
+            None
+        );
+        assert_eq!(measure("FD_USED", 7, 100, None).sample_size(), None);
+        assert_eq!(measure("PERF_TICKS", 0, 0, None).interval(0, 0), None);
+    }
+
+    #[test]
+    fn the_total_line_says_the_error_of_a_tenth() {
+        // 2,000 samples: 8.7609-11.3924 %, ±1.3 points; under 1,000 the interval itself.
+        let big = measure("PERF_TICKS", 2000, 2000, None);
+        assert_eq!(
+            big.total_line(),
+            "PERF_TICKS: 2000 samples, 2000 ticks of 4.000 ms = 8.000 s; a 10 % share is ±1.3 points (95 %)"
+        );
+        assert_eq!(
+            measure("PERF_PAGE_FAULTS", 100, 12_345, None).total_line(),
+            "PERF_PAGE_FAULTS: 100 samples, 12,345 events; a 10 % share is 5.5-17.4 % (95 %)"
+        );
+        assert_eq!(
+            measure("MEM_LIVE", 7, 100_000, Some(1000.0)).total_line(),
+            "MEM_LIVE: 7 blocks, 97.7 KiB live (100,000 bytes); estimates from sampling every 1000 B allocated on average; as 100 samples of 1000 B, a 10 % share is 5.5-17.4 % (95 %)"
+        );
+        // Exact: the line as before.
+        assert_eq!(
+            measure("MEM_LIVE", 7, 100_000, None).total_line(),
+            "MEM_LIVE: 7 blocks, 97.7 KiB live (100,000 bytes)"
+        );
+        assert_eq!(format_interval(Some((5.5229, 17.4366))), "[5.5-17.4]");
+        assert_eq!(format_interval(None), "");
+    }
 
     #[test]
     fn every_report_survives_deep_recursion() {

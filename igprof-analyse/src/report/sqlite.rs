@@ -9,7 +9,8 @@
 //!   `amount`) and total, the tick period, the view, `--value`, the analyser's
 //!   arguments and, for memory counters, the mean bytes between recorded allocations
 //!   (`rate_bytes`: 1 when every allocation is recorded, more for estimates from
-//!   sampling);
+//!   sampling), and the number of observations behind the shares (`sample_size`:
+//!   [`Measure::sample_size`]);
 //! - `sources`: the dumps read (path, program, pid, tick period);
 //! - `files`, `functions`: every function with a cost, its shown name (demangled,
 //!   Python's qualified name), its symbol as in the dump, file, whether it is Python and
@@ -25,14 +26,16 @@
 //! - `summary`: a view of `function_costs` with the functions' names and files.
 //!
 //! Seconds are amount × tick period, `NULL` for counters that are not ticks; percents
-//! are of the counter's total.
+//! are of the counter's total. Each percent has its 95 % confidence interval
+//! ([`Measure::interval`]: `*_ci_low`, `*_ci_high` in percent, `NULL` where shares have
+//! no sampling error), computed with the n of `profile.sample_size`.
 
 use std::fs::File;
 use std::path::Path;
 
 use rusqlite::{params, Connection};
 
-use super::{paths, Arcs, CallTree, FunctionAmounts, Measure, Options, Unit};
+use super::{cumulative_counts, paths, Arcs, CallTree, FunctionAmounts, Measure, Options, Unit};
 use crate::error::Error;
 use crate::profile::{FileId, FunctionId, Profile};
 use crate::symbol::Label;
@@ -51,7 +54,8 @@ CREATE TABLE profile (
     hidden_nodes INTEGER NOT NULL,
     arguments TEXT NOT NULL,
     creator TEXT NOT NULL,
-    rate_bytes REAL
+    rate_bytes REAL,
+    sample_size REAL
 );
 CREATE TABLE sources (
     id INTEGER PRIMARY KEY,
@@ -83,7 +87,11 @@ CREATE TABLE nodes (
     self_seconds REAL,
     cum_samples INTEGER NOT NULL,
     cum_amount INTEGER NOT NULL,
-    cum_seconds REAL
+    cum_seconds REAL,
+    self_ci_low REAL,
+    self_ci_high REAL,
+    cum_ci_low REAL,
+    cum_ci_high REAL
 );
 CREATE TABLE function_costs (
     function_id INTEGER PRIMARY KEY REFERENCES functions(id),
@@ -96,7 +104,11 @@ CREATE TABLE function_costs (
     cum_amount INTEGER NOT NULL,
     cum_seconds REAL,
     cum_percent REAL NOT NULL,
-    paths INTEGER NOT NULL
+    paths INTEGER NOT NULL,
+    self_ci_low REAL,
+    self_ci_high REAL,
+    cum_ci_low REAL,
+    cum_ci_high REAL
 );
 CREATE TABLE calls (
     caller_id INTEGER REFERENCES functions(id),
@@ -105,13 +117,16 @@ CREATE TABLE calls (
     amount INTEGER NOT NULL,
     seconds REAL,
     percent REAL NOT NULL,
-    paths INTEGER NOT NULL
+    paths INTEGER NOT NULL,
+    ci_low REAL,
+    ci_high REAL
 );
 CREATE VIEW summary AS
     SELECT c.rank, f.name, fi.path AS file, f.line, f.python,
            c.self_samples, c.self_amount, c.self_seconds, c.self_percent,
            c.cum_samples, c.cum_amount, c.cum_seconds, c.cum_percent, c.paths,
-           f.id AS function_id
+           f.id AS function_id,
+           c.self_ci_low, c.self_ci_high, c.cum_ci_low, c.cum_ci_high
     FROM function_costs c
     JOIN functions f ON f.id = c.function_id
     JOIN files fi ON fi.id = f.file_id;
@@ -132,7 +147,8 @@ pub struct Settings {
     pub arguments: String,
 }
 
-/// A cost as stored: samples, amount (ticks), seconds (`None` unless ticks), percent.
+/// A cost as stored: samples, amount (ticks), seconds (`None` unless ticks), percent
+/// and its 95 % interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Cost {
     /// Samples (or calls).
@@ -143,6 +159,9 @@ pub struct Cost {
     pub seconds: Option<f64>,
     /// Of the counter's total.
     pub percent: f64,
+    /// The 95 % confidence interval of `percent`, (low, high) in percent
+    /// ([`Measure::interval`]); `None` where shares have no sampling error.
+    pub interval: Option<(f64, f64)>,
 }
 
 /// A row of `functions` and `function_costs`.
@@ -221,6 +240,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Database, Error> 
         amount,
         seconds: (measure.unit == Unit::Ticks).then(|| measure.seconds(amount)),
         percent: super::percent(amount, measure.total.amount),
+        interval: measure.interval(amount, samples),
     };
     let amounts = FunctionAmounts::of(profile, counter);
     let (function_paths, arc_paths) = paths(profile, &database.tree);
@@ -363,8 +383,10 @@ fn fill(
     let measure = &database.measure;
     let ticks = measure.unit == Unit::Ticks;
     let seconds = |amount: i64| ticks.then(|| measure.seconds(amount));
+    let low = |interval: Option<(f64, f64)>| interval.map(|(low, _)| low);
+    let high = |interval: Option<(f64, f64)>| interval.map(|(_, high)| high);
     transaction.execute(
-        "INSERT INTO profile VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        "INSERT INTO profile VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         params![
             measure.counter,
             measure.unit.name(),
@@ -378,6 +400,7 @@ fn fill(
             settings.arguments,
             format!("{} {}", crate::error::PROGRAM, env!("CARGO_PKG_VERSION")),
             measure.rate_bytes(),
+            measure.sample_size(),
         ],
     )?;
     {
@@ -398,7 +421,7 @@ fn fill(
         let mut function =
             transaction.prepare("INSERT INTO functions VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
         let mut costs = transaction.prepare(
-            "INSERT INTO function_costs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            "INSERT INTO function_costs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
         )?;
         for row in &database.functions {
             function.execute(params![
@@ -420,11 +443,15 @@ fn fill(
                 row.cumulative.amount,
                 row.cumulative.seconds,
                 row.cumulative.percent,
-                row.paths
+                row.paths,
+                low(row.own.interval),
+                high(row.own.interval),
+                low(row.cumulative.interval),
+                high(row.cumulative.interval)
             ])?;
         }
         let mut insert =
-            transaction.prepare("INSERT INTO calls VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?;
+            transaction.prepare("INSERT INTO calls VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")?;
         for row in &database.calls {
             insert.execute(params![
                 row.caller,
@@ -433,13 +460,17 @@ fn fill(
                 row.cost.amount,
                 row.cost.seconds,
                 row.cost.percent,
-                row.paths
+                row.paths,
+                low(row.cost.interval),
+                high(row.cost.interval)
             ])?;
         }
         let mut insert = transaction
-            .prepare("INSERT INTO nodes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")?;
+            .prepare("INSERT INTO nodes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)")?;
         let counts = cumulative_counts(&database.tree);
         for (id, node) in database.tree.nodes.iter().enumerate() {
+            let own = measure.interval(node.self_values.amount, node.self_values.count);
+            let cumulative = measure.interval(node.cumulative, counts[id]);
             insert.execute(params![
                 id as i64,
                 node.parent,
@@ -450,29 +481,15 @@ fn fill(
                 seconds(node.self_values.amount),
                 counts[id],
                 node.cumulative,
-                seconds(node.cumulative)
+                seconds(node.cumulative),
+                low(own),
+                high(own),
+                low(cumulative),
+                high(cumulative)
             ])?;
         }
     }
     transaction.commit()
-}
-
-/// The cumulative count (samples) of every node of `tree`: its own plus its
-/// descendants'.
-fn cumulative_counts(tree: &CallTree) -> Vec<i64> {
-    let mut counts: Vec<i64> = tree
-        .nodes
-        .iter()
-        .map(|node| node.self_values.count)
-        .collect();
-    // Parents come before their children.
-    for id in (0..tree.nodes.len()).rev() {
-        if let Some(parent) = tree.nodes[id].parent {
-            let count = counts[id];
-            counts[parent as usize] = counts[parent as usize].saturating_add(count);
-        }
-    }
-    counts
 }
 
 #[cfg(test)]

@@ -15,13 +15,15 @@
 //!
 //! Amounts are seconds for tick counters (amount × T), bytes in IEC units for memory
 //! counters ([`super::memory`]), raw amounts otherwise; percents are of the counter's
-//! total.
+//! total. Where shares have a sampling error, the flat profiles give each its 95 %
+//! interval and samples ([`super::Measure::interval`]).
 
 use std::collections::HashMap;
 use std::io::{self, Write};
 
 use super::{
-    capitalized, paths, percent, write_preamble, Arcs, CallTree, FunctionAmounts, Measure, Options,
+    capitalized, format_interval, paths, percent, write_preamble, Arcs, CallTree, FunctionAmounts,
+    Measure, Options,
 };
 use crate::error::Error;
 use crate::profile::{FunctionId, Profile};
@@ -172,6 +174,9 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Text, Error> {
     })
 }
 
+/// The heading of the flat profiles' column of 95 % intervals.
+const INTERVAL_HEADING: &str = "95% CI";
+
 /// The line between sections.
 const RULE: &str = "----------------------------------------------------------------------";
 
@@ -195,6 +200,15 @@ const RULE: &str = "------------------------------------------------------------
 /// the function its cumulative samples and paths, for a caller or callee those of the
 /// call, over the other function's.
 ///
+/// Where shares have a sampling error ([`Measure::sample_size`]) the flat profiles add,
+/// after the amount, the share's 95 % interval (`95% CI`, [`Measure::interval`]) and the
+/// `Samples` column, with or without [`Text::calls`]:
+///
+/// ```text
+/// % total      Total       95% CI  Samples  Function
+///   66.67      0.064  [43.1-79.6]       10  fib (/work/rec.py:10) [3]
+/// ```
+///
 /// # Errors
 /// Those of `out`.
 pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<()> {
@@ -204,8 +218,29 @@ pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<
     let total_count = measure.total.count;
     let calls_heading = capitalized(measure.count_noun());
     let calls_heading = calls_heading.as_str();
+    // The flat profiles show the 95 % interval of each share and its samples where
+    // shares have a sampling error; the call graph shows samples with --calls only.
+    let intervals = measure.sample_size().is_some();
+    let flat_samples = text.calls || intervals;
+    let interval_of = |value: i64, count: i64| format_interval(measure.interval(value, count));
+    let interval_width = if intervals {
+        text.entries
+            .iter()
+            .flat_map(|entry| {
+                [
+                    (entry.cumulative, entry.cumulative_count),
+                    (entry.self_amount, entry.self_count),
+                ]
+            })
+            .map(|(value, count)| interval_of(value, count).len())
+            .chain([INTERVAL_HEADING.len()])
+            .max()
+            .unwrap_or(0)
+    } else {
+        0
+    };
     // Widths of the optional columns; 0 when not shown.
-    let count_width = if text.calls {
+    let count_width = if flat_samples {
         text.entries
             .iter()
             .map(|entry| entry.cumulative_count.to_string().len())
@@ -226,9 +261,12 @@ pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<
         0
     };
     // One value per optional column: "  <value>" right-aligned.
-    let flat_extra = |count: i64, paths: i64| -> String {
+    let flat_extra = |value: i64, count: i64, paths: i64| -> String {
         let mut cells = String::new();
-        if text.calls {
+        if intervals {
+            cells.push_str(&format!("  {:>interval_width$}", interval_of(value, count)));
+        }
+        if flat_samples {
             cells.push_str(&format!("  {count:>count_width$}"));
         }
         if text.paths {
@@ -292,7 +330,10 @@ pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<
     // The two flat profiles: every function with its cumulative amount, then (hottest
     // first) every function with self time, each above its own share threshold.
     let mut headings = String::new();
-    if text.calls {
+    if intervals {
+        headings.push_str(&format!("  {INTERVAL_HEADING:>interval_width$}"));
+    }
+    if flat_samples {
         headings.push_str(&format!("  {calls_heading:>count_width$}"));
     }
     if text.paths {
@@ -315,7 +356,7 @@ pub fn write(profile: &Profile, text: &Text, out: &mut dyn Write) -> io::Result<
                 "{:>7.2}  {:>width$}{}  {} [{}]",
                 percent(value, total),
                 amount(value),
-                flat_extra(count, entry.paths),
+                flat_extra(value, count, entry.paths),
                 entry.label.short_line(),
                 entry.rank
             )?;
@@ -503,9 +544,11 @@ mod tests {
                 "          33.33  .........      0.032 / 0.032            4 / 4            1 / 1        deflate_slow  (/usr/lib/libz.so.1) [4]",
             ]
         );
-        assert!(out.contains("Flat profile (cumulative >= 1%)\n\n% total      Total  Samples  Paths  Function\n  83.33      0.080       12      1  <module> (/work/rec.py:1) [1]\n"), "{out}");
+        assert!(out.contains("Flat profile (cumulative >= 1%)\n\n% total      Total       95% CI  Samples  Paths  Function\n  83.33      0.080  [60.2-89.0]       12      1  <module> (/work/rec.py:1) [1]\n"), "{out}");
         assert!(
-            out.contains("\n  33.33      0.032        6      3  fib (/work/rec.py:10) [3]\n"),
+            out.contains(
+                "\n  33.33      0.032  [16.8-51.2]        6      3  fib (/work/rec.py:10) [3]\n"
+            ),
             "{out}"
         );
     }
@@ -526,7 +569,7 @@ mod tests {
             ]
         );
         assert!(out.contains(
-            "\nFlat profile (self >= 0.01%)\n\n% total       Self  Function\n  33.33      0.032  fib (/work/rec.py:10) [3]\n  33.33      0.032  deflate_slow  (/usr/lib/libz.so.1) [4]\n"
+            "\nFlat profile (self >= 0.01%)\n\n% total       Self       95% CI  Samples  Function\n  33.33      0.032  [16.8-51.2]        6  fib (/work/rec.py:10) [3]\n  33.33      0.032  [13.7-62.4]        4  deflate_slow  (/usr/lib/libz.so.1) [4]\n"
         ), "{out}");
     }
 }

@@ -11,12 +11,15 @@
 //!
 //! For tick counters, seconds = amount × T (the tick period of the `P=` line); memory
 //! counters show bytes ([`super::memory`]); percents are of the counter's total amount
-//! over the whole profile.
+//! over the whole profile. Where shares have a sampling error each row gives their 95 %
+//! intervals and its self and cumulative samples ([`super::Measure::interval`]).
 
 use std::fmt;
 
 pub use super::write;
-use super::{paths, ranked, report, CallTree, Column, FunctionAmounts, Item};
+use super::{
+    paths, ranked, report, sample_columns, CallTree, Column, FunctionAmounts, Item, Keyed,
+};
 pub use super::{Options, Order};
 use crate::error::Error;
 use crate::profile::{CounterId, FunctionId, Profile};
@@ -57,13 +60,19 @@ pub type Top = super::Report<Function>;
 /// [`Error::Report`] if the profile has counters but not `options.counter`. A profile
 /// without any counter gives an empty report.
 pub fn compute(profile: &Profile, options: &Options) -> Result<Top, Error> {
-    let mut counts: Option<(FunctionAmounts, CounterId)> = None;
+    let mut counter_id: Option<CounterId> = None;
     let mut top = report(profile, options, |counter| {
+        counter_id = Some(counter);
         let amounts = FunctionAmounts::of(profile, counter);
         let self_amounts: Vec<i64> = amounts
             .self_values
             .iter()
             .map(|values| values.amount)
+            .collect();
+        let self_counts: Vec<i64> = amounts
+            .self_values
+            .iter()
+            .map(|values| values.count)
             .collect();
         let item = |index: usize| {
             // Function counts fit in u32: Profile refuses more.
@@ -73,48 +82,33 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Top, Error> {
                 label: Label::of(profile, profile.function(function)),
             }
         };
-        let rows = ranked(&self_amounts, &amounts.cumulative, item, options, |a, b| {
+        let keyed = Keyed {
+            self_amounts: &self_amounts,
+            cumulative: &amounts.cumulative,
+            self_counts: &self_counts,
+            cumulative_counts: &amounts.cumulative_counts,
+        };
+        ranked(&keyed, item, options, |a, b| {
             (&a.label.name, &a.label.location).cmp(&(&b.label.name, &b.label.location))
-        });
-        counts = Some((amounts, counter));
-        rows
+        })
     })?;
-    top.columns = columns(profile, &top, counts.as_ref(), options);
+    top.columns = columns(profile, &top, counter_id, options);
     Ok(top)
 }
 
-/// The columns `--calls` (self and cumulative samples, or allocations, blocks, calls:
-/// [`super::Measure::count_noun`]) and `--paths` (call paths) add to `top`, computed from the functions' `amounts` of `counter` (`None`: no
-/// counter, no rows).
+/// The columns added to `top` of `counter` (`None`: no counter, no rows): the self and
+/// cumulative samples (or allocations, blocks, calls: [`super::Measure::count_noun`])
+/// with `--calls` or the intervals ([`sample_columns`]), then the call paths with
+/// `--paths`.
 fn columns(
     profile: &Profile,
     top: &Top,
-    amounts: Option<&(FunctionAmounts, CounterId)>,
+    counter: Option<CounterId>,
     options: &Options,
 ) -> Vec<Column> {
-    let noun = top.measure.count_noun();
-    let of = |values: &dyn Fn(&FunctionAmounts, usize) -> i64| -> Vec<i64> {
-        amounts.map_or_else(Vec::new, |(amounts, _)| {
-            top.rows
-                .iter()
-                .map(|row| values(amounts, row.item.function as usize))
-                .collect()
-        })
-    };
-    let mut columns = Vec::new();
-    if options.calls {
-        columns.push(Column {
-            heading: format!("self {noun}"),
-            values: of(&|amounts, id| amounts.self_values[id].count),
-        });
-        columns.push(Column {
-            heading: format!("cum {noun}"),
-            values: of(&|amounts, id| amounts.cumulative_counts[id]),
-        });
-    }
+    let mut columns = sample_columns(&top.measure, &top.rows, options.calls);
     if options.paths {
-        let paths =
-            amounts.map(|&(_, counter)| paths(profile, &CallTree::of(profile, Some(counter))).0);
+        let paths = counter.map(|counter| paths(profile, &CallTree::of(profile, Some(counter))).0);
         columns.push(Column {
             heading: "paths".to_string(),
             values: paths.map_or_else(Vec::new, |paths| {
@@ -221,15 +215,18 @@ mod tests {
         };
         let top = compute(&profile, &options).unwrap();
         // fib: 2 + 1 + 3 self samples, 10 with fib on the stack, 3 places in the tree.
+        // Its self share, 8 ticks of 24 in 6 samples of 13: Wilson's interval of 6 of 13,
+        // [23.2 %, 70.9 %], times (1/3) / (6/13) = [16.8 %, 51.2 %]; cumulative, 16 ticks
+        // in 10 samples: [49.7 %, 91.8 %] × (2/3) / (10/13) = [43.1 %, 79.6 %].
         assert_eq!(
             text(&profile, &top),
             "\
 pyigprof-analyse: rec.txt: python3 rec.py (pid 1234)
-PERF_TICKS: 13 samples, 24 ticks of 4.000 ms = 0.096 s
-   self %    self s    cum %     cum s  self samples  cum samples  paths  function  (file)
-    33.33     0.032    66.67     0.064             6           10      3  fib (/work/rec.py:10)
-    33.33     0.032    33.33     0.032             4            4      1  deflate_slow  (/usr/lib/libz.so.1)
-    16.67     0.016    16.67     0.016             1            1      1  deflate  (/usr/lib/libz.so.1)
+PERF_TICKS: 13 samples, 24 ticks of 4.000 ms = 0.096 s; a 10 % share is 2.1-36.1 % (95 %)
+   self %    self s    cum %     cum s  self 95% CI   cum 95% CI  self samples  cum samples  paths  function  (file)
+    33.33     0.032    66.67     0.064  [16.8-51.2]  [43.1-79.6]             6           10      3  fib (/work/rec.py:10)
+    33.33     0.032    33.33     0.032  [13.7-62.4]  [13.7-62.4]             4            4      1  deflate_slow  (/usr/lib/libz.so.1)
+    16.67     0.016    16.67     0.016   [3.0-72.2]   [3.0-72.2]             1            1      1  deflate  (/usr/lib/libz.so.1)
 "
         );
     }

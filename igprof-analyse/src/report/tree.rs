@@ -3,14 +3,18 @@
 //!
 //! A node is a function at one place of the tree (its callers up to the outermost
 //! frame); its cumulative amount is its own plus its callees'. Children are listed by
-//! decreasing cumulative amount. Percents are of the counter's total; for tick counters,
+//! decreasing cumulative amount. Each share has its 95 % interval and samples where it
+//! has a sampling error ([`super::Measure::interval`]). Percents are of the counter's total; for tick counters,
 //! seconds = amount × T; memory counters show bytes (`cum bytes`, `self bytes`:
 //! [`super::memory`]), event counters events (`cum events`, `self events`:
 //! [`super::events`]).
 
 use std::io::{self, Write};
 
-use super::{percent, table_line, write_preamble, CallTree, Measure, Options};
+use super::{
+    cumulative_counts, format_interval, interval_heading, percent, table_line, write_preamble,
+    CallTree, Measure, Options,
+};
 use crate::error::Error;
 use crate::profile::Profile;
 use crate::symbol::Label;
@@ -46,11 +50,15 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Tree, Error> {
 /// outermost first, each callee below its caller and indented two more spaces:
 ///
 /// ```text
-///     cum %     cum s   self %    self s  function
-///    100.00     0.096     0.00     0.000  __libc_start_main  (/usr/lib/libc.so.6)
-///     83.33     0.080     0.00     0.000    <module> (/work/rec.py:1)
-///     66.67     0.064    12.50     0.012      fib (/work/rec.py:10)
+///     cum %     cum s   self %    self s   cum 95% CI  self 95% CI  cum samples  self samples  function
+///     83.33     0.080     0.00     0.000  [60.2-89.0]   [0.0-22.8]           12             0  __libc_start_main  (/usr/lib/libc.so.6)
+///     83.33     0.080     0.00     0.000  [60.2-89.0]   [0.0-22.8]           12             0    <module> (/work/rec.py:1)
+///     66.67     0.064    12.50     0.012  [43.1-79.6]   [3.5-34.3]           10             2      fib (/work/rec.py:10)
 /// ```
+///
+/// The 95 % intervals of the shares ([`Measure::interval`]) and the samples (cumulative:
+/// the node's and its descendants') are there where shares have a sampling error
+/// ([`Measure::sample_size`]): not for exact memory profiles, maxima, counters of calls.
 ///
 /// Beyond [`MAX_INDENT`] levels the name is preceded by `[depth N] ` (1 for an
 /// outermost frame, as `C<depth>` in the dump).
@@ -61,12 +69,22 @@ pub fn write(profile: &Profile, tree: &Tree, out: &mut dyn Write) -> io::Result<
     let measure = &tree.measure;
     write_preamble(profile, measure, out)?;
     let total = measure.total.amount;
-    let labels = [
+    let intervals = measure.sample_size().is_some();
+    let mut labels = vec![
         "cum %".to_string(),
         measure.heading("cum"),
         "self %".to_string(),
         measure.heading("self"),
     ];
+    if intervals {
+        let noun = measure.count_noun();
+        labels.extend([
+            interval_heading("cum"),
+            interval_heading("self"),
+            format!("cum {noun}"),
+            format!("self {noun}"),
+        ]);
+    }
     // Nodes without any of the counter (a memory profile's nodes with allocations but
     // nothing live, a cpu,mem profile's allocation sites in a CPU report) are left out,
     // with their callees (which have none either), as IgProf leaves them out.
@@ -79,19 +97,32 @@ pub fn write(profile: &Profile, tree: &Tree, out: &mut dyn Write) -> io::Result<
             node.cumulative != 0 || node.self_values.count != 0
         })
         .collect();
-    let cells: Vec<[String; 4]> = order
+    let counts = cumulative_counts(&tree.calls);
+    let cells: Vec<Vec<String>> = order
         .iter()
         .map(|&id| {
             let node = &tree.calls.nodes[id as usize];
-            [
+            let mut cells = vec![
                 format!("{:.2}", percent(node.cumulative, total)),
                 measure.format_amount(node.cumulative),
                 format!("{:.2}", percent(node.self_values.amount, total)),
                 measure.format_amount(node.self_values.amount),
-            ]
+            ];
+            if intervals {
+                cells.extend([
+                    format_interval(measure.interval(node.cumulative, counts[id as usize])),
+                    format_interval(
+                        measure.interval(node.self_values.amount, node.self_values.count),
+                    ),
+                    counts[id as usize].to_string(),
+                    node.self_values.count.to_string(),
+                ]);
+            }
+            cells
         })
         .collect();
-    let mut widths = [9usize, 10, 9, 10];
+    let mut widths = vec![9usize, 10, 9, 10];
+    widths.resize(labels.len(), 0);
     for (column, width) in widths.iter_mut().enumerate() {
         let longest = cells.iter().map(|row| row[column].len()).max().unwrap_or(0);
         *width = (*width).max(longest + 2).max(labels[column].len() + 2);
@@ -169,17 +200,17 @@ C3 FN3=(F0+12 N=(inner))+0 V0:(1,10,10) V1:(0,0,10)
             text(&load("rec.txt", RECURSIVE)),
             "\
 pyigprof-analyse: rec.txt: python3 rec.py (pid 1234)
-PERF_TICKS: 13 samples, 24 ticks of 4.000 ms = 0.096 s
-    cum %     cum s   self %    self s  function
-    83.33     0.080     0.00     0.000  __libc_start_main  (/usr/lib/libc.so.6)
-    83.33     0.080     0.00     0.000    <module> (/work/rec.py:1)
-    66.67     0.064    12.50     0.012      fib (/work/rec.py:10)
-    54.17     0.052     4.17     0.004        fib (/work/rec.py:10)
-    50.00     0.048    16.67     0.016          fib (/work/rec.py:10)
-    33.33     0.032    33.33     0.032            deflate_slow  (/usr/lib/libz.so.1)
-    16.67     0.016    16.67     0.016      foo::bar()  (/usr/lib/libc.so.6)
-    16.67     0.016     0.00     0.000  std::rt::lang_start  (/work/target/app)
-    16.67     0.016    16.67     0.016    deflate  (/usr/lib/libz.so.1)
+PERF_TICKS: 13 samples, 24 ticks of 4.000 ms = 0.096 s; a 10 % share is 2.1-36.1 % (95 %)
+    cum %     cum s   self %    self s   cum 95% CI  self 95% CI  cum samples  self samples  function
+    83.33     0.080     0.00     0.000  [60.2-89.0]   [0.0-22.8]           12             0  __libc_start_main  (/usr/lib/libc.so.6)
+    83.33     0.080     0.00     0.000  [60.2-89.0]   [0.0-22.8]           12             0    <module> (/work/rec.py:1)
+    66.67     0.064    12.50     0.012  [43.1-79.6]   [3.5-34.3]           10             2      fib (/work/rec.py:10)
+    54.17     0.052     4.17     0.004  [31.3-72.4]   [0.7-18.0]            8             1        fib (/work/rec.py:10)
+    50.00     0.048    16.67     0.016  [27.1-71.3]   [5.9-36.3]            7             3          fib (/work/rec.py:10)
+    33.33     0.032    33.33     0.032  [13.7-62.4]  [13.7-62.4]            4             4            deflate_slow  (/usr/lib/libz.so.1)
+    16.67     0.016    16.67     0.016   [4.7-45.8]   [4.7-45.8]            2             2      foo::bar()  (/usr/lib/libc.so.6)
+    16.67     0.016     0.00     0.000   [3.0-72.2]   [0.0-22.8]            1             0  std::rt::lang_start  (/work/target/app)
+    16.67     0.016    16.67     0.016   [3.0-72.2]   [3.0-72.2]            1             1    deflate  (/usr/lib/libz.so.1)
 "
         );
     }
@@ -207,11 +238,11 @@ C1 FN3=(F0+20 N=(h))+0 V0:(1,1,1)
             text(&profile),
             "\
 pyigprof-analyse: t.txt: x (pid 1)
-PERF_TICKS: 3 samples, 6 ticks of 10.000 ms = 0.060 s
-    cum %     cum s   self %    self s  function
-    83.33     0.050     0.00     0.000  <module> (/x.py:1)
-    83.33     0.050    83.33     0.050    f (/x.py:5)
-    16.67     0.010    16.67     0.010  h (/x.py:32)
+PERF_TICKS: 3 samples, 6 ticks of 10.000 ms = 0.060 s; a 10 % share is 0.7-64.2 % (95 %)
+    cum %     cum s   self %    self s    cum 95% CI   self 95% CI  cum samples  self samples  function
+    83.33     0.050     0.00     0.000  [26.0-100.0]    [0.0-56.1]            2             0  <module> (/x.py:1)
+    83.33     0.050    83.33     0.050  [26.0-100.0]  [26.0-100.0]            2             2    f (/x.py:5)
+    16.67     0.010    16.67     0.010    [3.1-39.6]    [3.1-39.6]            1             1  h (/x.py:32)
 "
         );
     }
@@ -229,7 +260,7 @@ PERF_TICKS: 3 samples, 6 ticks of 10.000 ms = 0.060 s
         assert_eq!(
             last,
             format!(
-                "   100.00     0.004   100.00     0.004  {}[depth 51] g (/deep.py:5)",
+                "   100.00     0.004   100.00     0.004  [20.7-100.0]  [20.7-100.0]            1             1  {}[depth 51] g (/deep.py:5)",
                 "  ".repeat(MAX_INDENT)
             )
         );
