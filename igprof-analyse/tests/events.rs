@@ -319,69 +319,7 @@ PERF_CONTEXT_SWITCHES: 1,266 samples, 1,316 events; a 10 % share is ±1.7 points
     assert_eq!(profile.sums(), (1266, 1316));
 }
 
-/// The part of profile.proto the tests read (see tests/exports.rs).
-mod proto {
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Profile {
-        #[prost(message, repeated, tag = "1")]
-        pub sample_type: Vec<ValueType>,
-        #[prost(message, repeated, tag = "2")]
-        pub sample: Vec<Sample>,
-        #[prost(string, repeated, tag = "6")]
-        pub string_table: Vec<String>,
-        #[prost(message, optional, tag = "11")]
-        pub period_type: Option<ValueType>,
-        #[prost(int64, tag = "12")]
-        pub period: i64,
-        #[prost(int64, tag = "14")]
-        pub default_sample_type: i64,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ValueType {
-        #[prost(int64, tag = "1")]
-        pub r#type: i64,
-        #[prost(int64, tag = "2")]
-        pub unit: i64,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Sample {
-        #[prost(uint64, repeated, tag = "1")]
-        pub location_id: Vec<u64>,
-        #[prost(int64, repeated, tag = "2")]
-        pub value: Vec<i64>,
-    }
-
-    impl Profile {
-        /// The string at `index` of the table.
-        pub fn text(&self, index: i64) -> &str {
-            &self.string_table[index as usize]
-        }
-
-        /// The sample types: (type, unit).
-        pub fn types(&self) -> Vec<(&str, &str)> {
-            self.sample_type
-                .iter()
-                .map(|t| (self.text(t.r#type), self.text(t.unit)))
-                .collect()
-        }
-
-        /// The period's type and unit, and the period.
-        pub fn period(&self) -> (&str, &str, i64) {
-            let period_type = self.period_type.as_ref().unwrap();
-            (
-                self.text(period_type.r#type),
-                self.text(period_type.unit),
-                self.period,
-            )
-        }
-
-        /// The sums of the samples' two values.
-        pub fn sums(&self) -> (i64, i64) {
-            let sum = |index: usize| -> i64 { self.sample.iter().map(|s| s.value[index]).sum() };
-            (sum(0), sum(1))
-        }
-    }
-}
+use common::pprof as proto;
 
 /// The pprof profile written at `path`.
 fn pprof(path: &Path) -> proto::Profile {

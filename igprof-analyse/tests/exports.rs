@@ -637,66 +637,7 @@ fn callgrind_file_reads_back() {
     assert_eq!(sha.keys().copied().collect::<Vec<_>>(), [0]);
 }
 
-/// The part of profile.proto (github.com/google/pprof) the test reads, written out here
-/// rather than taken from the analyser so that a wrong field number there shows up.
-mod proto {
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Profile {
-        #[prost(message, repeated, tag = "1")]
-        pub sample_type: Vec<ValueType>,
-        #[prost(message, repeated, tag = "2")]
-        pub sample: Vec<Sample>,
-        #[prost(message, repeated, tag = "4")]
-        pub location: Vec<Location>,
-        #[prost(message, repeated, tag = "5")]
-        pub function: Vec<Function>,
-        #[prost(string, repeated, tag = "6")]
-        pub string_table: Vec<String>,
-        #[prost(message, optional, tag = "11")]
-        pub period_type: Option<ValueType>,
-        #[prost(int64, tag = "12")]
-        pub period: i64,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ValueType {
-        #[prost(int64, tag = "1")]
-        pub r#type: i64,
-        #[prost(int64, tag = "2")]
-        pub unit: i64,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Sample {
-        #[prost(uint64, repeated, tag = "1")]
-        pub location_id: Vec<u64>,
-        #[prost(int64, repeated, tag = "2")]
-        pub value: Vec<i64>,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Location {
-        #[prost(uint64, tag = "1")]
-        pub id: u64,
-        #[prost(message, repeated, tag = "4")]
-        pub line: Vec<Line>,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Line {
-        #[prost(uint64, tag = "1")]
-        pub function_id: u64,
-        #[prost(int64, tag = "2")]
-        pub line: i64,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Function {
-        #[prost(uint64, tag = "1")]
-        pub id: u64,
-        #[prost(int64, tag = "2")]
-        pub name: i64,
-        #[prost(int64, tag = "4")]
-        pub filename: i64,
-        #[prost(int64, tag = "5")]
-        pub start_line: i64,
-    }
-}
+use common::pprof as proto;
 
 #[test]
 fn pprof_profile_decodes() {

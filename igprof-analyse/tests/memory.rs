@@ -291,38 +291,7 @@ fn json_sqlite_speedscope_and_flame_graph_say_bytes() {
     );
 }
 
-/// The part of profile.proto the test reads (see tests/exports.rs).
-mod proto {
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Profile {
-        #[prost(message, repeated, tag = "1")]
-        pub sample_type: Vec<ValueType>,
-        #[prost(message, repeated, tag = "2")]
-        pub sample: Vec<Sample>,
-        #[prost(string, repeated, tag = "6")]
-        pub string_table: Vec<String>,
-        #[prost(message, optional, tag = "11")]
-        pub period_type: Option<ValueType>,
-        #[prost(int64, tag = "12")]
-        pub period: i64,
-        #[prost(int64, tag = "14")]
-        pub default_sample_type: i64,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ValueType {
-        #[prost(int64, tag = "1")]
-        pub r#type: i64,
-        #[prost(int64, tag = "2")]
-        pub unit: i64,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Sample {
-        #[prost(uint64, repeated, tag = "1")]
-        pub location_id: Vec<u64>,
-        #[prost(int64, repeated, tag = "2")]
-        pub value: Vec<i64>,
-    }
-}
+use common::pprof as proto;
 
 #[test]
 fn pprof_sample_types_are_go_heap_profiles() {

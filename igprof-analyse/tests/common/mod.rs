@@ -2,6 +2,8 @@
 //! binary, and checking its output and exit status.
 #![allow(dead_code)]
 
+pub mod pprof;
+
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
