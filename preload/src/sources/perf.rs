@@ -184,7 +184,7 @@ const POLL_HUP: libc::c_int = 6;
 /// `CAP_PERFMON`). Without it a thread's time in system calls is sampled at the call.
 static EXCLUDE_KERNEL: AtomicBool = AtomicBool::new(false);
 
-/// Whether events are opened with `exclude_kernel` ([`EXCLUDE_KERNEL`]).
+/// Whether events are opened with `exclude_kernel`: the kernel refused them without it.
 pub fn excludes_kernel() -> bool {
     EXCLUDE_KERNEL.load(Ordering::Relaxed)
 }
@@ -196,7 +196,7 @@ const FD_FLOOR: libc::c_int = 512;
 
 /// Opens `event` on thread `tid`, its overflow signal (`SIGPROF`) sent to that thread,
 /// the first overflow after `first` (ns of CPU time or events), and enables it. Returns
-/// the descriptor (close-on-exec, numbered from [`FD_FLOOR`] where the limit allows).
+/// the descriptor (close-on-exec, numbered from 512 where the limit allows).
 /// Async-signal-safe: system calls only, no lock, no allocation (a fork child calls it).
 ///
 /// # Errors
