@@ -154,6 +154,7 @@ fn timers_are_the_default_and_sample_as_before() {
             let stats = run.statistics();
             assert_eq!(stats["sampling.trigger"], "posix-timer", "{stats:?}");
             assert_eq!(stats["sampling.randomized"], "0");
+            assert_eq!(stats["sampling.why"], "the-default", "{stats:?}");
             let (ticks, samples) = totals(&profile);
             let rate = samples as f64 / cpu;
             eprintln!("{}: timers at 1 kHz: {rate:.0} samples per CPU second, {ticks} ticks", python.name);

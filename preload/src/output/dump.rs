@@ -429,8 +429,10 @@ pub fn sampling_line(sampler: &Sampler) -> String {
         ),
         Trigger::Timer { why } => format!(
             "#pyigprof sampling trigger=posix-timer counter=PERF_TICKS period={} randomized=0 \
-             exclude_kernel=0 why={why}",
-            sampler.period_ns
+             exclude_kernel=0 why={}",
+            sampler.period_ns,
+            // One word: the statistics are space-separated key=value pairs.
+            why.replace(' ', "-"),
         ),
     }
 }

@@ -4,8 +4,8 @@
 //!   POSIX timers on each thread's CPU clock, delivering `SIGPROF`, and the accounting of
 //!   ticks they stand for, or
 //! - [`perf`]: per-thread perf events (`task-clock`, not tied to the kernel's tick, or
-//!   another event: page faults, context switches, hardware counters), chosen at start-up
-//!   where the kernel allows them ([`Trigger`]);
+//!   another event: page faults, hardware counters), opt-in and chosen at start-up where
+//!   the kernel allows them ([`Trigger`]);
 //! - [`random`]: the random intervals between samples;
 //! - [`wall`]: wall mode's sampler process, which samples threads blocked in system calls
 //!   from outside, without signalling them;
@@ -54,9 +54,7 @@ impl Trigger {
             Trigger::Timer { .. } => None,
         }
     }
-}
 
-impl Trigger {
     /// Chooses what samples the threads, at start-up. POSIX timers by default and always
     /// in wall mode (a perf event's descriptor is one more file descriptor the program can
     /// see, and at high rates its signals land in system calls more often: opt-in). With

@@ -1,7 +1,7 @@
 //! Each thread's sampling clock: registering threads, and arming, stopping and accounting
-//! for what interrupts them — a perf event ([`crate::sources::perf`], chosen where the
-//! kernel allows it) or a POSIX timer (below; always in wall mode, which adds the time
-//! threads spend blocked, [`crate::sources::wall`]). See [`crate::sources::Trigger`].
+//! for what interrupts them — a POSIX timer (below: the default, and always in wall mode,
+//! which adds the time threads spend blocked, [`crate::sources::wall`]) or, opt-in, a perf
+//! event ([`crate::sources::perf`]). See [`crate::sources::Trigger`].
 //!
 //! Timers (shared/design/timers.md): one POSIX timer per thread, created by the thread
 //! itself when it registers, on its own CPU clock (`CLOCK_THREAD_CPUTIME_ID`), delivering
@@ -110,7 +110,9 @@ impl Sampler {
         // less than a period (thousands of short-lived threads) is then sampled with
         // probability (its time / period), so the expected ticks equal its time, instead
         // of never.
-        let first = 1 + random(tid as u64) % self.period_ns;
+        let mut state = crate::sources::random::seed(tid as u64);
+        let draw = crate::sources::random::uniform(&mut state) * self.period_ns as f64;
+        let first = 1 + (draw as u64).min(self.period_ns - 1);
         let timer = create_timer(
             "a sampling timer",
             clock,
@@ -408,16 +410,6 @@ pub fn create_timer(
         }
         Ok(timer)
     }
-}
-
-/// A pseudo-random number from `seed` and the monotonic clock (splitmix64).
-fn random(seed: u64) -> u64 {
-    let now = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
-    let mut z = seed ^ now.wrapping_mul(1_000_000_007);
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// Destructor of the exit key: a registered thread is exiting; stop its timer.
