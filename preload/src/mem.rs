@@ -62,6 +62,38 @@ fn unaligned_length(bytes: usize) -> usize {
     }
 }
 
+/// A fixed array of `len` elements of `T` in a mapped region, all zero at first: the
+/// kernel's zero pages, so only the pages written become resident (a 768 KiB cache that a
+/// short process touches in a few pages costs those pages, not 192 page faults at
+/// start-up). `T` must be valid when all-zero (atomics, integers).
+pub struct ZeroedArray<T> {
+    base: *const T,
+    len: usize,
+}
+
+// SAFETY: a shared slice of `T`; Send and Sync as `T` is Sync (atomics).
+unsafe impl<T: Sync> Sync for ZeroedArray<T> {}
+unsafe impl<T: Sync> Send for ZeroedArray<T> {}
+
+impl<T> ZeroedArray<T> {
+    /// Maps `len` zeroed elements. `None` when the kernel refuses.
+    pub fn new(len: usize) -> Option<Self> {
+        let base = map_region(len.checked_mul(std::mem::size_of::<T>())?.max(1))?;
+        Some(ZeroedArray {
+            base: base.cast::<T>(),
+            len,
+        })
+    }
+}
+
+impl<T> std::ops::Deref for ZeroedArray<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: `len` elements mapped for the life of the array, valid when zero.
+        unsafe { std::slice::from_raw_parts(self.base, self.len) }
+    }
+}
+
 /// A fixed-capacity array of `T` in a reserved region, allocated by bumping an index.
 /// Index 0 is never handed out, so that 0 can mean "none" in links between elements.
 pub struct Pool<T> {

@@ -9,7 +9,7 @@
 
 use super::layout::{Layout, StrModel};
 use super::read;
-use crate::mem::{Bytes, Pool};
+use crate::mem::{Bytes, Pool, ZeroedArray};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Longest name or file name captured, in bytes of UTF-8 (longer ones are cut).
@@ -74,8 +74,8 @@ pub enum CodeError {
 pub struct Codes {
     records: Pool<Record>,
     text: Bytes,
-    cache_code: Box<[AtomicU64]>,
-    cache_record: Box<[AtomicU32]>,
+    cache_code: ZeroedArray<AtomicU64>,
+    cache_record: ZeroedArray<AtomicU32>,
 }
 
 impl Codes {
@@ -84,8 +84,8 @@ impl Codes {
         Some(Codes {
             records: Pool::new(records)?,
             text: Bytes::new(text_bytes)?,
-            cache_code: (0..CACHE_SIZE).map(|_| AtomicU64::new(0)).collect(),
-            cache_record: (0..CACHE_SIZE).map(|_| AtomicU32::new(0)).collect(),
+            cache_code: ZeroedArray::new(CACHE_SIZE)?,
+            cache_record: ZeroedArray::new(CACHE_SIZE)?,
         })
     }
 
