@@ -133,7 +133,7 @@ unsafe impl Sync for Slots {}
 unsafe impl Send for Slots {}
 
 impl Slots {
-    /// Reserves [`MAX_THREADS`] slots (`size_of::<Slot>()`, 127,136 bytes, each; a
+    /// Reserves [`MAX_THREADS`] slots (`size_of::<Slot>()`, 243,968 bytes, each; a
     /// page is resident once used).
     pub fn new() -> Option<Slots> {
         let base = map_region(MAX_THREADS * std::mem::size_of::<Slot>())?.cast::<Slot>();

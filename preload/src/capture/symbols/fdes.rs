@@ -4,6 +4,7 @@
 //! have every FDE parsed up front.
 
 use gimli::{BaseAddresses, CieOrFde, EhFrame, EhFrameHdr, EhFrameOffset, LittleEndian, UnwindSection};
+use crate::capture::unwind::cfi::SearchTable;
 use object::{Object, ObjectSection};
 
 type Reader<'data> = gimli::EndianSlice<'data, LittleEndian>;
@@ -104,32 +105,11 @@ impl Fdes {
     }
 }
 
-/// The binary-search table of an `.eh_frame_hdr` at address `address`, as `(function
-/// start, FDE address)` pairs, when it has the layout every x86-64 linker writes: version 1,
-/// a 4-byte `eh_frame_ptr`, a `udata4` count and `datarel|sdata4` entries (LSB's "Linux
-/// Standard Base Core Specification", .eh_frame_hdr). `None` for any other layout, which
-/// gimli reads instead (at 20 ns an entry rather than 2).
+/// The `(function start, FDE address)` pairs of an `.eh_frame_hdr` at address `address`
+/// in the usual layout ([`SearchTable`]); `None` for any other, which gimli reads instead.
 fn datarel_table(bytes: &[u8], address: u64) -> Option<Vec<(u64, u64)>> {
-    const UDATA4: u8 = 0x03;
-    const SDATA4: u8 = 0x0b;
-    const DATAREL_SDATA4: u8 = 0x30 | SDATA4;
-    let header = bytes.get(..12)?;
-    if header[0] != 1
-        || !matches!(header[1] & 0x0f, UDATA4 | SDATA4)
-        || header[2] != UDATA4
-        || header[3] != DATAREL_SDATA4
-    {
-        return None;
-    }
-    let count = u32::from_le_bytes(header[8..12].try_into().ok()?) as usize;
-    let table = bytes.get(12..12 + count.checked_mul(8)?)?;
-    let relative = |b: &[u8]| address.wrapping_add_signed(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64);
-    Some(
-        table
-            .chunks_exact(8)
-            .map(|pair| (relative(&pair[..4]), relative(&pair[4..])))
-            .collect(),
-    )
+    let table = SearchTable::new(bytes, address)?;
+    Some((0..table.len()).map(|at| table.entry(at)).collect())
 }
 
 /// The bases `.eh_frame`'s pointers can be relative to.
