@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""What a process that does nothing pays for the profiler: `python -c pass` with and
+without the library, alternating run by run.
+
+    python3 bench/startup/run.py [--runs 60] [--pythons 3.12] [--lib NAME=PATH ...]
+                                 [--out bench/startup/results.md]
+
+Builds pyigprof (cargo build --release) unless --lib is given, then runs each interpreter
+--runs times in rounds: once plainly, once under each library (LD_PRELOAD, default
+settings). Each run's CPU time (user+sys, wait4) and peak RSS are measured; the table gives
+the plain run's medians and, per library, the median of the paired differences (library
+run minus the plain run of the same round) with its 95 % interval (order statistics of the
+differences, distribution-free). Issue 17 asks for at most +1 ms CPU and +1 MB RSS.
+
+Standard library only.
+"""
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from measure import run_once  # noqa: E402  (bench/measure.py)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+PYENV_VERSIONS = "/root/.pyenv/versions"
+
+
+def interpreter(version):
+    """The pyenv interpreter of `version` (3.12 → /root/.pyenv/versions/3.12.*/bin/python)."""
+    if os.path.sep in version:
+        return version
+    for name in sorted(os.listdir(PYENV_VERSIONS)):
+        if name == version or name.startswith(version + "."):
+            return os.path.join(PYENV_VERSIONS, name, "bin", "python")
+    sys.exit("bench/startup: no interpreter %s under %s" % (version, PYENV_VERSIONS))
+
+
+def median_interval(values):
+    """Median of `values` and a 95 % interval for it from order statistics (the
+    binomial(n, 1/2) quantiles), distribution-free."""
+    xs = sorted(values)
+    n = len(xs)
+    k = max(0, int(math.floor(n / 2 - 1.96 * math.sqrt(n) / 2)))
+    return statistics.median(xs), xs[k], xs[min(n - 1, n - 1 - k)]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=60)
+    parser.add_argument("--pythons", default="3.12")
+    parser.add_argument("--lib", action="append", default=[],
+                        help="NAME=PATH of a libpyigprof.so to measure (repeatable); "
+                             "default: this checkout's release build")
+    parser.add_argument("--program", default="pass", help="the -c program (default: pass)")
+    parser.add_argument("--out", help="write the table here as well")
+    args = parser.parse_args()
+
+    libs = []
+    for spec in args.lib:
+        name, _, path = spec.partition("=")
+        if not path or not os.path.exists(path):
+            sys.exit("bench/startup: --lib %r: expected NAME=PATH of an existing file" % spec)
+        libs.append((name, os.path.abspath(path)))
+    if not libs:
+        subprocess.run(["cargo", "build", "--release", "-p", "pyigprof-preload"], cwd=REPO,
+                       check=True)
+        libs.append(("pyigprof", os.path.join(REPO, "target", "release", "libpyigprof.so")))
+
+    lines = ["| python | run | CPU ms (median) | peak RSS MiB (median) |",
+             "|---|---|---|---|"]
+    for version in args.pythons.split(","):
+        python = interpreter(version)
+        results = {"plain": []}
+        results.update({name: [] for name, _ in libs})
+        with tempfile.TemporaryDirectory(prefix="pyigprof-startup-") as rundir:
+            for _ in range(args.runs):
+                for name, path in [("plain", None)] + libs:
+                    env = dict(os.environ)
+                    env.pop("LD_PRELOAD", None)
+                    if path:
+                        env["LD_PRELOAD"] = path
+                        env["PYIGPROF_OUTPUT"] = os.path.join(rundir, "profile.%p.gz")
+                    r = run_once([python, "-c", args.program], env, rundir, 60)
+                    if not r["ok"]:
+                        sys.exit("bench/startup: %s under %s: %s" % (python, name, r["error"]))
+                    results[name].append(r)
+        plain = results["plain"]
+        cpu0 = statistics.median(r["cpu_s"] * 1e3 for r in plain)
+        rss0 = statistics.median(r["maxrss_kib"] / 1024 for r in plain)
+        lines.append("| %s | plain | %.2f | %.2f |" % (version, cpu0, rss0))
+        for name, _ in libs:
+            runs = results[name]
+            dcpu = median_interval([(a["cpu_s"] - b["cpu_s"]) * 1e3 for a, b in zip(runs, plain)])
+            drss = median_interval([(a["maxrss_kib"] - b["maxrss_kib"]) / 1024
+                                    for a, b in zip(runs, plain)])
+            lines.append("| %s | %s | %+.2f [%+.2f, %+.2f] | %+.2f [%+.2f, %+.2f] |"
+                         % ((version, name) + dcpu + drss))
+    table = "\n".join(lines)
+    print("`python -c %r`, %d rounds, differences against the plain run of the same round "
+          "(median [95 %% interval])\n" % (args.program, args.runs))
+    print(table)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write("`python -c %r`, %d rounds; library minus plain, median [95 %% interval]"
+                    "\n\n%s\n" % (args.program, args.runs, table))
+
+
+if __name__ == "__main__":
+    main()
