@@ -99,7 +99,7 @@ fn task_clock_samples_at_the_rate_asked_for() {
     }
     let script = write_script("spin.py", SPIN);
     for python in newest("task_clock_rate") {
-        for (hz, tolerance) in [(1000.0, 0.10), (4000.0, 0.10), (10000.0, 0.40)] {
+        for hz in [1000.0, 4000.0, 10000.0] {
             let (run, cpu) = run_with_cpu_time(
                 &python,
                 &[&script, "1.5"],
@@ -117,11 +117,12 @@ fn task_clock_samples_at_the_rate_asked_for() {
                 "{}: {hz} Hz asked: {rate:.0} samples per CPU second, {reported:.3} s reported of {cpu:.3} s",
                 python.name
             );
-            // Within 10 % at 1 and 4 kHz. At 10 kHz this VM delivers a perf signal tens of
-            // µs after its overflow and the handler takes about 10 µs: 69-86 % measured
-            // (issue 17 asks for 10 %; not met).
+            // Within 10 % (issue 17). At 10 kHz this VM delivers a perf signal tens of µs
+            // after its overflow; each thread's draws are shortened by its average
+            // lateness: 9,857-9,896 per CPU second measured with this binary's other tests
+            // running beside it.
             assert!(
-                (rate - hz).abs() <= tolerance * hz,
+                (rate - hz).abs() <= 0.10 * hz,
                 "{}: {rate:.0} samples per CPU second at {hz} Hz",
                 python.name
             );
