@@ -89,9 +89,8 @@ pub struct Config {
     /// default, for CPU time; `page-faults`, `context-switches`, `cycles`, …, optionally
     /// with `/period=N/`), through per-thread perf events.
     pub event: crate::sources::perf::Event,
-    /// Whether threads are sampled on perf events (`PYIGPROF_PERF_EVENTS=1`, or an event
-    /// named in `PYIGPROF_EVENT`; cpu mode only) rather than the POSIX CPU timers of the
-    /// default.
+    /// Whether threads are sampled on perf events (the default in cpu mode;
+    /// `PYIGPROF_PERF_EVENTS=0` asks for the POSIX CPU timers instead).
     pub perf_events: bool,
 }
 
@@ -269,20 +268,19 @@ impl Config {
                 }
             },
         };
-        // An event named is a perf event asked for.
-        let asked = lookup("PYIGPROF_EVENT").is_some_and(|v| !v.is_empty());
+        // Perf events unless turned off (the helper process holds their descriptors, out of
+        // the program's sight).
         let perf_events = match lookup("PYIGPROF_PERF_EVENTS") {
-            None => asked,
+            None => true,
             Some(raw) => match raw.to_str().map(str::trim) {
-                Some("1") => true,
-                Some("0") | Some("") => false,
+                Some("1") | Some("") => true,
+                Some("0") => false,
                 _ => {
                     complaints.push(format!(
                         "pyigprof: PYIGPROF_PERF_EVENTS={raw:?} is not 0 (POSIX CPU timers) or 1 \
-                         (perf events where the kernel allows them); using {}",
-                        u8::from(asked)
+                         (perf events where the kernel allows them); using 1"
                     ));
-                    asked
+                    true
                 }
             },
         };
@@ -465,7 +463,8 @@ mod tests {
     #[test]
     fn events_and_the_perf_switch() {
         let (c, complaints) = parse(&[("PYIGPROF_HZ", "1000")]);
-        assert_eq!((c.event.counter, c.event.period, c.perf_events), ("PERF_TICKS", 1_000_000, false));
+        assert_eq!((c.event.counter, c.event.period, c.perf_events), ("PERF_TICKS", 1_000_000, true));
+        assert!(!parse(&[("PYIGPROF_PERF_EVENTS", "0")]).0.perf_events);
         assert!(complaints.is_empty());
         assert!(parse(&[("PYIGPROF_PERF_EVENTS", "1")]).0.perf_events);
         let (c, _) = parse(&[("PYIGPROF_EVENT", "page-faults/period=10/")]);

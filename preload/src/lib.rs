@@ -160,6 +160,13 @@ pub extern "C" fn init() {
         libc::pthread_atfork(None, None, Some(lifecycle::after_fork_in_child));
         libc::atexit(lifecycle::at_exit);
     }
+    // With perf events, the helper process that holds them first (every thread's event is
+    // opened by it).
+    if profile_cpu && sampler.trigger.event().is_some() {
+        if let Err(e) = sources::helper::start(sampler, sources::helper::Job::Events) {
+            crate::notice!("pyigprof: {e}; not profiling");
+        }
+    }
     // The main thread's timer; every later thread starts its own, and threads that already
     // exist are adopted.
     sampler.register_current_thread();

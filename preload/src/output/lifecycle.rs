@@ -26,7 +26,7 @@ use crate::config::{Clock, Config};
 use crate::output::dump;
 use crate::sampler;
 use crate::signal_guard::BlockSignals;
-use crate::sources::{handler, timer, wall};
+use crate::sources::{handler, timer};
 use pyigprof_hooks::signals;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
@@ -377,7 +377,7 @@ pub fn before_exec() {
             *BEFORE_EXEC.lock().unwrap_or_else(|e| e.into_inner()) = Some(path);
         }
     }
-    wall::end_before_exec();
+    crate::sources::helper::end_before_exec();
 }
 
 /// The `exec` failed: the process goes on, sampled again; its profile will be written at
@@ -391,10 +391,9 @@ pub fn exec_failed() {
         DUMPED.store(false, Ordering::Release);
     }
     if let Some(s) = sampler::get() {
+        // The helper process first: the threads' events are opened by it.
+        crate::sources::helper::resume_after_failed_exec(s);
         s.resume();
-        if s.clock == Clock::Wall {
-            wall::resume_after_failed_exec(s);
-        }
     }
 }
 

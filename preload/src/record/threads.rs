@@ -74,12 +74,22 @@ pub struct Slot {
     pub stopped_cpu_ns: AtomicU64,
     /// The trace-tree node of the thread's latest recorded sample (0 = none yet).
     pub last_leaf: AtomicU32,
-    /// The thread's perf event (`crate::sources::perf`): descriptor + 1 (0 = none).
+    /// The thread's perf event (`crate::sources::perf`): its descriptor in the helper
+    /// process's table + 1 (0 = none).
     pub event_fd: AtomicI32,
-    /// The kernel's id of that event (`PERF_EVENT_IOC_ID`), to tell it from a descriptor
-    /// the program got with the same number after closing ours.
-    pub event_id: AtomicU64,
-    /// The event's count at the thread's latest sample (ns of CPU time, or events).
+    /// The thread's request to the helper process to open its event (`perf.rs`: idle,
+    /// asked, opened, refused); a futex the thread waits on.
+    pub open_state: AtomicU32,
+    /// The thread the event is opened for.
+    pub open_tid: AtomicI32,
+    /// The first interval of the event asked for (ns or events).
+    pub open_first: AtomicU64,
+    /// Why the helper process could not open the event (`errno`).
+    pub open_errno: AtomicI32,
+    /// The next interval the handler drew (ns of CPU time), for the helper process to arm
+    /// (0 = nothing to arm).
+    pub want_period: AtomicU64,
+    /// The thread's CPU time at its latest sample (ns).
     pub counted: AtomicU64,
     /// Nanoseconds of CPU time counted but not yet turned into ticks (less than a period).
     pub carry: AtomicU64,

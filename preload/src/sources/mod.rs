@@ -17,6 +17,7 @@
 pub mod adopt;
 pub mod allocations;
 pub mod handler;
+pub mod helper;
 pub mod perf;
 pub mod random;
 pub mod timer;
@@ -55,10 +56,9 @@ impl Trigger {
         }
     }
 
-    /// Chooses what samples the threads, at start-up. POSIX timers by default and always
-    /// in wall mode (a perf event's descriptor is one more file descriptor the program can
-    /// see, and at high rates its signals land in system calls more often: opt-in). With
-    /// `PYIGPROF_PERF_EVENTS=1` or `PYIGPROF_EVENT`, in cpu mode: the event asked for
+    /// Chooses what samples the threads, at start-up. POSIX timers in wall mode (which
+    /// samples running threads on their CPU timers, never interrupting a blocked one) and
+    /// with `PYIGPROF_PERF_EVENTS=0`. Otherwise, in cpu mode: the event asked for
     /// (`task-clock` unless `PYIGPROF_EVENT` names another) if the kernel opens it; else
     /// `task-clock`, saying on stderr why the event asked for is not sampled; else POSIX
     /// timers, the summary line saying why.
@@ -75,7 +75,7 @@ impl Trigger {
             return Trigger::Timer { why: "wall mode" };
         }
         if !config.perf_events {
-            return Trigger::Timer { why: "the default" };
+            return Trigger::Timer { why: "PYIGPROF_PERF_EVENTS=0" };
         }
         let event = config.event;
         let task_clock = perf::Event::task_clock(config.period_ns());
@@ -121,7 +121,7 @@ impl Trigger {
             Trigger::Timer { why } => format!(
                 "POSIX CPU timers ({why}; at the kernel's ticks, not random: a program \
                  that repeats in step with them may be seen at one phase; \
-                 PYIGPROF_PERF_EVENTS=1 samples at the rate asked for, at random instants)"
+                 perf events sample at the rate asked for, at random instants)"
             ),
         }
     }

@@ -30,8 +30,11 @@
 //! counted, whatever the rate.
 
 use crate::record::threads::Slot;
+use crate::sampler::Sampler;
+use crate::sources::helper::{raw, raw6};
+use crate::sources::timer::clock_ns;
 use perf_event_open_sys::bindings as sys;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 
 /// An event to sample on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,15 +192,10 @@ pub fn excludes_kernel() -> bool {
     EXCLUDE_KERNEL.load(Ordering::Relaxed)
 }
 
-/// Lowest descriptor number the events take: out of the way of the program's own
-/// (a program that closed its standard input gets descriptor 0 back from its next `open`,
-/// and CPython checks 0, 1 and 2 at start-up).
-const FD_FLOOR: libc::c_int = 512;
-
 /// Opens `event` on thread `tid`, its overflow signal (`SIGPROF`) sent to that thread,
 /// the first overflow after `first` (ns of CPU time or events), and enables it. Returns
-/// the descriptor (close-on-exec, numbered from 512 where the limit allows).
-/// Async-signal-safe: system calls only, no lock, no allocation (a fork child calls it).
+/// the descriptor, close-on-exec. Made of direct system calls (no `errno`): the helper
+/// process, which holds the events, runs it with another thread's thread pointer.
 ///
 /// # Errors
 /// The `errno` of the step that failed ([`describe`] names it).
@@ -214,18 +212,22 @@ pub fn open(event: &Event, tid: libc::pid_t, first: u64) -> Result<libc::c_int, 
         attr.set_exclude_hv(u64::from(exclude_kernel));
         // SAFETY: a valid attr; the kernel copies it.
         let fd = unsafe {
-            perf_event_open_sys::perf_event_open(
-                &mut attr,
-                tid,
-                -1,
-                -1,
-                sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+            raw6(
+                libc::SYS_perf_event_open,
+                [
+                    &mut attr as *mut sys::perf_event_attr as u64,
+                    tid as u64,
+                    -1i64 as u64,
+                    -1i64 as u64,
+                    u64::from(sys::PERF_FLAG_FD_CLOEXEC),
+                    0,
+                ],
             )
         };
         if fd < 0 {
-            Err(errno())
+            Err(-fd as i32)
         } else {
-            Ok(fd)
+            Ok(fd as libc::c_int)
         }
     };
     let fd = match attempt(excludes_kernel()) {
@@ -236,31 +238,32 @@ pub fn open(event: &Event, tid: libc::pid_t, first: u64) -> Result<libc::c_int, 
         }
         other => other?,
     };
-    // SAFETY: plain fcntl/ioctl calls on the descriptor just opened.
+    let owner = OwnerEx {
+        kind: F_OWNER_TID,
+        pid: tid,
+    };
+    // SAFETY: fcntl and ioctl on the descriptor just opened.
     unsafe {
-        let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, FD_FLOOR);
-        let fd = if high >= 0 {
-            libc::close(fd);
-            high
-        } else {
-            fd
-        };
-        let owner = OwnerEx {
-            kind: F_OWNER_TID,
-            pid: tid,
-        };
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if libc::fcntl(fd, libc::F_SETFL, flags | libc::O_ASYNC) != 0
-            || libc::fcntl(fd, F_SETSIG, libc::SIGPROF) != 0
-            || libc::fcntl(fd, F_SETOWN_EX, &owner) != 0
-            || libc::ioctl(fd, sys::ENABLE as _, 0) != 0
-        {
-            let e = errno();
-            libc::close(fd);
-            return Err(e);
+        let fd64 = fd as u64;
+        let flags = raw(libc::SYS_fcntl, [fd64, libc::F_GETFL as u64, 0, 0]);
+        for (call, args) in [
+            (libc::SYS_fcntl, [fd64, libc::F_SETFL as u64, (flags.max(0) as u64) | libc::O_ASYNC as u64, 0]),
+            (libc::SYS_fcntl, [fd64, F_SETSIG as u64, libc::SIGPROF as u64, 0]),
+            (libc::SYS_fcntl, [fd64, F_SETOWN_EX as u64, &owner as *const OwnerEx as u64, 0]),
+            // A randomized event overflows once per arming (`rearm`); others run on.
+            match event.randomized() {
+                true => (libc::SYS_ioctl, [fd64, sys::REFRESH as u64, 1, 0]),
+                false => (libc::SYS_ioctl, [fd64, sys::ENABLE as u64, 0, 0]),
+            },
+        ] {
+            let done = raw(call, args);
+            if done < 0 {
+                raw(libc::SYS_close, [fd64, 0, 0, 0]);
+                return Err(-done as i32);
+            }
         }
-        Ok(fd)
     }
+    Ok(fd)
 }
 
 /// Whether `event` can be sampled here: opens it on the calling thread, and closes it.
@@ -309,43 +312,15 @@ pub fn errno_name(errno: i32) -> String {
         libc::ENFILE => "ENFILE",
         libc::E2BIG => "E2BIG",
         libc::EBUSY => "EBUSY",
+        libc::ETIMEDOUT => "ETIMEDOUT",
         _ => return format!("errno {errno}"),
     };
     name.to_string()
 }
 
-fn errno() -> i32 {
-    // SAFETY: the calling thread's errno.
-    unsafe { *libc::__errno_location() }
-}
-
-/// The count of the event behind descriptor `fd` (ns of CPU time or events).
-/// Async-signal-safe.
-pub fn read_count(fd: libc::c_int) -> Option<u64> {
-    let mut value: u64 = 0;
-    // SAFETY: reading 8 bytes into a u64.
-    let n = unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) };
-    (n == 8).then_some(value)
-}
-
-/// The kernel's id of the event behind `fd` (`PERF_EVENT_IOC_ID`), `None` when `fd` is
-/// not a perf event (the program closed ours and the number was reused).
-/// Async-signal-safe.
-pub fn event_id(fd: libc::c_int) -> Option<u64> {
-    let mut id: u64 = 0;
-    // SAFETY: PERF_EVENT_IOC_ID writes a u64; other files refuse the request.
-    (unsafe { libc::ioctl(fd, sys::ID as _, &mut id as *mut u64) } == 0).then_some(id)
-}
-
-/// Sets the events before the next overflow of the event behind `fd`
-/// (`PERF_EVENT_IOC_PERIOD`, which restarts the count from now). Async-signal-safe.
-pub fn set_period(fd: libc::c_int, period: u64) {
-    // SAFETY: PERF_EVENT_IOC_PERIOD reads a u64 through the pointer.
-    unsafe { libc::ioctl(fd, sys::PERIOD as _, &period as *const u64) };
-}
-
 /// Whether the signal `info` describes is a perf event's overflow (`si_code` `POLL_IN`
-/// or `POLL_HUP`, sent by the kernel through the descriptor's `O_ASYNC`); its `si_fd`.
+/// or `POLL_HUP`, sent by the kernel through the descriptor's `O_ASYNC`); its `si_fd`
+/// (the descriptor's number in the helper process's table).
 pub(crate) fn overflow_fd(info: *const libc::siginfo_t) -> Option<libc::c_int> {
     // SAFETY: the kernel passes a valid siginfo; for SIGPOLL-style signals si_fd is the
     // int at offset 24 (after si_band, a long at offset 16).
@@ -356,23 +331,120 @@ pub(crate) fn overflow_fd(info: *const libc::siginfo_t) -> Option<libc::c_int> {
     }
 }
 
+/// Bumped whenever the helper process has work (an event to open, a period to arm, a
+/// descriptor to close); it waits on this word.
+static WORK: AtomicU32 = AtomicU32::new(0);
+
+/// Descriptors (of the helper process's table) to close, + 1; 0 = a free entry.
+static CLOSING: [AtomicI32; 256] = [const { AtomicI32::new(0) }; 256];
+
+/// `Slot::open_state`: nothing asked.
+const IDLE: u32 = 0;
+/// `Slot::open_state`: the thread asks the helper process to open its event.
+const ASKED: u32 = 1;
+/// `Slot::open_state`: opened (`Slot::event_fd` set).
+const OPENED: u32 = 2;
+/// `Slot::open_state`: refused (`Slot::open_errno` says why).
+const REFUSED: u32 = 3;
+
+/// Longest wait for the helper process to open a thread's event, ns.
+const OPEN_WAIT_NS: u64 = 2_000_000_000;
+
+/// Tells the helper process there is work. Async-signal-safe.
+pub fn wake_keeper() {
+    WORK.fetch_add(1, Ordering::Release);
+    crate::sources::helper::wake(&WORK);
+}
+
+/// The helper process's loop with perf events: opens the events threads ask for, arms
+/// the periods their handlers drew, closes the descriptors of threads that ended; waits
+/// on [`WORK`] in between. Runs in the helper process (direct system calls only).
+pub fn serve(sampler: &Sampler) {
+    let Some(event) = sampler.trigger.event().copied() else {
+        return;
+    };
+    loop {
+        let seen = WORK.load(Ordering::Acquire);
+        if crate::sources::helper::quitting() {
+            return;
+        }
+        sampler.slots.for_each(|slot| {
+            if slot.open_state.load(Ordering::Acquire) == ASKED {
+                let tid = slot.open_tid.load(Ordering::Relaxed);
+                let first = slot.open_first.load(Ordering::Relaxed);
+                match open(&event, tid, first) {
+                    Ok(fd) => {
+                        slot.event_fd.store(fd + 1, Ordering::Release);
+                        slot.open_state.store(OPENED, Ordering::Release);
+                    }
+                    Err(e) => {
+                        slot.open_errno.store(e, Ordering::Relaxed);
+                        slot.open_state.store(REFUSED, Ordering::Release);
+                    }
+                }
+                crate::sources::helper::wake(&slot.open_state);
+            }
+            let period = slot.want_period.swap(0, Ordering::AcqRel);
+            let fd = slot.event_fd.load(Ordering::Acquire);
+            if period != 0 && fd != 0 {
+                rearm(fd - 1, period);
+            }
+        });
+        for entry in &CLOSING {
+            let fd = entry.swap(0, Ordering::AcqRel);
+            if fd != 0 {
+                // SAFETY: a descriptor of this process's table that a thread gave up.
+                unsafe { raw(libc::SYS_close, [(fd - 1) as u64, 0, 0, 0]) };
+            }
+        }
+        crate::sources::helper::wait(&WORK, seen, 1_000_000_000);
+    }
+}
+
+/// Arms the next overflow of the event behind `fd` `period` ns of CPU time from now
+/// (`PERF_EVENT_IOC_PERIOD`, which restarts the count) and enables it for that one
+/// overflow (`PERF_EVENT_IOC_REFRESH` 1: the kernel disables the event at the overflow, so
+/// that no second overflow comes at the old period while the helper process is on its way;
+/// the thread's CPU time meanwhile is still weighed, by its clock). In the helper process.
+fn rearm(fd: libc::c_int, period: u64) {
+    // SAFETY: PERF_EVENT_IOC_PERIOD reads a u64 through the pointer; REFRESH takes an int.
+    unsafe {
+        raw(
+            libc::SYS_ioctl,
+            [fd as u64, sys::PERIOD as u64, &period as *const u64 as u64, 0],
+        );
+        raw(libc::SYS_ioctl, [fd as u64, sys::REFRESH as u64, 1, 0]);
+    }
+}
+
+/// The CPU time of thread `tid` (of this process), ns; `None` once it has ended.
+fn thread_cpu_ns(tid: libc::pid_t) -> Option<u64> {
+    clock_ns((!tid << 3) | 6)
+}
+
 /// The weight of a sample the overflow of descriptor `fd` triggers on `slot`'s thread:
-/// what the thread counted since its previous sample, in ticks of `event.period` ns for
-/// `task-clock` (the remainder carried in the slot) or in events; and, for a randomized
-/// event, the next interval armed. `None` when `fd` is not the thread's event (a signal
-/// of an event already closed). Async-signal-safe; called by the owner thread's handler.
+/// for `task-clock`, the CPU time the thread used since its previous sample (its CPU
+/// clock, which counts what the event counts), in ticks of `event.period` ns with the
+/// remainder carried in the slot; for other events, one period of events. For a
+/// randomized event, the next interval is drawn and handed to the helper process to arm.
+/// `None` when `fd` is not the thread's event (a signal of an event already closed).
+/// Async-signal-safe; called by the owner thread's handler.
 pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<u64> {
     let own = slot.event_fd.load(Ordering::Relaxed);
     if own == 0 || own - 1 != fd {
         return None;
     }
-    let now = read_count(fd)?;
+    if !event.is_time() {
+        return Some(event.period);
+    }
+    let now = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)?;
     let weight = take_since_last(event, slot, now);
     if event.randomized() {
         // The signal reaches the thread some time after the overflow (the kernel's
-        // irq_work, on this VM tens of µs), and the thread runs meanwhile: intervals are
-        // drawn shorter by that lateness (a moving average), so that samples come at the
-        // rate asked for. The draw keeps its spread, so the instants stay random.
+        // irq_work, on this VM tens of µs), and the new period starts when the helper
+        // process arms it: intervals are drawn shorter by the average lateness (a moving
+        // average), so that samples come at the rate asked for. The draw keeps its
+        // spread, so the instants stay random.
         let late = now.saturating_sub(slot.due.load(Ordering::Relaxed)).min(event.period);
         let average = slot.late.load(Ordering::Relaxed);
         let average = average - average / 8 + late / 8;
@@ -385,28 +457,28 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<u64> {
         );
         slot.random.store(state, Ordering::Relaxed);
         slot.due.store(now.saturating_add(draw), Ordering::Relaxed);
-        set_period(fd, draw);
+        // One wake-up per request: a request still pending is replaced, not repeated.
+        if slot.want_period.swap(draw, Ordering::AcqRel) == 0 {
+            wake_keeper();
+        }
     }
     Some(weight)
 }
 
-/// Counts `now` (the thread's event count) as read: returns what it counted since the
-/// previous reading, in the sample's unit (ticks of `event.period` ns for `task-clock`,
-/// carrying the remainder; events otherwise).
+/// Counts `now` (the thread's CPU time, ns) as read: returns what it counted since the
+/// previous reading, in ticks of `event.period` ns, carrying the remainder.
 pub fn take_since_last(event: &Event, slot: &Slot, now: u64) -> u64 {
     let last = slot.counted.swap(now, Ordering::Relaxed);
     let delta = now.saturating_sub(last);
-    if !event.is_time() {
-        return delta;
-    }
     let total = delta + slot.carry.load(Ordering::Relaxed);
     slot.carry.store(total % event.period, Ordering::Relaxed);
     total / event.period
 }
 
-/// Starts sampling `event` on `slot`'s thread `tid`: opens its event, the first sample
-/// after a random interval for a randomized event (so that a thread running less than a
-/// period is sampled with probability its time / period) and after a period otherwise.
+/// Starts sampling `event` on `slot`'s thread `tid`: has the helper process open its
+/// event, the first sample after a random interval for a randomized event (so that a
+/// thread running less than a period is sampled with probability its time / period) and
+/// after a period otherwise. Waits for the helper process (at most 2 s).
 ///
 /// # Errors
 /// A message naming what failed.
@@ -417,61 +489,87 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t) -> Result<(), String> {
     } else {
         event.period
     };
+    let now = thread_cpu_ns(tid).unwrap_or(0);
     slot.random.store(state, Ordering::Relaxed);
-    slot.counted.store(0, Ordering::Relaxed);
+    slot.counted.store(now, Ordering::Relaxed);
     slot.carry.store(0, Ordering::Relaxed);
-    slot.due.store(first, Ordering::Relaxed);
+    slot.due.store(now + first, Ordering::Relaxed);
     slot.late.store(0, Ordering::Relaxed);
-    let fd = open(event, tid, first)
-        .map_err(|e| format!("cannot open the {} event: {}", event.name, describe(e)))?;
-    slot.event_id
-        .store(event_id(fd).unwrap_or(0), Ordering::Relaxed);
-    slot.event_fd.store(fd + 1, Ordering::Release);
-    Ok(())
+    slot.want_period.store(0, Ordering::Relaxed);
+    slot.open_tid.store(tid, Ordering::Relaxed);
+    slot.open_first.store(first, Ordering::Relaxed);
+    slot.open_state.store(ASKED, Ordering::Release);
+    let failed = |why: String| format!("cannot open the {} event: {why}", event.name);
+    if !crate::sources::helper::running() {
+        slot.open_state.store(IDLE, Ordering::Relaxed);
+        return Err(failed("the helper process that holds the events is not running".into()));
+    }
+    wake_keeper();
+    let deadline = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0) + OPEN_WAIT_NS;
+    loop {
+        match slot.open_state.load(Ordering::Acquire) {
+            OPENED => {
+                slot.open_state.store(IDLE, Ordering::Relaxed);
+                return Ok(());
+            }
+            REFUSED => {
+                slot.open_state.store(IDLE, Ordering::Relaxed);
+                return Err(failed(describe(slot.open_errno.load(Ordering::Relaxed))));
+            }
+            _ => {}
+        }
+        let now = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(u64::MAX);
+        if now > deadline {
+            slot.open_state.store(IDLE, Ordering::Relaxed);
+            return Err(failed(describe(libc::ETIMEDOUT)));
+        }
+        crate::sources::helper::wait(&slot.open_state, ASKED, 50_000_000);
+    }
 }
 
-/// Stops sampling on `slot`'s thread: closes its event and returns what the thread
-/// counted since its last sample (in the sample's unit, as [`take_since_last`]), `None`
-/// when it had no event or the descriptor is no longer ours (the program closed it).
-/// Async-signal-safe.
+/// Stops sampling on `slot`'s thread: has the helper process close its event and
+/// returns the CPU time the thread used since its last sample, in ticks (as
+/// [`take_since_last`], the remainder rounded at random), for `task-clock`; `None` for
+/// other events, a thread without event, or one that has ended. Async-signal-safe.
 pub fn disarm(event: &Event, slot: &Slot) -> Option<u64> {
     let fd = slot.event_fd.swap(0, Ordering::AcqRel);
     if fd == 0 {
         return None;
     }
-    let fd = fd - 1;
-    let id = slot.event_id.load(Ordering::Relaxed);
-    if event_id(fd) != Some(id) {
-        // Not our event any more: the number belongs to the program now.
+    slot.want_period.store(0, Ordering::Relaxed);
+    let queued = CLOSING
+        .iter()
+        .any(|entry| entry.compare_exchange(0, fd, Ordering::AcqRel, Ordering::Relaxed).is_ok());
+    if queued {
+        wake_keeper();
+    }
+    if !event.is_time() {
         return None;
     }
-    let tail = read_count(fd).map(|now| {
-        let mut tail = take_since_last(event, slot, now);
-        // The CPU time left over from the ticks (less than one): one more tick with the
-        // probability of its share of a period, so that threads shorter than a period
-        // (thousands of them) still add up to their time.
-        let carry = slot.carry.swap(0, Ordering::Relaxed);
-        if event.is_time() && carry > 0 {
-            let mut state = slot.random.load(Ordering::Relaxed);
-            if crate::sources::random::uniform(&mut state) * event.period as f64 <= carry as f64 {
-                tail += 1;
-            }
-            slot.random.store(state, Ordering::Relaxed);
+    let now = thread_cpu_ns(slot.open_tid.load(Ordering::Relaxed))?;
+    let mut tail = take_since_last(event, slot, now);
+    // The CPU time left over from the ticks (less than one): one more tick with the
+    // probability of its share of a period, so that threads shorter than a period
+    // (thousands of them) still add up to their time.
+    let carry = slot.carry.swap(0, Ordering::Relaxed);
+    if carry > 0 {
+        let mut state = slot.random.load(Ordering::Relaxed);
+        if crate::sources::random::uniform(&mut state) * event.period as f64 <= carry as f64 {
+            tail += 1;
         }
-        tail
-    });
-    // SAFETY: our descriptor (checked above).
-    unsafe { libc::close(fd) };
-    tail
+        slot.random.store(state, Ordering::Relaxed);
+    }
+    Some(tail)
 }
 
-/// In a fork child: the events inherited with the parent's descriptors are the parent's
-/// threads'; close the descriptors (the child opens its own). Async-signal-safe.
+/// In a fork child: the events the slots name are in the parent's helper process;
+/// forget them (the child's helper process opens its own). Async-signal-safe.
 pub fn forget_after_fork(slot: &Slot) {
-    let fd = slot.event_fd.swap(0, Ordering::AcqRel);
-    if fd != 0 && event_id(fd - 1) == Some(slot.event_id.load(Ordering::Relaxed)) {
-        // SAFETY: the copy of our descriptor this process inherited.
-        unsafe { libc::close(fd - 1) };
+    slot.event_fd.store(0, Ordering::Release);
+    slot.want_period.store(0, Ordering::Relaxed);
+    slot.open_state.store(IDLE, Ordering::Relaxed);
+    for entry in &CLOSING {
+        entry.store(0, Ordering::Relaxed);
     }
 }
 
@@ -510,8 +608,6 @@ mod tests {
         assert_eq!(take_since_last(&e, &slot, 4_000_000), 1);
         // 4 ms in 4 ticks, nothing left over.
         assert_eq!(slot.carry.load(Ordering::Relaxed), 0);
-        let faults = Event::parse("page-faults", 1).unwrap();
-        assert_eq!(take_since_last(&faults, &slot, 4_000_123), 123);
     }
 
     #[test]
@@ -524,17 +620,25 @@ mod tests {
         // No overflow in this test (its process has no SIGPROF handler).
         // SAFETY: gettid has no preconditions.
         let fd = open(&e, unsafe { libc::gettid() }, u64::MAX >> 2).unwrap();
-        assert!(fd >= FD_FLOOR, "descriptor {fd}");
+        // SAFETY: fcntl on our descriptor.
+        assert_ne!(unsafe { libc::fcntl(fd, libc::F_GETFD) } & libc::FD_CLOEXEC, 0);
+        let read_count = |fd: libc::c_int| {
+            let mut value: u64 = 0;
+            // SAFETY: reading 8 bytes into a u64.
+            let n = unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) };
+            assert_eq!(n, 8);
+            value
+        };
         let cpu = || crate::sources::timer::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap();
-        let (start, cpu_start) = (read_count(fd).unwrap(), cpu());
+        // The event counts what the thread's CPU clock counts: the handler weighs samples
+        // by the clock, the helper process holding the event.
+        let (start, cpu_start) = (read_count(fd), cpu());
         while cpu() - cpu_start < 20_000_000 {
             std::hint::black_box((0..1000).sum::<u64>());
         }
-        let (counted, used) = (read_count(fd).unwrap() - start, cpu() - cpu_start);
+        let (counted, used) = (read_count(fd) - start, cpu() - cpu_start);
         assert!(counted.abs_diff(used) < used / 20, "task-clock {counted} ns, CPU clock {used} ns");
-        assert!(event_id(fd).is_some());
         // SAFETY: our descriptor.
         unsafe { libc::close(fd) };
-        assert_eq!(event_id(fd), None);
     }
 }

@@ -13,7 +13,6 @@
 //! therefore matches the time used, whatever the rate.
 
 use crate::capture::frames::{marker_key, Marker};
-use crate::config::Clock;
 use crate::record::threads::{Slot, CAPTURING, FREE};
 use crate::sampler::{get, Sampler, OFF, SAMPLING, STATE, YIELDED};
 use crate::signal_guard::wait_for_handlers;
@@ -219,10 +218,9 @@ impl Sampler {
         self.stats.reset();
         // No locks here: another thread of the parent may have held one at fork time.
         STATE.store(SAMPLING, Ordering::Release);
-        if self.clock == Clock::Wall {
-            // The parent's sampler process is not this child's.
-            crate::sources::wall::restart_after_fork(self);
-        }
+        // The parent's helper process (wall mode's sampler, or the keeper of the perf
+        // events) is not this child's.
+        crate::sources::helper::restart_after_fork(self);
         let mut armed = false;
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };

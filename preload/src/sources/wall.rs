@@ -30,227 +30,23 @@ use crate::capture::unwind::{Regs, UNKNOWN_BP};
 use crate::record::threads::{Slot, CAPTURING, FREE};
 use crate::sampler::{Sampler, SAMPLING, STATE};
 use crate::signal_guard::InFlight;
+use crate::sources::helper::{self, raw};
 use crate::sources::timer::clock_ns;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
-
-/// The sampler process's pid, 0 while there is none.
-static HELPER: AtomicI32 = AtomicI32::new(0);
-/// The profiled process's pid, whose threads the sampler process reads in `/proc`.
-static TARGET: AtomicI32 = AtomicI32::new(0);
-/// The sampler process's stack (mapped once: a fork child's sampler reuses its copy).
-static STACK: AtomicUsize = AtomicUsize::new(0);
-/// `SA_RESTORER` of the kernel's `struct sigaction` (`arch/x86/include/uapi/asm/signal.h`):
-/// `sa_restorer` holds the signal trampoline.
-const SA_RESTORER: u64 = 0x0400_0000;
-/// Bytes of the sampler process's stack.
-const STACK_BYTES: usize = 1 << 20;
-/// Set (1) to end the sampler process; it waits on this word (a futex) between passes.
-static QUIT: AtomicU32 = AtomicU32::new(0);
-/// Longest wait for the sampler process to end before an `exec`, ns.
-const END_WAIT_NS: u64 = 200_000_000;
-/// Whether Yama restricts `ptrace` access to descendants (`kernel.yama.ptrace_scope` 1),
-/// so that the profiled process must name the sampler process as one that may read its
-/// threads' state (`PR_SET_PTRACER`).
-static YAMA_RESTRICTED: AtomicBool = AtomicBool::new(false);
+use std::sync::atomic::Ordering;
 
 /// Starts the wall-clock source. Not from a signal handler.
 pub fn start(sampler: &'static Sampler) -> Result<(), String> {
     crate::capture::python::find_key_slots();
-    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").unwrap_or_default();
-    YAMA_RESTRICTED.store(scope.trim() == "1", Ordering::Relaxed);
-    spawn(sampler)
+    helper::start(sampler, helper::Job::Wall)
 }
 
-/// In a fork child (the parent's sampler process is not its own): starts a new one.
-pub(crate) fn restart_after_fork(sampler: &Sampler) {
-    HELPER.store(0, Ordering::Relaxed);
-    // SAFETY: the sampler is the published, leaked one ('static).
-    let sampler: &'static Sampler = unsafe { &*(sampler as *const Sampler) };
-    if spawn(sampler).is_err() && !crate::config::quiet() {
-        let msg = b"pyigprof: cannot start the wall-clock sampler in the fork child; its blocked time is not sampled\n";
-        // SAFETY: writing a static buffer to stderr.
-        unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
-    }
-}
-
-/// Before an `exec` (sampling stopped): ends the sampler process, which would otherwise
-/// keep the old image's memory alive, and reaps it. It is told through `QUIT`, not by a
-/// signal: a fork child that changed its user before exec (`subprocess`'s `user=`) may no
-/// longer signal it. Waits at most `END_WAIT_NS`.
-pub fn end_before_exec() {
-    let helper = HELPER.swap(0, Ordering::AcqRel);
-    if helper <= 0 {
-        return;
-    }
-    QUIT.store(1, Ordering::Release);
-    // SAFETY: waking the sampler process from its wait on QUIT; reaping our own child
-    // (__WALL: it sends no SIGCHLD), without blocking.
-    unsafe {
-        let op = (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as u64;
-        raw(libc::SYS_futex, [QUIT.as_ptr() as u64, op, 1, 0]);
-        // It ends within microseconds (it checks QUIT first thing and between passes):
-        // yield to it rather than sleep, since a `subprocess` child may exec many times
-        // (every directory of PATH).
-        let deadline = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0) + END_WAIT_NS;
-        loop {
-            let mut status = 0;
-            let reaped = libc::waitpid(helper, &mut status, libc::__WALL | libc::WNOHANG);
-            if reaped != 0 || clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(u64::MAX) > deadline {
-                break;
-            }
-            libc::sched_yield();
-        }
-    }
-}
-
-/// The `exec` failed: a sampler process again.
-pub fn resume_after_failed_exec(sampler: &'static Sampler) {
-    if HELPER.load(Ordering::Acquire) == 0 {
-        let _ = spawn(sampler);
-    }
-}
-
-/// Starts the sampler process: a `clone` that shares the profiled process's memory (it
-/// reads the threads' stacks and frames, and records into their trace trees, as the
-/// handler does) but is not one of its threads — a thread would show in
-/// `/proc/self/task` and in the thread count CPython 3.12+ reads to warn that `os.fork()`
-/// in a multi-threaded process may deadlock — and sends no `SIGCHLD` (`wait()` and
-/// `waitpid(-1)` do not see it). It runs only code that uses no thread-local state of the C
-/// library ([`sampler_process`]).
-fn spawn(sampler: &'static Sampler) -> Result<(), String> {
-    QUIT.store(0, Ordering::Release);
-    let mut stack = STACK.load(Ordering::Acquire);
-    if stack == 0 {
-        stack = crate::mem::map_region(STACK_BYTES)
-            .ok_or("cannot start the wall-clock sampler: no memory for its stack")?
-            as usize;
-        STACK.store(stack, Ordering::Release);
-    }
-    // SAFETY: getpid has no preconditions; clone with a stack of ours, whose child runs
-    // sampler_process (no thread-local state) and shares our memory.
-    let child = unsafe {
-        TARGET.store(libc::getpid(), Ordering::Release);
-        libc::clone(
-            sampler_process,
-            (stack + STACK_BYTES - 64) as *mut libc::c_void,
-            libc::CLONE_VM,
-            sampler as *const Sampler as *mut libc::c_void,
-        )
-    };
-    if child <= 0 {
-        return Err(format!(
-            "cannot start the wall-clock sampler: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    HELPER.store(child, Ordering::Release);
-    if YAMA_RESTRICTED.load(Ordering::Relaxed) {
-        // SAFETY: naming our own child as a process that may read our threads' state.
-        unsafe { libc::prctl(libc::PR_SET_PTRACER, child as libc::c_ulong, 0, 0, 0) };
-    }
-    Ok(())
-}
-
-/// The sampler process. It shares the profiled process's memory but runs as a process of
-/// its own: its signal dispositions are its own copy (every signal blocked but the faults
-/// of its reads, recovered by [`crate::capture::probe`]), its file table its own copy
-/// (closed at once), and it ends with its parent (`PR_SET_PDEATHSIG`). Its thread pointer is
-/// the creating thread's, so it calls nothing that touches thread-local state (`errno`,
-/// cancellation): system calls are made directly ([`raw`]).
-extern "C" fn sampler_process(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the 'static sampler given to clone; the system calls below act on
-    // this process only.
-    unsafe {
-        let sampler = &*(arg as *const Sampler);
-        if QUIT.load(Ordering::Acquire) != 0 {
-            raw(libc::SYS_exit, [0; 4]);
-        }
-        // Every signal blocked but the faults of its reads (SIGKILL, for PR_SET_PDEATHSIG,
-        // cannot be blocked).
-        let restorer = sampler.restorer.load(Ordering::Relaxed);
-        let faults = (1u64 << (libc::SIGSEGV - 1)) | (1u64 << (libc::SIGBUS - 1));
-        let blocked = match restorer {
-            0 => !0u64,
-            _ => !faults,
-        };
-        raw(
-            libc::SYS_rt_sigprocmask,
-            [
-                libc::SIG_SETMASK as u64,
-                &blocked as *const u64 as u64,
-                0,
-                8,
-            ],
-        );
-        let recover: [u64; 4] = [
-            on_fault as *const () as u64,
-            (libc::SA_SIGINFO | libc::SA_NODEFER) as u64 | SA_RESTORER,
-            restorer,
-            0,
-        ];
-        if restorer != 0 {
-            for signal in [libc::SIGSEGV, libc::SIGBUS] {
-                raw(
-                    libc::SYS_rt_sigaction,
-                    [signal as u64, recover.as_ptr() as u64, 0, 8],
-                );
-            }
-        }
-        raw(libc::SYS_close_range, [0, u32::MAX as u64, 0, 0]);
-        raw(
-            libc::SYS_prctl,
-            [libc::PR_SET_PDEATHSIG as u64, libc::SIGKILL as u64, 0, 0],
-        );
-        if raw(libc::SYS_getppid, [0; 4]) != i64::from(TARGET.load(Ordering::Acquire)) {
-            raw(libc::SYS_exit, [0; 4]);
-        }
-        run(sampler);
-        raw(libc::SYS_exit, [0; 4]);
-    }
-    0
-}
-
-/// The sampler process's `SIGSEGV`/`SIGBUS` handler: a fault of a checked read is
-/// recovered; any other ends the sampler process (not the profiled one).
-extern "C" fn on_fault(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
-    // SAFETY: what the kernel passed to the handler.
-    if !unsafe { crate::capture::probe::fix_up(info, uc) } {
-        // SAFETY: ends this process only (it is not a thread of the profiled one).
-        unsafe { raw(libc::SYS_exit, [1, 0, 0, 0]) };
-    }
-}
-
-/// A system call made directly (no `errno`, no cancellation point: nothing of the C
-/// library's thread-local state, which the sampler process shares with the thread that
-/// created it). Returns the kernel's result (negative: `-errno`).
-///
-/// # Safety
-/// As the system call `nr` with arguments `args`.
-unsafe fn raw(nr: libc::c_long, args: [u64; 4]) -> i64 {
-    let ret: i64;
-    // SAFETY: per the contract; `syscall` clobbers RCX and R11.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") nr => ret,
-            in("rdi") args[0],
-            in("rsi") args[1],
-            in("rdx") args[2],
-            in("r10") args[3],
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-    }
-    ret
-}
 
 /// The source's loop: one pass over the sampled threads after each interval, drawn at
 /// random around the period ([`crate::sources::random::interval`]) so that a program that
 /// blocks periodically cannot stay in step with the passes. Each pass counts the wall time
 /// since the previous one, in ticks of the period (the remainder carried to the next pass):
 /// time overslept is counted too.
-fn run(sampler: &Sampler) {
+pub(crate) fn run(sampler: &Sampler) {
     let period = sampler.period_ns;
     let mut state = crate::sources::random::seed(period);
     let mut last = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
@@ -371,7 +167,7 @@ fn state_of(tid: libc::pid_t, buf: &mut [u8]) -> State {
     };
     put(b"/proc/");
     put(decimal(
-        TARGET.load(Ordering::Relaxed) as u32,
+        helper::TARGET.load(Ordering::Relaxed) as u32,
         &mut [0u8; 10],
     ));
     put(b"/task/");
@@ -442,7 +238,7 @@ fn parse(line: &[u8]) -> Option<(u64, u64)> {
 fn sleep_until(deadline_ns: u64) -> bool {
     // FUTEX_WAIT takes a relative timeout: recomputed from the clock on every wake-up.
     loop {
-        if QUIT.load(Ordering::Acquire) != 0 {
+        if helper::quitting() {
             return false;
         }
         let now = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(deadline_ns);
@@ -461,7 +257,7 @@ fn sleep_until(deadline_ns: u64) -> bool {
             raw(
                 libc::SYS_futex,
                 [
-                    QUIT.as_ptr() as u64,
+                    helper::QUIT.as_ptr() as u64,
                     op,
                     0,
                     &timeout as *const libc::timespec as u64,

@@ -1,0 +1,330 @@
+//! The helper process: a `clone` of the profiled process that shares its memory but is
+//! neither one of its threads nor a child it can wait for. Wall mode samples blocked
+//! threads from it ([`crate::sources::wall`]); with perf events it holds every thread's
+//! event, so that the program's own descriptor table never shows one
+//! ([`crate::sources::perf`]).
+//!
+//! A thread would show in `/proc/self/task` and in the thread count CPython 3.12+ reads to
+//! warn that `os.fork()` in a multi-threaded process may deadlock; a child sending
+//! `SIGCHLD` would be reaped by the program's `wait()`. The helper is neither: `CLONE_VM`
+//! without `CLONE_THREAD`, exit signal 0. Its thread pointer is the creating thread's, so
+//! it calls nothing that touches the C library's thread-local state (`errno`,
+//! cancellation): system calls are made directly ([`raw`]).
+
+use crate::sampler::Sampler;
+use crate::sources::timer::clock_ns;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
+
+/// What the helper process does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Job {
+    /// Samples the threads blocked in system calls (wall mode).
+    Wall,
+    /// Holds the threads' perf events, opening, re-arming and closing them as asked.
+    Events,
+}
+
+/// Whether the process has a helper process (started once; a fork child and a failed
+/// `exec` start theirs again).
+static WANTED: AtomicBool = AtomicBool::new(false);
+
+/// The job of the helper process (0 = wall, 1 = events), read by it at its start.
+static JOB: AtomicU32 = AtomicU32::new(0);
+
+/// The helper process's pid, 0 while there is none.
+static HELPER: AtomicI32 = AtomicI32::new(0);
+/// The profiled process's pid, whose threads the helper process reads in `/proc`.
+pub(crate) static TARGET: AtomicI32 = AtomicI32::new(0);
+/// The helper process's stack (mapped once: a fork child's sampler reuses its copy).
+static STACK: AtomicUsize = AtomicUsize::new(0);
+/// `SA_RESTORER` of the kernel's `struct sigaction` (`arch/x86/include/uapi/asm/signal.h`):
+/// `sa_restorer` holds the signal trampoline.
+const SA_RESTORER: u64 = 0x0400_0000;
+/// Bytes of the helper process's stack.
+const STACK_BYTES: usize = 1 << 20;
+/// Set (1) to end the helper process; it waits on this word (a futex) between passes.
+pub(crate) static QUIT: AtomicU32 = AtomicU32::new(0);
+/// Longest wait for the helper process to end before an `exec`, ns.
+const END_WAIT_NS: u64 = 200_000_000;
+/// Whether Yama restricts `ptrace` access to descendants (`kernel.yama.ptrace_scope` 1),
+/// so that the profiled process must name the helper process as one that may read its
+/// threads' state (`PR_SET_PTRACER`).
+static YAMA_RESTRICTED: AtomicBool = AtomicBool::new(false);
+
+/// Starts the helper process for `job`. Not from a signal handler.
+///
+/// # Errors
+/// A message saying why it could not start.
+pub fn start(sampler: &'static Sampler, job: Job) -> Result<(), String> {
+    WANTED.store(true, Ordering::Release);
+    JOB.store(u32::from(job == Job::Events), Ordering::Release);
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").unwrap_or_default();
+    YAMA_RESTRICTED.store(scope.trim() == "1", Ordering::Relaxed);
+    spawn(sampler)
+}
+
+/// Whether a helper process runs.
+pub fn running() -> bool {
+    HELPER.load(Ordering::Acquire) > 0
+}
+
+/// The job of the helper process, if one was started.
+pub fn job() -> Job {
+    if JOB.load(Ordering::Acquire) == 1 {
+        Job::Events
+    } else {
+        Job::Wall
+    }
+}
+
+/// Whether the helper process was asked to end (it checks between its waits).
+pub fn quitting() -> bool {
+    QUIT.load(Ordering::Acquire) != 0
+}
+
+/// Wakes whoever waits on `word` (a futex of this memory, which the helper process
+/// shares). Async-signal-safe.
+pub fn wake(word: &AtomicU32) {
+    let op = (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as u64;
+    // SAFETY: a futex wake on our own word.
+    unsafe { raw(libc::SYS_futex, [word.as_ptr() as u64, op, i32::MAX as u64, 0]) };
+}
+
+/// Waits on `word` while it holds `value`, at most `timeout_ns` (returns early on a wake,
+/// a changed value or a signal). Async-signal-safe.
+pub fn wait(word: &AtomicU32, value: u32, timeout_ns: u64) {
+    let timeout = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    let op = (libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG) as u64;
+    // SAFETY: waiting on our own word with a valid timeout.
+    unsafe {
+        raw(
+            libc::SYS_futex,
+            [
+                word.as_ptr() as u64,
+                op,
+                u64::from(value),
+                &timeout as *const libc::timespec as u64,
+            ],
+        )
+    };
+}
+
+/// In a fork child (the parent's sampler process is not its own): starts a new one.
+pub(crate) fn restart_after_fork(sampler: &Sampler) {
+    if !WANTED.load(Ordering::Acquire) {
+        return; // the parent had none
+    }
+    HELPER.store(0, Ordering::Relaxed);
+    // SAFETY: the sampler is the published, leaked one ('static).
+    let sampler: &'static Sampler = unsafe { &*(sampler as *const Sampler) };
+    if spawn(sampler).is_err() && !crate::config::quiet() {
+        let msg: &[u8] = match job() {
+            Job::Wall => b"pyigprof: cannot start the wall-clock sampler in the fork child; its blocked time is not sampled\n",
+            Job::Events => b"pyigprof: cannot start the keeper of the perf events in the fork child; its threads are not sampled\n",
+        };
+        // SAFETY: writing a static buffer to stderr.
+        unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+    }
+}
+
+/// Before an `exec` (sampling stopped): ends the sampler process, which would otherwise
+/// keep the old image's memory alive, and reaps it. It is told through `QUIT`, not by a
+/// signal: a fork child that changed its user before exec (`subprocess`'s `user=`) may no
+/// longer signal it. Waits at most `END_WAIT_NS`.
+pub fn end_before_exec() {
+    let helper = HELPER.swap(0, Ordering::AcqRel);
+    if helper <= 0 {
+        return;
+    }
+    QUIT.store(1, Ordering::Release);
+    wake(&QUIT);
+    crate::sources::perf::wake_keeper();
+    // SAFETY: reaping our own child (__WALL: it sends no SIGCHLD), without blocking.
+    unsafe {
+        // It ends within microseconds (it checks QUIT first thing and between passes):
+        // yield to it rather than sleep, since a `subprocess` child may exec many times
+        // (every directory of PATH).
+        let deadline = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0) + END_WAIT_NS;
+        loop {
+            let mut status = 0;
+            let reaped = libc::waitpid(helper, &mut status, libc::__WALL | libc::WNOHANG);
+            if reaped != 0 || clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(u64::MAX) > deadline {
+                break;
+            }
+            libc::sched_yield();
+        }
+    }
+}
+
+/// The `exec` failed: a sampler process again.
+pub fn resume_after_failed_exec(sampler: &'static Sampler) {
+    if WANTED.load(Ordering::Acquire) && HELPER.load(Ordering::Acquire) == 0 {
+        let _ = spawn(sampler);
+    }
+}
+
+/// Starts the sampler process: a `clone` that shares the profiled process's memory (it
+/// reads the threads' stacks and frames, and records into their trace trees, as the
+/// handler does) but is not one of its threads — a thread would show in
+/// `/proc/self/task` and in the thread count CPython 3.12+ reads to warn that `os.fork()`
+/// in a multi-threaded process may deadlock — and sends no `SIGCHLD` (`wait()` and
+/// `waitpid(-1)` do not see it). It runs only code that uses no thread-local state of the C
+/// library ([`helper_process`]).
+fn spawn(sampler: &'static Sampler) -> Result<(), String> {
+    QUIT.store(0, Ordering::Release);
+    let mut stack = STACK.load(Ordering::Acquire);
+    if stack == 0 {
+        stack = crate::mem::map_region(STACK_BYTES)
+            .ok_or("cannot start the wall-clock sampler: no memory for its stack")?
+            as usize;
+        STACK.store(stack, Ordering::Release);
+    }
+    // SAFETY: getpid has no preconditions; clone with a stack of ours, whose child runs
+    // sampler_process (no thread-local state) and shares our memory.
+    let child = unsafe {
+        TARGET.store(libc::getpid(), Ordering::Release);
+        libc::clone(
+            helper_process,
+            (stack + STACK_BYTES - 64) as *mut libc::c_void,
+            libc::CLONE_VM,
+            sampler as *const Sampler as *mut libc::c_void,
+        )
+    };
+    if child <= 0 {
+        return Err(format!(
+            "cannot start the wall-clock sampler: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    HELPER.store(child, Ordering::Release);
+    if YAMA_RESTRICTED.load(Ordering::Relaxed) {
+        // SAFETY: naming our own child as a process that may read our threads' state.
+        unsafe { libc::prctl(libc::PR_SET_PTRACER, child as libc::c_ulong, 0, 0, 0) };
+    }
+    Ok(())
+}
+
+/// The sampler process. It shares the profiled process's memory but runs as a process of
+/// its own: its signal dispositions are its own copy (every signal blocked but the faults
+/// of its reads, recovered by [`crate::capture::probe`]), its file table its own copy
+/// (closed at once), and it ends with its parent (`PR_SET_PDEATHSIG`). Its thread pointer is
+/// the creating thread's, so it calls nothing that touches thread-local state (`errno`,
+/// cancellation): system calls are made directly ([`raw`]).
+extern "C" fn helper_process(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the 'static sampler given to clone; the system calls below act on
+    // this process only.
+    unsafe {
+        let sampler = &*(arg as *const Sampler);
+        if QUIT.load(Ordering::Acquire) != 0 {
+            raw(libc::SYS_exit, [0; 4]);
+        }
+        // Every signal blocked but the faults of its reads (SIGKILL, for PR_SET_PDEATHSIG,
+        // cannot be blocked).
+        let restorer = sampler.restorer.load(Ordering::Relaxed);
+        let faults = (1u64 << (libc::SIGSEGV - 1)) | (1u64 << (libc::SIGBUS - 1));
+        let blocked = match restorer {
+            0 => !0u64,
+            _ => !faults,
+        };
+        raw(
+            libc::SYS_rt_sigprocmask,
+            [
+                libc::SIG_SETMASK as u64,
+                &blocked as *const u64 as u64,
+                0,
+                8,
+            ],
+        );
+        let recover: [u64; 4] = [
+            on_fault as *const () as u64,
+            (libc::SA_SIGINFO | libc::SA_NODEFER) as u64 | SA_RESTORER,
+            restorer,
+            0,
+        ];
+        if restorer != 0 {
+            for signal in [libc::SIGSEGV, libc::SIGBUS] {
+                raw(
+                    libc::SYS_rt_sigaction,
+                    [signal as u64, recover.as_ptr() as u64, 0, 8],
+                );
+            }
+        }
+        raw(libc::SYS_close_range, [0, u32::MAX as u64, 0, 0]);
+        raw(
+            libc::SYS_prctl,
+            [libc::PR_SET_PDEATHSIG as u64, libc::SIGKILL as u64, 0, 0],
+        );
+        if raw(libc::SYS_getppid, [0; 4]) != i64::from(TARGET.load(Ordering::Acquire)) {
+            raw(libc::SYS_exit, [0; 4]);
+        }
+        match job() {
+            Job::Wall => crate::sources::wall::run(sampler),
+            Job::Events => crate::sources::perf::serve(sampler),
+        }
+        raw(libc::SYS_exit, [0; 4]);
+    }
+    0
+}
+
+/// The sampler process's `SIGSEGV`/`SIGBUS` handler: a fault of a checked read is
+/// recovered; any other ends the sampler process (not the profiled one).
+extern "C" fn on_fault(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    // SAFETY: what the kernel passed to the handler.
+    if !unsafe { crate::capture::probe::fix_up(info, uc) } {
+        // SAFETY: ends this process only (it is not a thread of the profiled one).
+        unsafe { raw(libc::SYS_exit, [1, 0, 0, 0]) };
+    }
+}
+
+/// A system call made directly (no `errno`, no cancellation point: nothing of the C
+/// library's thread-local state, which the sampler process shares with the thread that
+/// created it). Returns the kernel's result (negative: `-errno`).
+///
+/// # Safety
+/// As the system call `nr` with arguments `args`.
+pub(crate) unsafe fn raw(nr: libc::c_long, args: [u64; 4]) -> i64 {
+    let ret: i64;
+    // SAFETY: per the contract; `syscall` clobbers RCX and R11.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") nr => ret,
+            in("rdi") args[0],
+            in("rsi") args[1],
+            in("rdx") args[2],
+            in("r10") args[3],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// As [`raw`], for a system call of up to six arguments.
+///
+/// # Safety
+/// As the system call `nr` with arguments `args`.
+pub(crate) unsafe fn raw6(nr: libc::c_long, args: [u64; 6]) -> i64 {
+    let ret: i64;
+    // SAFETY: per the contract; `syscall` clobbers RCX and R11.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") nr => ret,
+            in("rdi") args[0],
+            in("rsi") args[1],
+            in("rdx") args[2],
+            in("r10") args[3],
+            in("r8") args[4],
+            in("r9") args[5],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
