@@ -286,22 +286,8 @@ extern "C" fn on_fault(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mu
 /// # Safety
 /// As the system call `nr` with arguments `args`.
 pub(crate) unsafe fn raw(nr: libc::c_long, args: [u64; 4]) -> i64 {
-    let ret: i64;
-    // SAFETY: per the contract; `syscall` clobbers RCX and R11.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") nr => ret,
-            in("rdi") args[0],
-            in("rsi") args[1],
-            in("rdx") args[2],
-            in("r10") args[3],
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-    }
-    ret
+    // SAFETY: per the contract (the fifth and sixth arguments zero).
+    unsafe { raw6(nr, [args[0], args[1], args[2], args[3], 0, 0]) }
 }
 
 /// As [`raw`], for a system call of up to six arguments.
