@@ -170,29 +170,7 @@ fn timers_when_perf_events_are_off_sample_as_before() {
     }
 }
 
-const PHASES: &str = r#"
-import json, sys, time
-def phase_a(seconds):
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
-def phase_b(seconds):
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
-period, duration = float(sys.argv[1]), float(sys.argv[2])
-a = b = 0.0
-start = time.thread_time()
-while time.thread_time() - start < duration:
-    t0 = time.thread_time()
-    phase_a(0.75 * period)
-    t1 = time.thread_time()
-    phase_b(0.25 * period)
-    t2 = time.thread_time()
-    a += t1 - t0
-    b += t2 - t1
-print(json.dumps({"a": a, "b": b}))
-"#;
+const PHASES: &str = include_str!("../examples/phases.py");
 
 /// Asserts that `phase_a`'s share of `profile` (of `phase_a` and `phase_b`) is the share
 /// the program measured (its JSON `a` and `b`), within 4.5 standard errors and at least 3

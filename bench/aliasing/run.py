@@ -26,29 +26,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
-PHASES = r'''
-import json, sys, time
-def phase_a(seconds):
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
-def phase_b(seconds):
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
-period, duration = float(sys.argv[1]), float(sys.argv[2])
-a = b = 0.0
-start = time.thread_time()
-while time.thread_time() - start < duration:
-    t0 = time.thread_time()
-    phase_a(0.75 * period)
-    t1 = time.thread_time()
-    phase_b(0.25 * period)
-    t2 = time.thread_time()
-    a += t1 - t0
-    b += t2 - t1
-print(json.dumps({"a": a, "b": b}))
-'''
+PHASES_FILE = os.path.join(REPO, "examples", "phases.py")
 
 
 def share_from_folded(lines):
@@ -93,9 +71,7 @@ def main():
     base = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("PYIGPROF_")}
     rows, worst = [], {}
     with tempfile.TemporaryDirectory(prefix="pyigprof-aliasing-") as tmp:
-        script = os.path.join(tmp, "phases.py")
-        with open(script, "w") as f:
-            f.write(PHASES)
+        script = PHASES_FILE
         for rate in [int(r) for r in args.rates.split(",")]:
             interval = 1.0 / rate
             periods = sorted({interval / 2, interval, 2 * interval, 4 * interval,
