@@ -419,7 +419,7 @@ fn rearm(fd: libc::c_int, period: u64) {
 
 /// The CPU time of thread `tid` (of this process), ns; `None` once it has ended.
 fn thread_cpu_ns(tid: libc::pid_t) -> Option<u64> {
-    clock_ns((!tid << 3) | 6)
+    clock_ns(crate::sources::timer::thread_cpu_clock(tid))
 }
 
 /// The weight of a sample the overflow of descriptor `fd` triggers on `slot`'s thread:

@@ -343,7 +343,7 @@ pub(crate) fn watch_thread_exits(sampler: &Sampler) {
 
 /// The CPU clock of thread `tid` (`MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)` of the
 /// kernel's posix-timers.h, as glibc's `pthread_getcpuclockid` computes it).
-fn thread_cpu_clock(tid: libc::pid_t) -> libc::clockid_t {
+pub(crate) fn thread_cpu_clock(tid: libc::pid_t) -> libc::clockid_t {
     (!tid << 3) | 6
 }
 

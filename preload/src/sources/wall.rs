@@ -233,7 +233,7 @@ fn parse(line: &[u8]) -> Option<(u64, u64)> {
     Some((words[6], words[7]))
 }
 
-/// Sleeps until the monotonic clock reads `deadline_ns`, waiting on [`QUIT`]; `false`
+/// Sleeps until the monotonic clock reads `deadline_ns`, waiting on [`helper::QUIT`]; `false`
 /// when told to end.
 fn sleep_until(deadline_ns: u64) -> bool {
     // FUTEX_WAIT takes a relative timeout: recomputed from the clock on every wake-up.
@@ -245,25 +245,8 @@ fn sleep_until(deadline_ns: u64) -> bool {
         if now >= deadline_ns {
             return true;
         }
-        let left = deadline_ns - now;
-        let timeout = libc::timespec {
-            tv_sec: (left / 1_000_000_000) as libc::time_t,
-            tv_nsec: (left % 1_000_000_000) as libc::c_long,
-        };
-        let op = (libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG) as u64;
-        // SAFETY: waiting on our own word with a valid timeout (returns on wake, timeout,
-        // a changed value or a signal; the loop checks again).
-        unsafe {
-            raw(
-                libc::SYS_futex,
-                [
-                    helper::QUIT.as_ptr() as u64,
-                    op,
-                    0,
-                    &timeout as *const libc::timespec as u64,
-                ],
-            )
-        };
+        // Returns on a wake (QUIT), the timeout, or a signal; the loop checks again.
+        helper::wait(&helper::QUIT, 0, deadline_ns - now);
     }
 }
 
