@@ -299,7 +299,12 @@ del kept[::2]
 
 #[test]
 fn cpu_and_memory_in_one_profile() {
+    // spin's share of the CPU profile is checked against the program's own measurement
+    // of spin's CPU time (how much of the run the 64 MiB of page faults, start-up and
+    // exit take depends on the machine's load), within the sampling error of the
+    // profile's samples.
     let program = r#"
+import time, json
 def spin():
     t = 0
     for i in range(10000000):
@@ -308,18 +313,25 @@ def spin():
 def leak():
     return [bytearray(1 << 20) for _ in range(64)]
 kept = leak()
+start = time.process_time()
 spin()
+print(json.dumps({"spin_s": time.process_time() - start}))
 "#;
     for python in python311("memory: cpu,mem") {
         let (run, profile) = profiled_ok(
             &python,
             &["-c", program],
-            &[("PYIGPROF_PROFILE", "cpu,mem")],
+            &[("PYIGPROF_PROFILE", "cpu,mem"), ("PYIGPROF_HZ", "1000")],
         );
         let spin = share(&profile, |s| s.has("spin"));
+        let truth = 100.0 * json_number(&run.stdout(), "spin_s") / seconds(&profile);
+        let (_, samples) = totals(&profile);
+        let p = truth / 100.0;
+        let error = 100.0 * 4.5 * (p * (1.0 - p) / samples as f64).sqrt() + 2.0;
         assert!(
-            spin > 80.0,
-            "{}: spin has {spin:.1} % of the ticks",
+            (spin - truth).abs() <= error && truth > 50.0,
+            "{}: spin has {spin:.1} % of the ticks; it measured {truth:.1} % of the \
+             profile's CPU time ({samples} samples, allowed ±{error:.1} points)",
             python.name
         );
         let block = (1 << 20) as f64 + 1.0;
