@@ -93,10 +93,10 @@ pub struct Slot {
     pub counted: AtomicU64,
     /// Nanoseconds of CPU time counted but not yet turned into ticks (less than a period).
     pub carry: AtomicU64,
-    /// The event's count at which the next sample is due (randomized events).
-    pub due: AtomicU64,
-    /// Moving average of how late samples come after they are due (ns of CPU time).
-    pub late: AtomicU64,
+    /// How much shorter than the period the mean of the thread's random intervals is
+    /// drawn, to make up for the time the helper process takes to arm them (ns of CPU
+    /// time; `sources::perf::weigh`).
+    pub short: AtomicU64,
     /// State of the generator of the thread's random intervals (`crate::sources::random`).
     pub random: AtomicU64,
     /// What the thread's perf event counted after its last sample (ticks or events) + 1,

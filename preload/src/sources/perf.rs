@@ -12,22 +12,24 @@
 //! 100 µs.
 //!
 //! **Random intervals.** For `task-clock` each interval is drawn at random
-//! ([`crate::sources::random::interval`]: uniform over half to one and a half periods) and armed from the
-//! handler with `PERF_EVENT_IOC_PERIOD`, which restarts the hrtimer with the new period
-//! from now. The signal comes some time after the overflow (measured here: tens of µs,
-//! the thread running meanwhile), so the draws' mean is the period less the thread's
-//! average lateness, and samples come at the rate asked for. Counting events (page faults, context switches, …) keep the
+//! ([`crate::sources::random::interval`]: uniform over half to one and a half of a mean)
+//! by the handler and armed by the helper process ([`crate::sources::helper`], which holds
+//! the descriptors) with `PERF_EVENT_IOC_PERIOD`, which restarts the hrtimer with the new
+//! period from then; the event runs on at the interval last armed meanwhile. The draws'
+//! mean is the period less what the arming adds (`weigh`), so samples come at the rate
+//! asked for. Counting events (page faults, context switches, …) keep the
 //! kernel's fixed period: `PERF_EVENT_IOC_PERIOD` on a software counting event zeroes the
 //! count left to the next overflow, so the next single event overflows (Linux
 //! `perf_swevent_event`; measured here: a period of 100 re-armed in each handler sampled
 //! 97,807 of 100,000 page faults one by one).
 //!
-//! **Weights.** Each sample weighs what the thread counted since its previous sample,
-//! read from the event (`read(2)` of its descriptor): nanoseconds of CPU time, turned into
-//! ticks of the mean period with the remainder carried to the next sample, or events.
-//! Overflows the kernel skipped (in kernel mode with `exclude_kernel`) or merged into one
-//! signal are in the next sample's weight, so the profile's total is what the thread
-//! counted, whatever the rate.
+//! **Weights.** Each `task-clock` sample weighs the CPU time the thread used since its
+//! previous sample, read from its CPU clock (`CLOCK_THREAD_CPUTIME_ID`, which counts what
+//! the event counts; the handler has no descriptor to read), turned into ticks of the mean
+//! period with the remainder carried to the next sample. Overflows the kernel skipped (in
+//! kernel mode with `exclude_kernel`) or merged into one signal are in the next sample's
+//! weight, so the profile's total is the thread's CPU time, whatever the rate. A sample of
+//! another event weighs one period of events.
 
 use crate::record::threads::Slot;
 use crate::sampler::Sampler;
@@ -250,11 +252,7 @@ pub fn open(event: &Event, tid: libc::pid_t, first: u64) -> Result<libc::c_int, 
             (libc::SYS_fcntl, [fd64, libc::F_SETFL as u64, (flags.max(0) as u64) | libc::O_ASYNC as u64, 0]),
             (libc::SYS_fcntl, [fd64, F_SETSIG as u64, libc::SIGPROF as u64, 0]),
             (libc::SYS_fcntl, [fd64, F_SETOWN_EX as u64, &owner as *const OwnerEx as u64, 0]),
-            // A randomized event overflows once per arming (`rearm`); others run on.
-            match event.randomized() {
-                true => (libc::SYS_ioctl, [fd64, sys::REFRESH as u64, 1, 0]),
-                false => (libc::SYS_ioctl, [fd64, sys::ENABLE as u64, 0, 0]),
-            },
+            (libc::SYS_ioctl, [fd64, sys::ENABLE as u64, 0, 0]),
         ] {
             let done = raw(call, args);
             if done < 0 {
@@ -350,10 +348,40 @@ const REFUSED: u32 = 3;
 /// Longest wait for the helper process to open a thread's event, ns.
 const OPEN_WAIT_NS: u64 = 2_000_000_000;
 
-/// Tells the helper process there is work. Async-signal-safe.
+/// Set while the helper process sleeps until a thread wakes it (no interval was asked
+/// for over its last [`IDLE_POLLS`] looks); clear while it looks for requests on its own
+/// timer.
+static ASLEEP: AtomicBool = AtomicBool::new(true);
+
+/// Looks in a row that found no interval to arm before the helper process stops looking
+/// on its own timer and sleeps until woken.
+const IDLE_POLLS: u32 = 8;
+
+/// Tells the helper process there is work, and wakes it. Async-signal-safe.
 pub fn wake_keeper() {
     WORK.fetch_add(1, Ordering::Release);
     crate::sources::helper::wake(&WORK);
+}
+
+/// Tells the helper process there is an interval to arm, waking it only if it sleeps:
+/// while samples come, it looks on its own timer, and the handler makes no system call
+/// for it. (A futex wake of a process on another CPU sends an inter-processor interrupt,
+/// which in this VM cost the handler 7 µs at 1 kHz and 15 µs at 250 Hz.) Async-signal-safe.
+fn nudge_keeper() {
+    // With the helper's store of ASLEEP and load of WORK (both SeqCst): either it sees
+    // this increment and looks again, or this load sees it asleep and wakes it.
+    WORK.fetch_add(1, Ordering::SeqCst);
+    if ASLEEP.load(Ordering::SeqCst) {
+        crate::sources::helper::wake(&WORK);
+    }
+}
+
+/// How long the helper process waits between its own looks for intervals to arm while
+/// samples come, ns: half the mean interval (the draws are shortened by the lateness this
+/// adds, `weigh`), within 50 µs – 2 ms; each wait is drawn uniformly over half to one and
+/// a half of it, so that its looks keep no fixed phase either.
+fn poll_ns(event: &Event) -> u64 {
+    (event.period / 2).clamp(50_000, 2_000_000)
 }
 
 /// The helper process's loop with perf events: opens the events threads ask for, arms
@@ -363,11 +391,17 @@ pub fn serve(sampler: &Sampler) {
     let Some(event) = sampler.trigger.event().copied() else {
         return;
     };
+    // SAFETY: prctl on the helper process itself: its timed waits end on time rather
+    // than up to 50 µs late (the default slack of a timer).
+    unsafe { raw(libc::SYS_prctl, [libc::PR_SET_TIMERSLACK as u64, 1, 0, 0]) };
+    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(WORK.load(Ordering::Relaxed));
+    let mut idle = IDLE_POLLS;
     loop {
         let seen = WORK.load(Ordering::Acquire);
         if crate::sources::helper::quitting() {
             return;
         }
+        let mut armed = false;
         sampler.slots.for_each(|slot| {
             if slot.open_state.load(Ordering::Acquire) == ASKED {
                 let tid = slot.open_tid.load(Ordering::Relaxed);
@@ -388,6 +422,7 @@ pub fn serve(sampler: &Sampler) {
             let fd = slot.event_fd.load(Ordering::Acquire);
             if period != 0 && fd != 0 {
                 rearm(fd - 1, period);
+                armed = true;
             }
         });
         for entry in &CLOSING {
@@ -397,23 +432,35 @@ pub fn serve(sampler: &Sampler) {
                 unsafe { raw(libc::SYS_close, [(fd - 1) as u64, 0, 0, 0]) };
             }
         }
-        crate::sources::helper::wait(&WORK, seen, 1_000_000_000);
+        idle = if armed { 0 } else { idle.saturating_add(1) };
+        if event.randomized() && idle < IDLE_POLLS {
+            let wait = crate::sources::random::interval(&mut state, poll_ns(&event), 1);
+            crate::sources::helper::wait(&WORK, seen, wait);
+        } else {
+            ASLEEP.store(true, Ordering::SeqCst);
+            // A request posted before ASLEEP was seen did not wake us: look again.
+            if WORK.load(Ordering::SeqCst) == seen {
+                crate::sources::helper::wait(&WORK, seen, 1_000_000_000);
+            }
+            ASLEEP.store(false, Ordering::SeqCst);
+        }
     }
 }
 
-/// Arms the next overflow of the event behind `fd` `period` ns of CPU time from now
-/// (`PERF_EVENT_IOC_PERIOD`, which restarts the count) and enables it for that one
-/// overflow (`PERF_EVENT_IOC_REFRESH` 1: the kernel disables the event at the overflow, so
-/// that no second overflow comes at the old period while the helper process is on its way;
-/// the thread's CPU time meanwhile is still weighed, by its clock). In the helper process.
+/// Sets the event behind `fd` to overflow `period` ns of CPU time from now, and every
+/// `period` ns after that until the next call (`PERF_EVENT_IOC_PERIOD`, which restarts
+/// the event's hrtimer with the new period: Linux `__perf_event_period`). The event keeps
+/// running meanwhile: were the helper process late, the thread's next sample comes at the
+/// previous interval rather than not at all. One cross-CPU call to the thread's CPU where
+/// it runs (`event_function_call`); disabling the event at each overflow
+/// (`PERF_EVENT_IOC_REFRESH` 1) took a second one to enable it again. In the helper process.
 fn rearm(fd: libc::c_int, period: u64) {
-    // SAFETY: PERF_EVENT_IOC_PERIOD reads a u64 through the pointer; REFRESH takes an int.
+    // SAFETY: PERF_EVENT_IOC_PERIOD reads a u64 through the pointer.
     unsafe {
         raw(
             libc::SYS_ioctl,
             [fd as u64, sys::PERIOD as u64, &period as *const u64 as u64, 0],
         );
-        raw(libc::SYS_ioctl, [fd as u64, sys::REFRESH as u64, 1, 0]);
     }
 }
 
@@ -438,28 +485,32 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<u64> {
         return Some(event.period);
     }
     let now = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)?;
+    let interval = now.saturating_sub(slot.counted.load(Ordering::Relaxed));
     let weight = take_since_last(event, slot, now);
     if event.randomized() {
-        // The signal reaches the thread some time after the overflow (the kernel's
-        // irq_work, on this VM tens of µs), and the new period starts when the helper
-        // process arms it: intervals are drawn shorter by the average lateness (a moving
-        // average), so that samples come at the rate asked for. The draw keeps its
-        // spread, so the instants stay random.
-        let late = now.saturating_sub(slot.due.load(Ordering::Relaxed)).min(event.period);
-        let average = slot.late.load(Ordering::Relaxed);
-        let average = average - average / 8 + late / 8;
-        slot.late.store(average, Ordering::Relaxed);
+        // An interval is longer than its draw by the time the helper process takes to
+        // arm it, and some are the previous draw again (the event runs on at the
+        // interval last armed while the helper is on its way). So the draws' mean is the
+        // period less `short`, which follows the intervals the thread gets: a sixteenth
+        // of each one's difference from the period (at most a period) is added, within
+        // 0 to half the period, so that samples come at the rate asked for, and a late
+        // helper never leaves the event overflowing at short intervals. The draw keeps
+        // its spread, so the instants stay random.
+        let period = event.period as i64;
+        let error = (interval.min(i64::MAX as u64) as i64 - period).clamp(-period, period);
+        let short = (slot.short.load(Ordering::Relaxed) as i64 + error / 16).clamp(0, period / 2);
+        slot.short.store(short as u64, Ordering::Relaxed);
+        let average = short as u64;
         let mut state = slot.random.load(Ordering::Relaxed);
         let draw = crate::sources::random::interval(
             &mut state,
-            event.period.saturating_sub(average).max(2 * MIN_PERIOD_NS),
+            (event.period - average).max(2 * MIN_PERIOD_NS),
             MIN_PERIOD_NS,
         );
         slot.random.store(state, Ordering::Relaxed);
-        slot.due.store(now.saturating_add(draw), Ordering::Relaxed);
         // One wake-up per request: a request still pending is replaced, not repeated.
         if slot.want_period.swap(draw, Ordering::AcqRel) == 0 {
-            wake_keeper();
+            nudge_keeper();
         }
     }
     Some(weight)
@@ -493,8 +544,7 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t) -> Result<(), String> {
     slot.random.store(state, Ordering::Relaxed);
     slot.counted.store(now, Ordering::Relaxed);
     slot.carry.store(0, Ordering::Relaxed);
-    slot.due.store(now + first, Ordering::Relaxed);
-    slot.late.store(0, Ordering::Relaxed);
+    slot.short.store(0, Ordering::Relaxed);
     slot.want_period.store(0, Ordering::Relaxed);
     slot.open_tid.store(tid, Ordering::Relaxed);
     slot.open_first.store(first, Ordering::Relaxed);
