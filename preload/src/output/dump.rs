@@ -107,6 +107,8 @@ struct Resolver<'a> {
     by_key: HashMap<u64, (u32, u64)>,
     /// `/proc/self/maps`, read when the first address outside every object is met.
     maps: Option<String>,
+    /// Path of this library, whose frames are not the program's ([`own_object_path`]).
+    own: Option<Vec<u8>>,
 }
 
 impl<'a> Resolver<'a> {
@@ -118,6 +120,7 @@ impl<'a> Resolver<'a> {
             function_ids: HashMap::new(),
             by_key: HashMap::new(),
             maps: None,
+            own: own_object_path(),
         }
     }
 
@@ -164,8 +167,20 @@ impl<'a> Resolver<'a> {
         };
         let object = &self.objects[index];
         let svma = pc - object.bias;
-        let table = table_for(object, index == 0);
         let file = object.path.as_os_str().as_bytes().to_vec();
+        if self.own.as_deref() == Some(file.as_slice()) {
+            // The profiler's own frames are left out of the profile (`Profile::collect`):
+            // no need to read its symbols (0.2-0.6 ms at exit) to name them.
+            return (
+                Function {
+                    file,
+                    start: 0,
+                    name: Vec::new(),
+                },
+                0,
+            );
+        }
+        let table = table_for(object, index == 0);
         match table.lookup(svma) {
             Some(sym) => (
                 Function {
@@ -271,7 +286,7 @@ impl Profile {
             memory: Memory::default(),
         }];
         let mut edges: HashMap<(u32, u32, u64), u32> = HashMap::new();
-        let own = own_object_path();
+        let own = resolver.own.clone();
         for root in sampler.slots.roots() {
             // path[d] = merged node at depth d (path[0] = root).
             let mut path: Vec<u32> = vec![0];
