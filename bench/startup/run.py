@@ -3,7 +3,7 @@
 without the library, alternating run by run.
 
     python3 bench/startup/run.py [--runs 60] [--pythons 3.12] [--lib NAME=PATH ...]
-                                 [--out bench/startup/results.md]
+                                 [--set NAME:KEY=VALUE ...] [--out bench/startup/results.md]
 
 Builds pyigprof (cargo build --release) unless --lib is given, then runs each interpreter
 --runs times in rounds: once plainly, once under each library (LD_PRELOAD, default
@@ -56,6 +56,10 @@ def main():
     parser.add_argument("--lib", action="append", default=[],
                         help="NAME=PATH of a libpyigprof.so to measure (repeatable); "
                              "default: this checkout's release build")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME:KEY=VALUE",
+                        help="a setting for the runs under library NAME (repeatable), e.g. "
+                        "--lib timers=target/release/libpyigprof.so --set "
+                        "timers:PYIGPROF_PERF_EVENTS=0")
     parser.add_argument("--program", default="pass", help="the -c program (default: pass)")
     parser.add_argument("--out", help="write the table here as well")
     args = parser.parse_args()
@@ -66,6 +70,13 @@ def main():
         if not path or not os.path.exists(path):
             sys.exit("bench/startup: --lib %r: expected NAME=PATH of an existing file" % spec)
         libs.append((name, os.path.abspath(path)))
+    settings = {}
+    for spec in args.set:
+        name, _, setting = spec.partition(":")
+        key, eq, value = setting.partition("=")
+        if not eq or name not in dict(libs):
+            sys.exit("bench/startup: --set %r: expected NAME:KEY=VALUE for a NAME of --lib" % spec)
+        settings.setdefault(name, {})[key] = value
     if not libs:
         subprocess.run(["cargo", "build", "--release", "-p", "pyigprof-preload"], cwd=REPO,
                        check=True)
@@ -85,6 +96,7 @@ def main():
                     if path:
                         env["LD_PRELOAD"] = path
                         env["PYIGPROF_OUTPUT"] = os.path.join(rundir, "profile.%p.gz")
+                        env.update(settings.get(name, {}))
                     r = run_once([python, "-c", args.program], env, rundir, 60)
                     if not r["ok"]:
                         sys.exit("bench/startup: %s under %s: %s" % (python, name, r["error"]))
