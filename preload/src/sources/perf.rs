@@ -426,7 +426,11 @@ pub fn serve(sampler: &Sampler) {
             }
         });
         for entry in &CLOSING {
-            let fd = entry.swap(0, Ordering::AcqRel);
+            // Read first: a swap writes, and the helper looks here on every pass.
+            let fd = match entry.load(Ordering::Acquire) {
+                0 => 0,
+                _ => entry.swap(0, Ordering::AcqRel),
+            };
             if fd != 0 {
                 // SAFETY: a descriptor of this process's table that a thread gave up.
                 unsafe { raw(libc::SYS_close, [(fd - 1) as u64, 0, 0, 0]) };
