@@ -460,3 +460,71 @@ fn top_report_lists_python_and_native_functions_hottest_first() {
         .collect();
     assert!(selfs.windows(2).all(|w| w[0] >= w[1]), "{text}");
 }
+
+/// The native functions of `profile` as `(file, start) → name`.
+fn native_names(profile: &igprof_analyse::Profile) -> std::collections::HashMap<(String, i64), String> {
+    profile
+        .functions()
+        .iter()
+        .filter(|f| !profile.is_python_code(f.file) && profile.file(f.file).starts_with('/'))
+        .map(|f| ((profile.file(f.file).to_string(), f.start), f.name.clone()))
+        .collect()
+}
+
+#[test]
+fn functions_named_from_the_symbol_cache_have_the_names_the_symbol_tables_give() {
+    for python in interpreters_for("symbol_cache", "interpreters", |_| true) {
+        let who = &python.name;
+        let cache = scratch_dir("symbol-cache");
+        let cache_env = cache.to_str().unwrap();
+        let run = |cache: &str| {
+            profiled_ok(
+                &python,
+                &[&example("mixed.py"), "0.4"],
+                &[("PYIGPROF_SYMBOL_CACHE", cache), ("PYIGPROF_HZ", "2000")],
+            )
+            .1
+        };
+        // The first run writes the cache, one file per object named, by build-id.
+        run(cache_env);
+        let files = |dir: &std::path::Path| -> Vec<(String, u64)> {
+            use std::os::unix::fs::MetadataExt;
+            let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
+                .unwrap()
+                .flatten()
+                .map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().ino()))
+                .collect();
+            files.sort();
+            files
+        };
+        let written = files(&cache);
+        let named_by_build_id = |f: &(String, u64)| {
+            f.0.ends_with(".symbols")
+                && f.0.split('.').next().is_some_and(|id| id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        };
+        assert!(
+            written.len() >= 2 && written.iter().all(named_by_build_id),
+            "{who}: the cache holds {written:?}"
+        );
+        // The second reads them: no file is written again.
+        let cached = run(cache_env);
+        let after = files(&cache);
+        assert!(
+            written.iter().all(|f| after.contains(f)),
+            "{who}: files rewritten by the run that should read them: {written:?} → {after:?}"
+        );
+        // And names every function as a run without the cache does.
+        let uncached = run("0");
+        let (cached, uncached) = (native_names(&cached), native_names(&uncached));
+        let mut same = 0;
+        for (key, name) in &cached {
+            if let Some(other) = uncached.get(key) {
+                assert_eq!(name, other, "{who}: {}+{:#x}", key.0, key.1);
+                same += 1;
+            }
+        }
+        assert!(same >= 10, "{who}: only {same} native functions in both profiles");
+        eprintln!("{who}: {} cache files, {same} native functions named alike", written.len());
+        let _ = std::fs::remove_dir_all(&cache);
+    }
+}

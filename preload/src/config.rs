@@ -92,6 +92,11 @@ pub struct Config {
     /// Whether threads are sampled on perf events (the default in cpu mode;
     /// `PYIGPROF_PERF_EVENTS=0` asks for the POSIX CPU timers instead).
     pub perf_events: bool,
+    /// Where the sorted function-symbol index of each object is kept between runs, by
+    /// build-id (`PYIGPROF_SYMBOL_CACHE`; default `$XDG_CACHE_HOME/pyigprof/symbols`, else
+    /// `$HOME/.cache/pyigprof/symbols`; `0` or empty: none). See
+    /// [`crate::capture::symbols::use_cache`].
+    pub symbol_cache: Option<std::path::PathBuf>,
 }
 
 /// Parses a byte count: a whole number with an optional binary suffix (`512k`, `4MiB`).
@@ -284,6 +289,19 @@ impl Config {
                 }
             },
         };
+        let symbol_cache = match lookup("PYIGPROF_SYMBOL_CACHE") {
+            Some(raw) if raw.is_empty() || raw == "0" => None,
+            Some(raw) => Some(std::path::PathBuf::from(raw)),
+            None => lookup("XDG_CACHE_HOME")
+                .filter(|d| std::path::Path::new(d).is_absolute())
+                .map(std::path::PathBuf::from)
+                .or_else(|| {
+                    lookup("HOME")
+                        .filter(|d| !d.is_empty())
+                        .map(|home| std::path::Path::new(&home).join(".cache"))
+                })
+                .map(|cache| cache.join("pyigprof").join("symbols")),
+        };
         (
             Config {
                 hz,
@@ -298,6 +316,7 @@ impl Config {
                 mem_rate,
                 event,
                 perf_events,
+                symbol_cache,
             },
             complaints,
         )
@@ -355,6 +374,26 @@ mod tests {
         assert_eq!(c.clock, Clock::Cpu);
         assert!(complaints.is_empty());
         assert_eq!(c.period_ns(), 4_000_000);
+    }
+
+    #[test]
+    fn the_symbol_cache_is_under_the_users_cache_directory_unless_set() {
+        let dir = |vars: &[(&str, &str)]| parse(vars).0.symbol_cache;
+        let path = |p: &str| Some(std::path::PathBuf::from(p));
+        assert_eq!(dir(&[("HOME", "/home/u")]), path("/home/u/.cache/pyigprof/symbols"));
+        assert_eq!(
+            dir(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "/var/cache/u")]),
+            path("/var/cache/u/pyigprof/symbols")
+        );
+        // A relative XDG_CACHE_HOME is ignored, as the XDG base directory spec says.
+        assert_eq!(
+            dir(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "rel")]),
+            path("/home/u/.cache/pyigprof/symbols")
+        );
+        assert_eq!(dir(&[("HOME", "/home/u"), ("PYIGPROF_SYMBOL_CACHE", "/tmp/s")]), path("/tmp/s"));
+        assert_eq!(dir(&[("HOME", "/home/u"), ("PYIGPROF_SYMBOL_CACHE", "0")]), None);
+        assert_eq!(dir(&[("HOME", "/home/u"), ("PYIGPROF_SYMBOL_CACHE", "")]), None);
+        assert_eq!(dir(&[]), None);
     }
 
     #[test]
