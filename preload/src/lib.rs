@@ -118,7 +118,7 @@ pub extern "C" fn init() {
     let memory = config.profile_memory;
     lifecycle::start(config);
     pyigprof_hooks::install(Callbacks {
-        thread_started: || with_sampler(|s| s.register_current_thread()),
+        thread_started: || with_sampler(|s| s.register_current_thread(false)),
         objects_added: || {
             modules::rescan();
             cpython::try_attach();
@@ -170,7 +170,7 @@ pub extern "C" fn init() {
     }
     // The main thread's timer; every later thread starts its own, and threads that already
     // exist are adopted.
-    sampler.register_current_thread();
+    sampler.register_current_thread(true);
     for problem in adopt::adopt_existing_threads(sampler).1 {
         crate::notice!("pyigprof: {problem}");
     }

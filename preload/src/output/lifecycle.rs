@@ -286,6 +286,14 @@ fn summary(
         percent(stats.approximate.load(Ordering::Relaxed)),
         stats.handler.summary().median_ns as f64 / 1e3,
     );
+    if let (Some((threads, why)), Some(event)) =
+        (crate::sources::perf::refusals(), sampler.trigger.event())
+    {
+        crate::notice!(
+            "pyigprof: {threads} thread(s) were not sampled: cannot open the {} event: {why}",
+            event.name
+        );
+    }
     let trigger = sampler.trigger.describe();
     if let Some(event) = sampler.trigger.event().filter(|e| !e.is_time()) {
         crate::notice!(

@@ -86,6 +86,9 @@ pub struct Slot {
     pub open_first: AtomicU64,
     /// Why the helper process could not open the event (`errno`).
     pub open_errno: AtomicI32,
+    /// Whether the thread waits for the answer to its request (else a refusal is counted
+    /// for the exit's message: `sources::perf::refusals`).
+    pub open_waits: AtomicBool,
     /// The next interval the handler drew (ns of CPU time), for the helper process to arm
     /// (0 = nothing to arm).
     pub want_period: AtomicU64,

@@ -36,7 +36,7 @@ use crate::sampler::Sampler;
 use crate::sources::helper::{raw, raw6};
 use crate::sources::timer::clock_ns;
 use perf_event_open_sys::bindings as sys;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// An event to sample on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -344,6 +344,33 @@ const ASKED: u32 = 1;
 const OPENED: u32 = 2;
 /// `Slot::open_state`: refused (`Slot::open_errno` says why).
 const REFUSED: u32 = 3;
+/// `Slot::open_state`: the helper process is opening the event.
+const OPENING: u32 = 4;
+/// `Slot::open_state`: the thread stopped sampling before its event was open; the helper
+/// process closes what it opens for it.
+const CANCELLED: u32 = 5;
+
+/// Threads whose event the helper process could not open after they went on without
+/// waiting for it ([`arm`]), and the `errno` of the last refusal: said at exit
+/// ([`refusals`]).
+static REFUSED_THREADS: AtomicU64 = AtomicU64::new(0);
+static REFUSED_ERRNO: AtomicI32 = AtomicI32::new(0);
+
+/// How many threads went unsampled because the helper process could not open their event
+/// after they started, and why (the last refusal, as [`describe`] says it); `None` when
+/// none did.
+pub fn refusals() -> Option<(u64, String)> {
+    match REFUSED_THREADS.load(Ordering::Relaxed) {
+        0 => None,
+        n => Some((n, describe(REFUSED_ERRNO.load(Ordering::Relaxed)))),
+    }
+}
+
+/// Whether `slot`'s thread has asked for its event and the helper process has not opened
+/// it yet.
+pub fn pending(slot: &Slot) -> bool {
+    matches!(slot.open_state.load(Ordering::Acquire), ASKED | OPENING)
+}
 
 /// Longest wait for the helper process to open a thread's event, ns.
 const OPEN_WAIT_NS: u64 = 2_000_000_000;
@@ -403,20 +430,13 @@ pub fn serve(sampler: &Sampler) {
         }
         let mut armed = false;
         sampler.slots.for_each(|slot| {
-            if slot.open_state.load(Ordering::Acquire) == ASKED {
-                let tid = slot.open_tid.load(Ordering::Relaxed);
-                let first = slot.open_first.load(Ordering::Relaxed);
-                match open(&event, tid, first) {
-                    Ok(fd) => {
-                        slot.event_fd.store(fd + 1, Ordering::Release);
-                        slot.open_state.store(OPENED, Ordering::Release);
-                    }
-                    Err(e) => {
-                        slot.open_errno.store(e, Ordering::Relaxed);
-                        slot.open_state.store(REFUSED, Ordering::Release);
-                    }
-                }
-                crate::sources::helper::wake(&slot.open_state);
+            if slot.open_state.load(Ordering::Acquire) == ASKED
+                && slot
+                    .open_state
+                    .compare_exchange(ASKED, OPENING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                open_for(&event, slot);
             }
             let period = slot.want_period.swap(0, Ordering::AcqRel);
             let fd = slot.event_fd.load(Ordering::Acquire);
@@ -449,6 +469,46 @@ pub fn serve(sampler: &Sampler) {
             ASLEEP.store(false, Ordering::SeqCst);
         }
     }
+}
+
+/// Opens the event `slot`'s thread asked for (its state `OPENING`) and says how it went:
+/// `OPENED` with `Slot::event_fd` set, or `REFUSED`. A thread that stopped sampling
+/// meanwhile (`CANCELLED`, or a new request of the slot's next thread, `ASKED`) does not
+/// get it: the descriptor is closed unless `disarm` already took it. In the helper process.
+fn open_for(event: &Event, slot: &Slot) {
+    let tid = slot.open_tid.load(Ordering::Relaxed);
+    let first = slot.open_first.load(Ordering::Relaxed);
+    match open(event, tid, first) {
+        Ok(fd) => {
+            // Published before the state: a `disarm` that cancels from here on takes it.
+            slot.event_fd.store(fd + 1, Ordering::Release);
+            if slot
+                .open_state
+                .compare_exchange(OPENING, OPENED, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+                && slot
+                    .event_fd
+                    .compare_exchange(fd + 1, 0, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                // SAFETY: the descriptor just opened, which nobody else took.
+                unsafe { raw(libc::SYS_close, [fd as u64, 0, 0, 0]) };
+            }
+        }
+        Err(e) => {
+            slot.open_errno.store(e, Ordering::Relaxed);
+            if slot
+                .open_state
+                .compare_exchange(OPENING, REFUSED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+                && !slot.open_waits.load(Ordering::Acquire)
+            {
+                REFUSED_ERRNO.store(e, Ordering::Relaxed);
+                REFUSED_THREADS.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    crate::sources::helper::wake(&slot.open_state);
 }
 
 /// Sets the event behind `fd` to overflow `period` ns of CPU time from now, and every
@@ -533,11 +593,15 @@ pub fn take_since_last(event: &Event, slot: &Slot, now: u64) -> u64 {
 /// Starts sampling `event` on `slot`'s thread `tid`: has the helper process open its
 /// event, the first sample after a random interval for a randomized event (so that a
 /// thread running less than a period is sampled with probability its time / period) and
-/// after a period otherwise. Waits for the helper process (at most 2 s).
+/// after a period otherwise. With `wait`, waits for the helper process (at most 2 s) and
+/// says whether it opened the event; without, returns at once: a thread that starts does
+/// not wait for another process to be scheduled (90 µs per thread start on this VM, more
+/// on a loaded machine). Its CPU time until the event opens is in its first sample's
+/// weight (or its tail, [`disarm`]); a refusal is counted and said at exit ([`refusals`]).
 ///
 /// # Errors
 /// A message naming what failed.
-pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t) -> Result<(), String> {
+pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: bool) -> Result<(), String> {
     let mut state = crate::sources::random::seed(tid as u64);
     let first = if event.randomized() {
         crate::sources::random::interval(&mut state, event.period, MIN_PERIOD_NS)
@@ -552,16 +616,22 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t) -> Result<(), String> {
     slot.want_period.store(0, Ordering::Relaxed);
     slot.open_tid.store(tid, Ordering::Relaxed);
     slot.open_first.store(first, Ordering::Relaxed);
+    slot.open_waits.store(wait, Ordering::Relaxed);
     slot.open_state.store(ASKED, Ordering::Release);
     let failed = |why: String| format!("cannot open the {} event: {why}", event.name);
     if !crate::sources::helper::running() {
         slot.open_state.store(IDLE, Ordering::Relaxed);
         return Err(failed("the helper process that holds the events is not running".into()));
     }
-    wake_keeper();
+    // Woken only if it sleeps: while samples come it looks on its own timer.
+    nudge_keeper();
+    if !wait {
+        return Ok(());
+    }
     let deadline = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0) + OPEN_WAIT_NS;
     loop {
-        match slot.open_state.load(Ordering::Acquire) {
+        let state = slot.open_state.load(Ordering::Acquire);
+        match state {
             OPENED => {
                 slot.open_state.store(IDLE, Ordering::Relaxed);
                 return Ok(());
@@ -577,7 +647,7 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t) -> Result<(), String> {
             slot.open_state.store(IDLE, Ordering::Relaxed);
             return Err(failed(describe(libc::ETIMEDOUT)));
         }
-        crate::sources::helper::wait(&slot.open_state, ASKED, 50_000_000);
+        crate::sources::helper::wait(&slot.open_state, state, 50_000_000);
     }
 }
 
@@ -586,16 +656,30 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t) -> Result<(), String> {
 /// [`take_since_last`], the remainder rounded at random), for `task-clock`; `None` for
 /// other events, a thread without event, or one that has ended. Async-signal-safe.
 pub fn disarm(event: &Event, slot: &Slot) -> Option<u64> {
+    // An event asked for and not open yet: the helper process closes it when it is.
+    let mut cancelled = false;
+    for pending in [ASKED, OPENING] {
+        cancelled |= slot
+            .open_state
+            .compare_exchange(pending, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+    }
     let fd = slot.event_fd.swap(0, Ordering::AcqRel);
-    if fd == 0 {
+    if fd == 0 && !cancelled {
         return None;
     }
     slot.want_period.store(0, Ordering::Relaxed);
-    let queued = CLOSING
-        .iter()
-        .any(|entry| entry.compare_exchange(0, fd, Ordering::AcqRel, Ordering::Relaxed).is_ok());
-    if queued {
-        wake_keeper();
+    if fd != 0 {
+        // The descriptor is closed on the helper process's next pass (within its longest
+        // sleep, 1 s): an event whose thread has ended no longer counts, and a wake-up here
+        // cost each thread's exit a cross-CPU interrupt. Only a queue filling up (a program
+        // that ends many threads while the helper sleeps) wakes it.
+        let queued = CLOSING.iter().position(|entry| {
+            entry.compare_exchange(0, fd, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        });
+        if queued.is_none_or(|at| at >= CLOSING.len() / 4) {
+            wake_keeper();
+        }
     }
     if !event.is_time() {
         return None;

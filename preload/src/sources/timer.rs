@@ -25,13 +25,15 @@ pub(crate) const TIMER_COOKIE: usize = 0x7079_6967_7072_6f66;
 
 impl Sampler {
     /// Registers the calling thread and starts its timer (at thread start, and for the main
-    /// thread in the constructor). Reports a failure to start the timer on stderr.
-    pub fn register_current_thread(&self) {
+    /// thread in the constructor). Reports a failure to start the timer on stderr. With
+    /// `wait` (the constructor), waits for the helper process to open a perf event, so
+    /// that a refusal is reported here; a thread that starts does not (see [`perf::arm`]).
+    pub fn register_current_thread(&self, wait: bool) {
         let mut failure = None;
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         self.slots.register_current(|slot| {
-            if let Err(e) = self.arm(slot, tid) {
+            if let Err(e) = self.arm(slot, tid, wait) {
                 failure = Some(e);
             }
         });
@@ -65,18 +67,21 @@ impl Sampler {
         // SAFETY: the thread's timer is not armed yet, so the handler does not run for it.
         unsafe {
             self.slots
-                .register(thread, Some(bounds), |slot| result = self.arm(slot, tid))
+                .register(thread, Some(bounds), |slot| result = self.arm(slot, tid, true))
         };
         result
     }
 
     /// Creates and arms the timer of thread `tid` (on its CPU clock) and stores it in its
-    /// `slot`.
-    fn arm(&self, slot: &Slot, tid: libc::pid_t) -> Result<(), String> {
+    /// `slot`, or has its perf event opened (waiting for it with `wait`).
+    fn arm(&self, slot: &Slot, tid: libc::pid_t, wait: bool) -> Result<(), String> {
         if !self.cpu || STATE.load(Ordering::Acquire) != SAMPLING {
             return Ok(());
         }
-        if slot.timer.load(Ordering::Acquire) != 0 || slot.event_fd.load(Ordering::Acquire) != 0 {
+        if slot.timer.load(Ordering::Acquire) != 0
+            || slot.event_fd.load(Ordering::Acquire) != 0
+            || perf::pending(slot)
+        {
             if slot.tid.load(Ordering::Relaxed) == tid {
                 return Ok(());
             }
@@ -97,7 +102,7 @@ impl Sampler {
         slot.running_periods.store(0, Ordering::Relaxed);
         slot.waited.store(0, Ordering::Relaxed);
         if let Trigger::Event(event) = &self.trigger {
-            perf::arm(event, slot, tid)?;
+            perf::arm(event, slot, tid, wait)?;
             slot.tid.store(tid, Ordering::Relaxed);
             slot.ticks.store(0, Ordering::Relaxed);
             slot.last_leaf.store(0, Ordering::Relaxed);
@@ -196,7 +201,7 @@ impl Sampler {
                 && slot.owner.load(Ordering::Relaxed) != 0
                 && tid != 0
             {
-                let _ = self.arm(slot, tid);
+                let _ = self.arm(slot, tid, false);
             }
         });
     }
@@ -225,7 +230,7 @@ impl Sampler {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         self.slots
-            .register_current(|slot| armed = self.arm(slot, tid).is_ok());
+            .register_current(|slot| armed = self.arm(slot, tid, false).is_ok());
         // `quiet()` reads a flag the constructor set: async-signal-safe.
         if !armed && !crate::config::quiet() {
             let msg =
