@@ -94,7 +94,8 @@ pub struct Config {
     pub perf_events: bool,
     /// Where the sorted function-symbol index of each object is kept between runs, by
     /// build-id (`PYIGPROF_SYMBOL_CACHE`; default `$XDG_CACHE_HOME/pyigprof/symbols`, else
-    /// `$HOME/.cache/pyigprof/symbols`; `0` or empty: none). See
+    /// `$HOME/.cache/pyigprof/symbols`, when that cache directory exists; `0` or empty:
+    /// none). See
     /// [`crate::capture::symbols::use_cache`].
     pub symbol_cache: Option<std::path::PathBuf>,
 }
@@ -289,6 +290,8 @@ impl Config {
                 }
             },
         };
+        // The user's cache directory is used only where it exists: a program (a test suite)
+        // that runs Python with HOME set to a fresh directory finds nothing added there.
         let symbol_cache = match lookup("PYIGPROF_SYMBOL_CACHE") {
             Some(raw) if raw.is_empty() || raw == "0" => None,
             Some(raw) => Some(std::path::PathBuf::from(raw)),
@@ -300,6 +303,7 @@ impl Config {
                         .filter(|d| !d.is_empty())
                         .map(|home| std::path::Path::new(&home).join(".cache"))
                 })
+                .filter(|cache| cache.is_dir())
                 .map(|cache| cache.join("pyigprof").join("symbols")),
         };
         (
@@ -377,23 +381,30 @@ mod tests {
     }
 
     #[test]
-    fn the_symbol_cache_is_under_the_users_cache_directory_unless_set() {
+    fn the_symbol_cache_is_under_the_users_cache_directory_where_it_exists_unless_set() {
         let dir = |vars: &[(&str, &str)]| parse(vars).0.symbol_cache;
-        let path = |p: &str| Some(std::path::PathBuf::from(p));
-        assert_eq!(dir(&[("HOME", "/home/u")]), path("/home/u/.cache/pyigprof/symbols"));
-        assert_eq!(
-            dir(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "/var/cache/u")]),
-            path("/var/cache/u/pyigprof/symbols")
-        );
+        let path = |p: &std::path::Path| Some(p.join("pyigprof").join("symbols"));
+        let home = std::env::temp_dir().join(format!("pyigprof-config-home-{}", std::process::id()));
+        let xdg = home.join("xdg");
+        std::fs::create_dir_all(home.join(".cache")).unwrap();
+        std::fs::create_dir_all(&xdg).unwrap();
+        let (home_s, xdg_s) = (home.to_str().unwrap(), xdg.to_str().unwrap());
+        assert_eq!(dir(&[("HOME", home_s)]), path(&home.join(".cache")));
+        assert_eq!(dir(&[("HOME", home_s), ("XDG_CACHE_HOME", xdg_s)]), path(&xdg));
         // A relative XDG_CACHE_HOME is ignored, as the XDG base directory spec says.
+        assert_eq!(dir(&[("HOME", home_s), ("XDG_CACHE_HOME", "xdg")]), path(&home.join(".cache")));
+        // A home without a cache directory (a test's fresh HOME) gets none.
+        let bare = home.join("bare");
+        std::fs::create_dir_all(&bare).unwrap();
+        assert_eq!(dir(&[("HOME", bare.to_str().unwrap())]), None);
         assert_eq!(
-            dir(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "rel")]),
-            path("/home/u/.cache/pyigprof/symbols")
+            dir(&[("HOME", home_s), ("PYIGPROF_SYMBOL_CACHE", "/tmp/s")]),
+            Some(std::path::PathBuf::from("/tmp/s"))
         );
-        assert_eq!(dir(&[("HOME", "/home/u"), ("PYIGPROF_SYMBOL_CACHE", "/tmp/s")]), path("/tmp/s"));
-        assert_eq!(dir(&[("HOME", "/home/u"), ("PYIGPROF_SYMBOL_CACHE", "0")]), None);
-        assert_eq!(dir(&[("HOME", "/home/u"), ("PYIGPROF_SYMBOL_CACHE", "")]), None);
+        assert_eq!(dir(&[("HOME", home_s), ("PYIGPROF_SYMBOL_CACHE", "0")]), None);
+        assert_eq!(dir(&[("HOME", home_s), ("PYIGPROF_SYMBOL_CACHE", "")]), None);
         assert_eq!(dir(&[]), None);
+        let _ = std::fs::remove_dir_all(&home);
     }
 
     #[test]
