@@ -108,6 +108,8 @@ impl Default for SymbolTable {
 struct Strings {
     image: usize,
     range: (usize, usize),
+    /// The symbol table whose names these are: `.symtab` (false) or `.dynsym` (true).
+    dynamic: bool,
 }
 
 /// A function symbol of a [`SymbolTable`] (24 bytes): `[start, start + size)` (ELF virtual
@@ -177,7 +179,7 @@ struct CacheKey {
 
 impl CacheKey {
     fn new(dir: &Path, build_id: &[u8], debug: bool, name_entry: bool) -> CacheKey {
-        let mut name: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+        let mut name = hex(build_id);
         name.push('.');
         name.push(if debug { 'd' } else { 'n' });
         name.push(if name_entry { 'e' } else { '-' });
@@ -720,7 +722,7 @@ fn string_tables(
         .iter()
         .map(|s| s.sh_addr(endian) + s.sh_size(endian))
         .collect();
-    for table in [file.elf_symbol_table(), file.elf_dynamic_symbol_table()] {
+    for (dynamic, table) in [(false, file.elf_symbol_table()), (true, file.elf_dynamic_symbol_table())] {
         if table.is_empty() || strings.len() >= usize::from(u8::MAX) {
             continue;
         }
@@ -735,7 +737,11 @@ fn string_tables(
         else {
             continue;
         };
-        strings.push(Strings { image, range });
+        strings.push(Strings {
+            image,
+            range,
+            dynamic,
+        });
         shape.push(table.len() as u64);
     }
     Some(section_ends)
@@ -746,24 +752,18 @@ fn string_tables(
 /// `strings` for image number `image`.
 fn collect_functions(data: &[u8], image: usize, strings: &[Strings], records: &mut Vec<Record>) {
     use object::elf;
-    use object::read::elf::{ElfFile64, SectionHeader, Sym};
+    use object::read::elf::{ElfFile64, Sym};
     let Ok(file) = ElfFile64::<object::Endianness>::parse(data) else { return };
     let endian = file.endian();
     let sections = file.elf_section_table();
     let section_count = sections.len();
-    for table in [file.elf_symbol_table(), file.elf_dynamic_symbol_table()] {
-        let Some(string_section) = sections.section(table.string_section()).ok() else {
-            continue;
+    for (index, listed) in strings.iter().enumerate().filter(|(_, s)| s.image == image) {
+        let table = if listed.dynamic {
+            file.elf_dynamic_symbol_table()
+        } else {
+            file.elf_symbol_table()
         };
-        let from = string_section.sh_offset(endian) as usize;
-        // The string table `string_tables` listed for this symbol table.
-        let Some(index) = strings
-            .iter()
-            .position(|s| s.image == image && s.range.0 == from)
-            .filter(|_| !table.is_empty())
-        else {
-            continue;
-        };
+        // `string_tables` lists at most 255 tables.
         let index = index as u8;
         // Room for all of them at once: growing by copying would fault in every page twice.
         records.reserve(table.len());
@@ -825,12 +825,16 @@ pub fn data_symbol(object: &ObjectInfo, name: &str) -> Option<u64> {
     })
 }
 
+/// `bytes` in lower-case hexadecimal, two digits each (how build-ids name files).
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The separate debug file of an object with build-id `id`, where Debian's `-dbg` and
 /// `-dbgsym` packages put it: `/usr/lib/debug/.build-id/<first byte>/<rest>.debug`.
 fn debug_file_for(id: &[u8]) -> Option<memmap2::Mmap> {
     let (first, rest) = id.split_first()?;
-    let hex: String = rest.iter().map(|b| format!("{b:02x}")).collect();
-    let path = format!("/usr/lib/debug/.build-id/{first:02x}/{hex}.debug");
+    let path = format!("/usr/lib/debug/.build-id/{first:02x}/{}.debug", hex(rest));
     let file = std::fs::File::open(path).ok()?;
     // SAFETY: read-only private mapping of a file that is not modified while we read it.
     unsafe { memmap2::Mmap::map(&file) }.ok()
@@ -1010,8 +1014,7 @@ mod tests {
             assert!(matches!(first.records, Records::Built(_)), "{path}: nothing cached yet");
             let read = SymbolTable::cached(Image::Owned(data.clone()), None, main, Some(&dir)).unwrap();
             assert!(matches!(read.records, Records::Cached(_)), "{path}: not read from the cache");
-            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-            assert!(dir.join(format!("{hex}.n{}.symbols", if main { 'e' } else { '-' })).exists()
+            assert!(dir.join(format!("{}.n{}.symbols", hex(&id), if main { 'e' } else { '-' })).exists()
                 || !main, "{path}: no cache file named by its build-id");
             assert_eq!(read.len(), built.len(), "{path}");
             let file = object::File::parse(&*data).unwrap();

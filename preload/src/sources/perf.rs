@@ -595,8 +595,8 @@ pub fn take_since_last(event: &Event, slot: &Slot, now: u64) -> u64 {
 /// thread running less than a period is sampled with probability its time / period) and
 /// after a period otherwise. With `wait`, waits for the helper process (at most 2 s) and
 /// says whether it opened the event; without, returns at once: a thread that starts does
-/// not wait for another process to be scheduled (90 µs per thread start on this VM, more
-/// on a loaded machine). Its CPU time until the event opens is in its first sample's
+/// not wait for another process to be scheduled (+52 µs wall per thread start on this VM,
+/// 300–450 µs on a loaded one: docs/design.md). Its CPU time until the event opens is in its first sample's
 /// weight (or its tail, [`disarm`]); a refusal is counted and said at exit ([`refusals`]).
 ///
 /// # Errors
