@@ -581,20 +581,25 @@ impl SymbolTable {
         false
     }
 
+    /// The main image's bytes (empty for a table of nothing).
+    fn main_bytes(&self) -> &[u8] {
+        self.images.first().map_or(&[], |image| image.bytes())
+    }
+
     /// The function FDE `at` names, `[start, end)`: the first FDE of its start (the
     /// shortest non-empty one of those that start there), where no symbol starts and none
     /// covers.
     fn fde_entry(&self, at: usize) -> Option<Entry> {
-        let start = self.fdes.start(at);
-        if at > 0 && self.fdes.start(at - 1) == start {
+        let data = self.main_bytes();
+        let start = self.fdes.start(at, data);
+        if at > 0 && self.fdes.start(at - 1, data) == start {
             return None;
         }
         if self.winner_at(start).is_some() || self.covered(start) {
             return None;
         }
-        let data = self.images[0].bytes();
         let end = (at..self.fdes.len())
-            .take_while(|&i| self.fdes.start(i) == start)
+            .take_while(|&i| self.fdes.start(i, data) == start)
             .filter_map(|i| self.fdes.end(i, data))
             .min()?;
         Some(Entry {
@@ -626,8 +631,9 @@ impl SymbolTable {
     fn entry_before(&self, addr: u64) -> Option<Entry> {
         let symbol = self.symbol_before(addr);
         let floor = symbol.map(|w| self.records[w].start);
-        let mut at = self.fdes.after(addr);
-        while at > 0 && floor.is_none_or(|f| self.fdes.start(at - 1) > f) {
+        let data = self.main_bytes();
+        let mut at = self.fdes.after(addr, data);
+        while at > 0 && floor.is_none_or(|f| self.fdes.start(at - 1, data) > f) {
             at -= 1;
             if let Some(entry) = self.fde_entry(at) {
                 return Some(entry);
@@ -644,8 +650,9 @@ impl SymbolTable {
     fn next_entry(&self, addr: u64) -> Option<Entry> {
         let symbol = self.symbol_after(addr);
         let ceiling = symbol.map_or(u64::MAX, |w| self.records[w].start);
-        let mut at = self.fdes.after(addr);
-        while at < self.fdes.len() && self.fdes.start(at) < ceiling {
+        let data = self.main_bytes();
+        let mut at = self.fdes.after(addr, data);
+        while at < self.fdes.len() && self.fdes.start(at, data) < ceiling {
             if let Some(entry) = self.fde_entry(at) {
                 return Some(entry);
             }

@@ -1,7 +1,8 @@
 //! The functions an object's `.eh_frame` describes, one per FDE, for naming code that no
-//! symbol covers. Their starts come sorted from `.eh_frame_hdr`'s binary-search table; an
-//! FDE is parsed (with gimli) only when its end is asked for. Objects without the header
-//! have every FDE parsed up front.
+//! symbol covers. Their starts come sorted from `.eh_frame_hdr`'s binary-search table,
+//! read where it is mapped (the linker sorts it, and the CFI unwinder searches the same
+//! table); an FDE is parsed (with gimli) only when its end is asked for. Objects without
+//! the header in the usual layout have every FDE parsed up front.
 
 use gimli::{BaseAddresses, CieOrFde, EhFrame, EhFrameHdr, EhFrameOffset, LittleEndian, UnwindSection};
 use crate::capture::unwind::cfi::SearchTable;
@@ -9,20 +10,46 @@ use object::{Object, ObjectSection};
 
 type Reader<'data> = gimli::EndianSlice<'data, LittleEndian>;
 
-/// The FDEs of one object, sorted by the start of their function.
+/// The FDEs of one object, sorted by the start of their function. The methods that take
+/// `data` want the image the table was made from.
 #[derive(Default)]
 pub struct Fdes {
-    /// `(start, FDE address)` from `.eh_frame_hdr`, or `(start, end)` when `parsed`.
-    entries: Vec<(u64, u64)>,
+    index: Index,
     /// Where `.eh_frame` is (its bytes in the image, its address) and the bases its
     /// pointers are relative to; `None` when every entry was parsed up front.
     section: Option<Section>,
+}
+
+/// Where the FDEs' starts are.
+enum Index {
+    /// `.eh_frame_hdr`'s table in the image: the header's bytes, its address and its
+    /// number of entries (`(start, FDE address)` each, [`SearchTable`]).
+    Table {
+        bytes: (usize, usize),
+        address: u64,
+        len: usize,
+    },
+    /// `(start, FDE address)` read by gimli from a header of another layout, or
+    /// `(start, end)` when every FDE was parsed.
+    Read(Vec<(u64, u64)>),
+}
+
+impl Default for Index {
+    fn default() -> Index {
+        Index::Read(Vec::new())
+    }
 }
 
 struct Section {
     bytes: (usize, usize),
     bases: BaseAddresses,
     address: u64,
+}
+
+/// Where `bytes`, a slice of `data`, is in it.
+fn range_in(data: &[u8], bytes: &[u8]) -> (usize, usize) {
+    let from = bytes.as_ptr() as usize - data.as_ptr() as usize;
+    (from, from + bytes.len())
 }
 
 impl Fdes {
@@ -38,36 +65,35 @@ impl Fdes {
         let indexed = file.section_by_name(".eh_frame_hdr").and_then(|hdr| {
             let bytes = hdr.data().ok()?;
             let bases = bases.clone().set_eh_frame_hdr(hdr.address());
-            let entries = match datarel_table(bytes, hdr.address()) {
-                Some(entries) => entries,
-                None => {
-                    let parsed = EhFrameHdr::new(bytes, LittleEndian).parse(&bases, 8).ok()?;
-                    let table = parsed.table()?;
-                    let mut entries = Vec::new();
-                    let mut iter = table.iter(&bases);
-                    while let Ok(Some((start, fde))) = iter.next() {
-                        entries.push((start.pointer(), fde.pointer()));
-                    }
-                    entries
-                }
-            };
-            // The table is sorted by the linker; an object that breaks that is parsed.
-            entries.is_sorted_by_key(|e| e.0).then_some((entries, bases))
+            if let Some(table) = SearchTable::new(bytes, hdr.address()) {
+                let index = Index::Table {
+                    bytes: range_in(data, bytes),
+                    address: hdr.address(),
+                    len: table.len(),
+                };
+                return Some((index, bases));
+            }
+            let parsed = EhFrameHdr::new(bytes, LittleEndian).parse(&bases, 8).ok()?;
+            let table = parsed.table()?;
+            let mut entries = Vec::new();
+            let mut iter = table.iter(&bases);
+            while let Ok(Some((start, fde))) = iter.next() {
+                entries.push((start.pointer(), fde.pointer()));
+            }
+            // Sorted by the linker; an object that breaks that is parsed.
+            entries.is_sorted_by_key(|e| e.0).then_some((Index::Read(entries), bases))
         });
         match indexed {
-            Some((entries, bases)) => {
-                let from = eh_frame_bytes.as_ptr() as usize - data.as_ptr() as usize;
-                Fdes {
-                    entries,
-                    section: Some(Section {
-                        bytes: (from, from + eh_frame_bytes.len()),
-                        bases,
-                        address: eh_frame.address(),
-                    }),
-                }
-            }
+            Some((index, bases)) => Fdes {
+                index,
+                section: Some(Section {
+                    bytes: range_in(data, eh_frame_bytes),
+                    bases,
+                    address: eh_frame.address(),
+                }),
+            },
             None => Fdes {
-                entries: ranges(file),
+                index: Index::Read(ranges(file)),
                 section: None,
             },
         }
@@ -75,23 +101,47 @@ impl Fdes {
 
     /// Number of FDEs.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        match &self.index {
+            Index::Table { len, .. } => *len,
+            Index::Read(entries) => entries.len(),
+        }
+    }
+
+    /// Entry `at`: `(start, FDE address)`, or `(start, end)` when parsed up front.
+    fn entry(&self, at: usize, data: &[u8]) -> (u64, u64) {
+        match &self.index {
+            Index::Table { bytes, address, .. } => data
+                .get(bytes.0..bytes.1)
+                .and_then(|bytes| SearchTable::new(bytes, *address))
+                .filter(|table| at < table.len())
+                .map_or((u64::MAX, 0), |table| table.entry(at)),
+            Index::Read(entries) => entries[at],
+        }
     }
 
     /// The start of FDE `at`'s function (ELF virtual address).
-    pub fn start(&self, at: usize) -> u64 {
-        self.entries[at].0
+    pub fn start(&self, at: usize, data: &[u8]) -> u64 {
+        self.entry(at, data).0
     }
 
     /// The index of the first FDE that starts after `addr`.
-    pub fn after(&self, addr: u64) -> usize {
-        self.entries.partition_point(|e| e.0 <= addr)
+    pub fn after(&self, addr: u64, data: &[u8]) -> usize {
+        let (mut low, mut high) = (0, self.len());
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if self.start(middle, data) <= addr {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        low
     }
 
     /// One past the last address of FDE `at`'s function, or `None` when it is empty or
-    /// cannot be read. `data` is the image the table was made from.
+    /// cannot be read.
     pub fn end(&self, at: usize, data: &[u8]) -> Option<u64> {
-        let (start, second) = self.entries[at];
+        let (start, second) = self.entry(at, data);
         let Some(section) = &self.section else {
             return (second > start).then_some(second);
         };
@@ -103,13 +153,6 @@ impl Fdes {
             .ok()?;
         (fde.len() > 0).then(|| fde.initial_address() + fde.len())
     }
-}
-
-/// The `(function start, FDE address)` pairs of an `.eh_frame_hdr` at address `address`
-/// in the usual layout ([`SearchTable`]); `None` for any other, which gimli reads instead.
-fn datarel_table(bytes: &[u8], address: u64) -> Option<Vec<(u64, u64)>> {
-    let table = SearchTable::new(bytes, address)?;
-    Some((0..table.len()).map(|at| table.entry(at)).collect())
 }
 
 /// The bases `.eh_frame`'s pointers can be relative to.
@@ -180,7 +223,8 @@ mod tests {
             let file = object::File::parse(&*data).unwrap();
             let hdr = file.section_by_name(".eh_frame_hdr").unwrap();
             let bytes = hdr.data().unwrap();
-            let ours = datarel_table(bytes, hdr.address()).expect("the usual layout");
+            let table = SearchTable::new(bytes, hdr.address()).expect("the usual layout");
+            let ours: Vec<(u64, u64)> = (0..table.len()).map(|at| table.entry(at)).collect();
             let bases = bases(&file).set_eh_frame_hdr(hdr.address());
             let parsed = EhFrameHdr::new(bytes, LittleEndian).parse(&bases, 8).unwrap();
             let table = parsed.table().unwrap();
@@ -194,9 +238,13 @@ mod tests {
             // Every FDE's start is where the table says, and its end after it.
             let fdes = Fdes::new(&file, &data);
             let full = ranges(&file);
+            assert_eq!(fdes.len(), ours.len());
             for at in (0..fdes.len()).step_by(17) {
                 let end = fdes.end(at, &data).unwrap();
-                assert!(full.contains(&(fdes.start(at), end)), "{path}: FDE {at}");
+                assert!(full.contains(&(fdes.start(at, &data), end)), "{path}: FDE {at}");
+                let start = ours[at].0;
+                assert_eq!(fdes.after(start, &data), ours.partition_point(|e| e.0 <= start));
+                assert_eq!(fdes.after(start - 1, &data), ours.partition_point(|e| e.0 < start));
             }
             compared += 1;
         }
@@ -206,9 +254,10 @@ mod tests {
     #[test]
     fn another_layout_is_left_to_gimli() {
         let mut bytes = vec![1, 0x1b, 0x03, 0x3b, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0];
-        assert_eq!(datarel_table(&bytes, 0x1000), Some(vec![(0x1000, 0x1008)]));
+        let table = SearchTable::new(&bytes, 0x1000).unwrap();
+        assert_eq!((table.len(), table.entry(0)), (1, (0x1000, 0x1008)));
         bytes[3] = 0x1b; // pcrel entries
-        assert_eq!(datarel_table(&bytes, 0x1000), None);
-        assert_eq!(datarel_table(&bytes[..10], 0x1000), None);
+        assert!(SearchTable::new(&bytes, 0x1000).is_none());
+        assert!(SearchTable::new(&bytes[..10], 0x1000).is_none());
     }
 }
