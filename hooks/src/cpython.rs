@@ -362,8 +362,16 @@ fn unlink_audit_hook() {
     if size == 0 {
         return;
     }
+    // The entry was allocated by `malloc` from the constructor, on the main thread: in
+    // the heap that `brk` extends, one mapping, readable and writable. Looking there first
+    // spares reading `/proc/self/maps` (0.1 ms) in nearly every process.
+    if let Some(heap) = brk_heap() {
+        if unlink_within(runtime, size, &[heap]) {
+            return;
+        }
+    }
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let readable: Vec<(usize, usize)> = maps
+    let writable: Vec<(usize, usize)> = maps
         .lines()
         .filter_map(|line| {
             let mut fields = line.split_whitespace();
@@ -377,9 +385,16 @@ fn unlink_audit_hook() {
             })?
         })
         .collect();
+    unlink_within(runtime, size, &writable);
+}
+
+/// Unlinks the entry of [`audit_hook`] from the list whose head is one of the words of
+/// `_PyRuntime` (at `runtime`, `size` bytes), if it is the head and lies in one of the
+/// readable and writable `[low, high)` address ranges of `mapped`; returns whether it did.
+fn unlink_within(runtime: usize, size: usize, mapped: &[(usize, usize)]) -> bool {
     let entry_readable = |p: usize| {
         p.is_multiple_of(8)
-            && readable
+            && mapped
                 .iter()
                 .any(|&(lo, hi)| lo <= p && p + std::mem::size_of::<AuditHookEntry>() <= hi)
     };
@@ -396,9 +411,23 @@ fn unlink_audit_hook() {
         if candidate.hook == hook && candidate.data == 0 {
             // SAFETY: the head of the list, written with the GIL held, as CPython does.
             unsafe { head.write(candidate.next) };
-            return;
+            return true;
         }
     }
+    false
+}
+
+/// The heap that `brk` extends, `[start, current break)`: its start is field 47
+/// (`start_brk`) of `/proc/self/stat` (proc(5)); `None` when it cannot be read or is empty.
+fn brk_heap() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces: the
+    // first of them is field 3.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let start: usize = rest.split_whitespace().nth(47 - 3)?.parse().ok()?;
+    // SAFETY: sbrk(0) only reports the current break.
+    let end = unsafe { libc::sbrk(0) } as usize;
+    (start != 0 && start < end).then_some((start, end))
 }
 
 /// Finds the TSS key that holds the calling thread's `PyThreadState*`. Must be called by a
@@ -425,6 +454,16 @@ pub fn find_thread_state_key() -> Option<libc::pthread_key_t> {
 #[cfg(test)]
 mod tests {
     use super::parse_version;
+
+    #[test]
+    fn the_brk_heap_is_the_heap_mapping() {
+        let (start, end) = super::brk_heap().expect("a brk heap");
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let heap = maps.lines().find(|l| l.ends_with("[heap]")).expect("a [heap] mapping");
+        let (lo, hi) = heap.split_whitespace().next().unwrap().split_once('-').unwrap();
+        assert_eq!(start, usize::from_str_radix(lo, 16).unwrap());
+        assert_eq!(end, usize::from_str_radix(hi, 16).unwrap());
+    }
 
     #[test]
     fn parses_release_and_prerelease_versions() {

@@ -51,10 +51,25 @@ pub unsafe extern "C" fn pthread_create(
     rc
 }
 
-/// The calling thread's stack as `[low, high)` addresses, from `pthread_getattr_np`.
-/// `None` when the C library cannot tell. May allocate (for the main thread glibc reads
-/// `/proc/self/maps`): never call it from a signal handler.
+/// The calling thread's stack as `[low, high)` addresses: for the main thread from
+/// [`main_stack_top`] and the stack's size limit, for any other from
+/// `pthread_getattr_np`. `None` when neither can tell. May allocate: never call it from a
+/// signal handler.
 pub fn current_stack_bounds() -> Option<(u64, u64)> {
+    // SAFETY: plain system calls.
+    if unsafe { libc::gettid() == libc::getpid() } {
+        if let Some(high) = main_stack_top() {
+            // SAFETY: getrlimit fills the struct.
+            let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+            let size = if unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut limit) } == 0 {
+                limit.rlim_cur
+            } else {
+                8 << 20
+            };
+            return Some((high.saturating_sub(size).max(0x10000), high));
+        }
+    }
+    // For the main thread glibc would read `/proc/self/maps` (0.1 ms).
     // SAFETY: plain libc calls on a zeroed attribute object that is destroyed afterwards.
     unsafe {
         let mut attr: pthread_attr_t = std::mem::zeroed();
@@ -69,5 +84,34 @@ pub fn current_stack_bounds() -> Option<(u64, u64)> {
             return None;
         }
         Some((addr as u64, addr as u64 + size as u64))
+    }
+}
+
+/// The end of the main thread's stack mapping. Linux's `exec` puts the executable's file
+/// name at the very top of the new stack, followed only by a null pointer (`fs/exec.c`:
+/// `bprm->p = vma->vm_end - sizeof(void *)`, then `copy_string_kernel(bprm->filename)`),
+/// and passes its address as the auxiliary vector's `AT_EXECFN`: the stack ends 8 bytes
+/// after that string. `None` when the vector has no `AT_EXECFN` or the end is not a page
+/// boundary (not the kernel's layout).
+pub fn main_stack_top() -> Option<u64> {
+    // SAFETY: getauxval is always callable; AT_EXECFN is a NUL-terminated string.
+    let execfn = unsafe { libc::getauxval(libc::AT_EXECFN) };
+    if execfn == 0 {
+        return None;
+    }
+    // SAFETY: as above.
+    let len = unsafe { libc::strlen(execfn as *const libc::c_char) } as u64;
+    let top = execfn + len + 1 + 8;
+    top.is_multiple_of(4096).then_some(top)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_main_stack_ends_where_the_kernel_mapped_it() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let line = maps.lines().find(|l| l.ends_with("[stack]")).expect("a [stack] mapping");
+        let (_, end) = line.split_whitespace().next().unwrap().split_once('-').unwrap();
+        assert_eq!(super::main_stack_top(), Some(u64::from_str_radix(end, 16).unwrap()));
     }
 }
