@@ -227,34 +227,6 @@ fn a_periodic_program_cannot_alias_with_the_samples() {
     }
 }
 
-const WALL_PHASES: &str = r#"
-import json, sys, threading, time
-def phase_a(seconds):
-    time.sleep(seconds)
-def phase_b(seconds):
-    time.sleep(seconds)
-def loop(period, duration, out):
-    a = b = 0.0
-    start = time.perf_counter()
-    while time.perf_counter() - start < duration:
-        t0 = time.perf_counter()
-        phase_a(0.75 * period)
-        t1 = time.perf_counter()
-        phase_b(0.25 * period)
-        t2 = time.perf_counter()
-        a += t1 - t0
-        b += t2 - t1
-    out.append((a, b))
-period, duration, threads = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-out = []
-workers = [threading.Thread(target=loop, args=(period, duration, out)) for _ in range(threads)]
-for w in workers:
-    w.start()
-for w in workers:
-    w.join()
-print(json.dumps({"a": sum(x[0] for x in out), "b": sum(x[1] for x in out)}))
-"#;
-
 /// The same loop with both phases blocked in `time.sleep`, in wall mode, where blocked
 /// threads are sampled from outside by passes at random intervals (fixed passes every period
 /// saw a loop of the period at one phase), in one and in two threads.
@@ -263,12 +235,12 @@ fn a_periodic_program_cannot_alias_with_the_samples_in_wall_mode() {
     if !perf_events_here("periodic_program_wall") {
         return;
     }
-    let script = write_script("wall_phases.py", WALL_PHASES);
+    let script = write_script("phases.py", PHASES);
     for python in newest("periodic_program_wall") {
         for (period_ms, threads) in [(4.0, 1), (8.0, 1), (12.0, 1), (4.0, 2)] {
             let (run, profile) = profiled_ok(
                 &python,
-                &[&script, &format!("{}", period_ms / 1000.0), "3", &threads.to_string()],
+                &[&script, &format!("{}", period_ms / 1000.0), "3", "wall", &threads.to_string()],
                 &[("PYIGPROF_CLOCK", "wall")],
             );
             let label = format!("{}: wall, period {period_ms} ms, {threads} thread(s)", python.name);
