@@ -564,11 +564,11 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<u64> {
         let error = (interval.min(i64::MAX as u64) as i64 - period).clamp(-period, period);
         let short = (slot.short.load(Ordering::Relaxed) as i64 + error / 16).clamp(0, period / 2);
         slot.short.store(short as u64, Ordering::Relaxed);
-        let average = short as u64;
+        let mean_draw = (event.period - short as u64).max(2 * MIN_PERIOD_NS);
         let mut state = slot.random.load(Ordering::Relaxed);
         let draw = crate::sources::random::interval(
             &mut state,
-            (event.period - average).max(2 * MIN_PERIOD_NS),
+            mean_draw,
             MIN_PERIOD_NS,
         );
         slot.random.store(state, Ordering::Relaxed);
