@@ -749,6 +749,37 @@ mod tests {
     }
 
     #[test]
+    fn a_thread_whose_event_is_refused_after_it_went_on_is_counted_and_said() {
+        let e = Event::task_clock(1_000_000);
+        if let Err(err) = probe(&e) {
+            eprintln!("skipped: {} (perf events unavailable here)", describe(err));
+            return;
+        }
+        // A thread that is gone by the time its event is opened: no such process.
+        let gone = std::thread::spawn(|| unsafe { libc::gettid() }).join().unwrap();
+        let ask = |waits: bool| {
+            let slot: Box<Slot> = crate::record::threads::tests::zeroed_slot();
+            slot.open_tid.store(gone, Ordering::Relaxed);
+            slot.open_first.store(1_000_000, Ordering::Relaxed);
+            slot.open_waits.store(waits, Ordering::Relaxed);
+            slot.open_state.store(OPENING, Ordering::Relaxed);
+            let before = REFUSED_THREADS.load(Ordering::Relaxed);
+            open_for(&e, &slot);
+            assert_eq!(slot.open_state.load(Ordering::Relaxed), REFUSED);
+            assert_eq!(slot.event_fd.load(Ordering::Relaxed), 0);
+            assert_eq!(slot.open_errno.load(Ordering::Relaxed), libc::ESRCH);
+            REFUSED_THREADS.load(Ordering::Relaxed) - before
+        };
+        // The constructor waits and says a refusal at once: not counted for the exit line.
+        assert_eq!(ask(true), 0);
+        // A thread that went on without waiting: counted, and said at exit with the reason.
+        assert_eq!(ask(false), 1);
+        let (threads, why) = refusals().unwrap();
+        assert!(threads >= 1);
+        assert_eq!(why, describe(libc::ESRCH));
+    }
+
+    #[test]
     fn task_clock_counts_the_threads_cpu_time() {
         let e = Event::task_clock(1_000_000);
         if let Err(err) = probe(&e) {
