@@ -107,12 +107,19 @@ impl Fdes {
         }
     }
 
+    /// `.eh_frame_hdr`'s table in `data`, for [`Index::Table`]; `None` otherwise.
+    fn table<'d>(&self, data: &'d [u8]) -> Option<SearchTable<'d>> {
+        let Index::Table { bytes, address, .. } = &self.index else {
+            return None;
+        };
+        SearchTable::new(data.get(bytes.0..bytes.1)?, *address)
+    }
+
     /// Entry `at`: `(start, FDE address)`, or `(start, end)` when parsed up front.
     fn entry(&self, at: usize, data: &[u8]) -> (u64, u64) {
         match &self.index {
-            Index::Table { bytes, address, .. } => data
-                .get(bytes.0..bytes.1)
-                .and_then(|bytes| SearchTable::new(bytes, *address))
+            Index::Table { .. } => self
+                .table(data)
                 .filter(|table| at < table.len())
                 .map_or((u64::MAX, 0), |table| table.entry(at)),
             Index::Read(entries) => entries[at],
@@ -126,16 +133,10 @@ impl Fdes {
 
     /// The index of the first FDE that starts after `addr`.
     pub fn after(&self, addr: u64, data: &[u8]) -> usize {
-        let (mut low, mut high) = (0, self.len());
-        while low < high {
-            let middle = low + (high - low) / 2;
-            if self.start(middle, data) <= addr {
-                low = middle + 1;
-            } else {
-                high = middle;
-            }
+        match &self.index {
+            Index::Table { .. } => self.table(data).map_or(0, |table| table.after(addr)),
+            Index::Read(entries) => entries.partition_point(|e| e.0 <= addr),
         }
-        low
     }
 
     /// One past the last address of FDE `at`'s function, or `None` when it is empty or

@@ -517,8 +517,9 @@ impl<'a> SearchTable<'a> {
         (relative(&e[..4]), relative(&e[4..]))
     }
 
-    /// The FDE address of the last entry whose function starts at or before `svma`.
-    pub fn fde_address(&self, svma: u64) -> Option<u64> {
+    /// The index of the first entry whose function starts after `svma` (the table is
+    /// sorted by start).
+    pub fn after(&self, svma: u64) -> usize {
         let (mut low, mut high) = (0, self.len());
         while low < high {
             let middle = low + (high - low) / 2;
@@ -528,7 +529,12 @@ impl<'a> SearchTable<'a> {
                 high = middle;
             }
         }
-        Some(self.entry(low.checked_sub(1)?).1)
+        low
+    }
+
+    /// The FDE address of the last entry whose function starts at or before `svma`.
+    pub fn fde_address(&self, svma: u64) -> Option<u64> {
+        Some(self.entry(self.after(svma).checked_sub(1)?).1)
     }
 }
 
