@@ -241,12 +241,14 @@ fn signal_dispositions_look_untouched_to_the_program() {
 fn exec_writes_the_old_image_first_and_profiles_the_new_one_afresh() {
     let python = python();
     let new_image = "def after_exec():\n    return sum(i % 3 for i in range(3000000))\nafter_exec()\nprint('new image')";
+    // Twelve failed execs, each followed by work: each must be sampled again (the
+    // helper process that holds the perf events is started anew each time).
     let program = format!(
-        "{SPIN}import os, sys\ntry:\n    os.execv('/nonexistent', ['x'])\nexcept OSError:\n    print('exec failed')\ndef again():\n    return spin()\nagain()\nos.execv(sys.executable, [sys.executable, '-c', {new_image:?}])\n"
+        "{SPIN}import os, sys\ndef again():\n    t = 0\n    for i in range(400000):\n        t += i % 3\n    return t\nfailed = 0\nfor _ in range(12):\n    try:\n        os.execv('/nonexistent', ['x'])\n    except OSError:\n        failed += 1\n    again()\nprint('exec failed', failed)\nos.execv(sys.executable, [sys.executable, '-c', {new_image:?}])\n"
     );
     let run = run_profiled(&python.path, &["-c", &program], &[("PYIGPROF_QUIET", "1")]);
     assert!(run.output.status.success(), "{}", run.stderr());
-    assert_eq!(run.stdout(), "exec failed\nnew image\n");
+    assert_eq!(run.stdout(), "exec failed 12\nnew image\n");
     let paths = run.profiles();
     // pyigprof.<pid>.gz before the exec; the new image has the same pid: pyigprof.<pid>.1.gz.
     assert_eq!(paths.len(), 2, "{paths:?}");
@@ -257,7 +259,7 @@ fn exec_writes_the_old_image_first_and_profiles_the_new_one_afresh() {
         .expect("a .1.gz profile");
     let (first, second) = (read(&paths[1 - renamed]), read(&paths[renamed]));
     assert!(
-        share(&first, |s| s.has("spin")) > 90.0,
+        share(&first, |s| s.has("spin") || s.has("again")) > 90.0,
         "the old image's profile"
     );
     assert_eq!(share(&first, |s| s.has("after_exec")), 0.0);
@@ -266,10 +268,16 @@ fn exec_writes_the_old_image_first_and_profiles_the_new_one_afresh() {
         "the new image's profile"
     );
     assert_eq!(share(&second, |s| s.has("spin")), 0.0);
-    // The work after the failed exec is in the old image's profile too.
+    // The work after the failed execs is in the old image's profile too, sampled: not
+    // time the profile could not place.
     assert!(
-        share(&first, |s| s.has("again")) > 20.0,
-        "work after the failed exec is missing"
+        share(&first, |s| s.has("again")) > 40.0,
+        "work after the failed execs is missing"
+    );
+    let unsampled = share(&first, |s| s.has("<unsampled thread time>"));
+    assert!(
+        unsampled < 5.0,
+        "{unsampled:.1} % of the old image's time unsampled"
     );
 }
 

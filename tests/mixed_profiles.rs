@@ -462,7 +462,9 @@ fn top_report_lists_python_and_native_functions_hottest_first() {
 }
 
 /// The native functions of `profile` as `(file, start) → name`.
-fn native_names(profile: &igprof_analyse::Profile) -> std::collections::HashMap<(String, i64), String> {
+fn native_names(
+    profile: &igprof_analyse::Profile,
+) -> std::collections::HashMap<(String, i64), String> {
     profile
         .functions()
         .iter()
@@ -492,7 +494,12 @@ fn functions_named_from_the_symbol_cache_have_the_names_the_symbol_tables_give()
             let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
                 .unwrap()
                 .flatten()
-                .map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().ino()))
+                .map(|e| {
+                    (
+                        e.file_name().to_string_lossy().into_owned(),
+                        e.metadata().unwrap().ino(),
+                    )
+                })
                 .collect();
             files.sort();
             files
@@ -500,7 +507,10 @@ fn functions_named_from_the_symbol_cache_have_the_names_the_symbol_tables_give()
         let written = files(&cache);
         let named_by_build_id = |f: &(String, u64)| {
             f.0.ends_with(".symbols")
-                && f.0.split('.').next().is_some_and(|id| id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+                && f.0
+                    .split('.')
+                    .next()
+                    .is_some_and(|id| id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit()))
         };
         assert!(
             written.len() >= 2 && written.iter().all(named_by_build_id),
@@ -523,8 +533,14 @@ fn functions_named_from_the_symbol_cache_have_the_names_the_symbol_tables_give()
                 same += 1;
             }
         }
-        assert!(same >= 10, "{who}: only {same} native functions in both profiles");
-        eprintln!("{who}: {} cache files, {same} native functions named alike", written.len());
+        assert!(
+            same >= 10,
+            "{who}: only {same} native functions in both profiles"
+        );
+        eprintln!(
+            "{who}: {} cache files, {same} native functions named alike",
+            written.len()
+        );
         let _ = std::fs::remove_dir_all(&cache);
     }
 }

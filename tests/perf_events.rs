@@ -8,7 +8,11 @@ use pyigprof_suite::*;
 /// other end-to-end test runs on every interpreter with it as the default source).
 fn newest(test: &str) -> Vec<Interpreter> {
     let all = interpreters();
-    let best = all.iter().filter(|i| i.version.0 == 3).map(|i| i.version).max();
+    let best = all
+        .iter()
+        .filter(|i| i.version.0 == 3)
+        .map(|i| i.version)
+        .max();
     interpreters_for(test, "newest interpreter", |i| Some(i.version) == best)
         .into_iter()
         .take(1)
@@ -18,7 +22,8 @@ fn newest(test: &str) -> Vec<Interpreter> {
 /// Whether this machine lets a process open a `task-clock` perf event (the test says when
 /// it skips).
 fn perf_events_here(test: &str) -> bool {
-    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
+    let paranoid =
+        std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
     let ok = !paranoid.is_empty() && paranoid.trim() != "3";
     if !ok {
         eprintln!("{test}: skipped: perf events are not permitted here (perf_event_paranoid {paranoid:?})");
@@ -66,7 +71,12 @@ fn run_with_cpu_time(python: &Interpreter, args: &[&str], env: &[(&str, &str)]) 
         err.read_to_end(&mut buf).unwrap();
         buf
     });
-    child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut stdout)
+        .unwrap();
     stderr.extend(reader.join().unwrap());
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; the child is ours and not yet reaped.
@@ -103,7 +113,10 @@ fn task_clock_samples_at_the_rate_asked_for() {
             let (run, cpu) = run_with_cpu_time(
                 &python,
                 &[&script, "1.5"],
-                &[("PYIGPROF_HZ", &format!("{hz}")), ("PYIGPROF_PERF_EVENTS", "1")],
+                &[
+                    ("PYIGPROF_HZ", &format!("{hz}")),
+                    ("PYIGPROF_PERF_EVENTS", "1"),
+                ],
             );
             assert!(run.output.status.success(), "{}", run.stderr());
             let profile = run.profile();
@@ -131,7 +144,12 @@ fn task_clock_samples_at_the_rate_asked_for() {
                 "{}: {reported:.3} s reported, {cpu:.3} s used",
                 python.name
             );
-            assert!(run.stderr().contains("samples per second by task-clock perf events at random intervals"), "{}", run.stderr());
+            assert!(
+                run.stderr()
+                    .contains("samples per second by task-clock perf events at random intervals"),
+                "{}",
+                run.stderr()
+            );
         }
     }
 }
@@ -152,7 +170,10 @@ fn timers_when_perf_events_are_off_sample_as_before() {
             assert_eq!(stats["sampling.why"], "PYIGPROF_PERF_EVENTS=0", "{stats:?}");
             let (ticks, samples) = totals(&profile);
             let rate = samples as f64 / cpu;
-            eprintln!("{}: timers at 1 kHz: {rate:.0} samples per CPU second, {ticks} ticks", python.name);
+            eprintln!(
+                "{}: timers at 1 kHz: {rate:.0} samples per CPU second, {ticks} ticks",
+                python.name
+            );
             // The kernel checks CPU timers on its tick (250 Hz here): expirations merge, and
             // are counted.
             assert!(rate < 600.0, "{rate}");
@@ -175,7 +196,10 @@ const PHASES: &str = include_str!("../examples/phases.py");
 /// one, uniform over half to one and a half periods (variation 1/√12): a weighted share's
 /// variance is 1.08 times the binomial one.
 fn phase_a_matches(run: &Run, profile: &igprof_analyse::Profile, label: &str) -> f64 {
-    let (a, b) = (json_number(&run.stdout(), "a"), json_number(&run.stdout(), "b"));
+    let (a, b) = (
+        json_number(&run.stdout(), "a"),
+        json_number(&run.stdout(), "b"),
+    );
     let truth = 100.0 * a / (a + b);
     let in_a = share(profile, |s| s.has("phase_a"));
     let in_b = share(profile, |s| s.has("phase_b"));
@@ -217,13 +241,20 @@ fn a_periodic_program_cannot_alias_with_the_samples() {
         ] {
             let (run, profile) = profiled_ok(
                 &python,
-                &[&script, &format!("{}", period_ms / 1000.0), if hz == "250" { "3" } else { "1.5" }],
+                &[
+                    &script,
+                    &format!("{}", period_ms / 1000.0),
+                    if hz == "250" { "3" } else { "1.5" },
+                ],
                 &[("PYIGPROF_HZ", hz), ("PYIGPROF_PERF_EVENTS", "1")],
             );
             let label = format!("{}: {hz} Hz, period {period_ms} ms", python.name);
             worst = worst.max(phase_a_matches(&run, &profile, &label));
         }
-        eprintln!("{}: largest share error over the sweep {worst:.1} points", python.name);
+        eprintln!(
+            "{}: largest share error over the sweep {worst:.1} points",
+            python.name
+        );
     }
 }
 
@@ -240,10 +271,19 @@ fn a_periodic_program_cannot_alias_with_the_samples_in_wall_mode() {
         for (period_ms, threads) in [(4.0, 1), (8.0, 1), (12.0, 1), (4.0, 2)] {
             let (run, profile) = profiled_ok(
                 &python,
-                &[&script, &format!("{}", period_ms / 1000.0), "3", "wall", &threads.to_string()],
+                &[
+                    &script,
+                    &format!("{}", period_ms / 1000.0),
+                    "3",
+                    "wall",
+                    &threads.to_string(),
+                ],
                 &[("PYIGPROF_CLOCK", "wall")],
             );
-            let label = format!("{}: wall, period {period_ms} ms, {threads} thread(s)", python.name);
+            let label = format!(
+                "{}: wall, period {period_ms} ms, {threads} thread(s)",
+                python.name
+            );
             phase_a_matches(&run, &profile, &label);
         }
     }
@@ -284,7 +324,11 @@ fn page_faults_are_counted_where_new_pages_are_touched() {
         assert_eq!(stats["sampling.counter"], "PERF_PAGE_FAULTS");
         assert!(profile.counter_id("PERF_TICKS").is_none() || totals(&profile).1 == 0);
         let faults = stacks_of(&profile, "PERF_PAGE_FAULTS");
-        let in_touch: i64 = faults.iter().filter(|s| s.has("touch")).map(|s| s.ticks).sum();
+        let in_touch: i64 = faults
+            .iter()
+            .filter(|s| s.has("touch"))
+            .map(|s| s.ticks)
+            .sum();
         let all: i64 = faults.iter().map(|s| s.ticks).sum();
         eprintln!(
             "{}: {in_touch} page faults under touch() of {all} ({pages} pages touched)",
@@ -296,14 +340,27 @@ fn page_faults_are_counted_where_new_pages_are_touched() {
             python.name
         );
         assert!(
-            run.stderr().contains("samples of") && run.stderr().contains("page-faults (PERF_PAGE_FAULTS"),
+            run.stderr().contains("samples of")
+                && run.stderr().contains("page-faults (PERF_PAGE_FAULTS"),
             "{}",
             run.stderr()
         );
-        let top = analyse(&["-r", "PERF_PAGE_FAULTS", "--top", run.profiles()[0].to_str().unwrap()]);
+        let top = analyse(&[
+            "-r",
+            "PERF_PAGE_FAULTS",
+            "--top",
+            run.profiles()[0].to_str().unwrap(),
+        ]);
         let text = String::from_utf8_lossy(&top.stdout);
-        assert!(top.status.success(), "{}", String::from_utf8_lossy(&top.stderr));
-        assert!(text.contains("PERF_PAGE_FAULTS: ") && text.contains(" events"), "{text}");
+        assert!(
+            top.status.success(),
+            "{}",
+            String::from_utf8_lossy(&top.stderr)
+        );
+        assert!(
+            text.contains("PERF_PAGE_FAULTS: ") && text.contains(" events"),
+            "{text}"
+        );
         assert!(text.contains("self events"), "{text}");
     }
 }
@@ -322,7 +379,9 @@ fn context_switches_are_refused_without_interrupting_the_program() {
         assert!(run.output.status.success(), "{}", run.stderr());
         let stderr = run.stderr();
         assert!(
-            stderr.contains("pyigprof: cannot sample the event context-switches: its signal would interrupt"),
+            stderr.contains(
+                "pyigprof: cannot sample the event context-switches: its signal would interrupt"
+            ),
             "{stderr}"
         );
         assert_eq!(run.statistics()["sampling.trigger"], "task-clock");
@@ -337,7 +396,11 @@ fn an_event_the_machine_lacks_gives_one_line_and_a_cpu_profile() {
     }
     let script = write_script("spin.py", SPIN);
     for python in newest("missing_event") {
-        let run = run_profiled(&python.path, &[&script, "0.3"], &[("PYIGPROF_EVENT", "cycles")]);
+        let run = run_profiled(
+            &python.path,
+            &[&script, "0.3"],
+            &[("PYIGPROF_EVENT", "cycles")],
+        );
         assert!(run.output.status.success(), "{}", run.stderr());
         let stats = run.statistics();
         if stats["sampling.trigger"] == "cycles" {

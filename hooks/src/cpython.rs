@@ -459,8 +459,16 @@ mod tests {
     fn the_brk_heap_is_the_heap_mapping() {
         let (start, end) = super::brk_heap().expect("a brk heap");
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let heap = maps.lines().find(|l| l.ends_with("[heap]")).expect("a [heap] mapping");
-        let (lo, hi) = heap.split_whitespace().next().unwrap().split_once('-').unwrap();
+        let heap = maps
+            .lines()
+            .find(|l| l.ends_with("[heap]"))
+            .expect("a [heap] mapping");
+        let (lo, hi) = heap
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .split_once('-')
+            .unwrap();
         assert_eq!(start, usize::from_str_radix(lo, 16).unwrap());
         assert_eq!(end, usize::from_str_radix(hi, 16).unwrap());
     }

@@ -110,8 +110,19 @@ mod tests {
     #[test]
     fn the_main_stack_ends_where_the_kernel_mapped_it() {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let line = maps.lines().find(|l| l.ends_with("[stack]")).expect("a [stack] mapping");
-        let (_, end) = line.split_whitespace().next().unwrap().split_once('-').unwrap();
-        assert_eq!(super::main_stack_top(), Some(u64::from_str_radix(end, 16).unwrap()));
+        let line = maps
+            .lines()
+            .find(|l| l.ends_with("[stack]"))
+            .expect("a [stack] mapping");
+        let (_, end) = line
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .split_once('-')
+            .unwrap();
+        assert_eq!(
+            super::main_stack_top(),
+            Some(u64::from_str_radix(end, 16).unwrap())
+        );
     }
 }

@@ -384,15 +384,22 @@ mod tests {
     fn the_symbol_cache_is_under_the_users_cache_directory_where_it_exists_unless_set() {
         let dir = |vars: &[(&str, &str)]| parse(vars).0.symbol_cache;
         let path = |p: &std::path::Path| Some(p.join("pyigprof").join("symbols"));
-        let home = std::env::temp_dir().join(format!("pyigprof-config-home-{}", std::process::id()));
+        let home =
+            std::env::temp_dir().join(format!("pyigprof-config-home-{}", std::process::id()));
         let xdg = home.join("xdg");
         std::fs::create_dir_all(home.join(".cache")).unwrap();
         std::fs::create_dir_all(&xdg).unwrap();
         let (home_s, xdg_s) = (home.to_str().unwrap(), xdg.to_str().unwrap());
         assert_eq!(dir(&[("HOME", home_s)]), path(&home.join(".cache")));
-        assert_eq!(dir(&[("HOME", home_s), ("XDG_CACHE_HOME", xdg_s)]), path(&xdg));
+        assert_eq!(
+            dir(&[("HOME", home_s), ("XDG_CACHE_HOME", xdg_s)]),
+            path(&xdg)
+        );
         // A relative XDG_CACHE_HOME is ignored, as the XDG base directory spec says.
-        assert_eq!(dir(&[("HOME", home_s), ("XDG_CACHE_HOME", "xdg")]), path(&home.join(".cache")));
+        assert_eq!(
+            dir(&[("HOME", home_s), ("XDG_CACHE_HOME", "xdg")]),
+            path(&home.join(".cache"))
+        );
         // A home without a cache directory (a test's fresh HOME) gets none.
         let bare = home.join("bare");
         std::fs::create_dir_all(&bare).unwrap();
@@ -401,8 +408,14 @@ mod tests {
             dir(&[("HOME", home_s), ("PYIGPROF_SYMBOL_CACHE", "/tmp/s")]),
             Some(std::path::PathBuf::from("/tmp/s"))
         );
-        assert_eq!(dir(&[("HOME", home_s), ("PYIGPROF_SYMBOL_CACHE", "0")]), None);
-        assert_eq!(dir(&[("HOME", home_s), ("PYIGPROF_SYMBOL_CACHE", "")]), None);
+        assert_eq!(
+            dir(&[("HOME", home_s), ("PYIGPROF_SYMBOL_CACHE", "0")]),
+            None
+        );
+        assert_eq!(
+            dir(&[("HOME", home_s), ("PYIGPROF_SYMBOL_CACHE", "")]),
+            None
+        );
         assert_eq!(dir(&[]), None);
         let _ = std::fs::remove_dir_all(&home);
     }
@@ -513,19 +526,35 @@ mod tests {
     #[test]
     fn events_and_the_perf_switch() {
         let (c, complaints) = parse(&[("PYIGPROF_HZ", "1000")]);
-        assert_eq!((c.event.counter, c.event.period, c.perf_events), ("PERF_TICKS", 1_000_000, true));
+        assert_eq!(
+            (c.event.counter, c.event.period, c.perf_events),
+            ("PERF_TICKS", 1_000_000, true)
+        );
         assert!(!parse(&[("PYIGPROF_PERF_EVENTS", "0")]).0.perf_events);
         assert!(complaints.is_empty());
         assert!(parse(&[("PYIGPROF_PERF_EVENTS", "1")]).0.perf_events);
         let (c, _) = parse(&[("PYIGPROF_EVENT", "page-faults/period=10/")]);
-        assert_eq!((c.event.counter, c.event.period, c.perf_events), ("PERF_PAGE_FAULTS", 10, true));
-        let (c, _) = parse(&[("PYIGPROF_EVENT", "page-faults"), ("PYIGPROF_PERF_EVENTS", "0")]);
+        assert_eq!(
+            (c.event.counter, c.event.period, c.perf_events),
+            ("PERF_PAGE_FAULTS", 10, true)
+        );
+        let (c, _) = parse(&[
+            ("PYIGPROF_EVENT", "page-faults"),
+            ("PYIGPROF_PERF_EVENTS", "0"),
+        ]);
         assert!(!c.perf_events);
         let (c, complaints) = parse(&[("PYIGPROF_EVENT", "cyles"), ("PYIGPROF_PERF_EVENTS", "no")]);
         assert_eq!((c.event.counter, c.perf_events), ("PERF_TICKS", true));
         assert_eq!(complaints.len(), 2, "{complaints:?}");
-        assert!(complaints[0].starts_with("pyigprof: PYIGPROF_EVENT=\"cyles\": \"cyles\" is not an event"), "{complaints:?}");
-        assert!(complaints[1].contains("PYIGPROF_PERF_EVENTS=\"no\""), "{complaints:?}");
+        assert!(
+            complaints[0]
+                .starts_with("pyigprof: PYIGPROF_EVENT=\"cyles\": \"cyles\" is not an event"),
+            "{complaints:?}"
+        );
+        assert!(
+            complaints[1].contains("PYIGPROF_PERF_EVENTS=\"no\""),
+            "{complaints:?}"
+        );
     }
 
     #[test]

@@ -95,7 +95,9 @@ impl Sampler {
         Some(Sampler {
             period_ns,
             clock,
-            trigger: crate::sources::Trigger::Timer { why: "not chosen yet" },
+            trigger: crate::sources::Trigger::Timer {
+                why: "not chosen yet",
+            },
             cpu: true,
             trees: Trees::new(1 << 24)?,
             slots: Slots::new()?,

@@ -90,4 +90,3 @@ impl Profile {
         (sum(0), sum(1))
     }
 }
-

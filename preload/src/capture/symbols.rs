@@ -220,7 +220,9 @@ impl CacheKey {
     /// Writes `records` for `shape`: to a file of its own first, renamed into place, so
     /// that a reader sees a whole file or none. Failures (a read-only home) are ignored.
     fn write(&self, shape: u64, records: &[Record]) {
-        let Some(dir) = self.path.parent() else { return };
+        let Some(dir) = self.path.parent() else {
+            return;
+        };
         let _ = std::fs::create_dir_all(dir);
         let mut header = [0u8; CACHE_HEADER];
         header[..8].copy_from_slice(CACHE_MAGIC);
@@ -228,7 +230,10 @@ impl CacheKey {
         header[16..24].copy_from_slice(&(records.len() as u64).to_ne_bytes());
         // SAFETY: `Record` is `#[repr(C)]` without padding (24 bytes of fields).
         let body = unsafe {
-            std::slice::from_raw_parts(records.as_ptr().cast::<u8>(), std::mem::size_of_val(records))
+            std::slice::from_raw_parts(
+                records.as_ptr().cast::<u8>(),
+                std::mem::size_of_val(records),
+            )
         };
         // Unique to this write: two threads of one process may build the same table.
         static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -313,8 +318,7 @@ impl SymbolTable {
         let key = cache
             .zip(file.build_id().ok().flatten())
             .map(|(dir, id)| CacheKey::new(dir, id, debug.is_some(), name_entry));
-        let mut section_ends =
-            vec![string_tables(main.bytes(), 0, &mut strings, &mut shape)?];
+        let mut section_ends = vec![string_tables(main.bytes(), 0, &mut strings, &mut shape)?];
         let mut images = vec![main];
         if let Some(debug) = debug {
             if let Some(ends) = string_tables(debug.bytes(), 1, &mut strings, &mut shape) {
@@ -427,13 +431,17 @@ impl SymbolTable {
         };
         let mut ranges: Vec<(u64, u64)> = Vec::new();
         for (at, record) in self.records.iter().enumerate() {
-            if ranges.last().is_some_and(|r| r.0 == record.start) || !self.starts_with(record, wanted) {
+            if ranges.last().is_some_and(|r| r.0 == record.start)
+                || !self.starts_with(record, wanted)
+            {
                 continue;
             }
             if !self.usable(at) {
                 continue;
             }
-            let Some(winner) = self.winner_at(record.start) else { continue };
+            let Some(winner) = self.winner_at(record.start) else {
+                continue;
+            };
             if matches(self.name(&self.records[winner]).unwrap_or_default()) {
                 ranges.push((record.start, self.symbol_end(winner)));
             }
@@ -529,7 +537,9 @@ impl SymbolTable {
             let r = &self.records[at];
             (r.rank, self.name(r), r.strings, r.name)
         };
-        group.filter(|&at| self.usable(at)).min_by(|&a, &b| key(a).cmp(&key(b)))
+        group
+            .filter(|&at| self.usable(at))
+            .min_by(|&a, &b| key(a).cmp(&key(b)))
     }
 
     /// The winning record of the symbols that start exactly at `start`.
@@ -575,7 +585,9 @@ impl SymbolTable {
             if record.size > 0 {
                 return addr < record.start + u64::from(record.size);
             }
-            let Some(lower) = record.start.checked_sub(1) else { return false };
+            let Some(lower) = record.start.checked_sub(1) else {
+                return false;
+            };
             below = lower;
         }
         false
@@ -729,7 +741,10 @@ fn string_tables(
         .iter()
         .map(|s| s.sh_addr(endian) + s.sh_size(endian))
         .collect();
-    for (dynamic, table) in [(false, file.elf_symbol_table()), (true, file.elf_dynamic_symbol_table())] {
+    for (dynamic, table) in [
+        (false, file.elf_symbol_table()),
+        (true, file.elf_dynamic_symbol_table()),
+    ] {
         if table.is_empty() || strings.len() >= usize::from(u8::MAX) {
             continue;
         }
@@ -760,7 +775,9 @@ fn string_tables(
 fn collect_functions(data: &[u8], image: usize, strings: &[Strings], records: &mut Vec<Record>) {
     use object::elf;
     use object::read::elf::{ElfFile64, Sym};
-    let Ok(file) = ElfFile64::<object::Endianness>::parse(data) else { return };
+    let Ok(file) = ElfFile64::<object::Endianness>::parse(data) else {
+        return;
+    };
     let endian = file.endian();
     let sections = file.elf_section_table();
     let section_count = sections.len();
@@ -942,7 +959,10 @@ mod tests {
     /// without CFI (libjpeg-turbo), a static stripped executable (Debian's python3.11).
     fn real_objects() -> Vec<(String, Vec<u8>, bool)> {
         let mut paths: Vec<(String, bool)> = vec![(
-            std::env::current_exe().unwrap().to_string_lossy().into_owned(),
+            std::env::current_exe()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned(),
             true,
         )];
         for path in [
@@ -964,7 +984,11 @@ mod tests {
     #[test]
     fn every_address_resolves_as_the_table_built_in_full() {
         let objects = real_objects();
-        assert!(objects.len() >= 3, "too few objects to compare: {}", objects.len());
+        assert!(
+            objects.len() >= 3,
+            "too few objects to compare: {}",
+            objects.len()
+        );
         for (path, data, main) in objects {
             let reference = ReferenceTable::from_elf(&data, main).unwrap();
             let table = SymbolTable::from_elf(Image::Owned(data.clone()), main).unwrap();
@@ -973,27 +997,54 @@ mod tests {
             // through every executable section.
             let mut addresses: Vec<u64> = Vec::new();
             for s in reference.symbols() {
-                addresses.extend([s.start.wrapping_sub(1), s.start, s.start + 1, s.end - 1, s.end]);
+                addresses.extend([
+                    s.start.wrapping_sub(1),
+                    s.start,
+                    s.start + 1,
+                    s.end - 1,
+                    s.end,
+                ]);
             }
             for section in file.sections().filter(|s| s.kind() == SectionKind::Text) {
-                addresses.extend((section.address()..section.address() + section.size() + 64).step_by(97));
+                addresses.extend(
+                    (section.address()..section.address() + section.size() + 64).step_by(97),
+                );
             }
             addresses.extend([0, 1, u64::MAX - 1]);
             let mut compared = 0;
             for &addr in &addresses {
-                assert_eq!(table.lookup(addr), reference.lookup(addr), "{path}: {addr:#x}");
+                assert_eq!(
+                    table.lookup(addr),
+                    reference.lookup(addr),
+                    "{path}: {addr:#x}"
+                );
                 compared += 1;
             }
-            for name in ["main", "_start", "deflate", "_PyEval_EvalFrameDefault", "malloc", "memcpy"] {
-                assert_eq!(table.ranges_of(name), reference.ranges_of(name), "{path}: {name}");
+            for name in [
+                "main",
+                "_start",
+                "deflate",
+                "_PyEval_EvalFrameDefault",
+                "malloc",
+                "memcpy",
+            ] {
+                assert_eq!(
+                    table.ranges_of(name),
+                    reference.ranges_of(name),
+                    "{path}: {name}"
+                );
             }
-            eprintln!("{path}: {compared} addresses, {} functions: same", reference.len());
+            eprintln!(
+                "{path}: {compared} addresses, {} functions: same",
+                reference.len()
+            );
         }
     }
 
     /// A fresh directory for a test's symbol cache.
     fn cache_dir(test: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("pyigprof-symcache-{test}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("pyigprof-symcache-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
     }
@@ -1013,29 +1064,63 @@ mod tests {
         let dir = cache_dir("same");
         let mut objects = 0;
         for (path, data, main) in real_objects() {
-            let Ok(Some(id)) = object::File::parse(&*data).unwrap().build_id().map(|i| i.map(<[u8]>::to_vec)) else {
+            let Ok(Some(id)) = object::File::parse(&*data)
+                .unwrap()
+                .build_id()
+                .map(|i| i.map(<[u8]>::to_vec))
+            else {
                 continue;
             };
             let built = SymbolTable::from_elf(Image::Owned(data.clone()), main).unwrap();
-            let first = SymbolTable::cached(Image::Owned(data.clone()), None, main, Some(&dir)).unwrap();
-            assert!(matches!(first.records, Records::Built(_)), "{path}: nothing cached yet");
-            let read = SymbolTable::cached(Image::Owned(data.clone()), None, main, Some(&dir)).unwrap();
-            assert!(matches!(read.records, Records::Cached(_)), "{path}: not read from the cache");
-            assert!(dir.join(format!("{}.n{}.symbols", hex(&id), if main { 'e' } else { '-' })).exists()
-                || !main, "{path}: no cache file named by its build-id");
+            let first =
+                SymbolTable::cached(Image::Owned(data.clone()), None, main, Some(&dir)).unwrap();
+            assert!(
+                matches!(first.records, Records::Built(_)),
+                "{path}: nothing cached yet"
+            );
+            let read =
+                SymbolTable::cached(Image::Owned(data.clone()), None, main, Some(&dir)).unwrap();
+            assert!(
+                matches!(read.records, Records::Cached(_)),
+                "{path}: not read from the cache"
+            );
+            assert!(
+                dir.join(format!(
+                    "{}.n{}.symbols",
+                    hex(&id),
+                    if main { 'e' } else { '-' }
+                ))
+                .exists()
+                    || !main,
+                "{path}: no cache file named by its build-id"
+            );
             assert_eq!(read.len(), built.len(), "{path}");
             let file = object::File::parse(&*data).unwrap();
             let mut compared = 0;
             for section in file.sections().filter(|s| s.kind() == SectionKind::Text) {
-                for addr in (section.address()..section.address() + section.size() + 64).step_by(61) {
+                for addr in (section.address()..section.address() + section.size() + 64).step_by(61)
+                {
                     assert_eq!(read.lookup(addr), built.lookup(addr), "{path}: {addr:#x}");
                     compared += 1;
                 }
             }
-            for name in ["main", "_start", "deflate", "_PyEval_EvalFrameDefault", "malloc"] {
-                assert_eq!(read.ranges_of(name), built.ranges_of(name), "{path}: {name}");
+            for name in [
+                "main",
+                "_start",
+                "deflate",
+                "_PyEval_EvalFrameDefault",
+                "malloc",
+            ] {
+                assert_eq!(
+                    read.ranges_of(name),
+                    built.ranges_of(name),
+                    "{path}: {name}"
+                );
             }
-            eprintln!("{path}: {compared} addresses, {} records read back: same", read.len());
+            eprintln!(
+                "{path}: {compared} addresses, {} records read back: same",
+                read.len()
+            );
             objects += 1;
         }
         assert!(objects >= 3, "too few objects with a build-id: {objects}");
@@ -1073,11 +1158,18 @@ mod tests {
             ("naming a string table that is not there", bad_strings),
         ] {
             std::fs::write(&file, &bytes).unwrap();
-            let table = SymbolTable::cached(Image::Owned(data.clone()), None, false, Some(&dir)).unwrap();
-            assert!(matches!(table.records, Records::Built(_)), "a cache file {what} was used");
+            let table =
+                SymbolTable::cached(Image::Owned(data.clone()), None, false, Some(&dir)).unwrap();
+            assert!(
+                matches!(table.records, Records::Built(_)),
+                "a cache file {what} was used"
+            );
             assert_eq!(table.ranges_of("_PyEval_EvalFrameDefault"), eval, "{what}");
             // Rewritten whole.
-            assert!(std::fs::read(&file).unwrap() == good, "{what}: not rewritten");
+            assert!(
+                std::fs::read(&file).unwrap() == good,
+                "{what}: not rewritten"
+            );
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -1175,6 +1267,9 @@ mod tests {
 
     #[test]
     fn garbage_is_not_an_elf_file() {
-        assert!(SymbolTable::from_elf(Image::Owned(b"not an elf file at all".to_vec()), false).is_none());
+        assert!(
+            SymbolTable::from_elf(Image::Owned(b"not an elf file at all".to_vec()), false)
+                .is_none()
+        );
     }
 }

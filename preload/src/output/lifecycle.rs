@@ -309,7 +309,11 @@ fn summary(
         None => sampler.period_ns,
     };
     let seconds = ticks as f64 * period_ns as f64 / 1e9;
-    let rate = if seconds > 0.0 { recorded as f64 / seconds } else { 0.0 };
+    let rate = if seconds > 0.0 {
+        recorded as f64 / seconds
+    } else {
+        0.0
+    };
     crate::notice!(
         "pyigprof: wrote {}: {recorded} samples, {:.3} s of {time} ({ticks} ticks of {:.3} ms), \
          {rate:.0} samples per second by {trigger}; {shares}",

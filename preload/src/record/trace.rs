@@ -482,14 +482,23 @@ mod tests {
             memo.leaves.iter().all(|e| e.epoch == 0) && memo.edges.iter().all(|e| e.epoch == 0)
         };
         for i in 0..u64::from(MEMO_WARMUP) {
-            trees.record_from(&mut memo, root, &[1, 2 + i % 5, 10 + i], 1, 1).unwrap();
+            trees
+                .record_from(&mut memo, root, &[1, 2 + i % 5, 10 + i], 1, 1)
+                .unwrap();
         }
         assert!(untouched(&memo));
-        let leaf = trees.record_from(&mut memo, root, &[1, 3, 99], 1, 1).unwrap();
+        let leaf = trees
+            .record_from(&mut memo, root, &[1, 3, 99], 1, 1)
+            .unwrap();
         assert!(!untouched(&memo));
         // Found again through the leaf cache, after a different stack moved the path on.
-        trees.record_from(&mut memo, root, &[1, 4, 98], 1, 1).unwrap();
-        assert_eq!(trees.record_from(&mut memo, root, &[1, 3, 99], 1, 1), Some(leaf));
+        trees
+            .record_from(&mut memo, root, &[1, 4, 98], 1, 1)
+            .unwrap();
+        assert_eq!(
+            trees.record_from(&mut memo, root, &[1, 3, 99], 1, 1),
+            Some(leaf)
+        );
         assert_eq!(memo.keys[..memo.len], [1, 4, 98]);
         assert_eq!(trees.node(leaf).samples.load(Ordering::Relaxed), 2);
     }

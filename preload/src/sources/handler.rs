@@ -137,7 +137,10 @@ pub extern "C" fn on_sigprof(
             let action: fn() =
                 unsafe { std::mem::transmute::<usize, fn()>(OTHER_ACTION.load(Ordering::Acquire)) };
             action();
-        } else if !is_ours(info) && overflow.is_none() && signals::program_sees_default(libc::SIGPROF) {
+        } else if !is_ours(info)
+            && overflow.is_none()
+            && signals::program_sees_default(libc::SIGPROF)
+        {
             // Someone else's SIGPROF (`kill -PROF`, the program's own `ITIMER_PROF`) while
             // the program leaves SIGPROF at its default action: the process ends by it, as
             // it would without pyigprof (the profile is written first).

@@ -87,7 +87,12 @@ pub fn quitting() -> bool {
 pub fn wake(word: &AtomicU32) {
     let op = (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as u64;
     // SAFETY: a futex wake on our own word.
-    unsafe { raw(libc::SYS_futex, [word.as_ptr() as u64, op, i32::MAX as u64, 0]) };
+    unsafe {
+        raw(
+            libc::SYS_futex,
+            [word.as_ptr() as u64, op, i32::MAX as u64, 0],
+        )
+    };
 }
 
 /// Waits on `word` while it holds `value`, at most `timeout_ns` (returns early on a wake,

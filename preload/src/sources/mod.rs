@@ -75,7 +75,9 @@ impl Trigger {
             return Trigger::Timer { why: "wall mode" };
         }
         if !config.perf_events {
-            return Trigger::Timer { why: "PYIGPROF_PERF_EVENTS=0" };
+            return Trigger::Timer {
+                why: "PYIGPROF_PERF_EVENTS=0",
+            };
         }
         let event = config.event;
         let task_clock = perf::Event::task_clock(config.period_ns());
@@ -91,7 +93,9 @@ impl Trigger {
             if perf::probe(&task_clock).is_ok() {
                 return Trigger::Event(task_clock);
             }
-            return Trigger::Timer { why: "perf_event_open:refused" };
+            return Trigger::Timer {
+                why: "perf_event_open:refused",
+            };
         }
         let mut refused = match perf::probe(&event) {
             Ok(()) => return Trigger::Event(event),
@@ -108,7 +112,12 @@ impl Trigger {
                 Err(e) => refused = e,
             }
         }
-        Trigger::Timer { why: leak(format!("perf_event_open:{}", perf::errno_name(refused).replace(' ', "-"))) }
+        Trigger::Timer {
+            why: leak(format!(
+                "perf_event_open:{}",
+                perf::errno_name(refused).replace(' ', "-")
+            )),
+        }
     }
 
     /// How the trigger is named in the statistics (`#pyigprof sampling …`) and the summary:
@@ -116,7 +125,9 @@ impl Trigger {
     /// `POSIX CPU timers (the default; …)`.
     pub fn describe(&self) -> String {
         match self {
-            Trigger::Event(e) if e.randomized() => format!("{} perf events at random intervals", e.name),
+            Trigger::Event(e) if e.randomized() => {
+                format!("{} perf events at random intervals", e.name)
+            }
             Trigger::Event(e) => format!("{} perf events every {}", e.name, e.period),
             Trigger::Timer { why } => format!(
                 "POSIX CPU timers ({why}; at the kernel's ticks, not random: a program \

@@ -60,7 +60,8 @@ impl Event {
     /// Whether the event measures the thread's CPU time (`task-clock`), its samples
     /// counted in ticks of [`Event::period`] nanoseconds.
     pub fn is_time(&self) -> bool {
-        self.kind == sys::PERF_TYPE_SOFTWARE && self.config == u64::from(sys::PERF_COUNT_SW_TASK_CLOCK)
+        self.kind == sys::PERF_TYPE_SOFTWARE
+            && self.config == u64::from(sys::PERF_COUNT_SW_TASK_CLOCK)
     }
 
     /// Whether each interval is drawn at random ([`crate::sources::random::interval`]):
@@ -150,18 +151,90 @@ impl Event {
 /// programs: every context switch and migration, one page fault in 100, one cycle or
 /// instruction in 10 million.
 pub const NAMED: [(&[&str], u32, u64, &str, u64); 12] = [
-    (&["task-clock"], sys::PERF_TYPE_SOFTWARE, sys::PERF_COUNT_SW_TASK_CLOCK as u64, "PERF_TICKS", 0),
-    (&["page-faults", "faults"], sys::PERF_TYPE_SOFTWARE, sys::PERF_COUNT_SW_PAGE_FAULTS as u64, "PERF_PAGE_FAULTS", 100),
-    (&["minor-faults"], sys::PERF_TYPE_SOFTWARE, sys::PERF_COUNT_SW_PAGE_FAULTS_MIN as u64, "PERF_MINOR_FAULTS", 100),
-    (&["major-faults"], sys::PERF_TYPE_SOFTWARE, sys::PERF_COUNT_SW_PAGE_FAULTS_MAJ as u64, "PERF_MAJOR_FAULTS", 1),
-    (&["context-switches", "cs"], sys::PERF_TYPE_SOFTWARE, sys::PERF_COUNT_SW_CONTEXT_SWITCHES as u64, "PERF_CONTEXT_SWITCHES", 1),
-    (&["cpu-migrations", "migrations"], sys::PERF_TYPE_SOFTWARE, sys::PERF_COUNT_SW_CPU_MIGRATIONS as u64, "PERF_CPU_MIGRATIONS", 1),
-    (&["cycles", "cpu-cycles"], sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_CPU_CYCLES as u64, "PERF_CYCLES", 10_000_000),
-    (&["instructions"], sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_INSTRUCTIONS as u64, "PERF_INSTRUCTIONS", 10_000_000),
-    (&["cache-references"], sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_CACHE_REFERENCES as u64, "PERF_CACHE_REFERENCES", 1_000_000),
-    (&["cache-misses"], sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_CACHE_MISSES as u64, "PERF_CACHE_MISSES", 100_000),
-    (&["branches", "branch-instructions"], sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_BRANCH_INSTRUCTIONS as u64, "PERF_BRANCHES", 1_000_000),
-    (&["branch-misses"], sys::PERF_TYPE_HARDWARE, sys::PERF_COUNT_HW_BRANCH_MISSES as u64, "PERF_BRANCH_MISSES", 100_000),
+    (
+        &["task-clock"],
+        sys::PERF_TYPE_SOFTWARE,
+        sys::PERF_COUNT_SW_TASK_CLOCK as u64,
+        "PERF_TICKS",
+        0,
+    ),
+    (
+        &["page-faults", "faults"],
+        sys::PERF_TYPE_SOFTWARE,
+        sys::PERF_COUNT_SW_PAGE_FAULTS as u64,
+        "PERF_PAGE_FAULTS",
+        100,
+    ),
+    (
+        &["minor-faults"],
+        sys::PERF_TYPE_SOFTWARE,
+        sys::PERF_COUNT_SW_PAGE_FAULTS_MIN as u64,
+        "PERF_MINOR_FAULTS",
+        100,
+    ),
+    (
+        &["major-faults"],
+        sys::PERF_TYPE_SOFTWARE,
+        sys::PERF_COUNT_SW_PAGE_FAULTS_MAJ as u64,
+        "PERF_MAJOR_FAULTS",
+        1,
+    ),
+    (
+        &["context-switches", "cs"],
+        sys::PERF_TYPE_SOFTWARE,
+        sys::PERF_COUNT_SW_CONTEXT_SWITCHES as u64,
+        "PERF_CONTEXT_SWITCHES",
+        1,
+    ),
+    (
+        &["cpu-migrations", "migrations"],
+        sys::PERF_TYPE_SOFTWARE,
+        sys::PERF_COUNT_SW_CPU_MIGRATIONS as u64,
+        "PERF_CPU_MIGRATIONS",
+        1,
+    ),
+    (
+        &["cycles", "cpu-cycles"],
+        sys::PERF_TYPE_HARDWARE,
+        sys::PERF_COUNT_HW_CPU_CYCLES as u64,
+        "PERF_CYCLES",
+        10_000_000,
+    ),
+    (
+        &["instructions"],
+        sys::PERF_TYPE_HARDWARE,
+        sys::PERF_COUNT_HW_INSTRUCTIONS as u64,
+        "PERF_INSTRUCTIONS",
+        10_000_000,
+    ),
+    (
+        &["cache-references"],
+        sys::PERF_TYPE_HARDWARE,
+        sys::PERF_COUNT_HW_CACHE_REFERENCES as u64,
+        "PERF_CACHE_REFERENCES",
+        1_000_000,
+    ),
+    (
+        &["cache-misses"],
+        sys::PERF_TYPE_HARDWARE,
+        sys::PERF_COUNT_HW_CACHE_MISSES as u64,
+        "PERF_CACHE_MISSES",
+        100_000,
+    ),
+    (
+        &["branches", "branch-instructions"],
+        sys::PERF_TYPE_HARDWARE,
+        sys::PERF_COUNT_HW_BRANCH_INSTRUCTIONS as u64,
+        "PERF_BRANCHES",
+        1_000_000,
+    ),
+    (
+        &["branch-misses"],
+        sys::PERF_TYPE_HARDWARE,
+        sys::PERF_COUNT_HW_BRANCH_MISSES as u64,
+        "PERF_BRANCH_MISSES",
+        100_000,
+    ),
 ];
 
 /// The shortest period the kernel arms for its hrtimer-based events, ns
@@ -249,9 +322,23 @@ pub fn open(event: &Event, tid: libc::pid_t, first: u64) -> Result<libc::c_int, 
         let fd64 = fd as u64;
         let flags = raw(libc::SYS_fcntl, [fd64, libc::F_GETFL as u64, 0, 0]);
         for (call, args) in [
-            (libc::SYS_fcntl, [fd64, libc::F_SETFL as u64, (flags.max(0) as u64) | libc::O_ASYNC as u64, 0]),
-            (libc::SYS_fcntl, [fd64, F_SETSIG as u64, libc::SIGPROF as u64, 0]),
-            (libc::SYS_fcntl, [fd64, F_SETOWN_EX as u64, &owner as *const OwnerEx as u64, 0]),
+            (
+                libc::SYS_fcntl,
+                [
+                    fd64,
+                    libc::F_SETFL as u64,
+                    (flags.max(0) as u64) | libc::O_ASYNC as u64,
+                    0,
+                ],
+            ),
+            (
+                libc::SYS_fcntl,
+                [fd64, F_SETSIG as u64, libc::SIGPROF as u64, 0],
+            ),
+            (
+                libc::SYS_fcntl,
+                [fd64, F_SETOWN_EX as u64, &owner as *const OwnerEx as u64, 0],
+            ),
             (libc::SYS_ioctl, [fd64, sys::ENABLE as u64, 0, 0]),
         ] {
             let done = raw(call, args);
@@ -421,6 +508,12 @@ pub fn serve(sampler: &Sampler) {
     // SAFETY: prctl on the helper process itself: its timed waits end on time rather
     // than up to 50 µs late (the default slack of a timer).
     unsafe { raw(libc::SYS_prctl, [libc::PR_SET_TIMERSLACK as u64, 1, 0, 0]) };
+    // Descriptors queued for closing by a previous helper process (one that ended before
+    // an `exec` that then failed) were numbers of its table, which ended with it: here they
+    // would close this one's new events.
+    for entry in &CLOSING {
+        entry.store(0, Ordering::Relaxed);
+    }
     let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(WORK.load(Ordering::Relaxed));
     let mut idle = IDLE_POLLS;
     loop {
@@ -523,7 +616,12 @@ fn rearm(fd: libc::c_int, period: u64) {
     unsafe {
         raw(
             libc::SYS_ioctl,
-            [fd as u64, sys::PERIOD as u64, &period as *const u64 as u64, 0],
+            [
+                fd as u64,
+                sys::PERIOD as u64,
+                &period as *const u64 as u64,
+                0,
+            ],
         );
     }
 }
@@ -566,11 +664,7 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<u64> {
         slot.short.store(short as u64, Ordering::Relaxed);
         let mean_draw = (event.period - short as u64).max(2 * MIN_PERIOD_NS);
         let mut state = slot.random.load(Ordering::Relaxed);
-        let draw = crate::sources::random::interval(
-            &mut state,
-            mean_draw,
-            MIN_PERIOD_NS,
-        );
+        let draw = crate::sources::random::interval(&mut state, mean_draw, MIN_PERIOD_NS);
         slot.random.store(state, Ordering::Relaxed);
         // One wake-up per request: a request still pending is replaced, not repeated.
         if slot.want_period.swap(draw, Ordering::AcqRel) == 0 {
@@ -621,7 +715,9 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: bool) -> Result<(
     let failed = |why: String| format!("cannot open the {} event: {why}", event.name);
     if !crate::sources::helper::running() {
         slot.open_state.store(IDLE, Ordering::Relaxed);
-        return Err(failed("the helper process that holds the events is not running".into()));
+        return Err(failed(
+            "the helper process that holds the events is not running".into(),
+        ));
     }
     // Woken only if it sleeps: while samples come it looks on its own timer.
     nudge_keeper();
@@ -675,7 +771,9 @@ pub fn disarm(event: &Event, slot: &Slot) -> Option<u64> {
         // cost each thread's exit a cross-CPU interrupt. Only a queue filling up (a program
         // that ends many threads while the helper sleeps) wakes it.
         let queued = CLOSING.iter().position(|entry| {
-            entry.compare_exchange(0, fd, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            entry
+                .compare_exchange(0, fd, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
         });
         if queued.is_none_or(|at| at >= CLOSING.len() / 4) {
             wake_keeper();
@@ -701,14 +799,12 @@ pub fn disarm(event: &Event, slot: &Slot) -> Option<u64> {
 }
 
 /// In a fork child: the events the slots name are in the parent's helper process;
-/// forget them (the child's helper process opens its own). Async-signal-safe.
+/// forget them (the child's helper process opens its own, and drops the parent's queue
+/// of descriptors to close when it starts: [`serve`]). Async-signal-safe.
 pub fn forget_after_fork(slot: &Slot) {
     slot.event_fd.store(0, Ordering::Release);
     slot.want_period.store(0, Ordering::Relaxed);
     slot.open_state.store(IDLE, Ordering::Relaxed);
-    for entry in &CLOSING {
-        entry.store(0, Ordering::Relaxed);
-    }
 }
 
 #[cfg(test)]
@@ -718,20 +814,41 @@ mod tests {
     #[test]
     fn events_by_name_with_periods() {
         let e = Event::parse("task-clock", 1_000_000).unwrap();
-        assert_eq!((e.counter, e.period, e.is_time()), ("PERF_TICKS", 1_000_000, true));
+        assert_eq!(
+            (e.counter, e.period, e.is_time()),
+            ("PERF_TICKS", 1_000_000, true)
+        );
         let e = Event::parse("page-faults", 4_000_000).unwrap();
-        assert_eq!((e.name, e.counter, e.period), ("page-faults", "PERF_PAGE_FAULTS", 100));
+        assert_eq!(
+            (e.name, e.counter, e.period),
+            ("page-faults", "PERF_PAGE_FAULTS", 100)
+        );
         assert!(!e.randomized());
         let e = Event::parse("cs/period=3/", 4_000_000).unwrap();
-        assert_eq!((e.name, e.counter, e.period), ("context-switches", "PERF_CONTEXT_SWITCHES", 3));
+        assert_eq!(
+            (e.name, e.counter, e.period),
+            ("context-switches", "PERF_CONTEXT_SWITCHES", 3)
+        );
         let e = Event::parse("cycles", 4_000_000).unwrap();
-        assert_eq!((e.kind, e.counter), (sys::PERF_TYPE_HARDWARE, "PERF_CYCLES"));
+        assert_eq!(
+            (e.kind, e.counter),
+            (sys::PERF_TYPE_HARDWARE, "PERF_CYCLES")
+        );
         let e = Event::parse("r1a8/period=5000/", 4_000_000).unwrap();
-        assert_eq!((e.kind, e.config, e.counter, e.period), (sys::PERF_TYPE_RAW, 0x1a8, "PERF_RAW_1A8", 5000));
+        assert_eq!(
+            (e.kind, e.config, e.counter, e.period),
+            (sys::PERF_TYPE_RAW, 0x1a8, "PERF_RAW_1A8", 5000)
+        );
         // task-clock's period is nanoseconds, at least the kernel's 10 µs.
-        assert_eq!(Event::parse("task-clock/period=500/", 1).unwrap().period, MIN_PERIOD_NS);
+        assert_eq!(
+            Event::parse("task-clock/period=500/", 1).unwrap().period,
+            MIN_PERIOD_NS
+        );
         let bad = Event::parse("cycels", 1).unwrap_err();
-        assert!(bad.contains("\"cycels\" is not an event") && bad.contains("page-faults"), "{bad}");
+        assert!(
+            bad.contains("\"cycels\" is not an event") && bad.contains("page-faults"),
+            "{bad}"
+        );
         let bad = Event::parse("cycles/period=0/", 1).unwrap_err();
         assert!(bad.contains("/period=N/"), "{bad}");
     }
@@ -756,7 +873,9 @@ mod tests {
             return;
         }
         // A thread that is gone by the time its event is opened: no such process.
-        let gone = std::thread::spawn(|| unsafe { libc::gettid() }).join().unwrap();
+        let gone = std::thread::spawn(|| unsafe { libc::gettid() })
+            .join()
+            .unwrap();
         let ask = |waits: bool| {
             let slot: Box<Slot> = crate::record::threads::tests::zeroed_slot();
             slot.open_tid.store(gone, Ordering::Relaxed);
@@ -790,7 +909,10 @@ mod tests {
         // SAFETY: gettid has no preconditions.
         let fd = open(&e, unsafe { libc::gettid() }, u64::MAX >> 2).unwrap();
         // SAFETY: fcntl on our descriptor.
-        assert_ne!(unsafe { libc::fcntl(fd, libc::F_GETFD) } & libc::FD_CLOEXEC, 0);
+        assert_ne!(
+            unsafe { libc::fcntl(fd, libc::F_GETFD) } & libc::FD_CLOEXEC,
+            0
+        );
         let read_count = |fd: libc::c_int| {
             let mut value: u64 = 0;
             // SAFETY: reading 8 bytes into a u64.
@@ -806,7 +928,10 @@ mod tests {
             std::hint::black_box((0..1000).sum::<u64>());
         }
         let (counted, used) = (read_count(fd) - start, cpu() - cpu_start);
-        assert!(counted.abs_diff(used) < used / 20, "task-clock {counted} ns, CPU clock {used} ns");
+        assert!(
+            counted.abs_diff(used) < used / 20,
+            "task-clock {counted} ns, CPU clock {used} ns"
+        );
         // SAFETY: our descriptor.
         unsafe { libc::close(fd) };
     }

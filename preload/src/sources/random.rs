@@ -96,7 +96,10 @@ mod tests {
                 bins[((t % period) * 10 / period) as usize] += 1;
             }
             for b in bins {
-                assert!((f64::from(b) / n as f64 - 0.1).abs() < 0.01, "{period}: {bins:?}");
+                assert!(
+                    (f64::from(b) / n as f64 - 0.1).abs() < 0.01,
+                    "{period}: {bins:?}"
+                );
             }
         }
     }

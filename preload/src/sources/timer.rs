@@ -66,8 +66,9 @@ impl Sampler {
         let mut result = Ok(());
         // SAFETY: the thread's timer is not armed yet, so the handler does not run for it.
         unsafe {
-            self.slots
-                .register(thread, Some(bounds), |slot| result = self.arm(slot, tid, true))
+            self.slots.register(thread, Some(bounds), |slot| {
+                result = self.arm(slot, tid, true)
+            })
         };
         result
     }
@@ -147,7 +148,9 @@ impl Sampler {
             // took it).
             unsafe { libc::timer_delete((timer - 1) as libc::timer_t) };
         }
-        self.trigger.event().and_then(|event| perf::disarm(event, slot))
+        self.trigger
+            .event()
+            .and_then(|event| perf::disarm(event, slot))
     }
 
     /// Stops sampling: deletes the timer and waits for handlers in flight. Afterwards the

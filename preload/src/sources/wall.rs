@@ -40,7 +40,6 @@ pub fn start(sampler: &'static Sampler) -> Result<(), String> {
     helper::start(sampler, helper::Job::Wall)
 }
 
-
 /// The source's loop: one pass over the sampled threads after each interval, drawn at
 /// random around the period ([`crate::sources::random::interval`]) so that a program that
 /// blocks periodically cannot stay in step with the passes. Each pass counts the wall time

@@ -4,8 +4,10 @@
 //! table); an FDE is parsed (with gimli) only when its end is asked for. Objects without
 //! the header in the usual layout have every FDE parsed up front.
 
-use gimli::{BaseAddresses, CieOrFde, EhFrame, EhFrameHdr, EhFrameOffset, LittleEndian, UnwindSection};
 use crate::capture::unwind::cfi::SearchTable;
+use gimli::{
+    BaseAddresses, CieOrFde, EhFrame, EhFrameHdr, EhFrameOffset, LittleEndian, UnwindSection,
+};
 use object::{Object, ObjectSection};
 
 type Reader<'data> = gimli::EndianSlice<'data, LittleEndian>;
@@ -81,7 +83,9 @@ impl Fdes {
                 entries.push((start.pointer(), fde.pointer()));
             }
             // Sorted by the linker; an object that breaks that is parsed.
-            entries.is_sorted_by_key(|e| e.0).then_some((Index::Read(entries), bases))
+            entries
+                .is_sorted_by_key(|e| e.0)
+                .then_some((Index::Read(entries), bases))
         });
         match indexed {
             Some((index, bases)) => Fdes {
@@ -190,14 +194,15 @@ pub fn ranges<'data>(file: &object::File<'data>) -> Vec<(u64, u64)> {
             continue;
         };
         // Objects have a few CIEs and thousands of FDEs: each CIE is parsed once.
-        let cie = |section: &EhFrame<Reader<'data>>, bases: &BaseAddresses, offset: EhFrameOffset| {
-            if let Some((_, cie)) = cies.iter().find(|(at, _)| *at == offset) {
-                return Ok(cie.clone());
-            }
-            let cie = section.cie_from_offset(bases, offset)?;
-            cies.push((offset, cie.clone()));
-            Ok(cie)
-        };
+        let cie =
+            |section: &EhFrame<Reader<'data>>, bases: &BaseAddresses, offset: EhFrameOffset| {
+                if let Some((_, cie)) = cies.iter().find(|(at, _)| *at == offset) {
+                    return Ok(cie.clone());
+                }
+                let cie = section.cie_from_offset(bases, offset)?;
+                cies.push((offset, cie.clone()));
+                Ok(cie)
+            };
         if let Ok(fde) = partial.parse(cie) {
             if fde.len() > 0 {
                 ranges.push((fde.initial_address(), fde.initial_address() + fde.len()));
@@ -220,14 +225,18 @@ mod tests {
             "/lib/x86_64-linux-gnu/libz.so.1",
             "/usr/bin/python3.11",
         ] {
-            let Ok(data) = std::fs::read(path) else { continue };
+            let Ok(data) = std::fs::read(path) else {
+                continue;
+            };
             let file = object::File::parse(&*data).unwrap();
             let hdr = file.section_by_name(".eh_frame_hdr").unwrap();
             let bytes = hdr.data().unwrap();
             let table = SearchTable::new(bytes, hdr.address()).expect("the usual layout");
             let ours: Vec<(u64, u64)> = (0..table.len()).map(|at| table.entry(at)).collect();
             let bases = bases(&file).set_eh_frame_hdr(hdr.address());
-            let parsed = EhFrameHdr::new(bytes, LittleEndian).parse(&bases, 8).unwrap();
+            let parsed = EhFrameHdr::new(bytes, LittleEndian)
+                .parse(&bases, 8)
+                .unwrap();
             let table = parsed.table().unwrap();
             let mut iter = table.iter(&bases);
             let mut gimli = Vec::new();
@@ -242,10 +251,19 @@ mod tests {
             assert_eq!(fdes.len(), ours.len());
             for at in (0..fdes.len()).step_by(17) {
                 let end = fdes.end(at, &data).unwrap();
-                assert!(full.contains(&(fdes.start(at, &data), end)), "{path}: FDE {at}");
+                assert!(
+                    full.contains(&(fdes.start(at, &data), end)),
+                    "{path}: FDE {at}"
+                );
                 let start = ours[at].0;
-                assert_eq!(fdes.after(start, &data), ours.partition_point(|e| e.0 <= start));
-                assert_eq!(fdes.after(start - 1, &data), ours.partition_point(|e| e.0 < start));
+                assert_eq!(
+                    fdes.after(start, &data),
+                    ours.partition_point(|e| e.0 <= start)
+                );
+                assert_eq!(
+                    fdes.after(start - 1, &data),
+                    ours.partition_point(|e| e.0 < start)
+                );
             }
             compared += 1;
         }
@@ -254,7 +272,9 @@ mod tests {
 
     #[test]
     fn another_layout_is_left_to_gimli() {
-        let mut bytes = vec![1, 0x1b, 0x03, 0x3b, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0];
+        let mut bytes = vec![
+            1, 0x1b, 0x03, 0x3b, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0,
+        ];
         let table = SearchTable::new(&bytes, 0x1000).unwrap();
         assert_eq!((table.len(), table.entry(0)), (1, (0x1000, 0x1008)));
         bytes[3] = 0x1b; // pcrel entries

@@ -98,7 +98,11 @@ impl ReferenceTable {
         };
         let named = raw.len();
         for &(start, end) in &fdes {
-            if !covered(start) && raw[..named].binary_search_by_key(&start, |s| s.start).is_err() {
+            if !covered(start)
+                && raw[..named]
+                    .binary_search_by_key(&start, |s| s.start)
+                    .is_err()
+            {
                 raw.push(Raw {
                     start,
                     size: end - start,
@@ -138,9 +142,10 @@ impl ReferenceTable {
     /// Sorts `raw` by start, then rank, then name, and keeps the first of each start.
     fn sort_and_dedup(&self, raw: &mut Vec<Raw>) {
         raw.sort_by(|a, b| {
-            (a.start, a.rank)
-                .cmp(&(b.start, b.rank))
-                .then_with(|| self.name_bytes(a.name, a.start).cmp(&self.name_bytes(b.name, b.start)))
+            (a.start, a.rank).cmp(&(b.start, b.rank)).then_with(|| {
+                self.name_bytes(a.name, a.start)
+                    .cmp(&self.name_bytes(b.name, b.start))
+            })
         });
         raw.dedup_by_key(|s| s.start);
     }
@@ -198,7 +203,6 @@ impl ReferenceTable {
     pub fn len(&self) -> usize {
         self.entries.len()
     }
-
 }
 
 /// The parts of `file`'s executable sections that no entry of `entries` (sorted by start)
@@ -277,4 +281,3 @@ fn collect_functions(file: &object::File<'_>, raw: &mut Vec<Raw>, names: &mut Ve
         });
     }
 }
-

@@ -893,7 +893,11 @@ mod tests {
                         continue;
                     }
                     let theirs = gimli.lookup(svma, &module.bases).ok().map(|p| p.pointer());
-                    assert_eq!(ours, theirs, "{svma:#x} in the module at {:#x}", module.range.0);
+                    assert_eq!(
+                        ours, theirs,
+                        "{svma:#x} in the module at {:#x}",
+                        module.range.0
+                    );
                 }
                 assert_eq!(table.fde_address(start), Some(fde));
                 searched += 1;
