@@ -202,9 +202,9 @@ impl CacheKey {
         if map.len() < CACHE_HEADER
             || &map[..8] != CACHE_MAGIC
             || word(8) != shape
-            || (map.len() - CACHE_HEADER) % size != 0
+            || !(map.len() - CACHE_HEADER).is_multiple_of(size)
             || word(16) != ((map.len() - CACHE_HEADER) / size) as u64
-            || map.as_ptr() as usize % std::mem::align_of::<Record>() != 0
+            || !(map.as_ptr() as usize).is_multiple_of(std::mem::align_of::<Record>())
         {
             return None;
         }
