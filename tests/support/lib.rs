@@ -15,12 +15,15 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Built artifacts: `libpyigprof.so` and `pyigprof-analyse` (release, as a user builds them).
+/// Built artifacts: `libpyigprof.so`, `pyigprof-analyse` and `pyigprof` (release, as a user
+/// builds them).
 pub struct Artifacts {
     /// Path of `libpyigprof.so`.
     pub preload: PathBuf,
     /// Path of the `pyigprof-analyse` binary.
     pub analyse: PathBuf,
+    /// Path of the `pyigprof` command (`record`, `report`).
+    pub command: PathBuf,
 }
 
 /// Builds the release artifacts once per test process (`cargo build --release`, the
@@ -37,6 +40,8 @@ pub fn artifacts() -> &'static Artifacts {
                 "pyigprof-preload",
                 "-p",
                 "pyigprof-analyse",
+                "-p",
+                "pyigprof-cli",
             ])
             .current_dir(repo())
             .status()
@@ -47,9 +52,10 @@ pub fn artifacts() -> &'static Artifacts {
         let a = Artifacts {
             preload: target.join("release/libpyigprof.so"),
             analyse: target.join("release/pyigprof-analyse"),
+            command: target.join("release/pyigprof"),
         };
         assert!(
-            a.preload.exists() && a.analyse.exists(),
+            a.preload.exists() && a.analyse.exists() && a.command.exists(),
             "artifacts missing in {}",
             target.display()
         );

@@ -1,0 +1,290 @@
+//! Running a program under the profiler, and handing `report` to the analyser.
+
+use crate::{Record, What};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+/// IgProf's options that start its spelling (`igprof -pp -z -o FILE CMD`).
+const IGPROF_OPTIONS: [&str; 4] = ["-pp", "-mp", "-z", "-o"];
+
+/// Whether `arg`, the first argument, starts IgProf's spelling.
+pub fn is_igprof_option(arg: &str) -> bool {
+    IGPROF_OPTIONS.contains(&arg)
+}
+
+/// Reads IgProf's spelling: `-pp` (CPU time, the default), `-mp` (the memory profiler;
+/// both give both), `-z` (compressed: `.gz` is added to an `-o` name without it),
+/// `-o FILE`, then the command.
+///
+/// # Errors
+/// A message naming the option that is not IgProf's or lacks its value, or the missing
+/// command.
+pub fn igprof_style(args: &[OsString]) -> Result<Record, String> {
+    let (mut cpu, mut mem, mut gzip, mut output) = (false, false, false, None::<PathBuf>);
+    let mut at = 0;
+    while let Some(arg) = args.get(at).and_then(|a| a.to_str()) {
+        match arg {
+            "-pp" => cpu = true,
+            "-mp" => mem = true,
+            "-z" => gzip = true,
+            "-o" => {
+                at += 1;
+                let file = args.get(at).ok_or("-o needs a file name")?;
+                output = Some(PathBuf::from(file));
+            }
+            "--" => {
+                at += 1;
+                break;
+            }
+            _ if arg.starts_with('-') => {
+                return Err(format!(
+                    "{arg}: not an option of IgProf's that pyigprof takes (-pp, -mp, -z, -o FILE); \
+                     `pyigprof record --help` lists its own"
+                ))
+            }
+            _ => break,
+        }
+        at += 1;
+    }
+    let command: Vec<OsString> = args[at..].to_vec();
+    if command.is_empty() {
+        return Err("no command to profile: pyigprof -pp [-z] [-o FILE] CMD [ARGS...]".into());
+    }
+    if let Some(file) = &mut output {
+        if gzip && !file.as_os_str().as_bytes().ends_with(b".gz") {
+            let mut name = file.clone().into_os_string();
+            name.push(".gz");
+            *file = PathBuf::from(name);
+        }
+    }
+    Ok(Record {
+        output,
+        rate: None,
+        clock: None,
+        profile: Some(match (cpu, mem) {
+            (true, true) => What::CpuMem,
+            (false, true) => What::Mem,
+            _ => What::Cpu,
+        }),
+        event: None,
+        all_processes: false,
+        quiet: false,
+        lib: None,
+        command,
+    })
+}
+
+/// The directory of this executable (symbolic links resolved).
+fn own_dir() -> Option<PathBuf> {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.canonicalize().ok())
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+}
+
+/// The library to preload: `--lib`, `$PYIGPROF_LIB`, else `libpyigprof.so` next to this
+/// executable or in `../lib`.
+///
+/// # Errors
+/// A message naming where it was looked for.
+fn library(asked: Option<&Path>) -> Result<PathBuf, String> {
+    let given = asked
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("PYIGPROF_LIB").map(PathBuf::from));
+    if let Some(path) = given {
+        return match path.canonicalize() {
+            Ok(path) if path.is_file() => Ok(path),
+            _ => Err(format!("{}: no such library", path.display())),
+        };
+    }
+    let dir = own_dir().ok_or("cannot tell where this command is installed")?;
+    let candidates = [
+        dir.join("libpyigprof.so"),
+        dir.join("../lib/libpyigprof.so"),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .and_then(|p| p.canonicalize().ok())
+        .ok_or_else(|| {
+            format!(
+                "libpyigprof.so not found next to this command ({}) nor in ../lib; \
+                 give it with --lib or PYIGPROF_LIB",
+                dir.display()
+            )
+        })
+}
+
+/// `LD_PRELOAD` with `lib` first and what the environment had after it.
+fn preload_with(lib: &Path) -> OsString {
+    let mut value = lib.as_os_str().to_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        value.push(":");
+        value.push(old);
+    }
+    value
+}
+
+/// Runs `record.command` under the profiler and returns its exit status (a program ended
+/// by a signal ends this process by the same signal).
+pub fn record(record: &Record) -> ExitCode {
+    let lib = match library(record.lib.as_deref()) {
+        Ok(lib) => lib,
+        Err(message) => {
+            eprintln!("pyigprof: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let settings = record.settings();
+    let pattern = record
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("pyigprof.%p.gz"));
+    let started = SystemTime::now();
+    let mut command = std::process::Command::new(&record.command[0]);
+    command
+        .args(&record.command[1..])
+        .env("LD_PRELOAD", preload_with(&lib));
+    for (name, value) in &settings {
+        command.env(name, value);
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!(
+                "pyigprof: cannot run {}: {e}",
+                record.command[0].to_string_lossy()
+            );
+            return ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            });
+        }
+    };
+    // Ctrl-C and Ctrl-\ reach the program (the terminal's process group): this command
+    // waits for it to end, then says where its profile is.
+    // SAFETY: setting dispositions of this process to "ignore".
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    }
+    let status = match child.wait() {
+        Ok(status) => status,
+        Err(e) => {
+            eprintln!("pyigprof: cannot wait for the program: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if !record.quiet {
+        let written = profiles_written(&pattern, started);
+        match written.len() {
+            0 => eprintln!(
+                "pyigprof: no profile was written to {} (a program that runs no Python writes none unless --all-processes)",
+                pattern.display()
+            ),
+            _ => {
+                let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+                eprintln!(
+                    "pyigprof: {} profile{}: {}",
+                    names.len(),
+                    if names.len() == 1 { "" } else { "s" },
+                    names.join(" ")
+                );
+                eprintln!("pyigprof: read with: pyigprof report --top {}", names.join(" "));
+            }
+        }
+    }
+    pass_through(status)
+}
+
+/// The program's exit status as this command's: its exit code, or its signal sent again
+/// to this process with the default action.
+fn pass_through(status: std::process::ExitStatus) -> ExitCode {
+    if let Some(code) = status.code() {
+        return ExitCode::from(code as u8);
+    }
+    if let Some(signal) = status.signal() {
+        // SAFETY: restoring the default action and ending this process by the signal.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, signal);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::raise(signal);
+        }
+        return ExitCode::from(128u8.wrapping_add(signal as u8));
+    }
+    ExitCode::from(1)
+}
+
+/// The profiles written since `started` under `pattern` (`PYIGPROF_OUTPUT`'s form): files
+/// of the pattern's directory whose name begins as the pattern's does (up to `%p`, or up
+/// to its last extension: the library adds `.1`, `.2`, … before it when a name is taken)
+/// and ends with that extension, sorted by name.
+fn profiles_written(pattern: &Path, started: SystemTime) -> Vec<PathBuf> {
+    let dir = pattern
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = pattern
+        .file_name()
+        .map(|n| n.to_string_lossy().replace("%%", "%"))
+        .unwrap_or_default();
+    let (prefix, suffix) = match name.find("%p") {
+        Some(at) => (name[..at].to_string(), name[at + 2..].to_string()),
+        None => {
+            let ext = name
+                .rfind('.')
+                .map_or(String::new(), |at| name[at..].to_string());
+            (name[..name.len() - ext.len()].to_string(), ext)
+        }
+    };
+    let last_ext = suffix
+        .rfind('.')
+        .map_or(String::new(), |at| suffix[at..].to_string());
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| {
+            let file = entry.file_name();
+            let file = file.to_string_lossy();
+            file.starts_with(&prefix)
+                && file.ends_with(&last_ext)
+                && entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|m| m >= started)
+        })
+        .map(|entry| {
+            if dir == Path::new(".") {
+                PathBuf::from(entry.file_name())
+            } else {
+                entry.path()
+            }
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// `pyigprof report ARGS…`: runs `pyigprof-analyse ARGS…` (next to this command, else on
+/// `PATH`) in place of this process.
+pub fn report(args: &[OsString]) -> ExitCode {
+    let beside = own_dir()
+        .map(|dir| dir.join("pyigprof-analyse"))
+        .filter(|p| p.is_file());
+    let analyser = beside.unwrap_or_else(|| PathBuf::from("pyigprof-analyse"));
+    let error = std::process::Command::new(&analyser)
+        .arg0(OsStr::new("pyigprof-analyse"))
+        .args(args)
+        .exec();
+    eprintln!("pyigprof: cannot run {}: {error}", analyser.display());
+    ExitCode::from(2)
+}

@@ -1,0 +1,161 @@
+//! `pyigprof`: the one command a user types.
+//!
+//! - `pyigprof record [OPTIONS] -- CMD [ARGS…]` runs `CMD` with `libpyigprof.so` preloaded
+//!   and the settings of its options set (`PYIGPROF_*`, README's table), passes its exit
+//!   status through, and says which profiles were written and how to read them (py-spy's
+//!   `record`).
+//! - `pyigprof report FILE… [OPTIONS]` is `pyigprof-analyse` (the same options).
+//! - IgProf's spelling: `pyigprof -pp [-z] [-o FILE] CMD [ARGS…]` (`-mp` for the memory
+//!   profiler), as `igprof -pp -z -o FILE CMD`.
+//!
+//! Exit status: the program's (a program ended by a signal ends this command by the same
+//! signal); 2 for a command-line error or when the library or the analyser is not found.
+
+mod launch;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Runs a Python program under pyigprof and reads the profiles it writes.
+#[derive(Debug, Parser)]
+#[command(name = "pyigprof", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Runs CMD with the profiler: every Python process it starts writes a profile (the
+    /// command's own process, its fork children and the Python programs it runs).
+    Record(Record),
+    /// Prints reports from profiles: pyigprof-analyse, with the same options
+    /// (`pyigprof report --help`).
+    Report {
+        /// Profiles and pyigprof-analyse's options.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<OsString>,
+    },
+}
+
+/// What is sampled (`PYIGPROF_PROFILE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum What {
+    /// CPU time (or wall time with --clock wall).
+    Cpu,
+    /// Allocations (the memory profiler).
+    Mem,
+    /// Both, in one profile.
+    #[value(name = "cpu,mem")]
+    CpuMem,
+}
+
+/// The clock that samples (`PYIGPROF_CLOCK`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Clock {
+    /// Each thread's CPU time.
+    Cpu,
+    /// CPU time plus time blocked in system calls.
+    Wall,
+}
+
+#[derive(Debug, clap::Args)]
+struct Record {
+    /// Where the profile goes (`PYIGPROF_OUTPUT`): `%p` is the process id; a name ending
+    /// in `.gz` is compressed. Default: `pyigprof.%p.gz` in the current directory.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+
+    /// Samples per second of each thread's CPU (or wall) time (`PYIGPROF_HZ`; default 250).
+    #[arg(short, long, value_name = "HZ")]
+    rate: Option<u32>,
+
+    /// The clock that samples (`PYIGPROF_CLOCK`).
+    #[arg(long, value_enum)]
+    clock: Option<Clock>,
+
+    /// What is sampled (`PYIGPROF_PROFILE`).
+    #[arg(long, value_enum)]
+    profile: Option<What>,
+
+    /// A perf event to sample instead of CPU time, by perf's name, e.g. `page-faults`
+    /// (`PYIGPROF_EVENT`).
+    #[arg(long, value_name = "EVENT")]
+    event: Option<String>,
+
+    /// Profiles the processes that are not Python too, native frames only
+    /// (`PYIGPROF_ALL_PROCESSES`).
+    #[arg(long)]
+    all_processes: bool,
+
+    /// Prints nothing but the program's own output (`PYIGPROF_QUIET`).
+    #[arg(short, long)]
+    quiet: bool,
+
+    /// The library to preload. Default: `$PYIGPROF_LIB`, else `libpyigprof.so` next to
+    /// this command (or in `../lib`).
+    #[arg(long, value_name = "PATH")]
+    lib: Option<PathBuf>,
+
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, num_args = 1..)]
+    command: Vec<OsString>,
+}
+
+impl Record {
+    /// The `PYIGPROF_*` settings the options ask for, as (name, value).
+    fn settings(&self) -> Vec<(&'static str, OsString)> {
+        let mut settings = Vec::new();
+        if let Some(output) = &self.output {
+            settings.push(("PYIGPROF_OUTPUT", output.clone().into_os_string()));
+        }
+        if let Some(rate) = self.rate {
+            settings.push(("PYIGPROF_HZ", rate.to_string().into()));
+        }
+        if let Some(clock) = self.clock {
+            let name = match clock {
+                Clock::Cpu => "cpu",
+                Clock::Wall => "wall",
+            };
+            settings.push(("PYIGPROF_CLOCK", name.into()));
+        }
+        if let Some(what) = self.profile {
+            let name = match what {
+                What::Cpu => "cpu",
+                What::Mem => "mem",
+                What::CpuMem => "cpu,mem",
+            };
+            settings.push(("PYIGPROF_PROFILE", name.into()));
+        }
+        if let Some(event) = &self.event {
+            settings.push(("PYIGPROF_EVENT", event.into()));
+        }
+        if self.all_processes {
+            settings.push(("PYIGPROF_ALL_PROCESSES", "1".into()));
+        }
+        if self.quiet {
+            settings.push(("PYIGPROF_QUIET", "1".into()));
+        }
+        settings
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let record = match args.get(1).and_then(|a| a.to_str()) {
+        Some(first) if launch::is_igprof_option(first) => match launch::igprof_style(&args[1..]) {
+            Ok(record) => record,
+            Err(message) => {
+                eprintln!("pyigprof: {message}");
+                return ExitCode::from(2);
+            }
+        },
+        _ => match Cli::parse().command {
+            Command::Record(record) => record,
+            Command::Report { args } => return launch::report(&args),
+        },
+    };
+    launch::record(&record)
+}

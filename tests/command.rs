@@ -1,0 +1,184 @@
+//! The `pyigprof` command as a user types it: `record` runs a program under the profiler
+//! and says where its profile is, `report` reads it, IgProf's `-pp -z -o FILE CMD`
+//! spelling, exit statuses passed through, and clear errors.
+
+use pyigprof_suite::*;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn pyigprof(args: &[&str], dir: &Path) -> Output {
+    Command::new(&artifacts().command)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("run pyigprof")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn record_profiles_a_program_and_report_reads_it() {
+    let mixed = repo().join("examples/mixed.py");
+    for python in interpreters_for("record", "interpreters", |_| true) {
+        let dir = scratch_dir("command-record");
+        let out = pyigprof(
+            &[
+                "record",
+                "-r",
+                "1000",
+                "--",
+                python.path.to_str().unwrap(),
+                mixed.to_str().unwrap(),
+                "0.6",
+            ],
+            &dir,
+        );
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{}: {stderr}", python.name);
+        // The program's own output is untouched; its measurements are its last line.
+        let stdout = text(&out.stdout);
+        let measured = |phase: &str| json_number(&stdout, phase);
+        let total: f64 = ["python_work", "squeeze", "digest"]
+            .iter()
+            .map(|p| measured(p))
+            .sum();
+        // The command says where the profile is and how to read it.
+        let written: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("pyigprof.") && n.ends_with(".gz"))
+            .collect();
+        assert_eq!(written.len(), 1, "{}: {written:?}", python.name);
+        let name = &written[0];
+        assert!(
+            stderr.contains(&format!("pyigprof: 1 profile: {name}\n"))
+                && stderr.contains(&format!("read with: pyigprof report --top {name}\n")),
+            "{}: {stderr}",
+            python.name
+        );
+        // The profile's shares are the program's.
+        let profile = igprof_analyse::read_profiles(&[dir.join(name)]).unwrap();
+        for phase in ["python_work", "squeeze", "digest"] {
+            let expected = 100.0 * measured(phase) / total;
+            let got = share(&profile, |s| s.has(phase));
+            assert!(
+                (got - expected).abs() < 10.0,
+                "{}: {phase} {got:.1} % in the profile, {expected:.1} % measured",
+                python.name
+            );
+        }
+        // `report` is the analyser.
+        let report = pyigprof(&["report", "--top=5", name], &dir);
+        assert!(report.status.success(), "{}", text(&report.stderr));
+        assert!(
+            text(&report.stdout).contains("python_work"),
+            "{}",
+            text(&report.stdout)
+        );
+    }
+}
+
+#[test]
+fn exit_statuses_and_signals_are_passed_through() {
+    let python = python311("exit statuses")
+        .into_iter()
+        .next()
+        .expect("a Python 3.11");
+    let dir = scratch_dir("command-status");
+    let py = python.path.to_str().unwrap();
+    let out = pyigprof(
+        &["record", "-q", "--", py, "-c", "import sys; sys.exit(3)"],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(text(&out.stderr), "", "--quiet prints nothing");
+    use std::os::unix::process::ExitStatusExt;
+    let out = pyigprof(
+        &[
+            "record",
+            "--",
+            py,
+            "-c",
+            "import os, signal\nsum(range(3000000))\nos.kill(os.getpid(), signal.SIGTERM)",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{out:?}");
+    // The profile was written before the program ended by the signal, and said.
+    assert!(
+        text(&out.stderr).contains("pyigprof: 1 profile: pyigprof."),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn igprofs_spelling_and_its_options() {
+    let python = python311("igprof spelling")
+        .into_iter()
+        .next()
+        .expect("a Python 3.11");
+    let dir = scratch_dir("command-igprof");
+    let program = "def work():\n    return sum(i * i for i in range(2000000))\nwork()\n";
+    // -z adds .gz to a name without it; -pp samples CPU time.
+    let out = pyigprof(
+        &[
+            "-pp",
+            "-z",
+            "-o",
+            "igprof.out",
+            python.path.to_str().unwrap(),
+            "-c",
+            program,
+        ],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let profile = igprof_analyse::read_profiles(&[dir.join("igprof.out.gz")]).unwrap();
+    assert!(share(&profile, |s| s.has("work")) > 80.0);
+    // -mp: the memory profiler.
+    let out = pyigprof(
+        &[
+            "-mp",
+            "-o",
+            "mem.gz",
+            python.path.to_str().unwrap(),
+            "-c",
+            "x = [bytes(1000) for i in range(50000)]",
+        ],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let profile = igprof_analyse::read_profiles(&[dir.join("mem.gz")]).unwrap();
+    assert!(
+        profile.counter_id("MEM_TOTAL").is_some(),
+        "{:?}",
+        profile.counters()
+    );
+    // An option IgProf has and pyigprof does not take, named.
+    let out = pyigprof(&["-pp", "-t", "python", "app.py"], &dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr)
+        .starts_with("pyigprof: -t: not an option of IgProf's that pyigprof takes"));
+}
+
+#[test]
+fn a_missing_program_or_library_is_one_clear_line() {
+    let dir = scratch_dir("command-errors");
+    let out = pyigprof(&["record", "--", "/nonexistent/python"], &dir);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(text(&out.stderr).starts_with("pyigprof: cannot run /nonexistent/python: "));
+    let out = pyigprof(
+        &["record", "--lib", "/nonexistent/lib.so", "--", "true"],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "pyigprof: /nonexistent/lib.so: no such library\n"
+    );
+}
