@@ -102,21 +102,42 @@ fn library(asked: Option<&Path>) -> Result<PathBuf, String> {
         };
     }
     let dir = own_dir().ok_or("cannot tell where this command is installed")?;
-    let candidates = [
+    let mut candidates = vec![
         dir.join("libpyigprof.so"),
         dir.join("../lib/libpyigprof.so"),
     ];
+    candidates.extend(installed_package(&dir));
     candidates
         .iter()
         .find(|p| p.is_file())
         .and_then(|p| p.canonicalize().ok())
         .ok_or_else(|| {
             format!(
-                "libpyigprof.so not found next to this command ({}) nor in ../lib; \
-                 give it with --lib or PYIGPROF_LIB",
+                "libpyigprof.so not found next to this command ({}), in ../lib, nor in a \
+                 pyigprof package of ../lib/python3.*; give it with --lib or PYIGPROF_LIB",
                 dir.display()
             )
         })
+}
+
+/// The library of the Python package `pip install` put beside this command (`bin/` and
+/// `lib/python3.X/site-packages/pyigprof/pyigprof.abi3.so` of one prefix: a venv, `~/.local`
+/// or `/usr/local`), for each Python 3 of the prefix, newest first.
+fn installed_package(bin: &Path) -> Vec<PathBuf> {
+    let lib = bin.join("../lib");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(&lib)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+        .flat_map(|e| {
+            ["site-packages", "dist-packages"]
+                .map(|packages| e.path().join(packages).join("pyigprof/pyigprof.abi3.so"))
+        })
+        .collect();
+    found.sort();
+    found.reverse();
+    found
 }
 
 /// `LD_PRELOAD` with `lib` first and what the environment had after it.

