@@ -38,6 +38,7 @@
 //! assert_eq!(report.rows[0].item.label.line(), "<module> (/work/x.py:1)");
 //! ```
 
+pub mod debuginfod;
 pub mod error;
 pub mod escape;
 pub mod parse;

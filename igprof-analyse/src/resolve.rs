@@ -9,7 +9,8 @@
 //!   by the `.gnu_debuglink` section (next to the object, in its `.debug/` directory, or
 //!   as `<debug-dir>/<object's directory>/<link>`, checked against the link's CRC), or as
 //!   `<debug-dir>/<object path>.debug` or `<debug-dir>/<object path>` (the search of GDB,
-//!   "Debugging Information in Separate Files"); a debug file is only used if its
+//!   "Debugging Information in Separate Files"), and last from the debuginfod servers
+//!   of `DEBUGINFOD_URLS` ([`crate::debuginfod`]); a debug file is only used if its
 //!   build-id is the object's;
 //! - DWARF (in the object or its debug file, via the `addr2line` crate) for the function
 //!   name where no symbol covers the address, and for the source `file:line` where a
@@ -844,7 +845,9 @@ fn find_debug_file(path: &Path, object: &object::File, options: &Options) -> Opt
             }
         }
     }
-    None
+    // Last, the debuginfod servers of DEBUGINFOD_URLS, by build-id.
+    let id = build_id.as_deref()?;
+    crate::debuginfod::debug_file(id).filter(|data| matches(data))
 }
 
 /// The supplementary debug file (`.gnu_debugaltlink`, written by `dwz`, as in Debian's
