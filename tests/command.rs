@@ -182,3 +182,41 @@ fn a_missing_program_or_library_is_one_clear_line() {
         "pyigprof: /nonexistent/lib.so: no such library\n"
     );
 }
+
+#[test]
+fn only_the_commands_process_unless_subprocesses() {
+    let python = python311("subprocesses")
+        .into_iter()
+        .next()
+        .expect("a Python 3.11");
+    let py = python.path.to_str().unwrap();
+    // Work in the process, in a fork child and in a Python program it runs.
+    let program = "import os, subprocess, sys\ndef work():\n    return sum(i * i for i in range(1000000))\nwork()\npid = os.fork()\nif pid == 0:\n    work()\n    os._exit(0)\nos.waitpid(pid, 0)\nsubprocess.run([sys.executable, '-c', 'sum(i * i for i in range(1000000))'], check=True)\n";
+    let count = |subprocesses: bool| {
+        let dir = scratch_dir("command-subprocesses");
+        let mut args = vec!["record"];
+        if subprocesses {
+            args.push("--subprocesses");
+        }
+        args.extend(["--", py, "-c", program]);
+        let out = pyigprof(&args, &dir);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let written: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            text(&out.stderr).contains(&format!("pyigprof: {} profile", written.len())),
+            "{}",
+            text(&out.stderr)
+        );
+        written.len()
+    };
+    assert_eq!(count(false), 1, "the command's own process only");
+    assert_eq!(
+        count(true),
+        3,
+        "the process, its fork child and the program it ran"
+    );
+}

@@ -71,6 +71,8 @@ pub fn igprof_style(args: &[OsString]) -> Result<Record, String> {
             _ => What::Cpu,
         }),
         event: None,
+        // IgProf profiles the children it starts: -pp covers them too.
+        subprocesses: true,
         all_processes: false,
         quiet: false,
         lib: None,
@@ -172,6 +174,10 @@ pub fn record(record: &Record) -> ExitCode {
         .env("LD_PRELOAD", preload_with(&lib));
     for (name, value) in &settings {
         command.env(name, value);
+    }
+    if !record.subprocesses && !record.all_processes {
+        // The command's own process only: the one whose parent is this process.
+        command.env("PYIGPROF_ONLY_CHILD_OF", std::process::id().to_string());
     }
     let mut child = match command.spawn() {
         Ok(child) => child,

@@ -85,8 +85,14 @@ struct Record {
     #[arg(long, value_name = "EVENT")]
     event: Option<String>,
 
+    /// Profiles the command's subprocesses too: its fork children (`multiprocessing`) and
+    /// the Python programs it runs, each into a profile of its own. Without it, only the
+    /// command's own process (and the programs it `exec`s in its place) is profiled.
+    #[arg(long)]
+    subprocesses: bool,
+
     /// Profiles the processes that are not Python too, native frames only
-    /// (`PYIGPROF_ALL_PROCESSES`).
+    /// (`PYIGPROF_ALL_PROCESSES`; implies --subprocesses).
     #[arg(long)]
     all_processes: bool,
 

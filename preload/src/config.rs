@@ -77,6 +77,12 @@ pub struct Config {
     /// Profile processes that are not Python too, native frames only
     /// (`PYIGPROF_ALL_PROCESSES=1`); by default they are left alone.
     pub all_processes: bool,
+    /// Only the process whose parent has this process id is profiled
+    /// (`PYIGPROF_ONLY_CHILD_OF`; `pyigprof record` without `--subprocesses` sets its own):
+    /// that process's fork children and the programs it runs, which inherit the preload,
+    /// are left alone, and the programs it `exec`s in its place are profiled. `None` (the
+    /// default): every Python process that inherits the preload is profiled.
+    pub only_child_of: Option<u32>,
     /// Sample CPU (or wall) time (`PYIGPROF_PROFILE` names `cpu`; the default).
     pub profile_cpu: bool,
     /// Sample allocations (`PYIGPROF_PROFILE` names `mem`).
@@ -145,6 +151,14 @@ fn parse_signal(text: &str) -> Option<libc::c_int> {
 }
 
 impl Config {
+    /// Whether this process is left alone because `PYIGPROF_ONLY_CHILD_OF` names another
+    /// parent than its own. Async-signal-safe.
+    pub fn left_alone(&self) -> bool {
+        // SAFETY: getppid has no preconditions.
+        self.only_child_of
+            .is_some_and(|parent| parent != unsafe { libc::getppid() } as u32)
+    }
+
     /// Reads the settings from the process environment, reporting malformed values on
     /// stderr.
     pub fn from_env() -> Config {
@@ -226,6 +240,19 @@ impl Config {
             );
         let all_processes =
             lookup("PYIGPROF_ALL_PROCESSES").is_some_and(|v| !v.is_empty() && v != "0");
+        let only_child_of = match lookup("PYIGPROF_ONLY_CHILD_OF") {
+            None => None,
+            Some(raw) => match raw.to_str().and_then(|s| s.trim().parse::<u32>().ok()) {
+                Some(pid) if pid > 0 => Some(pid),
+                _ => {
+                    complaints.push(format!(
+                        "pyigprof: PYIGPROF_ONLY_CHILD_OF={raw:?} is not a process id; every \
+                         Python process is profiled"
+                    ));
+                    None
+                }
+            },
+        };
         let (profile_cpu, profile_memory) = match lookup("PYIGPROF_PROFILE") {
             None => (true, false),
             Some(raw) => {
@@ -315,6 +342,7 @@ impl Config {
                 dump_signal,
                 dump_interval_s,
                 all_processes,
+                only_child_of,
                 profile_cpu,
                 profile_memory,
                 mem_rate,
@@ -468,6 +496,19 @@ mod tests {
         assert_eq!(c.dump_interval_s, None);
         assert!(complaints[0].contains("PYIGPROF_DUMP_INTERVAL"));
         assert!(parse(&[("PYIGPROF_ALL_PROCESSES", "1")]).0.all_processes);
+        let (c, _) = parse(&[("PYIGPROF_ONLY_CHILD_OF", "4242")]);
+        assert_eq!(c.only_child_of, Some(4242));
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u32;
+        assert!(c.left_alone() != (parent == 4242));
+        let (c, _) = parse(&[("PYIGPROF_ONLY_CHILD_OF", &parent.to_string())]);
+        assert!(!c.left_alone());
+        let (c, complaints) = parse(&[("PYIGPROF_ONLY_CHILD_OF", "me")]);
+        assert_eq!(c.only_child_of, None);
+        assert_eq!(
+            complaints,
+            ["pyigprof: PYIGPROF_ONLY_CHILD_OF=\"me\" is not a process id; every Python process is profiled"]
+        );
         assert!(!parse(&[("PYIGPROF_ALL_PROCESSES", "0")]).0.all_processes);
     }
 

@@ -65,6 +65,9 @@ pub extern "C" fn init() {
         return;
     }
     let mut config = Config::from_env();
+    if config.left_alone() {
+        return; // another process is the one profiled (`pyigprof record`)
+    }
     capture::symbols::use_cache(config.symbol_cache.clone());
     if config.clock == config::Clock::Wall && version.is_some_and(|v| v < (3, 5, 0)) {
         // Before PEP 475 (3.5) CPython does not retry system calls interrupted by a signal:

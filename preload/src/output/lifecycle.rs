@@ -143,7 +143,16 @@ fn final_path(config: &Config, pid: u32) -> PathBuf {
 /// In a fork child (`pthread_atfork`): the child profiles into a profile of its own.
 pub extern "C" fn after_fork_in_child() {
     // SAFETY: getpid has no preconditions.
-    OWNER.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+    let pid = unsafe { libc::getpid() };
+    if CONFIG.get().is_some_and(Config::left_alone) {
+        // Only the parent is profiled (`PYIGPROF_ONLY_CHILD_OF`): this child writes nothing.
+        OWNER.store(0, Ordering::Relaxed);
+        if let Some(s) = sampler::get() {
+            s.leave_after_fork();
+        }
+        return;
+    }
+    OWNER.store(pid, Ordering::Relaxed);
     DUMPED.store(false, Ordering::Relaxed);
     SNAPSHOTS.store(0, Ordering::Relaxed);
     if let Some(s) = sampler::get() {

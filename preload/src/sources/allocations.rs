@@ -50,6 +50,11 @@ pub fn enable(rate: u64) {
     ENABLED.store(true, Ordering::Release);
 }
 
+/// Stops sampling allocations (a fork child that is not profiled). Async-signal-safe.
+pub fn disable() {
+    ENABLED.store(false, Ordering::Release);
+}
+
 /// Whether allocations are sampled.
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)

@@ -243,6 +243,19 @@ impl Sampler {
         }
     }
 
+    /// In a fork child that is not profiled (`PYIGPROF_ONLY_CHILD_OF`):
+    /// sampling stays off, and nothing of the parent's is left for it to act on (its
+    /// threads' exits delete no timer and close no event of the parent's, and no
+    /// allocation is sampled). Takes no lock.
+    pub fn leave_after_fork(&self) {
+        STATE.store(OFF, Ordering::Release);
+        crate::signal_guard::reset_after_fork();
+        self.slots.for_each(perf::forget_after_fork);
+        crate::sources::allocations::disable();
+        crate::sources::allocations::reset_after_fork();
+        self.slots.reset_after_fork();
+    }
+
     /// The calling thread is ending (its exit key's destructor, `SIGPROF` blocked): stops
     /// its timer and counts the ticks of the expirations the kernel had not delivered yet
     /// ([`Sampler::count_undelivered`]).
