@@ -160,7 +160,8 @@ fn task_clock_samples_at_the_rate_asked_for() {
 fn timers_when_perf_events_are_off_sample_as_before() {
     let script = write_script("spin.py", SPIN);
     for python in newest("timers_when_off") {
-        for env in [vec![("PYIGPROF_HZ", "1000"), ("PYIGPROF_PERF_EVENTS", "0")]] {
+        {
+            let env = [("PYIGPROF_HZ", "1000"), ("PYIGPROF_PERF_EVENTS", "0")];
             let (run, cpu) = run_with_cpu_time(&python, &[&script, "1.5"], &env);
             assert!(run.output.status.success(), "{}", run.stderr());
             let profile = run.profile();
