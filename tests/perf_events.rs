@@ -428,3 +428,70 @@ fn an_event_the_machine_lacks_gives_one_line_and_a_cpu_profile() {
         assert!(share(&run.profile(), |s| s.has("spin")) > 80.0);
     }
 }
+
+/// Threads that each live less than a sampling period, one after another (a server that
+/// starts a thread per request): each thread's event opens as it starts, and its first
+/// sample comes at a point of a sequence of intervals that began before it, so that its
+/// time is sampled as a long thread's is. The threads' work is seen in its share, and
+/// not under `<unsampled thread time>` (50–60 % of the profile when the events were opened
+/// at the helper process's next look and the first interval was at least half a period).
+const SHORT_THREADS: &str = r#"
+import json, sys, threading, time
+def spin(seconds):
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        for i in range(20):
+            x += i
+    return x
+def phase_a():
+    spin(0.0003)
+def phase_b():
+    spin(0.0001)
+took = {"a": 0.0, "b": 0.0}
+def request():
+    t0 = time.thread_time()
+    phase_a()
+    t1 = time.thread_time()
+    phase_b()
+    t2 = time.thread_time()
+    took["a"] += t1 - t0
+    took["b"] += t2 - t1
+start = time.process_time()
+for i in range(int(sys.argv[1])):
+    t = threading.Thread(target=request)
+    t.start()
+    t.join()
+print(json.dumps({"a": took["a"], "b": took["b"], "cpu_s": time.process_time() - start}))
+"#;
+
+#[test]
+fn threads_shorter_than_a_period_are_sampled_for_their_time() {
+    if !perf_events_here("short_threads") {
+        return;
+    }
+    let script = write_script("short_threads.py", SHORT_THREADS);
+    for python in newest("short_threads") {
+        let (run, profile) = profiled_ok(
+            &python,
+            &[&script, "3000"],
+            &[("PYIGPROF_HZ", "1000"), ("PYIGPROF_PERF_EVENTS", "1")],
+        );
+        let label = format!("{}: 3,000 threads of 0.4 ms at 1 kHz", python.name);
+        let unsampled = share(&profile, |s| s.has("<unsampled thread time>"));
+        let in_threads = share(&profile, |s| s.has("phase_a") || s.has("phase_b"));
+        let measured = 100.0
+            * (json_number(&run.stdout(), "a") + json_number(&run.stdout(), "b"))
+            / json_number(&run.stdout(), "cpu_s");
+        eprintln!(
+            "{label}: {unsampled:.1} % unsampled; the threads' work {in_threads:.1} % seen, \
+             {measured:.1} % of the process's CPU time measured"
+        );
+        assert!(unsampled < 5.0, "{label}: {unsampled:.1} % unsampled");
+        assert!(
+            (in_threads - measured).abs() < 8.0,
+            "{label}: the threads' work {in_threads:.1} % seen, {measured:.1} % measured"
+        );
+        phase_a_matches(&run, &profile, &label);
+    }
+}

@@ -121,7 +121,7 @@ pub extern "C" fn init() {
     let memory = config.profile_memory;
     lifecycle::start(config);
     pyigprof_hooks::install(Callbacks {
-        thread_started: || with_sampler(|s| s.register_current_thread(false)),
+        thread_started: || with_sampler(|s| s.register_current_thread(crate::sources::perf::Wait::Wake)),
         objects_added: || {
             modules::rescan();
             cpython::try_attach();
@@ -173,7 +173,7 @@ pub extern "C" fn init() {
     }
     // The main thread's timer; every later thread starts its own, and threads that already
     // exist are adopted.
-    sampler.register_current_thread(true);
+    sampler.register_current_thread(crate::sources::perf::Wait::ForAnswer);
     for problem in adopt::adopt_existing_threads(sampler).1 {
         crate::notice!("pyigprof: {problem}");
     }

@@ -100,6 +100,18 @@ pub struct Slot {
     /// drawn, to make up for the time the helper process takes to arm them (ns of CPU
     /// time; `sources::perf::weigh`).
     pub short: AtomicU64,
+    /// The part of the thread's first sampling interval that fell before its event was
+    /// armed (ns of CPU time; `sources::random::first_interval`): added to its first
+    /// sample's weight, then 0.
+    pub before_start: AtomicU64,
+    /// The interval armed after the thread's latest sample (or its first), as the thread
+    /// should get it (ns of CPU time): what of the time after its last sample at its end
+    /// is beyond it was missed (`sources::perf::disarm`).
+    pub due: AtomicU64,
+    /// The interval the thread's event was last armed with, or asked to be (ns of CPU
+    /// time): an overflow well before it is the previous, shorter interval repeating until
+    /// the helper process arms it (`sources::perf::weigh`).
+    pub drawn: AtomicU64,
     /// State of the generator of the thread's random intervals (`crate::sources::random`).
     pub random: AtomicU64,
     /// What the thread's perf event counted after its last sample (ticks or events) + 1,

@@ -267,8 +267,8 @@ pub fn excludes_kernel() -> bool {
     EXCLUDE_KERNEL.load(Ordering::Relaxed)
 }
 
-/// Opens `event` on thread `tid`, its overflow signal (`SIGPROF`) sent to that thread,
-/// the first overflow after `first` (ns of CPU time or events), and enables it. Returns
+/// Opens `event` on thread `tid`, counting from now, its overflow signal (`SIGPROF`) sent
+/// to that thread, the first overflow after `first` (ns of CPU time or events). Returns
 /// the descriptor, close-on-exec. Made of direct system calls (no `errno`): the helper
 /// process, which holds the events, runs it with another thread's thread pointer.
 ///
@@ -282,7 +282,6 @@ pub fn open(event: &Event, tid: libc::pid_t, first: u64) -> Result<libc::c_int, 
         attr.size = std::mem::size_of::<sys::perf_event_attr>() as u32;
         attr.config = event.config;
         attr.__bindgen_anon_1.sample_period = first.max(1);
-        attr.set_disabled(1);
         attr.set_exclude_kernel(u64::from(exclude_kernel));
         attr.set_exclude_hv(u64::from(exclude_kernel));
         // SAFETY: a valid attr; the kernel copies it.
@@ -317,31 +316,19 @@ pub fn open(event: &Event, tid: libc::pid_t, first: u64) -> Result<libc::c_int, 
         kind: F_OWNER_TID,
         pid: tid,
     };
-    // SAFETY: fcntl and ioctl on the descriptor just opened.
+    // The event counts from here (opened enabled: enabling it afterwards was a second
+    // cross-CPU call to a running thread's CPU). Its signal is set up before `O_ASYNC`
+    // turns it on, so that no overflow meanwhile is sent to anyone (nor as `SIGIO`).
+    // `F_SETFL` sets the flags it can change, of which a new perf descriptor has none.
+    // SAFETY: fcntl on the descriptor just opened.
     unsafe {
         let fd64 = fd as u64;
-        let flags = raw(libc::SYS_fcntl, [fd64, libc::F_GETFL as u64, 0, 0]);
-        for (call, args) in [
-            (
-                libc::SYS_fcntl,
-                [
-                    fd64,
-                    libc::F_SETFL as u64,
-                    (flags.max(0) as u64) | libc::O_ASYNC as u64,
-                    0,
-                ],
-            ),
-            (
-                libc::SYS_fcntl,
-                [fd64, F_SETSIG as u64, libc::SIGPROF as u64, 0],
-            ),
-            (
-                libc::SYS_fcntl,
-                [fd64, F_SETOWN_EX as u64, &owner as *const OwnerEx as u64, 0],
-            ),
-            (libc::SYS_ioctl, [fd64, sys::ENABLE as u64, 0, 0]),
+        for args in [
+            [fd64, F_SETSIG as u64, libc::SIGPROF as u64, 0],
+            [fd64, F_SETOWN_EX as u64, &owner as *const OwnerEx as u64, 0],
+            [fd64, libc::F_SETFL as u64, libc::O_ASYNC as u64, 0],
         ] {
-            let done = raw(call, args);
+            let done = raw(libc::SYS_fcntl, args);
             if done < 0 {
                 raw(libc::SYS_close, [fd64, 0, 0, 0]);
                 return Err(-done as i32);
@@ -648,6 +635,18 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<u64> {
     }
     let now = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)?;
     let interval = now.saturating_sub(slot.counted.load(Ordering::Relaxed));
+    let drawn = slot.drawn.load(Ordering::Relaxed);
+    if interval < drawn - drawn / 8 {
+        // The event runs on at the interval armed before until the helper process arms
+        // the one drawn at the last sample: this overflow is that earlier, shorter
+        // interval repeating, not a sample the draws asked for. Its time is in the next
+        // sample's weight.
+        return None;
+    }
+    // The thread's first sample also stands for the part of its interval before the
+    // thread's start ([`crate::sources::random::first_interval`]).
+    let before = slot.before_start.swap(0, Ordering::Relaxed);
+    slot.carry.fetch_add(before, Ordering::Relaxed);
     let weight = take_since_last(event, slot, now);
     if event.randomized() {
         // An interval is longer than its draw by the time the helper process takes to
@@ -666,9 +665,18 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<u64> {
         let mut state = slot.random.load(Ordering::Relaxed);
         let draw = crate::sources::random::interval(&mut state, mean_draw, MIN_PERIOD_NS);
         slot.random.store(state, Ordering::Relaxed);
+        slot.due.store(draw + short as u64, Ordering::Relaxed);
+        slot.drawn.store(draw, Ordering::Relaxed);
         // One wake-up per request: a request still pending is replaced, not repeated.
         if slot.want_period.swap(draw, Ordering::AcqRel) == 0 {
-            nudge_keeper();
+            if drawn < poll_ns(event) {
+                // The event runs at an interval shorter than the helper's looks (a
+                // thread's first, drawn from zero up): have it armed now, rather than
+                // skipping its repeats until the helper looks.
+                wake_keeper();
+            } else {
+                nudge_keeper();
+            }
         }
     }
     Some(weight)
@@ -684,33 +692,58 @@ pub fn take_since_last(event: &Event, slot: &Slot, now: u64) -> u64 {
     total / event.period
 }
 
+/// How [`arm`] asks the helper process for a thread's event, and whether it waits for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Returns at once, waking the helper only if it sleeps (a fork child, or threads
+    /// re-armed after a failed `exec`).
+    No,
+    /// A thread that starts: wakes the helper process, so that the event opens within its
+    /// wake-up (tens of microseconds) rather than at its next look (up to 2 ms later), and
+    /// goes on; a refusal is counted and said at exit ([`refusals`]).
+    Wake,
+    /// The constructor and the threads it adopts: waits at most 2 s and says whether the
+    /// event opened, so that a refusal is said at once.
+    ForAnswer,
+}
+
 /// Starts sampling `event` on `slot`'s thread `tid`: has the helper process open its
-/// event, the first sample after a random interval for a randomized event (so that a
-/// thread running less than a period is sampled with probability its time / period) and
-/// after a period otherwise. With `wait`, waits for the helper process (at most 2 s) and
-/// says whether it opened the event; without, returns at once: a thread that starts does
-/// not wait for another process to be scheduled (+52 µs wall per thread start on this VM,
-/// 300–450 µs on a loaded one: docs/design.md). Its CPU time until the event opens is in its first sample's
-/// weight (or its tail, [`disarm`]); a refusal is counted and said at exit ([`refusals`]).
+/// event, the first sample after a random interval for a randomized event
+/// ([`crate::sources::random::first_interval`]: a thread running less than half a period
+/// is sampled with probability its time / period) and after a period otherwise, as `wait`
+/// says.
+///
+/// A thread that starts wakes the helper process. When it was left to the helper's next
+/// look, a thread was not sampled in its first hundreds of microseconds, and a server that
+/// starts a thread per request had its handlers' work, often all of it, under
+/// `<unsampled thread time>` (shares of 15–23 % where the handlers measured 37 %). Waiting
+/// for the event as well cost each thread start +50 µs wall on this VM, and sampled the
+/// handlers no better (docs/design.md). Time until the event opens is in the thread's
+/// first sample's weight (or its tail, [`disarm`]).
 ///
 /// # Errors
-/// A message naming what failed.
-pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: bool) -> Result<(), String> {
+/// A message naming what failed: the helper process is not running, or (with
+/// [`Wait::ForAnswer`]) the kernel refused the event or the helper did not answer in 2 s.
+pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: Wait) -> Result<(), String> {
     let mut state = crate::sources::random::seed(tid as u64);
-    let first = if event.randomized() {
-        crate::sources::random::interval(&mut state, event.period, MIN_PERIOD_NS)
+    let (first, before) = if event.randomized() {
+        crate::sources::random::first_interval(&mut state, event.period, MIN_PERIOD_NS)
     } else {
-        event.period
+        (event.period, 0)
     };
     let now = thread_cpu_ns(tid).unwrap_or(0);
     slot.random.store(state, Ordering::Relaxed);
     slot.counted.store(now, Ordering::Relaxed);
     slot.carry.store(0, Ordering::Relaxed);
+    slot.before_start.store(before, Ordering::Relaxed);
+    slot.due.store(first, Ordering::Relaxed);
+    slot.drawn.store(first, Ordering::Relaxed);
     slot.short.store(0, Ordering::Relaxed);
     slot.want_period.store(0, Ordering::Relaxed);
     slot.open_tid.store(tid, Ordering::Relaxed);
     slot.open_first.store(first, Ordering::Relaxed);
-    slot.open_waits.store(wait, Ordering::Relaxed);
+    slot.open_waits
+        .store(wait == Wait::ForAnswer, Ordering::Relaxed);
     slot.open_state.store(ASKED, Ordering::Release);
     let failed = |why: String| format!("cannot open the {} event: {why}", event.name);
     if !crate::sources::helper::running() {
@@ -719,10 +752,17 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: bool) -> Result<(
             "the helper process that holds the events is not running".into(),
         ));
     }
-    // Woken only if it sleeps: while samples come it looks on its own timer.
-    nudge_keeper();
-    if !wait {
-        return Ok(());
+    match wait {
+        Wait::No => {
+            // Woken only if it sleeps: while samples come it looks on its own timer.
+            nudge_keeper();
+            return Ok(());
+        }
+        Wait::Wake => {
+            wake_keeper();
+            return Ok(());
+        }
+        Wait::ForAnswer => wake_keeper(),
     }
     let deadline = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0) + OPEN_WAIT_NS;
     loop {
@@ -783,11 +823,18 @@ pub fn disarm(event: &Event, slot: &Slot) -> Option<u64> {
         return None;
     }
     let now = thread_cpu_ns(slot.open_tid.load(Ordering::Relaxed))?;
-    let mut tail = take_since_last(event, slot, now);
+    // What the thread ran after its last sample, up to the interval armed then, is not
+    // counted: the `before` of first samples stands for it (`random::first_interval`);
+    // beyond that interval a sample was missed (a signal lost, an event opened late), and
+    // that time is counted. A thread never sampled has no `before` to count either.
+    slot.before_start.store(0, Ordering::Relaxed);
+    let since = now.saturating_sub(slot.counted.swap(now, Ordering::Relaxed));
+    let missed = since.saturating_sub(slot.due.load(Ordering::Relaxed));
+    let total = missed + slot.carry.swap(0, Ordering::Relaxed);
+    let mut tail = total / event.period;
     // The CPU time left over from the ticks (less than one): one more tick with the
-    // probability of its share of a period, so that threads shorter than a period
-    // (thousands of them) still add up to their time.
-    let carry = slot.carry.swap(0, Ordering::Relaxed);
+    // probability of its share of a period.
+    let carry = total % event.period;
     if carry > 0 {
         let mut state = slot.random.load(Ordering::Relaxed);
         if crate::sources::random::uniform(&mut state) * event.period as f64 <= carry as f64 {

@@ -64,6 +64,31 @@ pub fn interval(state: &mut u64, mean: u64, floor: u64) -> u64 {
     (draw.round() as u64).max(floor)
 }
 
+/// The first interval of a thread's samples, drawn as if its samples had started long
+/// before it (the thread's start is a random point of a running sequence of [`interval`]s):
+/// returns `(first, before)`, the time to its first sample and the part of that sample's
+/// interval that lies before the start, in the unit of `mean`.
+///
+/// The interval that a random point falls in is drawn length-biased (density `x/mean` times
+/// the interval's own: a long interval is more likely to hold the point), and the point
+/// uniformly within it. So `first` has the residual's density `(1 - F(x))/mean`, which is
+/// `1/mean` below `mean/2`: a thread that runs `t < mean/2` is sampled with probability
+/// `t/mean`, and one that runs longer than `3·mean/2` always. Its first sample weighs the
+/// whole interval (`before` + the time it ran), the one a sample of a thread that started
+/// long before would weigh; what the thread runs after its last sample, up to the interval
+/// armed then, is not counted. The expected weight of any stretch of a thread's time is
+/// then that time, however short the thread: the threads that end before their first
+/// sample are made up for by the `before` of those that do not (Palm calculus for
+/// stationary renewal processes; tested in `first_intervals_make_short_threads_add_up`).
+pub fn first_interval(state: &mut u64, mean: u64, floor: u64) -> (u64, u64) {
+    let (low, high) = (mean as f64 * 0.5, mean as f64 * 1.5);
+    // Length-biased on [low, high]: the inverse of its distribution (x² - low²) / (high² - low²).
+    let whole = (low * low + uniform(state) * (high * high - low * low)).sqrt();
+    let first = whole * uniform(state);
+    let before = whole - first;
+    ((first.round() as u64).max(floor), before.round() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +125,44 @@ mod tests {
                     (f64::from(b) / n as f64 - 0.1).abs() < 0.01,
                     "{period}: {bins:?}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn first_intervals_make_short_threads_add_up() {
+        // Threads that run `t` each, sampled from their start by `first_interval` then
+        // `interval`: each sample weighs the time since the previous one (`before` added to
+        // the first), the time after the last one is not counted. The weights add up to
+        // the threads' time, whether they are far shorter than the mean or far longer.
+        let mean = 1_000_000u64;
+        let mut state = 11;
+        for t in [50_000u64, 300_000, 700_000, 1_200_000, 5_300_000] {
+            let threads = 400_000 / (1 + t / 200_000);
+            let (mut weight, mut sampled) = (0u64, 0u64);
+            for _ in 0..threads {
+                let (first, before) = first_interval(&mut state, mean, 10_000);
+                let (mut at, mut last) = (first, 0u64);
+                let mut extra = before;
+                if at <= t {
+                    sampled += 1;
+                }
+                while at <= t {
+                    weight += at - last + extra;
+                    extra = 0;
+                    last = at;
+                    at += interval(&mut state, mean, 10_000);
+                }
+            }
+            let truth = (threads * t) as f64;
+            let error = (weight as f64 - truth) / truth;
+            assert!(error.abs() < 0.01, "{t} ns: weights {weight}, time {truth}");
+            // Below half the mean a thread is sampled with probability t / mean.
+            if t < mean / 2 {
+                let p = sampled as f64 / threads as f64;
+                assert!((p - t as f64 / mean as f64).abs() < 0.01, "{t} ns: {p}");
+            } else if t > 3 * mean / 2 {
+                assert_eq!(sampled, threads);
             }
         }
     }

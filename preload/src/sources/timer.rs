@@ -26,9 +26,9 @@ pub(crate) const TIMER_COOKIE: usize = 0x7079_6967_7072_6f66;
 impl Sampler {
     /// Registers the calling thread and starts its timer (at thread start, and for the main
     /// thread in the constructor). Reports a failure to start the timer on stderr. With
-    /// `wait` (the constructor), waits for the helper process to open a perf event, so
-    /// that a refusal is reported here; a thread that starts does not (see [`perf::arm`]).
-    pub fn register_current_thread(&self, wait: bool) {
+    /// perf events, `wait` says how long to wait for the helper process to open the
+    /// thread's event (see [`perf::arm`]).
+    pub fn register_current_thread(&self, wait: perf::Wait) {
         let mut failure = None;
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
@@ -67,15 +67,15 @@ impl Sampler {
         // SAFETY: the thread's timer is not armed yet, so the handler does not run for it.
         unsafe {
             self.slots.register(thread, Some(bounds), |slot| {
-                result = self.arm(slot, tid, true)
+                result = self.arm(slot, tid, perf::Wait::ForAnswer)
             })
         };
         result
     }
 
     /// Creates and arms the timer of thread `tid` (on its CPU clock) and stores it in its
-    /// `slot`, or has its perf event opened (waiting for it with `wait`).
-    fn arm(&self, slot: &Slot, tid: libc::pid_t, wait: bool) -> Result<(), String> {
+    /// `slot`, or has its perf event opened (waiting for it as `wait` says).
+    fn arm(&self, slot: &Slot, tid: libc::pid_t, wait: perf::Wait) -> Result<(), String> {
         if !self.cpu || STATE.load(Ordering::Acquire) != SAMPLING {
             return Ok(());
         }
@@ -204,7 +204,7 @@ impl Sampler {
                 && slot.owner.load(Ordering::Relaxed) != 0
                 && tid != 0
             {
-                let _ = self.arm(slot, tid, false);
+                let _ = self.arm(slot, tid, perf::Wait::No);
             }
         });
     }
@@ -233,7 +233,7 @@ impl Sampler {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         self.slots
-            .register_current(|slot| armed = self.arm(slot, tid, false).is_ok());
+            .register_current(|slot| armed = self.arm(slot, tid, perf::Wait::No).is_ok());
         // `quiet()` reads a flag the constructor set: async-signal-safe.
         if !armed && !crate::config::quiet() {
             let msg =
