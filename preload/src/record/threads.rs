@@ -104,13 +104,11 @@ pub struct Slot {
     /// armed (ns of CPU time; `sources::random::first_interval`): added to its first
     /// sample's weight, then 0.
     pub before_start: AtomicU64,
-    /// The interval armed after the thread's latest sample (or its first), as the thread
-    /// should get it (ns of CPU time): what of the time after its last sample at its end
-    /// is beyond it was missed (`sources::perf::disarm`).
-    pub due: AtomicU64,
     /// The interval the thread's event was last armed with, or asked to be (ns of CPU
     /// time): an overflow well before it is the previous, shorter interval repeating until
-    /// the helper process arms it (`sources::perf::weigh`).
+    /// the helper process arms it (`sources::perf::weigh`); with `short`, the interval the
+    /// thread should get, beyond which the time after its last sample was missed
+    /// (`sources::perf::disarm`).
     pub drawn: AtomicU64,
     /// State of the generator of the thread's random intervals (`crate::sources::random`).
     pub random: AtomicU64,

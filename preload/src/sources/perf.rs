@@ -665,7 +665,6 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<u64> {
         let mut state = slot.random.load(Ordering::Relaxed);
         let draw = crate::sources::random::interval(&mut state, mean_draw, MIN_PERIOD_NS);
         slot.random.store(state, Ordering::Relaxed);
-        slot.due.store(draw + short as u64, Ordering::Relaxed);
         slot.drawn.store(draw, Ordering::Relaxed);
         // One wake-up per request: a request still pending is replaced, not repeated.
         if slot.want_period.swap(draw, Ordering::AcqRel) == 0 {
@@ -736,7 +735,6 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: Wait) -> Result<(
     slot.counted.store(now, Ordering::Relaxed);
     slot.carry.store(0, Ordering::Relaxed);
     slot.before_start.store(before, Ordering::Relaxed);
-    slot.due.store(first, Ordering::Relaxed);
     slot.drawn.store(first, Ordering::Relaxed);
     slot.short.store(0, Ordering::Relaxed);
     slot.want_period.store(0, Ordering::Relaxed);
@@ -829,7 +827,10 @@ pub fn disarm(event: &Event, slot: &Slot) -> Option<u64> {
     // that time is counted. A thread never sampled has no `before` to count either.
     slot.before_start.store(0, Ordering::Relaxed);
     let since = now.saturating_sub(slot.counted.swap(now, Ordering::Relaxed));
-    let missed = since.saturating_sub(slot.due.load(Ordering::Relaxed));
+    // The interval armed after the last sample as the thread should get it: the draw,
+    // and the helper's lateness in arming it (`weigh`).
+    let due = slot.drawn.load(Ordering::Relaxed) + slot.short.load(Ordering::Relaxed);
+    let missed = since.saturating_sub(due);
     let total = missed + slot.carry.swap(0, Ordering::Relaxed);
     let mut tail = total / event.period;
     // The CPU time left over from the ticks (less than one): one more tick with the
