@@ -36,6 +36,13 @@ pub mod sampler;
 pub mod signal_guard;
 pub mod sources;
 
+/// The interpreters present, for the unit tests that run them (the end-to-end suite's own
+/// module, `tests/support/interpreters.rs`, shared rather than copied).
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../../tests/support/interpreters.rs"]
+mod test_interpreters;
+
 /// Large blocks of the library's own are mapped directly, not taken from the program's
 /// `malloc` (see [`alloc`]).
 #[global_allocator]

@@ -3,6 +3,9 @@
 //! and reading the profiles they write (with the analyser's own reader).
 
 pub mod igprof_reader;
+pub mod interpreters;
+
+pub use interpreters::*;
 
 use igprof_analyse::Profile;
 use std::path::{Path, PathBuf};
@@ -26,13 +29,48 @@ pub struct Artifacts {
     pub command: PathBuf,
 }
 
+/// Whether `name` is one of the variables cargo sets for the crate it builds or the test it
+/// runs (cargo's "Environment variables Cargo sets for crates"): `CARGO_MANIFEST_DIR`,
+/// `CARGO_PKG_*`, `CARGO_CRATE_NAME`, `CARGO_BIN_EXE_*`, `OUT_DIR`, …. A build started
+/// from a test must not inherit them: `ring`'s build script watches `CARGO_MANIFEST_DIR`
+/// and `CARGO_PKG_*` (`rerun-if-env-changed`), so a build that sees the test's values
+/// rebuilds ring and everything above it (rustls, ureq, the analyser: about a minute
+/// here), and the next `cargo build --release` or `cargo test --release`, which does not
+/// see them, rebuilds them all again.
+fn set_by_cargo_for_the_crate(name: &str) -> bool {
+    const EXACT: [&str; 9] = [
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_MANIFEST_LINKS",
+        "CARGO_CRATE_NAME",
+        "CARGO_BIN_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "CARGO_RUSTC_CURRENT_DIR",
+        "OUT_DIR",
+    ];
+    EXACT.contains(&name)
+        || name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_BIN_EXE_")
+        || name.starts_with("CARGO_SBOM_")
+}
+
 /// Builds the release artifacts once per test process (`cargo build --release`, the
-/// command the README gives) and returns their paths.
+/// command the README gives) and returns their paths. After `cargo build --release` or a
+/// first `cargo test --release` this compiles nothing: the build runs in the environment
+/// cargo itself was started in, without the variables cargo set for the test
+/// ([`set_by_cargo_for_the_crate`]).
 pub fn artifacts() -> &'static Artifacts {
     static BUILT: OnceLock<Artifacts> = OnceLock::new();
     BUILT.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
+        let mut build = Command::new(cargo);
+        for (name, _) in std::env::vars_os() {
+            if set_by_cargo_for_the_crate(&name.to_string_lossy()) {
+                build.env_remove(name);
+            }
+        }
+        let status = build
             .args([
                 "build",
                 "--release",
@@ -61,126 +99,6 @@ pub fn artifacts() -> &'static Artifacts {
         );
         a
     })
-}
-
-/// A Python interpreter present on this machine.
-#[derive(Clone, Debug)]
-pub struct Interpreter {
-    /// How tests name it, e.g. `pyenv-3.11.7` or `debian-3.11`.
-    pub name: String,
-    /// Executable path.
-    pub path: PathBuf,
-    /// `(major, minor)`.
-    pub version: (u32, u32),
-}
-
-/// Where `scripts/install-debian-pythons.sh` installs Debian's newer interpreters (trixie's
-/// 3.13, sid's 3.14 and 3.15): `$PYIGPROF_PYTHONS_DIR`, else
-/// `${XDG_CACHE_HOME:-$HOME/.cache}/pyigprof/pythons`.
-pub fn installed_pythons_dir() -> Option<PathBuf> {
-    cache_dir("PYIGPROF_PYTHONS_DIR", "pythons")
-}
-
-/// `$<variable>`, else `${XDG_CACHE_HOME:-$HOME/.cache}/pyigprof/<leaf>` (empty variables
-/// count as unset).
-fn cache_dir(variable: &str, leaf: &str) -> Option<PathBuf> {
-    let var = |name: &str| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    var(variable)
-        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("pyigprof").join(leaf)))
-        .or_else(|| var("HOME").map(|d| d.join(".cache/pyigprof").join(leaf)))
-}
-
-/// Every interpreter the brief lists that is present: pyenv's builds, Debian's static
-/// `/usr/bin/python3.11`, and the Debian builds the install script put in
-/// [`installed_pythons_dir`] (listed in its `interpreters.txt`), oldest first. Versions
-/// are asked of each interpreter, never taken from its name.
-pub fn interpreters() -> Vec<Interpreter> {
-    let mut found = Vec::new();
-    if let Ok(entries) = std::fs::read_dir("/root/.pyenv/versions") {
-        for entry in entries.flatten() {
-            let dir = entry.file_name().to_string_lossy().into_owned();
-            let path = entry.path().join("bin/python");
-            if let Some(version) = version_of(&path) {
-                found.push(Interpreter {
-                    name: format!("pyenv-{dir}"),
-                    path,
-                    version,
-                });
-            }
-        }
-    }
-    let debian = PathBuf::from("/usr/bin/python3.11");
-    if let Some(version) = version_of(&debian) {
-        found.push(Interpreter {
-            name: "debian-3.11".into(),
-            path: debian,
-            version,
-        });
-    }
-    if let Some(list) = installed_pythons_dir()
-        .and_then(|dir| std::fs::read_to_string(dir.join("interpreters.txt")).ok())
-    {
-        for line in list.lines() {
-            let Some((name, path)) = line.split_once(' ') else {
-                continue;
-            };
-            let path = PathBuf::from(path.trim());
-            if let Some(version) = version_of(&path) {
-                found.push(Interpreter {
-                    name: name.to_string(),
-                    path,
-                    version,
-                });
-            }
-        }
-    }
-    found.sort_by(|a, b| (a.version, &a.name).cmp(&(b.version, &b.name)));
-    found
-}
-
-fn version_of(path: &Path) -> Option<(u32, u32)> {
-    let out = Command::new(path)
-        .args(["-c", "import sys; print('%d %d' % sys.version_info[:2])"])
-        .output()
-        .ok()?;
-    let text = String::from_utf8(out.stdout).ok()?;
-    let mut parts = text.split_whitespace().map(|p| p.parse::<u32>().ok());
-    Some((parts.next()??, parts.next()??))
-}
-
-/// Every present interpreter (each gets Python frames: 3.8+ through the audit hook, 3.6/3.7
-/// from the thread-state key in memory, 2.7 from the GIL holder's state and the
-/// interpreter's list of thread states), printed so the test log says which ran.
-pub fn interpreters_with_python_frames(test: &str) -> Vec<Interpreter> {
-    interpreters_for(test, "interpreters", |_| true)
-}
-
-/// The 3.11 interpreters issue 2 is about (pyenv's shared build and Debian's static one),
-/// printed.
-pub fn python311(test: &str) -> Vec<Interpreter> {
-    interpreters_for(test, "3.11 interpreters", |i| i.version == (3, 11))
-}
-
-/// The present interpreters that `wanted` accepts, and a line `test: KIND covered: name, …`
-/// on the test process's stderr. The line is written to the handle rather than through
-/// `eprintln!`, which the test harness captures (showing it only for failing tests): the
-/// log of a passing run says which interpreters ran.
-pub fn interpreters_for(
-    test: &str,
-    kind: &str,
-    wanted: impl Fn(&Interpreter) -> bool,
-) -> Vec<Interpreter> {
-    use std::io::Write;
-    let covered: Vec<Interpreter> = interpreters().into_iter().filter(|i| wanted(i)).collect();
-    let names: Vec<&str> = covered.iter().map(|i| i.name.as_str()).collect();
-    let line = format!("{test}: {kind} covered: {}\n", names.join(", "));
-    // A log line that cannot be written changes nothing the test checks.
-    let _ = std::io::stderr().lock().write_all(line.as_bytes());
-    covered
 }
 
 /// A fresh, empty directory for one test run.

@@ -205,3 +205,7 @@ mod tests {
         assert_eq!(line_for_offset(LineTable::Linetable310, &[3], 1, 0), None);
     }
 }
+
+#[cfg(test)]
+#[path = "lines_on_interpreters.rs"]
+mod on_interpreters;

@@ -1,11 +1,14 @@
-//! Line numbers: the profiler's line-table decoder must give, for every instruction, the
-//! line CPython's own `PyCode_Addr2Line` gives (what tracebacks show), on every interpreter
-//! present — each with its own table format (co_lnotab, 3.10's co_linetable, 3.11+'s
-//! location table).
+//! Line numbers on real interpreters (unit tests of [`super`]): the profiler's line-table
+//! decoder must give, for every instruction, the line CPython's own `PyCode_Addr2Line`
+//! gives (what tracebacks show), on every interpreter present — each with its own table
+//! format (co_lnotab, 3.10's co_linetable, 3.11+'s location table). A unit test rather
+//! than one of the end-to-end suite's, which would then link this crate: cargo would build
+//! `libpyigprof.so` for the tests (unwinding panics) over the one `cargo build --release`
+//! made (aborting), and each would rebuild it after the other.
 
-use pyigprof::capture::python::layout::{Layout, LineTable};
-use pyigprof::capture::python::lines::line_for_offset;
-use pyigprof_suite::*;
+use super::line_for_offset;
+use crate::capture::python::layout::{Layout, LineTable};
+use crate::test_interpreters::every_interpreter_for;
 
 /// Compiles real standard-library modules and, for every code object, prints its line table
 /// (hex), first line, the step between instruction offsets and PyCode_Addr2Line of each
@@ -58,10 +61,21 @@ fn unhex(text: &str) -> Vec<u8> {
 
 #[test]
 fn lines_equal_pycode_addr2line_for_every_instruction_on_every_interpreter() {
-    let all = interpreters_for("line_tables", "interpreters", |_| true);
+    // Every interpreter in the fast tier too: a few seconds in all.
+    let all = every_interpreter_for("line_tables", "interpreters", |_| true);
     assert!(!all.is_empty());
     for python in all {
-        let out = plain_ok(&python, &["-c", DUMP]);
+        let out = std::process::Command::new(&python.path)
+            .args(["-c", DUMP])
+            .output()
+            .expect("run python");
+        assert!(
+            out.status.success(),
+            "{}: exit {:?}\n{}",
+            python.name,
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
         let format = format_of(python.version);
         let (mut checked, mut codes) = (0usize, 0usize);
         for row in String::from_utf8(out.stdout).unwrap().lines() {
