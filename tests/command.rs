@@ -71,8 +71,10 @@ fn record_profiles_a_program_and_report_reads_it() {
                 python.name
             );
         }
-        // `report` is the analyser.
-        let report = pyigprof(&["report", "--top=5", name], &dir);
+        // `report` is the analyser. Every function (--top=0): python_work's self time is
+        // not always among the five highest (on 3.12, l_mod and the allocator, named
+        // functions of libpython, hold most of it: a full-matrix run saw it).
+        let report = pyigprof(&["report", "--top=0", name], &dir);
         assert!(report.status.success(), "{}", text(&report.stderr));
         assert!(
             text(&report.stdout).contains("python_work"),

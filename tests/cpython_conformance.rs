@@ -5,11 +5,12 @@
 //! process reads blocked threads from outside), and every profile the profiled runs write
 //! reads back.
 //!
-//! Every interpreter that has its `test` package runs the 18 files of [`TESTS`] (1–4
-//! minutes each: one plain run, one per mode, with `-j2`); `test_asyncio` and
-//! `test_multiprocessing_*`, several minutes per run, run on Debian's static sid 3.15.
-//! Every interpreter with all of them: `python3 scripts/cpython-conformance.py --modes
-//! cpu,wall`.
+//! The whole matrix (`PYIGPROF_TESTS=full`): every interpreter that has its `test` package
+//! runs the 18 files of [`TESTS`] (1–4 minutes each: one plain run, one per mode, with
+//! `-j2`); `test_asyncio` and `test_multiprocessing_*`, several minutes per run, run on
+//! Debian's static sid 3.15. The fast tier: the files of [`FAST_TESTS`] on three
+//! interpreters ([`fast_interpreters`]). Every interpreter with all of them: `python3
+//! scripts/cpython-conformance.py --modes cpu,wall`.
 
 use pyigprof_suite::*;
 use std::process::{Command, Stdio};
@@ -18,6 +19,17 @@ use std::process::{Command, Stdio};
 const TESTS: &str = "test_signal,test_threading,test_threadsignals,test_subprocess,test_os,\
                      test_posix,test_faulthandler,test_sys,test_io,test_cmd_line,test_ctypes,\
                      test_mmap,test_time,test_pty,test_tracemalloc,test_audit,test_atexit,test_gc";
+
+/// The fast tier's files, the longest first (regrtest hands them out in this order): those
+/// whose tests found defects of the profiler so far (this repository's history) and those
+/// about what the profiler interposes on. `test_io`: a read that the program's signal
+/// interrupted was restarted and hung (d93905f); `test_subprocess`: a child listed a perf
+/// event's descriptor (c6bc5c0, e08a2d8); `test_signal` and `test_threadsignals`: the
+/// program's own handlers beside `SIGPROF`'s; `test_os`: descriptors, `fork`, `exec`;
+/// `test_faulthandler`: fatal signals' handlers. About 30–35 s a run at `-j4` on each of the
+/// three interpreters, plain, so about 5 minutes for the nine runs.
+const FAST_TESTS: &str =
+    "test_io,test_subprocess,test_signal,test_os,test_faulthandler,test_threadsignals";
 
 /// The files of the script's CI set that take several minutes per run (the interpreter
 /// runs those it has).
@@ -39,10 +51,10 @@ fn has_test_package(python: &Interpreter) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// Runs `tests` on `chosen`, without and with the profiler in both modes, and checks that
-/// the script passed and printed, for each interpreter and mode, no outcome that differs
-/// and no unreadable profile.
-fn conform(chosen: &[Interpreter], tests: &str) {
+/// Runs `tests` on `chosen` with `jobs` regrtest workers, without and with the profiler in
+/// both modes, and checks that the script passed and printed, for each interpreter and
+/// mode, no outcome that differs and no unreadable profile.
+fn conform(chosen: &[Interpreter], tests: &str, jobs: u32) {
     let paths: Vec<String> = chosen
         .iter()
         .map(|p| format!("{}={}", p.name, p.path.display()))
@@ -61,6 +73,8 @@ fn conform(chosen: &[Interpreter], tests: &str) {
             "cpu,wall",
             "--tests",
             tests,
+            "--jobs",
+            &jobs.to_string(),
         ])
         .arg("--preload")
         .arg(&artifacts.preload)
@@ -98,24 +112,61 @@ fn conform(chosen: &[Interpreter], tests: &str) {
     }
 }
 
+/// The fast tier's interpreters: the oldest Python 3 with its test package (pyenv's 3.6
+/// here), one of pyenv's shared 3.11+ builds, and Debian's static, stripped sid 3.15
+/// ([`LONG_TESTS_ON`]).
+fn fast_interpreters() -> Vec<Interpreter> {
+    let with_tests: Vec<Interpreter> = interpreters()
+        .into_iter()
+        .filter(|p| p.version.0 == 3 && has_test_package(p))
+        .collect();
+    let oldest = with_tests.first().cloned();
+    let shared = fast_pick(
+        "cpython_conformance",
+        with_tests
+            .iter()
+            .filter(|p| p.name.starts_with("pyenv-") && p.version >= (3, 11))
+            .cloned()
+            .collect(),
+    );
+    let names: Vec<String> = oldest.into_iter().chain(shared).map(|p| p.name).collect();
+    every_interpreter_for(
+        "cpython_conformance",
+        "interpreters with CPython's test package (fast tier: the oldest 3.x, a shared \
+         pyenv build, Debian's static sid 3.15; PYIGPROF_TESTS=full runs all)",
+        |p| names.contains(&p.name) || (p.name == LONG_TESTS_ON && has_test_package(p)),
+    )
+}
+
 #[test]
 fn cpython_tests_give_the_same_outcomes_under_the_profiler() {
     // One test, not two: each run uses both cores (-j2), and timing-dependent tests of
     // CPython's suite must not share them with another.
-    let chosen = interpreters_for(
+    if tier() == Tier::Fast {
+        let chosen = fast_interpreters();
+        if !chosen.is_empty() {
+            // Four workers on the two cores: these files mostly wait (sleeps, timeouts,
+            // children), and take about half the time they take with two (pyenv's 3.13,
+            // plain: 21 s against 38 s for all but test_os). A test that differs runs
+            // again in regrtest's own process before it counts.
+            conform(&chosen, FAST_TESTS, 4);
+        }
+        return;
+    }
+    let chosen = every_interpreter_for(
         "cpython_conformance",
         "interpreters with CPython's test package",
         has_test_package,
     );
     if !chosen.is_empty() {
-        conform(&chosen, TESTS);
+        conform(&chosen, TESTS, 2);
     }
-    let long = interpreters_for(
+    let long = every_interpreter_for(
         "cpython_conformance",
         "test_asyncio and test_multiprocessing_*",
         |p| p.name == LONG_TESTS_ON && has_test_package(p),
     );
     if !long.is_empty() {
-        conform(&long, LONG_TESTS);
+        conform(&long, LONG_TESTS, 2);
     }
 }

@@ -464,10 +464,10 @@ struct Measured {
     truth: Truth,
 }
 
-/// A program (`args`: its script and arguments) run under the profiler on every interpreter
-/// with Python frames, with its ground truth.
-fn measure_everywhere(test: &str, args: &[&str]) -> Vec<Measured> {
-    interpreters_with_python_frames(test)
+/// A program (`args`: its script and arguments) run under the profiler on each of
+/// `pythons`, with its ground truth.
+fn measure_on(pythons: Vec<Interpreter>, args: &[&str]) -> Vec<Measured> {
+    pythons
         .into_iter()
         .map(|python| {
             let (run, profile) = profiled_ok(&python, args, &[]);
@@ -482,13 +482,34 @@ fn measure_everywhere(test: &str, args: &[&str]) -> Vec<Measured> {
         .collect()
 }
 
-/// [`HASHLIB_PROGRAM`] run once on every interpreter, for the tests that read it.
+/// Whether `python`'s `hashlib.sha512` is OpenSSL's (`_hashlib.HASH`), not CPython's own
+/// `_sha512` (pyenv's 2.7 and 3.6 here).
+fn has_openssl_sha2(python: &Interpreter) -> bool {
+    std::process::Command::new(&python.path)
+        .args([
+            "-c",
+            "import hashlib; print(type(hashlib.sha512()).__module__ + '.' + type(hashlib.sha512()).__name__)",
+        ])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "_hashlib.HASH")
+}
+
+/// [`HASHLIB_PROGRAM`] run once on every interpreter (in the fast tier on one whose SHA-2
+/// is OpenSSL's assembly), for the tests that read it.
 fn hashlib_runs() -> &'static [Measured] {
     static RUNS: OnceLock<Vec<Measured>> = OnceLock::new();
     RUNS.get_or_init(|| {
         let dir = scratch_dir("truth-hashlib");
         let script = program_file(&dir, "hashlib_sha2", HASHLIB_PROGRAM);
-        measure_everywhere("hashlib_sha2", &[&script, PHASE_SECONDS])
+        let pythons = match tier() {
+            Tier::Full => interpreters_with_python_frames("hashlib_sha2"),
+            Tier::Fast => interpreters_for(
+                "hashlib_sha2",
+                "interpreters whose SHA-2 is OpenSSL's",
+                has_openssl_sha2,
+            ),
+        };
+        measure_on(pythons, &[&script, PHASE_SECONDS])
     })
 }
 
@@ -749,7 +770,10 @@ fn asm_runs() -> &'static [Measured] {
         );
         let script = program_file(&dir, "asm_spin", ASM_PROGRAM);
         let library = library.to_string_lossy().into_owned();
-        measure_everywhere("hand_written_assembly", &[&script, PHASE_SECONDS, &library])
+        measure_on(
+            interpreters_with_python_frames("hand_written_assembly"),
+            &[&script, PHASE_SECONDS, &library],
+        )
     })
 }
 

@@ -20,7 +20,7 @@ fn python() -> Interpreter {
 /// Runs `program` with and without the profiler; the exit status (code or signal), stdout
 /// and stderr must be the same. Returns the profiled run.
 fn same_behaviour(python: &Interpreter, program: &str, env: &[(&str, &str)]) -> Run {
-    let plain = Command::new(&python.path)
+    let plain = with_default_signals(&mut Command::new(&python.path))
         .args(["-c", program])
         .envs(env.iter().copied())
         .output()

@@ -15,10 +15,11 @@
 //! `PYIGPROF_TEST_PYTHONS=NAME,…` restricts either tier to the interpreters so named
 //! (`pyenv-2.7.18`, `debian-sid-3.15`, or a part of a name: `2.7`, `sid`).
 //!
-//! Std only: the preload crate's unit tests use this file too (its line-table test).
+//! Std and `libc` only: the preload crate's unit tests use this file too (its line-table
+//! test).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 /// How much of the matrix the end-to-end tests run, from `PYIGPROF_TESTS`.
@@ -178,24 +179,19 @@ pub fn interpreters_for(
     kind: &str,
     wanted: impl Fn(&Interpreter) -> bool,
 ) -> Vec<Interpreter> {
-    let accepted: Vec<Interpreter> = interpreters().into_iter().filter(|i| wanted(i)).collect();
-    match tier() {
-        Tier::Full => {
-            say_covered(test, kind, &accepted, "");
-            accepted
-        }
-        Tier::Fast => {
-            let of = accepted.len();
-            let chosen = fast_pick(test, accepted);
-            let note = if of > 1 {
-                format!(" (fast tier: 1 of {of}; PYIGPROF_TESTS=full runs all)")
-            } else {
-                String::new()
-            };
-            say_covered(test, kind, &chosen, &note);
-            chosen
-        }
+    if tier() == Tier::Full {
+        return every_interpreter_for(test, kind, wanted);
     }
+    let accepted = accepted_by(wanted);
+    let of = accepted.len();
+    let chosen = fast_pick(test, accepted);
+    let note = if of > 1 {
+        format!(" (fast tier: 1 of {of}; PYIGPROF_TESTS=full runs all)")
+    } else {
+        String::new()
+    };
+    say_covered(test, kind, &chosen, &note);
+    chosen
 }
 
 /// The present interpreters that `wanted` accepts, all of them in every tier (for the few
@@ -206,16 +202,30 @@ pub fn every_interpreter_for(
     kind: &str,
     wanted: impl Fn(&Interpreter) -> bool,
 ) -> Vec<Interpreter> {
-    let accepted: Vec<Interpreter> = interpreters().into_iter().filter(|i| wanted(i)).collect();
+    let accepted = accepted_by(wanted);
     say_covered(test, kind, &accepted, "");
     accepted
 }
 
+/// The present interpreters that `wanted` accepts.
+fn accepted_by(wanted: impl Fn(&Interpreter) -> bool) -> Vec<Interpreter> {
+    interpreters().into_iter().filter(|i| wanted(i)).collect()
+}
+
 /// The one interpreter of `candidates` that the fast tier runs the test named `key` on:
-/// the one at the FNV-1a hash of `key` modulo their number, so that different tests land on
-/// different interpreters (over the suite, every family gets tests of its own) and a test
-/// lands on the same one every time on a given machine. Empty when `candidates` is.
-pub fn fast_pick(key: &str, mut candidates: Vec<Interpreter>) -> Vec<Interpreter> {
+/// the first of [`fast_order`]. Empty when `candidates` is.
+pub fn fast_pick(key: &str, candidates: Vec<Interpreter>) -> Vec<Interpreter> {
+    let mut order = fast_order(key, candidates);
+    order.truncate(1);
+    order
+}
+
+/// `candidates` rotated so that the one at the FNV-1a hash of `key` modulo their number
+/// comes first, then the ones after it: different tests land on different interpreters
+/// (over the suite, every family gets tests of its own), a test lands on the same one
+/// every time on a given machine, and a test that cannot use its first (a venv that cannot
+/// be made) has the next.
+pub fn fast_order(key: &str, mut candidates: Vec<Interpreter>) -> Vec<Interpreter> {
     if candidates.is_empty() {
         return candidates;
     }
@@ -223,7 +233,46 @@ pub fn fast_pick(key: &str, mut candidates: Vec<Interpreter>) -> Vec<Interpreter
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     });
     let at = (hash % candidates.len() as u64) as usize;
-    vec![candidates.swap_remove(at)]
+    candidates.rotate_left(at);
+    candidates
+}
+
+/// Makes `command` start its process with `SIGINT`, `SIGQUIT` and `SIGHUP` at their
+/// default action, as a program started from a terminal has them, whatever the test process
+/// inherited: a shell's background job ignores `SIGINT` and `SIGQUIT`, `nohup` ignores
+/// `SIGHUP`, and neither can be undone by the shell (bash: "signals ignored upon entry
+/// cannot be trapped or reset"). An ignored signal stays ignored across `exec`, and Python
+/// installs its `KeyboardInterrupt` handler only over a default `SIGINT`: tests that a
+/// signal ends a process, or that the program sees its own handlers, would otherwise
+/// depend on how the suite was started.
+pub fn with_default_signals(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only `signal`, which is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            for signal in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP] {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Runs `python args…` without the profiler (signals as [`with_default_signals`] sets
+/// them) and asserts that it exited successfully.
+pub fn plain_ok(python: &Interpreter, args: &[&str]) -> Output {
+    let out = with_default_signals(&mut Command::new(&python.path))
+        .args(args)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "{} without pyigprof: exit {:?}\n{}",
+        python.name,
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// Writes `test: KIND covered: name, …NOTE` to the test process's stderr handle rather than

@@ -29,14 +29,25 @@ pub struct Artifacts {
     pub command: PathBuf,
 }
 
-/// Whether `name` is one of the variables cargo sets for the crate it builds or the test it
-/// runs (cargo's "Environment variables Cargo sets for crates"): `CARGO_MANIFEST_DIR`,
-/// `CARGO_PKG_*`, `CARGO_CRATE_NAME`, `CARGO_BIN_EXE_*`, `OUT_DIR`, …. A build started
-/// from a test must not inherit them: `ring`'s build script watches `CARGO_MANIFEST_DIR`
-/// and `CARGO_PKG_*` (`rerun-if-env-changed`), so a build that sees the test's values
-/// rebuilds ring and everything above it (rustls, ureq, the analyser: about a minute
-/// here), and the next `cargo build --release` or `cargo test --release`, which does not
-/// see them, rebuilds them all again.
+/// Removes from `command`'s environment the variables cargo sets for the crate it builds
+/// or the test it runs (cargo's "Environment variables Cargo sets for crates":
+/// `CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, `CARGO_CRATE_NAME`, `CARGO_BIN_EXE_*`, `OUT_DIR`,
+/// …), for a build started from a test (`cargo build`, `pip install .`), which must see
+/// the environment cargo itself was started in: `ring`'s build script watches
+/// `CARGO_MANIFEST_DIR` and `CARGO_PKG_*` (`rerun-if-env-changed`), so a build that sees
+/// the test's values rebuilds ring and everything above it (rustls, ureq, the analyser:
+/// about a minute here), and the next `cargo build --release` or `cargo test --release`,
+/// which does not see them, rebuilds them all again.
+pub fn without_cargos_test_variables(command: &mut Command) -> &mut Command {
+    for (name, _) in std::env::vars_os() {
+        if set_by_cargo_for_the_crate(&name.to_string_lossy()) {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+/// Whether `name` is one of the variables [`without_cargos_test_variables`] removes.
 fn set_by_cargo_for_the_crate(name: &str) -> bool {
     const EXACT: [&str; 9] = [
         "CARGO_MANIFEST_DIR",
@@ -55,50 +66,47 @@ fn set_by_cargo_for_the_crate(name: &str) -> bool {
         || name.starts_with("CARGO_SBOM_")
 }
 
-/// Builds the release artifacts once per test process (`cargo build --release`, the
-/// command the README gives) and returns their paths. After `cargo build --release` or a
-/// first `cargo test --release` this compiles nothing: the build runs in the environment
-/// cargo itself was started in, without the variables cargo set for the test
-/// ([`set_by_cargo_for_the_crate`]).
+/// Builds the release artifacts once per test process ([`build_artifacts`]) and returns
+/// their paths.
 pub fn artifacts() -> &'static Artifacts {
     static BUILT: OnceLock<Artifacts> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
-        for (name, _) in std::env::vars_os() {
-            if set_by_cargo_for_the_crate(&name.to_string_lossy()) {
-                build.env_remove(name);
-            }
-        }
-        let status = build
-            .args([
-                "build",
-                "--release",
-                "-p",
-                "pyigprof-preload",
-                "-p",
-                "pyigprof-analyse",
-                "-p",
-                "pyigprof-cli",
-            ])
-            .current_dir(repo())
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "cargo build --release failed");
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map_or_else(|| repo().join("target"), PathBuf::from);
-        let a = Artifacts {
-            preload: target.join("release/libpyigprof.so"),
-            analyse: target.join("release/pyigprof-analyse"),
-            command: target.join("release/pyigprof"),
-        };
-        assert!(
-            a.preload.exists() && a.analyse.exists() && a.command.exists(),
-            "artifacts missing in {}",
-            target.display()
-        );
-        a
-    })
+    BUILT.get_or_init(build_artifacts)
+}
+
+/// Builds the release artifacts (`cargo build --release`, the command the README gives)
+/// and returns their paths. After `cargo build --release` or a first `cargo test
+/// --release` this compiles nothing: the build runs in the environment cargo itself was
+/// started in ([`without_cargos_test_variables`]). Panics if the build fails.
+pub fn build_artifacts() -> Artifacts {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = without_cargos_test_variables(&mut Command::new(cargo))
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "pyigprof-preload",
+            "-p",
+            "pyigprof-analyse",
+            "-p",
+            "pyigprof-cli",
+        ])
+        .current_dir(repo())
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "cargo build --release failed");
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo().join("target"), PathBuf::from);
+    let a = Artifacts {
+        preload: target.join("release/libpyigprof.so"),
+        analyse: target.join("release/pyigprof-analyse"),
+        command: target.join("release/pyigprof"),
+    };
+    assert!(
+        a.preload.exists() && a.analyse.exists() && a.command.exists(),
+        "artifacts missing in {}",
+        target.display()
+    );
+    a
 }
 
 /// A fresh, empty directory for one test run.
@@ -197,27 +205,14 @@ impl Run {
     }
 }
 
-/// Runs `python args…` without the profiler and asserts that it exited successfully.
-pub fn plain_ok(python: &Interpreter, args: &[&str]) -> Output {
-    let out = Command::new(&python.path)
-        .args(args)
-        .output()
-        .expect("run python");
-    assert!(
-        out.status.success(),
-        "{} without pyigprof: exit {:?}\n{}",
-        python.name,
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
-/// Runs `python args…` in a fresh directory with the profiler preloaded and `env` set.
+/// Runs `python args…` in a fresh directory with the profiler preloaded and `env` set (and
+/// signals as [`with_default_signals`] sets them).
 pub fn run_profiled(python: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let dir = scratch_dir("run");
     let mut cmd = Command::new(python);
-    cmd.args(args)
+    with_default_signals(&mut cmd)
+        .args(args)
         .current_dir(&dir)
         .env("LD_PRELOAD", &artifacts().preload);
     for (k, v) in env {
@@ -609,16 +604,28 @@ pub fn numpy_venv(base: &Interpreter) -> Result<NumpyVenv, String> {
 }
 
 /// The numpy venvs ([`numpy_venv`]) of the present interpreters of 3.11 and newer (numpy's
-/// wheels that bundle `libscipy_openblas64_`), made if missing; prints on the test
-/// process's stderr which were covered and why the others were not.
+/// wheels that bundle `libscipy_openblas64_`), made if missing: all of them in the whole
+/// matrix; in the fast tier one, the same for every test that asks (so that a cold run
+/// makes one venv: [`fast_order`] of the key `numpy`, the next where one cannot be made).
+/// Prints on the test process's stderr which were covered and why the others were not.
 pub fn numpy_interpreters(test: &str) -> Vec<NumpyVenv> {
     use std::io::Write;
     let mut covered = Vec::new();
     let mut names = Vec::new();
     let mut skipped = Vec::new();
-    for base in interpreters() {
-        if base.version < (3, 11) {
-            skipped.push(format!("{} (older than 3.11)", base.name));
+    let (newer, older): (Vec<Interpreter>, Vec<Interpreter>) = interpreters()
+        .into_iter()
+        .partition(|i| i.version >= (3, 11));
+    for base in &older {
+        skipped.push(format!("{} (older than 3.11)", base.name));
+    }
+    let (bases, one) = match tier() {
+        Tier::Full => (newer, false),
+        Tier::Fast => (fast_order("numpy", newer), true),
+    };
+    for base in bases {
+        if one && !covered.is_empty() {
+            skipped.push(format!("{} (fast tier)", base.name));
             continue;
         }
         let started = std::time::Instant::now();

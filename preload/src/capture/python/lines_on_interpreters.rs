@@ -8,7 +8,7 @@
 
 use super::line_for_offset;
 use crate::capture::python::layout::{Layout, LineTable};
-use crate::test_interpreters::every_interpreter_for;
+use crate::test_interpreters::{every_interpreter_for, plain_ok};
 
 /// Compiles real standard-library modules and, for every code object, prints its line table
 /// (hex), first line, the step between instruction offsets and PyCode_Addr2Line of each
@@ -65,17 +65,7 @@ fn lines_equal_pycode_addr2line_for_every_instruction_on_every_interpreter() {
     let all = every_interpreter_for("line_tables", "interpreters", |_| true);
     assert!(!all.is_empty());
     for python in all {
-        let out = std::process::Command::new(&python.path)
-            .args(["-c", DUMP])
-            .output()
-            .expect("run python");
-        assert!(
-            out.status.success(),
-            "{}: exit {:?}\n{}",
-            python.name,
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = plain_ok(&python, &["-c", DUMP]);
         let format = format_of(python.version);
         let (mut checked, mut codes) = (0usize, 0usize);
         for row in String::from_utf8(out.stdout).unwrap().lines() {
