@@ -258,9 +258,23 @@ fn exec_writes_the_old_image_first_and_profiles_the_new_one_afresh() {
         .position(|p| p.to_string_lossy().ends_with(".1.gz"))
         .expect("a .1.gz profile");
     let (first, second) = (read(&paths[1 - renamed]), read(&paths[renamed]));
+    // Of the time in the program's own code (its `<module>` from -c): the interpreter's
+    // start-up before it is not the program's, and a site-packages `.pth` file can make it
+    // 10 % of this short run (pyenv's 3.11 here imports certifi from one).
+    let in_program = |s: &Stack| {
+        s.frames
+            .iter()
+            .any(|(name, file)| name == "<module>" && file == "<string>")
+    };
+    let program = share(&first, in_program);
+    let work = share(&first, |s| {
+        in_program(s) && (s.has("spin") || s.has("again"))
+    });
     assert!(
-        share(&first, |s| s.has("spin") || s.has("again")) > 90.0,
-        "the old image's profile"
+        work > 0.9 * program,
+        "{}: the old image's profile has {work:.1} % in spin and again of its program's \
+         {program:.1} %",
+        python.name
     );
     assert_eq!(share(&first, |s| s.has("after_exec")), 0.0);
     assert!(

@@ -106,7 +106,10 @@ fn pip_install_and_the_wheel_on_another_python() {
         .filter(|i| venvs(i))
         .map(|i| i.version)
         .collect();
-    let ends = (versions.iter().min().copied(), versions.iter().max().copied());
+    let ends = (
+        versions.iter().min().copied(),
+        versions.iter().max().copied(),
+    );
     let mut pythons: Vec<Interpreter> = every_interpreter_for(
         "pip install",
         "venv interpreters (the oldest and the newest pyenv 3.8+)",

@@ -480,8 +480,7 @@ fn threads_shorter_than_a_period_are_sampled_for_their_time() {
         let label = format!("{}: 3,000 threads of 0.4 ms at 1 kHz", python.name);
         let unsampled = share(&profile, |s| s.has("<unsampled thread time>"));
         let in_threads = share(&profile, |s| s.has("phase_a") || s.has("phase_b"));
-        let measured = 100.0
-            * (json_number(&run.stdout(), "a") + json_number(&run.stdout(), "b"))
+        let measured = 100.0 * (json_number(&run.stdout(), "a") + json_number(&run.stdout(), "b"))
             / json_number(&run.stdout(), "cpu_s");
         eprintln!(
             "{label}: {unsampled:.1} % unsampled; the threads' work {in_threads:.1} % seen, \

@@ -128,7 +128,9 @@ pub extern "C" fn init() {
     let memory = config.profile_memory;
     lifecycle::start(config);
     pyigprof_hooks::install(Callbacks {
-        thread_started: || with_sampler(|s| s.register_current_thread(crate::sources::perf::Wait::Wake)),
+        thread_started: || {
+            with_sampler(|s| s.register_current_thread(crate::sources::perf::Wait::Wake))
+        },
         objects_added: || {
             modules::rescan();
             cpython::try_attach();

@@ -205,7 +205,6 @@ impl Run {
     }
 }
 
-
 /// Runs `python args…` in a fresh directory with the profiler preloaded and `env` set (and
 /// signals as [`with_default_signals`] sets them).
 pub fn run_profiled(python: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
