@@ -93,7 +93,7 @@ fn own_dir() -> Option<PathBuf> {
 ///
 /// # Errors
 /// A message naming where it was looked for.
-fn library(asked: Option<&Path>) -> Result<PathBuf, String> {
+pub(crate) fn library(asked: Option<&Path>) -> Result<PathBuf, String> {
     let given = asked
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("PYIGPROF_LIB").map(PathBuf::from));

@@ -4,6 +4,8 @@
 //!   and the settings of its options set (`PYIGPROF_*`, README's table), passes its exit
 //!   status through, and says which profiles were written and how to read them (py-spy's
 //!   `record`).
+//! - `pyigprof attach PID [--duration S] [-o FILE] [--rate HZ]` profiles a Python process
+//!   that is already running (module `attach`; `memray attach`'s habit).
 //! - `pyigprof report FILE… [OPTIONS]` is `pyigprof-analyse` (the same options).
 //! - IgProf's spelling: `pyigprof -pp [-z] [-o FILE] CMD [ARGS…]` (`-mp` for the memory
 //!   profiler), as `igprof -pp -z -o FILE CMD`.
@@ -11,6 +13,8 @@
 //! Exit status: the program's (a program ended by a signal ends this command by the same
 //! signal); 2 for a command-line error or when the library or the analyser is not found.
 
+mod attach;
+mod inject;
 mod launch;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -31,6 +35,10 @@ enum Command {
     /// Runs CMD with the profiler: every Python process it starts writes a profile (the
     /// command's own process, its fork children and the Python programs it runs).
     Record(Record),
+    /// Profiles a running Python process (its process id) for a while, or until Ctrl-C,
+    /// without restarting it: loads the library into it with ptrace, samples every
+    /// thread's CPU time, writes the profile and leaves the process as it was.
+    Attach(attach::Attach),
     /// Prints reports from profiles: pyigprof-analyse, with the same options
     /// (`pyigprof report --help`).
     Report {
@@ -161,6 +169,7 @@ fn main() -> ExitCode {
         _ => match Cli::parse().command {
             Command::Record(record) => record,
             Command::Report { args } => return launch::report(&args),
+            Command::Attach(attach) => return attach::attach(&attach),
         },
     };
     launch::record(&record)

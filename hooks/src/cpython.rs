@@ -41,6 +41,15 @@ pub fn version() -> Option<(u8, u8, u8)> {
     parse_version(text.to_bytes())
 }
 
+/// Whether this process's interpreter is initialised already (`Py_IsInitialized()`, a
+/// read of one field in every version): true when the library is loaded into a running
+/// program (`pyigprof attach`, ctypes) rather than preloaded.
+pub fn initialized() -> bool {
+    let is = symbol(c"Py_IsInitialized");
+    // SAFETY: `int Py_IsInitialized(void)`, callable at any time.
+    is != 0 && unsafe { std::mem::transmute::<usize, extern "C" fn() -> libc::c_int>(is)() } != 0
+}
+
 /// Parses the leading `X.Y.Z` of a `Py_GetVersion()` string such as
 /// `3.11.7 (main, Jan  1 2024, 00:00:00) [GCC 12.2.0]` or `3.13.0rc1+ (…)`.
 pub fn parse_version(text: &[u8]) -> Option<(u8, u8, u8)> {

@@ -13,6 +13,8 @@
 //!   profile is written before the image ends or is replaced;
 //! - [`signals`]: `sigaction`/`signal`, so that pyigprof's own handlers stay invisible to
 //!   the program and give way when it installs its own;
+//! - [`got`]: for `pyigprof attach`, which loads the library into a running process where
+//!   interposition does not apply, `pthread_create` rebound in the objects loaded before;
 //! - [`interruptions`]: the program's handlers without `SA_RESTART` behind a trampoline, so
 //!   that a system call they interrupt returns `EINTR` even when a sample interrupted it
 //!   too.
@@ -24,6 +26,7 @@
 
 pub mod cpython;
 pub mod dl;
+pub mod got;
 pub mod interruptions;
 mod next;
 pub mod process;

@@ -107,10 +107,18 @@ pub fn guard(
             return false;
         }
         let inherited = current.sa_sigaction;
-        if !(inherited == libc::SIG_DFL || (inherited == libc::SIG_IGN && keep_when_ignored)) {
+        // Ours already: a guard kept from an earlier `pyigprof attach` window; the program's
+        // view stays what it was.
+        let already = inherited == handler as usize;
+        if !(already
+            || inherited == libc::SIG_DFL
+            || (inherited == libc::SIG_IGN && keep_when_ignored))
+        {
             return false;
         }
-        g.view.store(inherited + 1, Ordering::Relaxed);
+        if !already {
+            g.view.store(inherited + 1, Ordering::Relaxed);
+        }
         let mut action: SigAction = std::mem::zeroed();
         action.sa_sigaction = handler as usize;
         action.sa_flags = libc::SA_SIGINFO | flags;
@@ -142,6 +150,87 @@ pub fn guard_chained(
         g.chained.store(true, Ordering::Release);
     }
     installed
+}
+
+/// [`guard_chained`] for a process that is already running (`pyigprof attach`): a handler
+/// the program installed before is kept behind ours, with its flags and mask, as if it
+/// had been installed through the interposed `sigaction` (3.x's `faulthandler`, enabled by
+/// `-X faulthandler` or pytest, holds `SIGSEGV` and `SIGBUS`). Returns whether the guard
+/// was installed; [`unguard`] puts the program's action back.
+pub fn guard_chained_over_current(
+    signal: c_int,
+    handler: extern "C" fn(c_int, *mut libc::siginfo_t, *mut libc::c_void),
+    flags: c_int,
+) -> bool {
+    let Some(g) = guard_of(signal) else {
+        return false;
+    };
+    // SAFETY: querying and setting a disposition with initialised structures.
+    unsafe {
+        let mut current: SigAction = std::mem::zeroed();
+        if real_sigaction(signal, std::ptr::null(), &mut current) != 0 {
+            return false;
+        }
+        if current.sa_sigaction == handler as usize {
+            return true; // ours already (attached before, never ended)
+        }
+        g.program_flags
+            .store(current.sa_flags as usize, Ordering::Relaxed);
+        g.program_mask
+            .store(bits_of(&current.sa_mask), Ordering::Relaxed);
+        g.view.store(current.sa_sigaction + 1, Ordering::Relaxed);
+        g.chained.store(true, Ordering::Release);
+        let mut action: SigAction = std::mem::zeroed();
+        action.sa_sigaction = handler as usize;
+        action.sa_flags = libc::SA_SIGINFO | flags;
+        libc::sigemptyset(&mut action.sa_mask);
+        if real_sigaction(signal, &action, std::ptr::null_mut()) != 0 {
+            g.chained.store(false, Ordering::Release);
+            return false;
+        }
+    }
+    g.flags
+        .store((libc::SA_SIGINFO | flags) as usize, Ordering::Relaxed);
+    g.released.store(0, Ordering::Relaxed);
+    g.ours.store(handler as usize, Ordering::Release);
+    true
+}
+
+/// Ends the guard of `signal` and gives the program back the action it sees: its handler
+/// (with the flags and mask it was installed with), "ignore" or the default action — for
+/// `pyigprof attach`, when sampling ends. When the installed handler is no longer ours
+/// (a library dlopen'ed beside pyigprof does not pass its `sigaction` calls through ours,
+/// so a handler installed since is the kernel's current one), it is left as it is.
+pub fn unguard(signal: c_int) {
+    let Some(g) = guard_of(signal) else {
+        return;
+    };
+    let ours = g.ours.swap(0, Ordering::AcqRel);
+    if ours == 0 {
+        return;
+    }
+    // SAFETY: querying and setting a disposition with initialised structures.
+    unsafe {
+        let mut current: SigAction = std::mem::zeroed();
+        if real_sigaction(signal, std::ptr::null(), &mut current) != 0
+            || current.sa_sigaction != ours
+        {
+            g.chained.store(false, Ordering::Release);
+            return;
+        }
+        let mut action: SigAction = std::mem::zeroed();
+        action.sa_sigaction = g.view.load(Ordering::Acquire).saturating_sub(1);
+        libc::sigemptyset(&mut action.sa_mask);
+        if g.chained.load(Ordering::Acquire)
+            && action.sa_sigaction != libc::SIG_DFL
+            && action.sa_sigaction != libc::SIG_IGN
+        {
+            action.sa_flags = g.program_flags.load(Ordering::Relaxed) as c_int;
+            action.sa_mask = sigset_of(g.program_mask.load(Ordering::Relaxed));
+        }
+        real_sigaction(signal, &action, std::ptr::null_mut());
+    }
+    g.chained.store(false, Ordering::Release);
 }
 
 /// What the program wants done with a signal of a chained guard ([`pass_to_program`]).

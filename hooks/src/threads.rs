@@ -37,6 +37,23 @@ pub unsafe extern "C" fn pthread_create(
     routine: StartRoutine,
     arg: *mut c_void,
 ) -> c_int {
+    // SAFETY: the caller's arguments, as pthread_create(3) takes them.
+    unsafe { create_registered(thread, attr, routine, arg) }
+}
+
+/// The body of the interposed [`pthread_create`], under a name of its own: the address
+/// `pyigprof attach` puts in the GOT slots it rebinds (`crate::got`). The exported name
+/// would not do — in a library loaded late, a reference to it from the library's own code
+/// binds to the C library's definition, which comes first in the lookup order.
+///
+/// # Safety
+/// As `pthread_create(3)`.
+pub unsafe extern "C" fn create_registered(
+    thread: *mut pthread_t,
+    attr: *const pthread_attr_t,
+    routine: StartRoutine,
+    arg: *mut c_void,
+) -> c_int {
     // SAFETY: the next definition is libc's pthread_create, with this exact signature.
     let real: PthreadCreate = unsafe { std::mem::transmute(REAL_PTHREAD_CREATE.get()) };
     if crate::callbacks().is_none() {

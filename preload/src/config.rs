@@ -20,6 +20,12 @@ pub fn quiet() -> bool {
     QUIET.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Silences [`notice!`] for the rest of the process: in a process profiled by `pyigprof
+/// attach`, whose stderr is the program's own, messages go to the command instead.
+pub fn silence() {
+    QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Writes one line to stderr, as `eprintln!`, unless `PYIGPROF_QUIET` is set: every

@@ -27,6 +27,7 @@
 //! it exists.
 
 pub mod alloc;
+pub mod attach;
 pub mod capture;
 pub mod config;
 pub mod mem;
@@ -69,6 +70,11 @@ pub extern "C" fn init() {
     if version.is_none()
         && !std::env::var_os("PYIGPROF_ALL_PROCESSES").is_some_and(|v| !v.is_empty() && v != "0")
     {
+        return;
+    }
+    if cpython::initialized() {
+        // Loaded into a program already running (`pyigprof attach`, ctypes): profiling
+        // starts only when the command asks (`attach::pyigprof_attach`).
         return;
     }
     let mut config = Config::from_env();

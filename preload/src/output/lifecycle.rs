@@ -251,12 +251,44 @@ fn write(
     }
 }
 
+/// Writes the profile of an attachment window (`pyigprof attach`, [`crate::attach`]) to
+/// `config`'s output path for this process, sampling stopped by the caller: returns the
+/// path written and the summary lines, or why nothing was written. Unlike
+/// [`write_profile`], it may run any number of times in a process.
+pub(crate) fn write_attached(
+    sampler: &sampler::Sampler,
+    config: &Config,
+) -> Result<(PathBuf, Vec<String>), String> {
+    let mut profile = dump::Profile::collect(sampler);
+    profile.pid = std::process::id();
+    let path = final_path(config, profile.pid);
+    let written = dump::write_unique(&profile, &path)?;
+    let lines = summary_lines(sampler, config, &profile, &written);
+    Ok((written, lines))
+}
+
+/// Prints the summary lines of a profile written to `path` ([`summary_lines`]).
 fn summary(
     sampler: &sampler::Sampler,
     config: &Config,
     profile: &dump::Profile,
     path: &std::path::Path,
 ) {
+    for line in summary_lines(sampler, config, profile, path) {
+        crate::notice!("{line}");
+    }
+}
+
+/// What the summary says of a profile written to `path`: a line `pyigprof: wrote PATH:
+/// N samples, S s of CPU time (…), R samples per second by TRIGGER; shares…`, after a line
+/// on the threads a perf event could not be opened for, if any.
+fn summary_lines(
+    sampler: &sampler::Sampler,
+    config: &Config,
+    profile: &dump::Profile,
+    path: &std::path::Path,
+) -> Vec<String> {
+    let mut lines = Vec::new();
     let stats = &sampler.stats;
     let samples = stats.samples.load(Ordering::Relaxed);
     let percent = |n: u64| {
@@ -279,8 +311,12 @@ fn summary(
         String::new()
     };
     if !sampler.cpu {
-        crate::notice!("pyigprof: wrote {}: {}", path.display(), memory_summary());
-        return;
+        lines.push(format!(
+            "pyigprof: wrote {}: {}",
+            path.display(),
+            memory_summary()
+        ));
+        return lines;
     }
     let memory = if crate::sources::allocations::enabled() {
         format!("; {}", memory_summary())
@@ -298,20 +334,20 @@ fn summary(
     if let (Some((threads, why)), Some(event)) =
         (crate::sources::perf::refusals(), sampler.trigger.event())
     {
-        crate::notice!(
+        lines.push(format!(
             "pyigprof: {threads} thread(s) were not sampled: cannot open the {} event: {why}",
             event.name
-        );
+        ));
     }
     let trigger = sampler.trigger.describe();
     if let Some(event) = sampler.trigger.event().filter(|e| !e.is_time()) {
-        crate::notice!(
+        lines.push(format!(
             "pyigprof: wrote {}: {recorded} samples of {ticks} {} ({}, by {trigger}); {shares}",
             path.display(),
             event.name,
             event.counter,
-        );
-        return;
+        ));
+        return lines;
     }
     let period_ns = match sampler.trigger.event() {
         Some(event) => event.period,
@@ -323,13 +359,14 @@ fn summary(
     } else {
         0.0
     };
-    crate::notice!(
+    lines.push(format!(
         "pyigprof: wrote {}: {recorded} samples, {:.3} s of {time} ({ticks} ticks of {:.3} ms), \
          {rate:.0} samples per second by {trigger}; {shares}",
         path.display(),
         seconds,
         period_ns as f64 / 1e6,
-    );
+    ));
+    lines
 }
 
 /// The memory profiler's part of the summary line.
@@ -497,7 +534,7 @@ extern "C" {
 }
 
 /// The address of the `SIGSEGV`/`SIGBUS` handler, typed as a handler.
-fn on_fault() -> extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) {
+pub(crate) fn on_fault() -> extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) {
     type Unsafe = unsafe extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
     // SAFETY: the entry is a signal handler with the SA_SIGINFO calling convention, safe
     // for the kernel to call.

@@ -73,21 +73,38 @@ pub(crate) fn answer(uc: *const libc::ucontext_t) {
 /// Finds, registers and starts sampling the threads other than the caller that exist now.
 /// Returns how many were adopted, and messages for those that could not be.
 pub fn adopt_existing_threads(sampler: &Sampler) -> (usize, Vec<String>) {
-    // SAFETY: gettid/getpid have no preconditions.
-    let (me, pid) = unsafe { (libc::gettid(), libc::getpid()) };
+    adopt(sampler, &other_threads())
+}
+
+/// The kernel ids of the process's threads other than the caller, from `/proc/self/task`
+/// (empty when it cannot be read).
+pub fn other_threads() -> Vec<libc::pid_t> {
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() };
     let Ok(entries) = std::fs::read_dir("/proc/self/task") else {
-        return (0, Vec::new());
+        return Vec::new();
     };
-    let tids: Vec<libc::pid_t> = entries
+    entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse().ok())
         .filter(|&tid| tid != me)
-        .take(MAX_ADOPTED)
-        .collect();
+        .collect()
+}
+
+/// Registers and starts sampling the threads `tids` (at most [`MAX_ADOPTED`] of them; not
+/// the caller), by the roll call of the module documentation. Returns how many were
+/// adopted, and messages for those that could not be.
+pub fn adopt(sampler: &Sampler, tids: &[libc::pid_t]) -> (usize, Vec<String>) {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let tids = &tids[..tids.len().min(MAX_ADOPTED)];
     if tids.is_empty() {
         return (0, Vec::new());
     }
-    for (answer, &tid) in ANSWERS.iter().zip(&tids) {
+    for answer in &ANSWERS[..tids.len()] {
+        answer.thread.store(0, Ordering::Relaxed);
+    }
+    for (answer, &tid) in ANSWERS.iter().zip(tids) {
         answer.tid.store(tid, Ordering::Release);
         // SAFETY: a siginfo for rt_tgsigqueueinfo, zeroed then filled in.
         unsafe {

@@ -45,6 +45,37 @@ pub fn install(sampler: Sampler) -> Result<&'static Sampler, String> {
             }
         }
     }
+    remember_restorer(sampler);
+    timer::watch_thread_exits(sampler);
+    STATE.store(crate::sampler::SAMPLING, Ordering::Release);
+    Ok(sampler)
+}
+
+/// For `pyigprof attach` ([`crate::attach`]): installs the `SIGPROF` handler for
+/// `sampler` (published already) in a running process, over the default action or
+/// "ignore", and starts sampling. Errors when the program has a `SIGPROF` handler of its
+/// own (another profiler's, `setitimer` users'): pyigprof does not take it over.
+pub fn install_attached(sampler: &'static Sampler) -> Result<(), String> {
+    if !signals::guard(
+        libc::SIGPROF,
+        on_sigprof,
+        libc::SA_RESTART,
+        true,
+        program_took_sigprof,
+    ) {
+        return Err(
+            "the process has a SIGPROF handler of its own (another profiler's?); not sampling"
+                .into(),
+        );
+    }
+    remember_restorer(sampler);
+    STATE.store(crate::sampler::SAMPLING, Ordering::Release);
+    Ok(())
+}
+
+/// Keeps the `sa_restorer` of the installed `SIGPROF` action (the unwinder recognises
+/// signal frames by it).
+fn remember_restorer(sampler: &Sampler) {
     // SAFETY: querying the installed action.
     unsafe {
         // glibc fills in its signal trampoline (`__restore_rt`) as sa_restorer.
@@ -55,9 +86,6 @@ pub fn install(sampler: Sampler) -> Result<&'static Sampler, String> {
             Ordering::Relaxed,
         );
     }
-    timer::watch_thread_exits(sampler);
-    STATE.store(crate::sampler::SAMPLING, Ordering::Release);
-    Ok(sampler)
 }
 
 /// The program installed a `SIGPROF` handler of its own: it wins; sampling stops, and the

@@ -189,6 +189,39 @@ impl Sampler {
         });
     }
 
+    /// Deletes the timers of adopted threads that have ended (`alive` says which kernel
+    /// thread ids still exist): for `pyigprof attach`, whose library is not interposed on
+    /// thread creation and exit, so that a server starting a thread per request does not
+    /// keep a timer per thread it ever had. The thread's ticks stay in its tree.
+    pub fn forget_ended_threads(&self, alive: impl Fn(libc::pid_t) -> bool) {
+        self.slots.for_each(|slot| {
+            let tid = slot.tid.load(Ordering::Relaxed);
+            if tid != 0 && slot.timer.load(Ordering::Acquire) != 0 && !alive(tid) {
+                self.disarm(slot);
+            }
+        });
+    }
+
+    /// The kernel ids of the threads whose timer is armed.
+    pub fn sampled_threads(&self) -> Vec<libc::pid_t> {
+        let mut tids = Vec::new();
+        self.slots.for_each(|slot| {
+            if slot.timer.load(Ordering::Acquire) != 0 {
+                tids.push(slot.tid.load(Ordering::Relaxed));
+            }
+        });
+        tids
+    }
+
+    /// Forgets every sample, thread and statistic of an earlier attachment window, sampling
+    /// stopped ([`Sampler::stop`]): the next window's profile is its own. Slots stay
+    /// claimed (a thread registered again takes its slot back).
+    pub fn forget_window(&self) {
+        self.trees.reset();
+        self.slots.reset_after_fork();
+        self.stats.reset();
+    }
+
     /// Starts sampling again after [`Sampler::stop`] (an `exec` that failed): re-arms the
     /// timer of every registered thread.
     pub fn resume(&self) {

@@ -1,0 +1,455 @@
+//! Profiling a process that is already running: the library's side of `pyigprof attach
+//! PID` (the command's side, the `ptrace` injection, is `cli/src/attach.rs`).
+//!
+//! The command stops the process's main thread, has it call `dlopen` on this library —
+//! whose constructor does nothing in an interpreter that is initialised already — and then
+//! [`pyigprof_attach`] with the settings, and lets it go on. [`pyigprof_attach`] finds the
+//! interpreter's thread-state key on that thread (the main thread of a Python program has
+//! its thread state bound: `hooks::cpython::find_thread_state_key`) and starts the
+//! *control thread*, which does the rest while the program runs on:
+//!
+//! 1. connects to the command's Unix socket (`PYIGPROF_ATTACH_SOCKET`);
+//! 2. builds the sampler (or takes back the one of an earlier window) — sampling on
+//!    `task-clock` perf events, opened by the helper process, where the kernel opens them,
+//!    else on POSIX CPU timers, as the preloaded library chooses — installs the
+//!    `SIGPROF` handler and the fault handler the sampler's reads need (a handler the
+//!    program has there, `faulthandler`'s, is kept behind it), and adopts every thread
+//!    (`sources::adopt`: the roll call), then says `started N`;
+//! 3. rebinds `pthread_create` in the objects the process had loaded
+//!    (`hooks::got`: a library loaded late is not interposed on anything), so that a
+//!    thread the program starts registers as it starts, and every [`POLL`] adopts the
+//!    threads started otherwise (by objects loaded since, or by `clone` directly) and
+//!    deletes the timers of those that ended, until the command says `stop` or its socket
+//!    closes (the command was killed);
+//! 4. puts the GOT slots back, stops sampling, ends the helper process, writes the profile (`output::lifecycle::write_attached`), gives
+//!    the program back its actions for `SIGPROF`, `SIGSEGV` and `SIGBUS`, says `written
+//!    PATH` and the summary, and ends. The library stays loaded (unloading code that
+//!    signal frames or a late handler may still reference is not safe); a later attach
+//!    uses it again.
+//!
+//! If the program exits during the window, an `atexit` callback writes the profile first.
+//! What stays different while attached: one more thread (the control thread, with every
+//! signal blocked), the profiler's memory, and the `SIGPROF` the threads receive. The
+//! program's output is untouched: nothing is printed in it ([`crate::config::silence`]).
+//!
+//! Lines to the command: `started THREADS`, `note TEXT`, `written PATH`, `summary TEXT`,
+//! `error TEXT`; from it: `stop`.
+
+use crate::capture::python::discover;
+use crate::capture::unwind::modules;
+use crate::config::Config;
+use crate::output::lifecycle;
+use crate::sampler::{self, Sampler};
+use crate::sources::{adopt, handler, helper};
+use pyigprof_hooks::{cpython, got, signals};
+use std::collections::HashSet;
+use std::ffi::{c_char, c_int, CStr, OsString};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::io::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, Once};
+use std::time::Duration;
+
+/// How often the control thread looks for threads started since its last look.
+pub const POLL: Duration = Duration::from_millis(10);
+
+/// [`pyigprof_attach`]: the control thread was started.
+pub const STARTED: c_int = 0;
+/// [`pyigprof_attach`]: the process is profiled by its `LD_PRELOAD` already.
+pub const PRELOADED: c_int = 1;
+/// [`pyigprof_attach`]: another attachment's window is open.
+pub const BUSY: c_int = 2;
+/// [`pyigprof_attach`]: the process's interpreter is not initialised (or not CPython).
+pub const NOT_PYTHON: c_int = 3;
+/// [`pyigprof_attach`]: the settings are missing or the control thread cannot start.
+pub const CANNOT_START: c_int = 4;
+
+/// Whether an attachment window is open (from [`pyigprof_attach`] until the profile is
+/// written).
+static OPEN: AtomicBool = AtomicBool::new(false);
+/// Whether the window is being ended (by the control thread, or by the program's exit).
+static ENDING: AtomicBool = AtomicBool::new(false);
+/// Whether a sampler was made by an attachment (not by the constructor).
+static ATTACHED_BEFORE: AtomicBool = AtomicBool::new(false);
+/// The open window: its settings and the command's socket.
+static WINDOW: Mutex<Option<Window>> = Mutex::new(None);
+/// The GOT slots rebound to pyigprof's `pthread_create` during the window.
+static REBOUND: Mutex<Vec<got::Slot>> = Mutex::new(Vec::new());
+/// The sampling rate of the sampler made by the first attachment (Hz; 0 before).
+static FIRST_HZ: AtomicU32 = AtomicU32::new(0);
+
+struct Window {
+    config: Config,
+    socket: UnixStream,
+}
+
+/// Starts an attachment window (see the module documentation). Called by `pyigprof attach`
+/// through `ptrace` on the process's main thread, wherever it was stopped: does only what
+/// must run on a Python thread and starts the control thread. `settings` is a
+/// NUL-terminated text of `NAME=value` lines: `PYIGPROF_*` settings as the environment
+/// would give them, and `PYIGPROF_ATTACH_SOCKET`. Returns [`STARTED`], or [`PRELOADED`],
+/// [`BUSY`], [`NOT_PYTHON`], [`CANNOT_START`].
+///
+/// # Safety
+/// `settings` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn pyigprof_attach(settings: *const c_char) -> c_int {
+    if settings.is_null() {
+        return CANNOT_START;
+    }
+    if sampler::get().is_some() && !ATTACHED_BEFORE.load(Ordering::Acquire) {
+        return PRELOADED;
+    }
+    let Some(version) = cpython::version().filter(|_| cpython::initialized()) else {
+        return NOT_PYTHON;
+    };
+    if OPEN.swap(true, Ordering::AcqRel) {
+        return BUSY;
+    }
+    // SAFETY: the caller's NUL-terminated string.
+    let text = unsafe { CStr::from_ptr(settings) }
+        .to_string_lossy()
+        .into_owned();
+    let key = cpython::find_thread_state_key();
+    let started = std::thread::Builder::new()
+        .name("pyigprof".into())
+        .spawn(move || control(&text, version, key));
+    if started.is_err() {
+        OPEN.store(false, Ordering::Release);
+        return CANNOT_START;
+    }
+    STARTED
+}
+
+/// The control thread (see the module documentation).
+fn control(settings: &str, version: (u8, u8, u8), key: Option<libc::pthread_key_t>) {
+    // No signal of the program's is delivered here, and the roll call skips this thread.
+    // SAFETY: blocking every signal in this thread.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+    }
+    let vars: Vec<(String, String)> = settings
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let lookup = |name: &str| {
+        vars.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| OsString::from(v))
+    };
+    let Some(socket) = lookup("PYIGPROF_ATTACH_SOCKET").and_then(|p| UnixStream::connect(p).ok())
+    else {
+        OPEN.store(false, Ordering::Release);
+        return;
+    };
+    crate::config::silence();
+    let (config, complaints) = Config::parse(lookup);
+    let say = |socket: &UnixStream, line: String| {
+        let _ = (&*socket).write_all(format!("{}\n", line.replace('\n', " ")).as_bytes());
+    };
+    for line in complaints {
+        say(&socket, format!("note {line}"));
+    }
+    let sampler = match start(&config, version, key) {
+        Ok((sampler, notes)) => {
+            for note in notes {
+                say(&socket, format!("note {note}"));
+            }
+            sampler
+        }
+        Err(e) => {
+            say(&socket, format!("error {e}"));
+            OPEN.store(false, Ordering::Release);
+            return;
+        }
+    };
+    let mut known: HashSet<libc::pid_t> = HashSet::new();
+    let (adopted, problems) = adopt_new(sampler, &mut known);
+    for problem in problems {
+        say(&socket, format!("note {problem}"));
+    }
+    say(&socket, format!("started {adopted}"));
+    let reader = socket.try_clone().ok();
+    *WINDOW.lock().unwrap_or_else(|e| e.into_inner()) = Some(Window { config, socket });
+    wait_for_stop(sampler, reader.as_ref(), &mut known);
+    end_window();
+}
+
+/// Builds (or takes back) the sampler and starts sampling; returns it and notes for the
+/// command.
+fn start(
+    config: &Config,
+    version: (u8, u8, u8),
+    key: Option<libc::pthread_key_t>,
+) -> Result<(&'static Sampler, Vec<String>), String> {
+    let mut notes = Vec::new();
+    if !config.profile_cpu || config.profile_memory {
+        return Err(
+            "attach samples CPU time only: the memory profiler needs the library \
+                    preloaded (pyigprof record --profile mem)"
+                .into(),
+        );
+    }
+    if config.clock != crate::config::Clock::Cpu {
+        return Err("attach samples CPU time only (--clock wall needs pyigprof record)".into());
+    }
+    let hz = config.hz;
+    let sampler = match sampler::get() {
+        Some(s) => {
+            let first = FIRST_HZ.load(Ordering::Relaxed);
+            if first != hz {
+                return Err(format!(
+                    "this process was attached at {first} Hz before; the library keeps that \
+                     rate (attach again with --rate {first})"
+                ));
+            }
+            s.forget_window();
+            s
+        }
+        None => {
+            crate::capture::symbols::use_cache(config.symbol_cache.clone());
+            let runtime = discover::runtime(version);
+            let Some(mut s) = Sampler::new(config.period_ns(), config.clock, runtime) else {
+                return Err("cannot map the profiler's memory".into());
+            };
+            // perf events where the kernel opens them (sampled at random instants of
+            // each thread's CPU time); POSIX timers otherwise.
+            s.trigger = crate::sources::Trigger::choose(config);
+            FIRST_HZ.store(hz, Ordering::Relaxed);
+            ATTACHED_BEFORE.store(true, Ordering::Release);
+            s.publish()
+        }
+    };
+    modules::rescan();
+    if let Some(rt) = sampler.python.as_ref().filter(|rt| rt.needs_attachment()) {
+        match key {
+            Some(key) => rt.attach(key),
+            None => notes.push(
+                "the main thread has no Python thread state: Python frames are not read".into(),
+            ),
+        }
+    }
+    if sampler.python.is_none() {
+        let (major, minor, micro) = version;
+        notes.push(format!(
+            "Python {major}.{minor}.{micro}: frames not read; recording native frames only"
+        ));
+    }
+    // Faults of the sampler's own reads are recovered from; the program's handler
+    // (faulthandler's) runs behind ours for every other fault.
+    for signal in [libc::SIGSEGV, libc::SIGBUS] {
+        if !signals::guard_chained_over_current(
+            signal,
+            lifecycle::on_fault(),
+            libc::SA_NODEFER | libc::SA_ONSTACK,
+        ) {
+            return Err(format!("cannot install the handler of signal {signal}"));
+        }
+    }
+    if let Err(e) = handler::install_attached(sampler) {
+        for signal in [libc::SIGSEGV, libc::SIGBUS] {
+            signals::unguard(signal);
+        }
+        return Err(e);
+    }
+    if sampler.trigger.event().is_some() {
+        // The helper process opens every thread's perf event (sources::helper).
+        if let Err(e) = helper::start(sampler, helper::Job::Events) {
+            sampler.stop();
+            for signal in [libc::SIGSEGV, libc::SIGBUS, libc::SIGPROF] {
+                signals::unguard(signal);
+            }
+            return Err(e);
+        }
+    }
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registering plain extern "C" functions.
+        unsafe {
+            libc::atexit(at_exit);
+            libc::pthread_atfork(None, None, Some(after_fork_in_child));
+        }
+        crate::sources::timer::watch_thread_exits(sampler);
+        pyigprof_hooks::install(pyigprof_hooks::Callbacks {
+            thread_started: || {
+                if let Some(s) = sampler::get() {
+                    s.register_current_thread(crate::sources::perf::Wait::Wake);
+                }
+            },
+            objects_added: || {},
+            object_closing: |_| {},
+            objects_removed: || {},
+            process_ending: || {},
+            before_exec: || {},
+            exec_failed: || {},
+            signalling_self: |_| {},
+        });
+    });
+    // Threads the program starts from now on register as they start (their first tick is
+    // not lost to the poll's delay): pthread_create rebound in the objects loaded before.
+    let slots = got::rebind(
+        c"pthread_create",
+        pyigprof_hooks::threads::create_registered as *const () as usize,
+        own_base(),
+    );
+    if slots.is_empty() {
+        notes.push(
+            "no object calls pthread_create through its GOT: threads the program starts are \
+             found every 10 ms instead (their first milliseconds are not sampled)"
+                .into(),
+        );
+    }
+    *REBOUND.lock().unwrap_or_else(|e| e.into_inner()) = slots;
+    Ok((sampler, notes))
+}
+
+/// Adopts the threads not in `known` (and remembers them, answered or not); deletes the
+/// timers of known threads that ended. Returns how many were adopted, and the problems.
+fn adopt_new(sampler: &Sampler, known: &mut HashSet<libc::pid_t>) -> (usize, Vec<String>) {
+    let alive = adopt::other_threads();
+    let sampled: HashSet<libc::pid_t> = sampler.sampled_threads().into_iter().collect();
+    let new: Vec<libc::pid_t> = alive
+        .iter()
+        .copied()
+        .filter(|t| !known.contains(t) && !sampled.contains(t))
+        .collect();
+    let now: HashSet<libc::pid_t> = alive.iter().copied().collect();
+    if known.iter().any(|t| !now.contains(t)) {
+        sampler.forget_ended_threads(|tid| now.contains(&tid));
+        known.retain(|t| now.contains(t));
+    }
+    known.extend(&new);
+    if new.is_empty() {
+        return (0, Vec::new());
+    }
+    adopt::adopt(sampler, &new)
+}
+
+/// Adopts new threads every [`POLL`] until the command says `stop` or its socket closes.
+fn wait_for_stop(sampler: &Sampler, socket: Option<&UnixStream>, known: &mut HashSet<libc::pid_t>) {
+    let Some(socket) = socket else { return };
+    let mut reader = BufReader::new(socket);
+    loop {
+        let mut poll = libc::pollfd {
+            fd: socket.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut poll, 1, POLL.as_millis() as c_int) };
+        if ready > 0 {
+            let mut line = String::new();
+            // "stop", or the end of the stream (the command ended): either ends the window.
+            let _ = reader.read_line(&mut line);
+            return;
+        }
+        if ready < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+        let _ = adopt_new(sampler, known);
+    }
+}
+
+/// Ends the open window once: stops sampling, writes the profile, gives the program its
+/// signal actions back and tells the command. Called by the control thread, or by the
+/// program's exit (then the control thread finds it done).
+fn end_window() {
+    if ENDING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let window = WINDOW.lock().unwrap_or_else(|e| e.into_inner()).take();
+    got::restore(&std::mem::take(
+        &mut *REBOUND.lock().unwrap_or_else(|e| e.into_inner()),
+    ));
+    if let (Some(sampler), Some(window)) = (sampler::get(), window) {
+        sampler.stop();
+        helper::end_before_exec();
+        let mut lines = match lifecycle::write_attached(sampler, &window.config) {
+            Ok((path, summary)) => {
+                let mut lines = vec![format!("written {}", path.display())];
+                lines.extend(summary.into_iter().map(|l| format!("summary {l}")));
+                lines
+            }
+            Err(e) => vec![format!("error {e}")],
+        };
+        for signal in [libc::SIGSEGV, libc::SIGBUS] {
+            signals::unguard(signal);
+        }
+        if sigprof_pending() {
+            // Its default action would end the process: the handler stays (it ignores
+            // signals while sampling is off).
+            lines.push(
+                "note a thread has a SIGPROF pending: pyigprof's handler stays installed (it \
+                 ignores it)"
+                    .into(),
+            );
+        } else {
+            signals::unguard(libc::SIGPROF);
+        }
+        for line in lines {
+            let _ = (&window.socket).write_all(format!("{line}\n").as_bytes());
+        }
+    }
+    ENDING.store(false, Ordering::Release);
+    OPEN.store(false, Ordering::Release);
+}
+
+/// Whether a thread of the process has `SIGPROF` pending (`SigPnd`, or the process's
+/// `ShdPnd`, of `/proc/self/task/TID/status`): a timer expiration queued before its timer
+/// was deleted, or a roll call a thread with `SIGPROF` blocked never took.
+fn sigprof_pending() -> bool {
+    let bit = 1u64 << (libc::SIGPROF - 1);
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return true;
+    };
+    tasks.flatten().any(|task| {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        status.lines().any(|line| {
+            let mask = |name: &str| {
+                line.strip_prefix(name)
+                    .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            };
+            mask("SigPnd:")
+                .or_else(|| mask("ShdPnd:"))
+                .is_some_and(|m| m & bit != 0)
+        })
+    })
+}
+
+/// `atexit`: the program ends during a window; its profile is written first.
+extern "C" fn at_exit() {
+    if !OPEN.load(Ordering::Acquire) {
+        return;
+    }
+    end_window();
+    // The control thread may be writing it: the process ends once it is written.
+    for _ in 0..2000 {
+        if !OPEN.load(Ordering::Acquire) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// In a fork child: the window is the parent's; the child is not sampled.
+extern "C" fn after_fork_in_child() {
+    if OPEN.swap(false, Ordering::AcqRel) {
+        if let Some(s) = sampler::get() {
+            s.leave_after_fork();
+        }
+    }
+}
+
+/// The load address of this library (to leave its own GOT alone).
+fn own_base() -> usize {
+    // SAFETY: dladdr fills `info` for an address of this library.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        libc::dladdr(own_base as *const libc::c_void, &mut info);
+        info.dli_fbase as usize
+    }
+}

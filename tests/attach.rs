@@ -1,0 +1,368 @@
+//! `pyigprof attach PID` on a running server that was started without the profiler: the
+//! profile's shares are those the server measured over the attached window, in every
+//! thread, those started during it included; the server's responses, output, threads,
+//! signal handlers and exit status are the same before, during and after; attaching twice
+//! works; a process that is not Python, one that does not exist and one that another
+//! tracer holds get one clear line and exit status 1.
+
+use pyigprof_suite::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A thread-per-connection server (`socketserver.ThreadingTCPServer`) on a local port. A
+/// request `work N` runs `python_work` (a Python loop) and `digest` (SHA-256 of 4 MiB in
+/// OpenSSL, which releases the GIL) N times on the connection's own thread and answers
+/// their results; `cpu` answers the CPU time (s) each function has used in all threads
+/// (each thread's own clock, summed); `threads` how many of the kernel's threads are not
+/// Python's (0 unless something runs a native thread); `signals` the caught-signal mask of `/proc/self/status`; `quit` ends it.
+/// A thread `background` does the same work on its own, started before any attach.
+const SERVER: &str = r#"
+import hashlib, json, os, socketserver, sys, threading, time
+lock = threading.Lock()
+used = {"python_work": 0.0, "digest": 0.0}
+def timed(name, f, *a):
+    t = time.clock_gettime(time.CLOCK_THREAD_CPUTIME_ID)
+    r = f(*a)
+    d = time.clock_gettime(time.CLOCK_THREAD_CPUTIME_ID) - t
+    with lock:
+        used[name] += d
+    return r
+def python_work(n):
+    t = 0
+    for i in range(n):
+        t += i % 7
+    return t
+BLOCK = b"pyigprof" * (1 << 19)
+def digest():
+    return hashlib.sha256(BLOCK).hexdigest()[:16]
+def work():
+    return "%d %s" % (timed("python_work", python_work, 60000), timed("digest", digest))
+def background():
+    while True:
+        work()
+        time.sleep(0.01)
+class Handler(socketserver.StreamRequestHandler):
+    def handle(self):
+        for line in self.rfile:
+            words = line.decode().split()
+            if words[0] == "work":
+                answer = " ".join(work() for _ in range(int(words[1])))
+            elif words[0] == "cpu":
+                with lock:
+                    answer = json.dumps(used)
+            elif words[0] == "threads":
+                answer = str(len(os.listdir("/proc/self/task")) - threading.active_count())
+            elif words[0] == "signals":
+                answer = [l for l in open("/proc/self/status") if l.startswith("SigCgt")][0].split()[1]
+            elif words[0] == "quit":
+                self.wfile.write(b"bye\n")
+                self.server.quit = True
+                return
+            self.wfile.write((answer + "\n").encode())
+class Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    quit = False
+server = Server(("127.0.0.1", 0), Handler)
+server.timeout = 0.1
+threading.Thread(target=background, daemon=True).start()
+print("port", server.server_address[1], flush=True)
+while not server.quit:
+    server.handle_request()
+print("served", flush=True)
+sys.exit(3)
+"#;
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(python: &Path) -> Server {
+        let mut command = Command::new(python);
+        command
+            .args(["-c", SERVER])
+            .env_remove("LD_PRELOAD")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = with_default_signals(&mut command)
+            .spawn()
+            .expect("start the server");
+        let mut first = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut first)
+            .expect("the server's port");
+        let port = first
+            .trim()
+            .strip_prefix("port ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("the server's first line: {first:?}"));
+        Server { child, port }
+    }
+
+    /// One request on a new connection (a new thread of the server's), and its answer.
+    fn ask(&self, request: &str) -> String {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream.write_all(format!("{request}\n").as_bytes()).unwrap();
+        let mut answer = String::new();
+        BufReader::new(stream).read_line(&mut answer).unwrap();
+        answer.trim_end().to_string()
+    }
+
+    fn cpu(&self) -> (f64, f64) {
+        let text = self.ask("cpu");
+        (
+            json_number(&text, "python_work"),
+            json_number(&text, "digest"),
+        )
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Ends the server: its exit status, stdout and stderr.
+    fn quit(mut self) -> (Option<i32>, String, String) {
+        assert_eq!(self.ask("quit"), "bye");
+        let status = self.child.wait().expect("the server ends");
+        let mut out = String::new();
+        let mut err = String::new();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        (status.code(), out, err)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // A failed assertion must not leave the server running.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The server's count of threads that are not Python's, once it is 0 (a connection's
+/// thread that has just left Python may not have ended yet) or after 2 s.
+fn settled(server: &Server) -> String {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let now = server.ask("threads");
+        if now == "0" || Instant::now() > deadline {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn pyigprof(args: &[&str], dir: &Path) -> Output {
+    Command::new(&artifacts().command)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("run pyigprof")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Requests on new connections, one after another, until `stop`; every answer must be
+/// `expected`. Returns how many were answered.
+fn keep_asking(server: &Server, expected: &str, stop: &std::sync::atomic::AtomicBool) -> usize {
+    let mut answered = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        assert_eq!(server.ask("work 2"), expected, "an answer changed");
+        answered += 1;
+    }
+    answered
+}
+
+#[test]
+fn attach_profiles_a_running_server_and_leaves_it_as_it_was() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let pythons = interpreters_for("attach", "interpreters from 3.3", |i| i.version >= (3, 3));
+    for python in pythons {
+        let dir = scratch_dir("attach");
+        let server = Server::start(&python.path);
+        let expected = server.ask("work 2");
+        let threads_before = settled(&server);
+        let signals_before = server.ask("signals");
+        let (py0, dg0) = server.cpu();
+        let stop = AtomicBool::new(false);
+        let (out, answered) = std::thread::scope(|scope| {
+            let asking = scope.spawn(|| keep_asking(&server, &expected, &stop));
+            let started = Instant::now();
+            let pid = server.pid().to_string();
+            let out = pyigprof(
+                &["attach", &pid, "--duration", "3", "-o", "window.gz"],
+                &dir,
+            );
+            assert!(started.elapsed() < Duration::from_secs(20));
+            stop.store(true, Ordering::Relaxed);
+            (out, asking.join().unwrap())
+        });
+        let (py1, dg1) = server.cpu();
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "{}: {stderr}", python.name);
+        eprintln!(
+            "attach: {}: {}",
+            python.name,
+            stderr.lines().next().unwrap_or("")
+        );
+        assert!(
+            answered > 5,
+            "{}: {answered} requests during the window",
+            python.name
+        );
+        // The command says where the profile is and how to read it.
+        let path = dir.join("window.gz");
+        assert!(
+            stderr.contains(&format!("pyigprof: 1 profile: {}\n", path.display()))
+                && stderr.contains(&format!(
+                    "read with: pyigprof report --top {}",
+                    path.display()
+                )),
+            "{}: {stderr}",
+            python.name
+        );
+        // The shares of the window are what the server measured over it.
+        let profile = igprof_analyse::read_profiles(&[path]).unwrap();
+        let (python_work, digest) = (py1 - py0, dg1 - dg0);
+        let total = python_work + digest;
+        for (name, measured) in [("python_work", python_work), ("digest", digest)] {
+            let expected_share = 100.0 * measured / total;
+            let got = share(&profile, |s| s.has(name));
+            eprintln!(
+                "attach: {}: {name} {got:.1} % of the profile, {expected_share:.1} % measured \
+                 ({measured:.2} s of CPU)",
+                python.name
+            );
+            assert!(
+                (got - expected_share).abs() < 10.0,
+                "{}: {name} {got:.1} % in the profile, {expected_share:.1} % measured",
+                python.name
+            );
+        }
+        // digest's time is in native code under its Python caller (OpenSSL's libcrypto, or
+        // CPython's own _sha256 where the interpreter was built without OpenSSL), in the
+        // threads of requests that started during the window as in the others.
+        let native_leaf = |s: &Stack| s.frames.last().is_some_and(|f| f.1.contains(".so"));
+        let digest_share = share(&profile, |s| s.has("digest"));
+        let digest_native = share(&profile, |s| s.has("digest") && native_leaf(s));
+        assert!(
+            digest_native > 0.8 * digest_share,
+            "{}: {digest_native:.1} % of {digest_share:.1} % in native code",
+            python.name
+        );
+        // Afterwards: the same answers, threads and signal handlers.
+        assert_eq!(server.ask("work 2"), expected, "{}", python.name);
+        assert_eq!(threads_before, "0", "{}", python.name);
+        assert_eq!(
+            settled(&server),
+            "0",
+            "{}: a thread of pyigprof's is left",
+            python.name
+        );
+        assert_eq!(server.ask("signals"), signals_before, "{}", python.name);
+        // Attaching twice works.
+        let pid = server.pid().to_string();
+        let again = pyigprof(&["attach", &pid, "-d", "0.5", "-o", "again.gz"], &dir);
+        assert!(
+            again.status.success(),
+            "{}: {}",
+            python.name,
+            text(&again.stderr)
+        );
+        let again = igprof_analyse::read_profiles(&[dir.join("again.gz")]).unwrap();
+        assert!(
+            share(&again, |s| s.has("background")) > 50.0,
+            "{}",
+            python.name
+        );
+        assert_eq!(server.ask("signals"), signals_before, "{}", python.name);
+        // Its output and exit status are its own.
+        let (code, stdout, stderr) = server.quit();
+        assert_eq!(code, Some(3), "{}: {stderr}", python.name);
+        assert_eq!(stdout, "served\n", "{}", python.name);
+        assert_eq!(stderr, "", "{}", python.name);
+    }
+}
+
+#[test]
+fn what_cannot_be_attached_to_gets_one_line() {
+    let dir = scratch_dir("attach-refused");
+    // Not Python.
+    let mut sleep = Command::new("sleep").arg("30").spawn().unwrap();
+    let out = pyigprof(&["attach", &sleep.id().to_string(), "-d", "1"], &dir);
+    let _ = sleep.kill();
+    let _ = sleep.wait();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("sleep is not a Python interpreter") && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    // No such process (above the kernel's largest process id).
+    let out = pyigprof(&["attach", "2147483646", "-d", "1"], &dir);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "pyigprof attach: process 2147483646: no such process\n"
+    );
+    // Traced by another: this test holds it with PTRACE_SEIZE.
+    let python = interpreters_for("attach refused", "interpreters from 3.3", |i| {
+        i.version >= (3, 3)
+    })
+    .into_iter()
+    .next()
+    .expect("a Python 3");
+    let mut held = Command::new(&python.path)
+        .args(["-c", "import time; time.sleep(30)"])
+        .env_remove("LD_PRELOAD")
+        .spawn()
+        .unwrap();
+    let pid = held.id() as libc::pid_t;
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: seizing a child of ours; it keeps running.
+    let seized = unsafe {
+        libc::ptrace(
+            libc::PTRACE_SEIZE,
+            pid,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+        )
+    };
+    assert_eq!(
+        seized,
+        0,
+        "PTRACE_SEIZE: {}",
+        std::io::Error::last_os_error()
+    );
+    let out = pyigprof(&["attach", &pid.to_string(), "-d", "1"], &dir);
+    let _ = held.kill();
+    let _ = held.wait();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("traces it already") && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+}
