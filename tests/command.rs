@@ -3,21 +3,6 @@
 //! spelling, exit statuses passed through, and clear errors.
 
 use pyigprof_suite::*;
-use std::path::Path;
-use std::process::{Command, Output};
-
-fn pyigprof(args: &[&str], dir: &Path) -> Output {
-    Command::new(&artifacts().command)
-        .args(args)
-        .current_dir(dir)
-        .env_remove("LD_PRELOAD")
-        .output()
-        .expect("run pyigprof")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 #[test]
 fn record_profiles_a_program_and_report_reads_it() {

@@ -279,12 +279,18 @@ pub fn attach(args: &Attach) -> ExitCode {
         return fail(pid, "no C library (libc.so.6) is mapped in it");
     };
     let find = |name: &str| symbol_in(&maps, &libc_path, name);
-    let (Some(dlopen), Some(dlsym), Some(dlerror)) =
-        (find("dlopen"), find("dlsym"), find("dlerror"))
-    else {
+    let (Some(dlopen), Some(dlsym), Some(dlerror), Some(errno_location)) = (
+        find("dlopen"),
+        find("dlsym"),
+        find("dlerror"),
+        find("__errno_location"),
+    ) else {
         return fail(
             pid,
-            format!("{libc_path} defines no dlopen, dlsym and dlerror (glibc before 2.34?)"),
+            format!(
+                "{libc_path} defines no dlopen, dlsym, dlerror and __errno_location (glibc \
+                 before 2.34?)"
+            ),
         );
     };
     let target_uid = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -314,7 +320,8 @@ pub fn attach(args: &Attach) -> ExitCode {
     if let Some(rate) = args.rate {
         settings.push_str(&format!("PYIGPROF_HZ={rate}\n"));
     }
-    let rc = match inject(pid, &lib, &settings, (dlopen, dlsym, dlerror), &unsafe_code) {
+    let libc_fns = (dlopen, dlsym, dlerror, errno_location);
+    let rc = match inject(pid, &lib, &settings, libc_fns, &unsafe_code) {
         Ok(rc) => rc,
         Err(e) => return fail(pid, e),
     };
@@ -422,12 +429,13 @@ fn absolute(path: PathBuf) -> PathBuf {
 }
 
 /// Loads the library into process `pid` and calls `pyigprof_attach(settings)` there;
-/// returns its result. `libc_fns` are the process's `dlopen`, `dlsym` and `dlerror`.
+/// returns its result. `libc_fns` are the process's `dlopen`, `dlsym`, `dlerror` and
+/// `__errno_location`. The thread's `errno` is put back with its registers.
 fn inject(
     pid: i32,
     lib: &Path,
     settings: &str,
-    (dlopen, dlsym, dlerror): (u64, u64, u64),
+    (dlopen, dlsym, dlerror, errno_location): (u64, u64, u64, u64),
     unsafe_code: &[(u64, u64)],
 ) -> Result<u64, String> {
     let mut tracee = Tracee::seize(pid).map_err(|e| match e {
@@ -457,21 +465,24 @@ fn inject(
     let name_at = tracee.push_bytes(&mut below, &cstr("pyigprof_attach"))?;
     let settings_at = tracee.push_bytes(&mut below, &cstr(settings))?;
     let timeout = Duration::from_secs(10);
-    let handle = tracee.call(dlopen, &[lib_at, libc::RTLD_NOW as u64], below, timeout)?;
-    if handle == 0 {
-        let message = tracee.call(dlerror, &[], below, timeout)?;
-        let text = tracee.read_string(message);
-        tracee.release()?;
-        return Err(format!("dlopen of {} failed in it: {text}", lib.display()));
-    }
-    let function = tracee.call(dlsym, &[handle, name_at], below, timeout)?;
-    if function == 0 {
-        tracee.release()?;
-        return Err(format!("{} has no pyigprof_attach", lib.display()));
-    }
-    let rc = tracee.call(function, &[settings_at], below, timeout)?;
+    let errno_at = tracee.call(errno_location, &[], below, timeout)?;
+    let errno = tracee.read_u32(errno_at)?;
+    let result = (|| {
+        let handle = tracee.call(dlopen, &[lib_at, libc::RTLD_NOW as u64], below, timeout)?;
+        if handle == 0 {
+            let message = tracee.call(dlerror, &[], below, timeout)?;
+            let text = tracee.read_string(message);
+            return Err(format!("dlopen of {} failed in it: {text}", lib.display()));
+        }
+        let function = tracee.call(dlsym, &[handle, name_at], below, timeout)?;
+        if function == 0 {
+            return Err(format!("{} has no pyigprof_attach", lib.display()));
+        }
+        tracee.call(function, &[settings_at], below, timeout)
+    })();
+    tracee.write_u32(errno_at, errno)?;
     tracee.release()?;
-    Ok(rc & 0xffff_ffff)
+    result.map(|rc| rc & 0xffff_ffff)
 }
 
 /// Waits for the duration (forever without one) or Ctrl-C/SIGTERM, or until the library

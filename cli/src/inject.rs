@@ -7,8 +7,11 @@
 //! return address of 0, lets it run, and takes the result from `rax` when the return
 //! faults at address 0 (`SIGSEGV`, which is not delivered). The thread's registers are put
 //! back afterwards, `orig_rax` included, so that a system call it was stopped in is
-//! restarted by the kernel as after any stop (`-ERESTART*` in `rax`). Signals that arrive
-//! for the thread meanwhile are kept and delivered when it is let go.
+//! restarted by the kernel as after any stop (`-ERESTART*` in `rax`). A signal that arrives
+//! for the thread meanwhile is delivered at once, with its own `siginfo` (its handler runs
+//! on top of the call, as for any signal): keeping it for later would have the kernel make
+//! up a `siginfo` for it, and pyigprof's own `SIGPROF` handler tells its signals apart by
+//! theirs (the roll call of `sources::adopt` reaches the main thread while it calls).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -20,12 +23,17 @@ pub struct Tracee {
     tid: libc::pid_t,
     /// Its registers when it was stopped, put back by [`Tracee::release`].
     saved: libc::user_regs_struct,
+    /// Its floating-point and vector registers then (the `XSAVE` area: x87, SSE, AVX,
+    /// AVX-512 — `NT_X86_XSTATE`), put back too: code stopped outside a system call may
+    /// hold live values in them, which the calls made meanwhile overwrite.
+    saved_xstate: Vec<u8>,
     /// `/proc/TID/mem`, for writing the arguments.
     mem: File,
-    /// Signals that arrived for it while stopped or calling, delivered when released.
-    pending: Vec<libc::c_int>,
     released: bool,
 }
+
+/// The regset of the `XSAVE` area (`<elf.h>`'s `NT_X86_XSTATE`).
+const NT_X86_XSTATE: usize = 0x202;
 
 /// `ptrace` with the kernel's `long` result; `Err` carries errno.
 fn ptrace(request: libc::c_uint, tid: libc::pid_t, addr: usize, data: usize) -> Result<i64, i32> {
@@ -120,8 +128,8 @@ impl Tracee {
             tid,
             // SAFETY: all-zero is a valid register set (replaced before use).
             saved: unsafe { std::mem::zeroed() },
+            saved_xstate: Vec::new(),
             mem,
-            pending: Vec::new(),
             released: false,
         };
         tracee.stop().map_err(Err)?;
@@ -137,16 +145,50 @@ impl Tracee {
             match wait_stop(self.tid, deadline)? {
                 Stop::Interrupted => break,
                 Stop::Signal(signal) => {
-                    // Delivered when the thread is let go; wait for the interrupt.
-                    self.pending.push(signal);
-                    ptrace(libc::PTRACE_CONT, self.tid, 0, 0)
+                    // Delivered now; the interrupt's stop follows.
+                    ptrace(libc::PTRACE_CONT, self.tid, 0, signal as usize)
                         .map_err(|e| format!("PTRACE_CONT: {}", errno_text(e)))?;
                 }
                 Stop::Ended(how) => return Err(format!("the process {how}")),
             }
         }
         self.saved = self.regs()?;
+        self.saved_xstate = self.xstate()?;
         Ok(())
+    }
+
+    /// The thread's `XSAVE` area (`PTRACE_GETREGSET`, `NT_X86_XSTATE`), as long as the
+    /// kernel says it is.
+    fn xstate(&self) -> Result<Vec<u8>, String> {
+        let mut buf = vec![0u8; 16 << 10];
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        ptrace(
+            libc::PTRACE_GETREGSET,
+            self.tid,
+            NT_X86_XSTATE,
+            &mut iov as *mut libc::iovec as usize,
+        )
+        .map_err(|e| format!("PTRACE_GETREGSET: {}", errno_text(e)))?;
+        buf.truncate(iov.iov_len);
+        Ok(buf)
+    }
+
+    fn set_xstate(&self, state: &[u8]) -> Result<(), String> {
+        let mut iov = libc::iovec {
+            iov_base: state.as_ptr() as *mut libc::c_void,
+            iov_len: state.len(),
+        };
+        ptrace(
+            libc::PTRACE_SETREGSET,
+            self.tid,
+            NT_X86_XSTATE,
+            &mut iov as *mut libc::iovec as usize,
+        )
+        .map(|_| ())
+        .map_err(|e| format!("PTRACE_SETREGSET: {}", errno_text(e)))
     }
 
     /// Lets the thread run for `pause`, then stops it again (to leave a point where calling
@@ -270,8 +312,8 @@ impl Tracee {
                     ));
                 }
                 Stop::Signal(signal) => {
-                    self.pending.push(signal);
-                    ptrace(libc::PTRACE_CONT, self.tid, 0, 0)
+                    // Delivered now, on top of the call, with its own siginfo.
+                    ptrace(libc::PTRACE_CONT, self.tid, 0, signal as usize)
                         .map_err(|e| format!("PTRACE_CONT: {}", errno_text(e)))?;
                 }
                 Stop::Interrupted => {
@@ -283,6 +325,22 @@ impl Tracee {
         }
     }
 
+    /// Reads 4 bytes of the process at `at`.
+    pub fn read_u32(&self, at: u64) -> Result<u32, String> {
+        let mut bytes = [0u8; 4];
+        self.mem
+            .read_exact_at(&mut bytes, at)
+            .map_err(|e| format!("reading the process's memory: {e}"))?;
+        Ok(u32::from_ne_bytes(bytes))
+    }
+
+    /// Writes 4 bytes of the process at `at`.
+    pub fn write_u32(&self, at: u64, value: u32) -> Result<(), String> {
+        self.mem
+            .write_all_at(&value.to_ne_bytes(), at)
+            .map_err(|e| format!("writing the process's memory: {e}"))
+    }
+
     /// Reads a NUL-terminated string of the process (at most 4 KiB).
     pub fn read_string(&self, at: u64) -> String {
         let mut buf = vec![0u8; 4096];
@@ -292,8 +350,8 @@ impl Tracee {
         String::from_utf8_lossy(&buf[..end]).into_owned()
     }
 
-    /// Puts the thread's registers back and lets it go (`PTRACE_DETACH`), delivering the
-    /// signals that arrived meanwhile.
+    /// Puts the thread's registers back and lets it go (`PTRACE_DETACH`); signals sent to
+    /// it since its last stop are delivered then, as pending signals are.
     pub fn release(mut self) -> Result<(), String> {
         self.released = true;
         self.let_go()
@@ -301,16 +359,10 @@ impl Tracee {
 
     fn let_go(&mut self) -> Result<(), String> {
         self.set_regs(&self.saved.clone())?;
-        let first = self.pending.first().copied().unwrap_or(0);
-        ptrace(libc::PTRACE_DETACH, self.tid, 0, first as usize)
-            .map_err(|e| format!("PTRACE_DETACH: {}", errno_text(e)))?;
-        for &signal in self.pending.iter().skip(1) {
-            // SAFETY: sending a signal to the thread that was to receive it.
-            unsafe {
-                libc::syscall(libc::SYS_tgkill, self.tid, self.tid, signal);
-            }
-        }
-        Ok(())
+        self.set_xstate(&self.saved_xstate.clone())?;
+        ptrace(libc::PTRACE_DETACH, self.tid, 0, 0)
+            .map(|_| ())
+            .map_err(|e| format!("PTRACE_DETACH: {}", errno_text(e)))
     }
 }
 

@@ -23,8 +23,7 @@
 
 use crate::signals::{real_sigaction, restarting_guard, MAX_SIGNAL};
 use libc::{c_int, sigaction as SigAction};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
 /// A program's handler run behind [`trampoline`].
 struct Wrapped {
@@ -69,13 +68,70 @@ fn owns_records() -> bool {
     }
 }
 
-thread_local! {
-    /// How many of the program's handlers without `SA_RESTART` ran on this thread (wraps).
-    static RAN: Cell<u32> = const { Cell::new(0) };
-    /// Whether one ran right at the entry of a handler of pyigprof's with `SA_RESTART`, on
-    /// top of its frame (both signals delivered at once), before that handler could take
-    /// the count.
-    static RAN_AT_ENTRY: Cell<bool> = const { Cell::new(false) };
+/// Most threads that keep a count of their own ([`ThreadCounts`]) at once.
+const COUNTED_THREADS: usize = 4096;
+
+/// Each thread's count of the program's handlers without `SA_RESTART` that ran on it
+/// (wraps), and whether one ran right at the entry of a handler of pyigprof's with
+/// `SA_RESTART`, on top of its frame (both signals delivered at once), before that handler
+/// could take the count.
+///
+/// Not `thread_local!`: in a library loaded with `dlopen` (`pyigprof attach`) the first
+/// access to a thread-local variable from a thread that existed before allocates the
+/// thread's block with `malloc` (`__tls_get_addr`), and a signal handler that does it in a
+/// thread interrupted inside `malloc` deadlocks on the arena's lock (seen: a connection
+/// thread of a server stopped for good). The counts live in a table keyed by
+/// `pthread_self()` (the thread pointer, read without a system call), claimed with one
+/// compare-and-swap by a thread's first count; a thread reusing an ended thread's
+/// `pthread_t` takes its entry over (counts are only compared with themselves).
+struct ThreadCounts {
+    owners: [AtomicUsize; COUNTED_THREADS],
+    ran: [AtomicU32; COUNTED_THREADS],
+    at_entry: [AtomicBool; COUNTED_THREADS],
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const NO_OWNER: AtomicUsize = AtomicUsize::new(0);
+#[allow(clippy::declare_interior_mutable_const)]
+const NONE_RAN: AtomicU32 = AtomicU32::new(0);
+#[allow(clippy::declare_interior_mutable_const)]
+const NOT_AT_ENTRY: AtomicBool = AtomicBool::new(false);
+static COUNTS: ThreadCounts = ThreadCounts {
+    owners: [NO_OWNER; COUNTED_THREADS],
+    ran: [NONE_RAN; COUNTED_THREADS],
+    at_entry: [NOT_AT_ENTRY; COUNTED_THREADS],
+};
+
+/// The index of the calling thread's entry in [`COUNTS`]; with `claim`, a free entry is
+/// taken when it has none. `None` when it has none (or, claiming, when 64 probes found
+/// none free: its handlers are then not counted). Async-signal-safe.
+fn counts_entry(claim: bool) -> Option<usize> {
+    // SAFETY: pthread_self reads the thread pointer.
+    let me = unsafe { libc::pthread_self() } as usize;
+    let start = ((me as u64 >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize;
+    for probe in 0..64 {
+        let at = (start + probe) % COUNTED_THREADS;
+        let owner = COUNTS.owners[at].load(Ordering::Acquire);
+        if owner == me {
+            return Some(at);
+        }
+        if owner == 0 {
+            if !claim {
+                return None;
+            }
+            match COUNTS.owners[at].compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(at),
+                Err(now) if now == me => return Some(at),
+                Err(_) => continue,
+            }
+        }
+    }
+    None
+}
+
+/// The calling thread's count of the program's handlers without `SA_RESTART`.
+fn ran_count() -> u32 {
+    counts_entry(false).map_or(0, |at| COUNTS.ran[at].load(Ordering::Relaxed))
 }
 
 /// Installs the program's action `act` for `signal` (unguarded, or taken over from a
@@ -158,12 +214,17 @@ fn wraps(signal: c_int, new: &SigAction) -> bool {
 /// and `uc` when it asked for `SA_SIGINFO`). Async-signal-safe; `errno` is left to the
 /// program's handler.
 extern "C" fn trampoline(signal: c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
-    RAN.with(|ran| ran.set(ran.get().wrapping_add(1)));
+    let entry = counts_entry(true);
+    if let Some(at) = entry {
+        COUNTS.ran[at].fetch_add(1, Ordering::Relaxed);
+    }
     // SAFETY: the kernel's ucontext.
     let interrupted =
         unsafe { (*uc.cast::<libc::ucontext_t>()).uc_mcontext.gregs[libc::REG_RIP as usize] };
     if restarting_guard(|ours| ours == interrupted as usize) {
-        RAN_AT_ENTRY.with(|at| at.set(true));
+        if let Some(at) = entry {
+            COUNTS.at_entry[at].store(true, Ordering::Relaxed);
+        }
     }
     let Some(slot) = usize::try_from(signal).ok().and_then(|s| WRAPPED.get(s)) else {
         return;
@@ -200,9 +261,15 @@ pub struct Entered {
 /// count of the program's handlers without `SA_RESTART`, and whether one ran on top of
 /// this handler's frame before it started. Async-signal-safe.
 pub fn entered() -> Entered {
-    Entered {
-        ran: RAN.with(Cell::get),
-        at_entry: RAN_AT_ENTRY.with(|at| at.replace(false)),
+    match counts_entry(false) {
+        Some(at) => Entered {
+            ran: COUNTS.ran[at].load(Ordering::Relaxed),
+            at_entry: COUNTS.at_entry[at].swap(false, Ordering::Relaxed),
+        },
+        None => Entered {
+            ran: 0,
+            at_entry: false,
+        },
     }
 }
 
@@ -223,7 +290,7 @@ const ALWAYS_RESTARTED: [i64; 4] = [56, 57, 58, 435];
 /// # Safety
 /// `uc` must be the `ucontext_t` the kernel passed to the handler.
 pub unsafe fn keep(entered: Entered, uc: *mut libc::ucontext_t) -> bool {
-    let ran = entered.at_entry || RAN.with(Cell::get) != entered.ran;
+    let ran = entered.at_entry || ran_count() != entered.ran;
     if !ran {
         return false;
     }

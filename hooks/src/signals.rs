@@ -84,6 +84,23 @@ pub unsafe fn real_sigaction(signal: c_int, act: *const SigAction, old: *mut Sig
     unsafe { std::mem::transmute::<usize, F>(REAL_SIGACTION.get())(signal, act, old) }
 }
 
+/// Makes `handler` (an `SA_SIGINFO` handler, with `flags` added and an empty mask) the
+/// kernel's action for `signal`; returns whether `sigaction` took it.
+fn install_ours(
+    signal: c_int,
+    handler: extern "C" fn(c_int, *mut libc::siginfo_t, *mut libc::c_void),
+    flags: c_int,
+) -> bool {
+    // SAFETY: setting a disposition with an initialised structure.
+    unsafe {
+        let mut action: SigAction = std::mem::zeroed();
+        action.sa_sigaction = handler as usize;
+        action.sa_flags = libc::SA_SIGINFO | flags;
+        libc::sigemptyset(&mut action.sa_mask);
+        real_sigaction(signal, &action, std::ptr::null_mut()) == 0
+    }
+}
+
 /// Installs `handler` (an `SA_SIGINFO` handler, with `flags` added) for `signal` if the
 /// signal's action is the default one now (or, with `keep_when_ignored`, "ignore", as a
 /// process may inherit it), and from then on shows the program that action. `released` is
@@ -119,11 +136,7 @@ pub fn guard(
         if !already {
             g.view.store(inherited + 1, Ordering::Relaxed);
         }
-        let mut action: SigAction = std::mem::zeroed();
-        action.sa_sigaction = handler as usize;
-        action.sa_flags = libc::SA_SIGINFO | flags;
-        libc::sigemptyset(&mut action.sa_mask);
-        if real_sigaction(signal, &action, std::ptr::null_mut()) != 0 {
+        if !install_ours(signal, handler, flags) {
             return false;
         }
     }
@@ -180,11 +193,7 @@ pub fn guard_chained_over_current(
             .store(bits_of(&current.sa_mask), Ordering::Relaxed);
         g.view.store(current.sa_sigaction + 1, Ordering::Relaxed);
         g.chained.store(true, Ordering::Release);
-        let mut action: SigAction = std::mem::zeroed();
-        action.sa_sigaction = handler as usize;
-        action.sa_flags = libc::SA_SIGINFO | flags;
-        libc::sigemptyset(&mut action.sa_mask);
-        if real_sigaction(signal, &action, std::ptr::null_mut()) != 0 {
+        if !install_ours(signal, handler, flags) {
             g.chained.store(false, Ordering::Release);
             return false;
         }

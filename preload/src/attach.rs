@@ -22,14 +22,17 @@
 //!    deletes the timers of those that ended, until the command says `stop` or its socket
 //!    closes (the command was killed);
 //! 4. puts the GOT slots back, stops sampling, ends the helper process, writes the profile (`output::lifecycle::write_attached`), gives
-//!    the program back its actions for `SIGPROF`, `SIGSEGV` and `SIGBUS`, says `written
-//!    PATH` and the summary, and ends. The library stays loaded (unloading code that
+//!    the program back its actions for `SIGSEGV` and `SIGBUS`, says `written PATH` and the
+//!    summary, and ends. `SIGPROF` keeps pyigprof's handler, which ignores it while sampling
+//!    is off: a timer expiration or perf event overflow still in flight when sampling stops
+//!    must not meet the default action, which ends the process. The library stays loaded (unloading code that
 //!    signal frames or a late handler may still reference is not safe); a later attach
 //!    uses it again.
 //!
 //! If the program exits during the window, an `atexit` callback writes the profile first.
 //! What stays different while attached: one more thread (the control thread, with every
-//! signal blocked), the profiler's memory, and the `SIGPROF` the threads receive. The
+//! signal blocked), the helper process, the profiler's memory, and the `SIGPROF` the
+//! threads receive; afterwards, the library's mapping and its `SIGPROF` handler. The
 //! program's output is untouched: nothing is printed in it ([`crate::config::silence`]).
 //!
 //! Lines to the command: `started THREADS`, `note TEXT`, `written PATH`, `summary TEXT`,
@@ -367,7 +370,8 @@ fn end_window() {
     ));
     if let (Some(sampler), Some(window)) = (sampler::get(), window) {
         sampler.stop();
-        helper::end_before_exec();
+        // The perf events are the helper's descriptors: closed when it ends.
+        let helper_ended = helper::end(5_000_000_000);
         let mut lines = match lifecycle::write_attached(sampler, &window.config) {
             Ok((path, summary)) => {
                 let mut lines = vec![format!("written {}", path.display())];
@@ -379,45 +383,22 @@ fn end_window() {
         for signal in [libc::SIGSEGV, libc::SIGBUS] {
             signals::unguard(signal);
         }
-        if sigprof_pending() {
-            // Its default action would end the process: the handler stays (it ignores
-            // signals while sampling is off).
+        if !helper_ended {
             lines.push(
-                "note a thread has a SIGPROF pending: pyigprof's handler stays installed (it \
-                 ignores it)"
+                "note the helper process did not end within 5 s; its perf events close when \
+                 it does"
                     .into(),
             );
-        } else {
-            signals::unguard(libc::SIGPROF);
         }
+        // SIGPROF keeps pyigprof's handler, which ignores every signal while sampling is
+        // off: its default action would end the process, and an expiration still in flight
+        // (a thread registering as sampling stopped) did, once in ~120 windows back to back.
         for line in lines {
             let _ = (&window.socket).write_all(format!("{line}\n").as_bytes());
         }
     }
     ENDING.store(false, Ordering::Release);
     OPEN.store(false, Ordering::Release);
-}
-
-/// Whether a thread of the process has `SIGPROF` pending (`SigPnd`, or the process's
-/// `ShdPnd`, of `/proc/self/task/TID/status`): a timer expiration queued before its timer
-/// was deleted, or a roll call a thread with `SIGPROF` blocked never took.
-fn sigprof_pending() -> bool {
-    let bit = 1u64 << (libc::SIGPROF - 1);
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return true;
-    };
-    tasks.flatten().any(|task| {
-        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
-        status.lines().any(|line| {
-            let mask = |name: &str| {
-                line.strip_prefix(name)
-                    .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-            };
-            mask("SigPnd:")
-                .or_else(|| mask("ShdPnd:"))
-                .is_some_and(|m| m & bit != 0)
-        })
-    })
 }
 
 /// `atexit`: the program ends during a window; its profile is written first.

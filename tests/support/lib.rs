@@ -650,3 +650,19 @@ pub fn numpy_interpreters(test: &str) -> Vec<NumpyVenv> {
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
     covered
 }
+
+/// Runs the `pyigprof` command with `args` in `dir` (without an inherited `LD_PRELOAD`) and
+/// returns what it did.
+pub fn pyigprof(args: &[&str], dir: &Path) -> Output {
+    Command::new(&artifacts().command)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("run pyigprof")
+}
+
+/// Bytes of a command's output as text (lossily).
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}

@@ -24,13 +24,7 @@ pub fn install(sampler: Sampler) -> Result<&'static Sampler, String> {
     let sampler = sampler.publish();
     // The handler, kept invisible to the program while it leaves SIGPROF alone
     // (hooks::signals); an inherited "ignore" is overridden.
-    if !signals::guard(
-        libc::SIGPROF,
-        on_sigprof,
-        libc::SA_RESTART,
-        true,
-        program_took_sigprof,
-    ) {
+    if !guard_sigprof() {
         // SAFETY: installing a SA_SIGINFO handler with a valid function.
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
@@ -56,13 +50,7 @@ pub fn install(sampler: Sampler) -> Result<&'static Sampler, String> {
 /// "ignore", and starts sampling. Errors when the program has a `SIGPROF` handler of its
 /// own (another profiler's, `setitimer` users'): pyigprof does not take it over.
 pub fn install_attached(sampler: &'static Sampler) -> Result<(), String> {
-    if !signals::guard(
-        libc::SIGPROF,
-        on_sigprof,
-        libc::SA_RESTART,
-        true,
-        program_took_sigprof,
-    ) {
+    if !guard_sigprof() {
         return Err(
             "the process has a SIGPROF handler of its own (another profiler's?); not sampling"
                 .into(),
@@ -71,6 +59,19 @@ pub fn install_attached(sampler: &'static Sampler) -> Result<(), String> {
     remember_restorer(sampler);
     STATE.store(crate::sampler::SAMPLING, Ordering::Release);
     Ok(())
+}
+
+/// Installs the handler under a guard of `hooks::signals`: kept invisible to the program
+/// while it leaves `SIGPROF` alone, over its default action or an inherited "ignore".
+/// Returns whether it was installed (not when the program has a handler there).
+fn guard_sigprof() -> bool {
+    signals::guard(
+        libc::SIGPROF,
+        on_sigprof,
+        libc::SA_RESTART,
+        true,
+        program_took_sigprof,
+    )
 }
 
 /// Keeps the `sa_restorer` of the installed `SIGPROF` action (the unwinder recognises

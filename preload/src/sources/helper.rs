@@ -140,9 +140,16 @@ pub(crate) fn restart_after_fork(sampler: &Sampler) {
 /// signal: a fork child that changed its user before exec (`subprocess`'s `user=`) may no
 /// longer signal it. Waits at most `END_WAIT_NS`.
 pub fn end_before_exec() {
+    end(END_WAIT_NS);
+}
+
+/// Ends the helper process as [`end_before_exec`] does, waiting at most `wait_ns` for it;
+/// returns whether it has ended (or none ran). `pyigprof attach` waits longer: the perf
+/// events the helper holds must be closed before `SIGPROF` gets its default action back.
+pub fn end(wait_ns: u64) -> bool {
     let helper = HELPER.swap(0, Ordering::AcqRel);
     if helper <= 0 {
-        return;
+        return true;
     }
     QUIT.store(1, Ordering::Release);
     wake(&QUIT);
@@ -152,12 +159,15 @@ pub fn end_before_exec() {
         // It ends within microseconds (it checks QUIT first thing and between passes):
         // yield to it rather than sleep, since a `subprocess` child may exec many times
         // (every directory of PATH).
-        let deadline = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0) + END_WAIT_NS;
+        let deadline = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0) + wait_ns;
         loop {
             let mut status = 0;
             let reaped = libc::waitpid(helper, &mut status, libc::__WALL | libc::WNOHANG);
-            if reaped != 0 || clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(u64::MAX) > deadline {
-                break;
+            if reaped != 0 {
+                return true;
+            }
+            if clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(u64::MAX) > deadline {
+                return false;
             }
             libc::sched_yield();
         }
