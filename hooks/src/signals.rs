@@ -84,6 +84,15 @@ pub unsafe fn real_sigaction(signal: c_int, act: *const SigAction, old: *mut Sig
     unsafe { std::mem::transmute::<usize, F>(REAL_SIGACTION.get())(signal, act, old) }
 }
 
+/// The kernel's action for `signal` now, `None` when `sigaction` fails.
+fn current_action(signal: c_int) -> Option<SigAction> {
+    // SAFETY: querying a disposition into an initialised structure.
+    unsafe {
+        let mut current: SigAction = std::mem::zeroed();
+        (real_sigaction(signal, std::ptr::null(), &mut current) == 0).then_some(current)
+    }
+}
+
 /// Makes `handler` (an `SA_SIGINFO` handler, with `flags` added and an empty mask) the
 /// kernel's action for `signal`; returns whether `sigaction` took it.
 fn install_ours(
@@ -117,28 +126,22 @@ pub fn guard(
     let Some(g) = guard_of(signal) else {
         return false;
     };
-    // SAFETY: querying and setting a disposition with initialised structures.
-    unsafe {
-        let mut current: SigAction = std::mem::zeroed();
-        if real_sigaction(signal, std::ptr::null(), &mut current) != 0 {
-            return false;
-        }
-        let inherited = current.sa_sigaction;
-        // Ours already: a guard kept from an earlier `pyigprof attach` window; the program's
-        // view stays what it was.
-        let already = inherited == handler as usize;
-        if !(already
-            || inherited == libc::SIG_DFL
-            || (inherited == libc::SIG_IGN && keep_when_ignored))
-        {
-            return false;
-        }
-        if !already {
-            g.view.store(inherited + 1, Ordering::Relaxed);
-        }
-        if !install_ours(signal, handler, flags) {
-            return false;
-        }
+    let Some(current) = current_action(signal) else {
+        return false;
+    };
+    let inherited = current.sa_sigaction;
+    // Ours already: a guard kept from an earlier `pyigprof attach` window; the program's
+    // view stays what it was.
+    let already = inherited == handler as usize;
+    if !(already || inherited == libc::SIG_DFL || (inherited == libc::SIG_IGN && keep_when_ignored))
+    {
+        return false;
+    }
+    if !already {
+        g.view.store(inherited + 1, Ordering::Relaxed);
+    }
+    if !install_ours(signal, handler, flags) {
+        return false;
     }
     g.flags
         .store((libc::SA_SIGINFO | flags) as usize, Ordering::Relaxed);
@@ -178,25 +181,21 @@ pub fn guard_chained_over_current(
     let Some(g) = guard_of(signal) else {
         return false;
     };
-    // SAFETY: querying and setting a disposition with initialised structures.
-    unsafe {
-        let mut current: SigAction = std::mem::zeroed();
-        if real_sigaction(signal, std::ptr::null(), &mut current) != 0 {
-            return false;
-        }
-        if current.sa_sigaction == handler as usize {
-            return true; // ours already (attached before, never ended)
-        }
-        g.program_flags
-            .store(current.sa_flags as usize, Ordering::Relaxed);
-        g.program_mask
-            .store(bits_of(&current.sa_mask), Ordering::Relaxed);
-        g.view.store(current.sa_sigaction + 1, Ordering::Relaxed);
-        g.chained.store(true, Ordering::Release);
-        if !install_ours(signal, handler, flags) {
-            g.chained.store(false, Ordering::Release);
-            return false;
-        }
+    let Some(current) = current_action(signal) else {
+        return false;
+    };
+    if current.sa_sigaction == handler as usize {
+        return true; // ours already (attached before, never ended)
+    }
+    g.program_flags
+        .store(current.sa_flags as usize, Ordering::Relaxed);
+    g.program_mask
+        .store(bits_of(&current.sa_mask), Ordering::Relaxed);
+    g.view.store(current.sa_sigaction + 1, Ordering::Relaxed);
+    g.chained.store(true, Ordering::Release);
+    if !install_ours(signal, handler, flags) {
+        g.chained.store(false, Ordering::Release);
+        return false;
     }
     g.flags
         .store((libc::SA_SIGINFO | flags) as usize, Ordering::Relaxed);

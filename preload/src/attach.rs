@@ -73,13 +73,12 @@ pub const CANNOT_START: c_int = 4;
 static OPEN: AtomicBool = AtomicBool::new(false);
 /// Whether the window is being ended (by the control thread, or by the program's exit).
 static ENDING: AtomicBool = AtomicBool::new(false);
-/// Whether a sampler was made by an attachment (not by the constructor).
-static ATTACHED_BEFORE: AtomicBool = AtomicBool::new(false);
 /// The open window: its settings and the command's socket.
 static WINDOW: Mutex<Option<Window>> = Mutex::new(None);
 /// The GOT slots rebound to pyigprof's `pthread_create` during the window.
 static REBOUND: Mutex<Vec<got::Slot>> = Mutex::new(Vec::new());
-/// The sampling rate of the sampler made by the first attachment (Hz; 0 before).
+/// The sampling rate of the sampler made by the first attachment (Hz; 0 before, and in a
+/// process whose sampler the constructor made).
 static FIRST_HZ: AtomicU32 = AtomicU32::new(0);
 
 struct Window {
@@ -101,7 +100,8 @@ pub unsafe extern "C" fn pyigprof_attach(settings: *const c_char) -> c_int {
     if settings.is_null() {
         return CANNOT_START;
     }
-    if sampler::get().is_some() && !ATTACHED_BEFORE.load(Ordering::Acquire) {
+    // A sampler that no attachment made (none set the first rate) is the constructor's.
+    if sampler::get().is_some() && FIRST_HZ.load(Ordering::Acquire) == 0 {
         return PRELOADED;
     }
     let Some(version) = cpython::version().filter(|_| cpython::initialized()) else {
@@ -222,8 +222,7 @@ fn start(
             // perf events where the kernel opens them (sampled at random instants of
             // each thread's CPU time); POSIX timers otherwise.
             s.trigger = crate::sources::Trigger::choose(config);
-            FIRST_HZ.store(hz, Ordering::Relaxed);
-            ATTACHED_BEFORE.store(true, Ordering::Release);
+            FIRST_HZ.store(hz, Ordering::Release);
             s.publish()
         }
     };
