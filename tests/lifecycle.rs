@@ -760,6 +760,14 @@ fn the_profile_file_never_replaces_or_follows_anything() {
         assert!(run.output.status.success());
         assert!(dir.join(expected).exists(), "{name}: {}", run.stderr());
     }
+    // The profiles were written beside their names and renamed whole: nothing hidden left.
+    let hidden: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with('.'))
+        .collect();
+    assert!(hidden.is_empty(), "left behind: {hidden:?}");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
     assert_eq!(
         std::fs::read_to_string(dir.join("taken.gz")).unwrap(),
@@ -837,4 +845,93 @@ fn a_crash_goes_to_the_programs_fault_handler_and_the_profile_is_written() {
         );
         assert!(spin > 50.0, "{}: spin {spin:.1}%", python.name);
     }
+}
+
+/// A profile cut short — at any line boundary (a full disk, a process killed while
+/// writing, a copy that stopped), mid-line, or mid-gzip — is refused by the analyser with
+/// one line that names the file and says what is missing, never read as a whole one;
+/// `--read-cut-short` reads what there is, saying so.
+#[test]
+fn a_profile_cut_short_is_never_read_as_whole() {
+    use std::io::Read;
+    let python = python();
+    let (run, whole) = profiled_ok(&python, &[&example("mixed.py")], &[]);
+    let path = &run.profiles()[0];
+    let gzipped = std::fs::read(path).unwrap();
+    let mut plain = Vec::new();
+    flate2::read::GzDecoder::new(&gzipped[..])
+        .read_to_end(&mut plain)
+        .unwrap();
+    let (_, samples) = totals(&whole);
+    let lines: Vec<&[u8]> = plain.split_inclusive(|&b| b == b'\n').collect();
+    assert!(lines.len() > 100, "{} lines", lines.len());
+    // Every line boundary but the end, and the middle of every line.
+    let mut cuts: Vec<usize> = Vec::new();
+    let mut at = 0;
+    for line in &lines {
+        cuts.push(at + line.len() / 2);
+        at += line.len();
+        if at < plain.len() {
+            cuts.push(at);
+        }
+    }
+    for &cut in &cuts {
+        let mut profile = igprof_analyse::Profile::new();
+        let read = igprof_analyse::parse::load_reader(&mut profile, "cut.txt", &plain[..cut])
+            .and_then(|()| igprof_analyse::parse::whole(&profile));
+        assert!(
+            read.is_err(),
+            "cut after byte {cut} of {} ({} of {samples} samples) reads as a whole profile",
+            plain.len(),
+            totals(&profile).1
+        );
+    }
+    // The whole text reads, with every sample.
+    let mut profile = igprof_analyse::Profile::new();
+    igprof_analyse::parse::load_reader(&mut profile, "whole.txt", &plain[..]).unwrap();
+    igprof_analyse::parse::whole(&profile).unwrap();
+    assert_eq!(totals(&profile).1, samples);
+
+    // As a user meets it: the gzip file cut at a line boundary of its content, and the
+    // compressed bytes cut in the middle.
+    let dir = scratch_dir("cut-short");
+    let half = lines.len() / 2;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut encoder, &lines[..half].concat()).unwrap();
+    std::fs::write(dir.join("p.gz"), encoder.finish().unwrap()).unwrap();
+    let output = analyse(&["--top", dir.join("p.gz").to_str().unwrap()]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(output.stdout.is_empty(), "{}", text(&output.stdout));
+    let statistics = &whole.sources[0].statistics;
+    let tree_lines = &statistics
+        .iter()
+        .find(|(key, _)| key == "tree.lines")
+        .unwrap()
+        .1;
+    let announced = format!("of the {tree_lines} call-tree lines its statistics announce");
+    assert!(
+        stderr.starts_with(&format!(
+            "pyigprof-analyse: {}: cut short: ",
+            dir.join("p.gz").display()
+        )) && stderr.contains(&announced)
+            && stderr.contains(&format!(" of {samples} samples"))
+            && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    let output = analyse(&[
+        "--top",
+        "--read-cut-short",
+        dir.join("p.gz").to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("cut short"));
+    std::fs::write(dir.join("q.gz"), &gzipped[..gzipped.len() / 2]).unwrap();
+    let output = analyse(&["--top", dir.join("q.gz").to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        text(&output.stderr).contains("not a valid gzip stream"),
+        "{}",
+        text(&output.stderr)
+    );
 }

@@ -616,3 +616,184 @@ kept = leak()
         );
     }
 }
+
+/// A parent that makes many small objects (pymalloc's pools and arenas, and its arena map,
+/// which `_PyObject_Malloc` calloc's through code that is no allocator) and a fork child.
+const SMALL_OBJECTS_AND_FORK: &str = r#"
+import os
+def parent_work():
+    return [str(i) * 3 for i in range(300000)]
+def child_work():
+    return [bytearray(1 << 20) for _ in range(8)]
+a = parent_work()
+pid = os.fork()
+if pid == 0:
+    b = child_work()
+    os._exit(0)
+os.waitpid(pid, 0)
+"#;
+
+/// The totals of `counter` in `path` as each report states them: (what, bytes, count).
+fn totals_in_reports(
+    path: &std::path::Path,
+    counter: &str,
+    dir: &std::path::Path,
+) -> Vec<(String, i64, i64)> {
+    let file = path.to_str().unwrap();
+    let mut seen = Vec::new();
+    // The tables' heading line: "MEM_LIVE: 87,641 blocks, 27.9 MiB live (29,215,253 bytes); …".
+    for view in [
+        &["--top"][..],
+        &["--tree"],
+        &["--top", "--all-frames"],
+        &["--top", "--no-filter"],
+    ] {
+        let mut args = vec!["-r", counter, file];
+        args.extend_from_slice(view);
+        let output = analyse(&args);
+        let out = text(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{view:?}: {}",
+            text(&output.stderr)
+        );
+        let heading = out
+            .lines()
+            .find(|line| line.starts_with(&format!("{counter}: ")))
+            .unwrap_or_else(|| panic!("{view:?}: no heading in\n{out}"));
+        let number = |text: &str| -> i64 { text.replace(',', "").parse().unwrap() };
+        let count = number(heading[counter.len() + 2..].split(' ').next().unwrap());
+        let bytes = heading
+            .split_once('(')
+            .and_then(|(_, rest)| rest.split_once(" bytes)"))
+            .map(|(bytes, _)| number(bytes))
+            .unwrap_or_else(|| panic!("{view:?}: no bytes in {heading}"));
+        seen.push((format!("{view:?}"), bytes, count));
+    }
+    let output = analyse(&["-r", counter, file, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    seen.push((
+        "--json".into(),
+        json["total"]["amount"].as_i64().unwrap(),
+        json["total"]["samples"].as_i64().unwrap(),
+    ));
+    let database = dir.join(format!("{counter}.sqlite"));
+    let _ = std::fs::remove_file(&database);
+    let output = analyse(&[
+        "-r",
+        counter,
+        file,
+        &format!("--sqlite={}", database.display()),
+    ]);
+    assert!(
+        output.status.success(),
+        "--sqlite: {}",
+        text(&output.stderr)
+    );
+    let db = rusqlite::Connection::open(&database).unwrap();
+    let (bytes, count) = db
+        .query_row(
+            "SELECT total_amount, total_samples FROM profile",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap();
+    seen.push(("--sqlite".into(), bytes, count));
+    seen
+}
+
+#[test]
+fn every_report_has_the_profiles_totals() {
+    // pymalloc's arena map is 3.10's (`arena_map_mark_used`).
+    for python in interpreters_for(
+        "memory: every report's totals",
+        "interpreters of 3.10+",
+        |i| i.version >= (3, 10),
+    ) {
+        let run = run_profiled(
+            &python.path,
+            &["-c", SMALL_OBJECTS_AND_FORK],
+            &[("PYIGPROF_PROFILE", "mem"), ("PYIGPROF_MEM_RATE", "1")],
+        );
+        assert!(run.output.status.success(), "{}", run.stderr());
+        let paths = run.profiles();
+        assert_eq!(paths.len(), 2, "{}: {paths:?}", python.name);
+        let (mut arena_map, mut named) = (0, false);
+        for path in &paths {
+            let profile = igprof_analyse::read_profiles(std::slice::from_ref(path)).unwrap();
+            let stats: std::collections::HashMap<String, String> =
+                profile.sources[0].statistics.iter().cloned().collect();
+            let stat = |key: &str| -> i64 { stats[key].parse().unwrap() };
+            for counter in ["MEM_TOTAL", "MEM_LIVE", "MEM_MAX"] {
+                let id = profile.counter_id(counter).unwrap();
+                let total = profile.total(id);
+                let mut expected = vec![(total.amount, total.count)];
+                // Recording every allocation, the writer's own figures are exact.
+                match counter {
+                    "MEM_TOTAL" => expected.push((stat("memory.allocated_bytes"), total.count)),
+                    "MEM_LIVE" => expected.push((stat("memory.live_bytes"), total.count)),
+                    _ => {}
+                }
+                for (what, bytes, count) in totals_in_reports(path, counter, &run.dir) {
+                    for &(amount, calls) in &expected {
+                        assert_eq!(
+                            (bytes, count),
+                            (amount, calls),
+                            "{}: {}: {counter}: {what} says {bytes} bytes in {count}, the profile \
+                             {amount} in {calls}",
+                            python.name,
+                            path.display()
+                        );
+                    }
+                }
+            }
+            // pymalloc's own allocations: a frame that is no allocator between
+            // `_PyObject_Malloc` and the leaf (`allocate_from_new_pool →
+            // arena_map_mark_used → calloc`, or `new_arena → mmap`).
+            let (bytes, _) = sum(&profile, "MEM_TOTAL", |s| {
+                s.position("_PyObject_Malloc").is_some_and(|at| {
+                    s.frames[at + 1..].iter().any(|(name, _)| {
+                        !igprof_analyse::transform::ALLOCATORS.contains(&name.as_str())
+                    })
+                })
+            });
+            arena_map += bytes as i64;
+            named |= stacks_of(&profile, "MEM_TOTAL")
+                .iter()
+                .any(|s| s.has("_PyObject_Malloc"));
+        }
+        // The case that was lost is in the profiles where the interpreter has symbols
+        // (Debian's static builds are stripped).
+        assert!(
+            arena_map > 0 || !named,
+            "{}: no allocation of pymalloc's own under _PyObject_Malloc",
+            python.name
+        );
+        // And each process's summary line says the profile's live bytes.
+        for path in &paths {
+            let profile = igprof_analyse::read_profiles(std::slice::from_ref(path)).unwrap();
+            let live = profile
+                .total(profile.counter_id("MEM_LIVE").unwrap())
+                .amount;
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let stderr = run.stderr();
+            let line = stderr
+                .lines()
+                .find(|line| line.contains(&name))
+                .unwrap_or_else(|| {
+                    panic!("{}: no summary line for {name}:\n{stderr}", python.name)
+                });
+            let said: f64 = line
+                .split(" MiB live")
+                .next()
+                .and_then(|head| head.rsplit(' ').next())
+                .and_then(|mib| mib.parse().ok())
+                .unwrap_or_else(|| panic!("{}: no MiB live in {line}", python.name));
+            assert!(
+                (said - live as f64 / MIB).abs() <= 0.05,
+                "{}: the summary line says {said} MiB live, the reports {live} bytes: {line}",
+                python.name
+            );
+        }
+    }
+}

@@ -40,6 +40,15 @@ pub enum Error {
         /// The decompressor's explanation.
         detail: String,
     },
+    /// A pyigprof dump that ends before the call tree its statistics announce (a line
+    /// boundary where its writing stopped: a full disk, a process killed while writing).
+    /// Displays as `pyigprof-analyse: <file>: cut short: <what>; …`.
+    CutShort {
+        /// The profile's path.
+        file: String,
+        /// What was read against what was announced.
+        what: crate::profile::CutShort,
+    },
     /// The file cannot be opened or read. Displays as
     /// `pyigprof-analyse: <file>: cannot read: <detail>`.
     Io {
@@ -98,6 +107,11 @@ impl fmt::Display for Error {
             Error::Gzip { file, detail } => {
                 write!(f, "{PROGRAM}: {file}: not a valid gzip stream: {detail}")
             }
+            Error::CutShort { file, what } => write!(
+                f,
+                "{PROGRAM}: {file}: cut short: {what}; its writing stopped before the end \
+                 (--read-cut-short reads what there is)"
+            ),
             Error::Io { file, detail } => write!(f, "{PROGRAM}: {file}: cannot read: {detail}"),
             Error::Write { file, detail } => {
                 write!(f, "{PROGRAM}: {file}: cannot write: {detail}")

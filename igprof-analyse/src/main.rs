@@ -310,6 +310,12 @@ struct Cli {
     #[arg(long, hide = true)]
     show_locality_metrics: bool,
 
+    /// Read a profile that ends before the call tree its statistics announce (its
+    /// writing stopped: a full disk, a process killed while writing), with a warning
+    /// line, instead of refusing it. Its reports miss what was never written.
+    #[arg(long)]
+    read_cut_short: bool,
+
     /// Leave the native functions that the profiles have no name for (@?0x…) as they
     /// are. By default they are named from the binaries on this machine: their symbol
     /// tables, separate debug files and DWARF (docs/analyser.md).
@@ -627,7 +633,16 @@ fn read(
     transform: &transform::Options,
     counter: Option<&str>,
 ) -> Result<(Profile, String), Error> {
-    let mut profile = igprof_analyse::progress::read_profiles(paths)?;
+    let mut profile = igprof_analyse::progress::read_profiles(paths, cli.read_cut_short)?;
+    for source in &profile.sources {
+        if let Some(what) = source.cut_short {
+            eprintln!(
+                "{}: {}: cut short: {what}; reading what there is (--read-cut-short)",
+                igprof_analyse::error::PROGRAM,
+                source.path
+            );
+        }
+    }
     let first = report::default_counter(&profile);
     let default_is_first = first == profile.counters().first().map(String::as_str);
     let counter = counter

@@ -36,7 +36,7 @@ use flate2::read::MultiGzDecoder;
 
 use crate::error::{describe_found, Error};
 use crate::escape::unescape;
-use crate::profile::{CapacityError, Profile, Source, Values};
+use crate::profile::{CapacityError, CutShort, Profile, Source, Values};
 
 /// The first two bytes of every gzip stream.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -52,7 +52,29 @@ pub fn read_profiles<P: AsRef<Path>>(paths: &[P]) -> Result<Profile, Error> {
     for path in paths {
         load_path(&mut profile, path.as_ref())?;
     }
+    whole(&profile)?;
     Ok(profile)
+}
+
+/// Whether every dump of `profile` is whole: the first one cut short
+/// ([`Source::cut_short`]) as an error. [`load_reader`] and [`load_path`] read such a dump
+/// without a word (a caller that wants what there is can have it); [`read_profiles`]
+/// refuses it with this.
+///
+/// # Errors
+/// [`Error::CutShort`] naming the file and the figures.
+pub fn whole(profile: &Profile) -> Result<(), Error> {
+    match profile
+        .sources
+        .iter()
+        .find(|source| source.cut_short.is_some())
+    {
+        Some(source) => Err(Error::CutShort {
+            file: source.path.clone(),
+            what: source.cut_short.expect("found"),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Reads the dump at `path` (plain or gzip) into `profile`. Errors name the file as
@@ -151,6 +173,9 @@ fn parse_lines<R: BufRead>(
             break;
         }
         number += 1;
+        if let Some(state) = &mut state {
+            state.last_line_ended = line.last() == Some(&b'\n');
+        }
         let text = trim_line(&line);
         let result = match &mut state {
             // A comment, e.g. the profiler's own statistics (`#pyigprof stats …`).
@@ -176,6 +201,12 @@ fn parse_lines<R: BufRead>(
         return Err(Error::Empty {
             file: name.to_string(),
         });
+    }
+    if let Some(state) = state {
+        let cut_short = state.cut_short(profile);
+        if let Some(source) = profile.sources.last_mut() {
+            source.cut_short = cut_short;
+        }
     }
     Ok(())
 }
@@ -259,6 +290,7 @@ fn header(profile: &mut Profile, name: &str, line: &[u8]) -> Result<(bool, Vec<u
         tick_period,
         hex,
         statistics: Vec::new(),
+        cut_short: None,
     });
     Ok((hex, program))
 }
@@ -272,6 +304,15 @@ struct DumpState {
     escaped: bool,
     /// Call-tree lines read so far.
     lines: u64,
+    /// Call-tree lines read so far that are not statistics nodes.
+    tree_lines: u64,
+    /// Whether the last line read ended with a newline (pyigprof ends every line with
+    /// one: a dump cut in its last line lacks it).
+    last_line_ended: bool,
+    /// The sum of the counts read so far, per counter (the profile's [`CounterId`]s).
+    ///
+    /// [`CounterId`]: crate::profile::CounterId
+    counts: HashMap<u32, i64>,
     /// The header's program name as written (decoded once the dump shows it is escaped).
     program: Vec<u8>,
     functions: HashMap<u64, u32>,
@@ -287,12 +328,57 @@ impl DumpState {
             hex,
             escaped: false,
             lines: 0,
+            tree_lines: 0,
+            last_line_ended: true,
+            counts: HashMap::new(),
             program,
             functions: HashMap::new(),
             files: HashMap::new(),
             counters: HashMap::new(),
             stack: Vec::new(),
         }
+    }
+
+    /// At the end of the dump (the last of `profile.sources`): what is missing when its
+    /// statistics announce more of the call tree (`tree.lines`, `tree.samples` of the
+    /// counter `sampling.counter`) than was read or its last line lacks its newline, or
+    /// when nothing followed its header.
+    fn cut_short(&self, profile: &Profile) -> Option<CutShort> {
+        let source = profile.sources.last()?;
+        if self.lines == 0 {
+            return Some(CutShort {
+                lines: 0,
+                samples: 0,
+                announced: None,
+            });
+        }
+        let stat = |key: &str| {
+            source
+                .statistics
+                .iter()
+                .find(|(name, _)| name == key)
+                .map(|(_, value)| value.as_str())
+        };
+        let lines: u64 = stat("tree.lines")?.parse().ok()?;
+        let samples: i64 = stat("tree.samples")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let counter = stat("sampling.counter").unwrap_or("PERF_TICKS");
+        let read = profile
+            .counter_id(counter)
+            .and_then(|id| self.counts.get(&id))
+            .copied()
+            .unwrap_or(0);
+        // A cut inside the last line can leave it well-formed (an offset or the values
+        // cut off): its newline is missing, and maybe its samples.
+        if self.tree_lines >= lines && read >= samples && self.last_line_ended {
+            return None;
+        }
+        Some(CutShort {
+            lines: self.tree_lines,
+            samples: read,
+            announced: Some((lines, samples)),
+        })
     }
 
     /// Parses one `C<depth> ...` line and merges it into `profile`.
@@ -351,6 +437,7 @@ impl DumpState {
             None => {
                 let node = profile.child(parent, function, offset)?;
                 self.stack.push(node);
+                self.tree_lines += 1;
                 Some(node)
             }
         };
@@ -386,6 +473,7 @@ impl DumpState {
                 cursor.pos += 1;
             }
             if let Some(node) = node {
+                *self.counts.entry(counter).or_default() += count;
                 let values = Values {
                     count,
                     amount,
@@ -743,6 +831,7 @@ C5 FN4=(F3=(/usr/lib/x86_64-linux-gnu/libz.so.1.2.13)+2a40 N=(deflate))+1f V0:(2
                 tick_period: 0.004,
                 hex: true,
                 statistics: Vec::new(),
+                cut_short: None,
             }]
         );
         assert_eq!(profile.counters(), &["PERF_TICKS".to_string()]);

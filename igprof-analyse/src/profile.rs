@@ -39,6 +39,40 @@ pub struct Source {
     /// statistics"): `(<section>.<key>, <value>)` pairs such as `("stats.samples",
     /// "775")`, in the order written; empty for IgProf's dumps.
     pub statistics: Vec<(String, String)>,
+    /// When the dump ends before the call tree its statistics announce (`#pyigprof tree
+    /// lines=… samples=…`, docs/dump-format.md), or right after its header: what was read
+    /// and what was announced. `None` for a whole dump, and for dumps with a call tree
+    /// that announce nothing (IgProf's, and pyigprof's before November 2026).
+    pub cut_short: Option<CutShort>,
+}
+
+/// A dump that ends before the call tree it announces: its writer stopped (a full disk, a
+/// process killed while writing) after a line boundary, so the file reads as a dump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CutShort {
+    /// Call-tree lines read (the statistics nodes not counted).
+    pub lines: u64,
+    /// Samples read: the counts of the counter the profile was sampled on
+    /// (`sampling.counter`, `PERF_TICKS` when unnamed).
+    pub samples: i64,
+    /// What the statistics announce (`tree.lines`, `tree.samples`); `None` for a dump
+    /// that ends right after its header, before any statistics or call tree.
+    pub announced: Option<(u64, i64)>,
+}
+
+impl std::fmt::Display for CutShort {
+    /// `35 of the 1312 call-tree lines its statistics announce, 4 of 3047 samples`, or
+    /// `nothing after its header`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.announced {
+            Some((lines, samples)) => write!(
+                f,
+                "{} of the {lines} call-tree lines its statistics announce, {} of {samples} samples",
+                self.lines, self.samples
+            ),
+            None => write!(f, "nothing after its header, neither statistics nor call tree"),
+        }
+    }
 }
 
 /// A function: one `FN` of a dump. Functions are deduplicated by (name, file) across

@@ -36,11 +36,16 @@ fn delay() -> Duration {
 }
 
 /// Reads every dump in `paths`, in order, into one profile, as
-/// [`crate::parse::read_profiles`] does, with a progress bar on a terminal.
+/// [`crate::parse::read_profiles`] does, with a progress bar on a terminal. With
+/// `accept_cut_short`, a dump that ends before the call tree it announces is read as far
+/// as it goes ([`crate::profile::Source::cut_short`] says so) instead of refused.
 ///
 /// # Errors
 /// See [`crate::parse::read_profiles`].
-pub fn read_profiles<P: AsRef<Path>>(paths: &[P]) -> Result<Profile, Error> {
+pub fn read_profiles<P: AsRef<Path>>(
+    paths: &[P],
+    accept_cut_short: bool,
+) -> Result<Profile, Error> {
     let total: u64 = paths
         .iter()
         .filter_map(|path| path.as_ref().metadata().ok())
@@ -79,7 +84,11 @@ pub fn read_profiles<P: AsRef<Path>>(paths: &[P]) -> Result<Profile, Error> {
         )
     });
     bar.finish_and_clear();
-    result.map(|()| profile)
+    result?;
+    if !accept_cut_short {
+        crate::parse::whole(&profile)?;
+    }
+    Ok(profile)
 }
 
 /// Counts the bytes read into the bar, and shows the bar once `delay` has passed.

@@ -189,18 +189,18 @@ fn igprof_profile_is_exact_bytes() {
         top,
         "\
 pyigprof-analyse: igprof-mem.txt: ./prog (pid 1)
-MEM_TOTAL: 20 allocations, 6.2 KiB allocated (6,317 bytes)
+MEM_TOTAL: 21 allocations, 6.2 KiB allocated (6,324 bytes)
    self %  self bytes    cum %  cum bytes  function  (file)
-    79.15     4.9 KiB    80.73    5.0 KiB  fill()  (/bin/prog)
-    15.96      1008 B    15.96     1008 B  make()  (/bin/prog)
-     3.17       200 B     3.17      200 B  worker(void*)  (/bin/prog)
+    79.06     4.9 KiB    80.65    5.0 KiB  fill()  (/bin/prog)
+    16.05      1015 B    16.05     1015 B  make()  (/bin/prog)
+     3.16       200 B     3.16      200 B  worker(void*)  (/bin/prog)
 "
     );
     let document: Value =
         serde_json::from_str(&report(&["-r", "MEM_LIVE", "--json", IGPROF])).unwrap();
     assert_eq!(document["unit"], "bytes");
     assert_eq!(document["rate_bytes"], 1.0);
-    assert_eq!(document["total"]["amount"], 6308);
+    assert_eq!(document["total"]["amount"], 6315);
     assert_eq!(document["total"]["seconds"], Value::Null);
 }
 
@@ -329,8 +329,8 @@ fn pprof_sample_types_are_go_heap_profiles() {
             "MEM_TOTAL",
             IGPROF,
             ["alloc_objects", "alloc_space"],
-            20,
-            6317,
+            21,
+            6324,
             1,
         ),
     ];
@@ -565,19 +565,19 @@ fn exact_profiles_are_compared_by_the_size_of_the_change() {
         text.contains("\ntest: none (both profiles record every allocation: exact figures, no sampling noise): a share is significant when it changed by at least 1.00 points (--min-change); 7 functions compared\n"),
         "{text}"
     );
-    // fill(): 79.26 % → 88.43 % of the live bytes, no z or p; helper() changed by less
+    // fill(): 79.18 % → 88.38 % of the live bytes, no z or p; helper() changed by less
     // than a point.
     let rows = diff_rows(&text);
     assert_eq!(
         cells(&rows, "fill()"),
         [
-            "79.26", "88.43", "+9.17", "4.9 KiB", "9.8 KiB", "-", "-", "80.85", "89.32", "+8.47",
+            "79.18", "88.38", "+9.20", "4.9 KiB", "9.8 KiB", "-", "-", "80.76", "89.26", "+8.50",
             "5.0 KiB", "9.9 KiB", "-", "-", "both"
         ]
     );
     assert_eq!(cells(&rows, "helper()")[14], "no");
     assert!(
-        text.ends_with("result: REGRESSION: 1 function(s) grew significantly by more than 5.00 points: fill()  (/bin/prog) +9.17 points self (+4.9 KiB), +8.47 points cumulative (+4.9 KiB)\n"),
+        text.ends_with("result: REGRESSION: 1 function(s) grew significantly by more than 5.00 points: fill()  (/bin/prog) +9.20 points self (+4.9 KiB), +8.50 points cumulative (+4.9 KiB)\n"),
         "{text}"
     );
     // A larger threshold: nothing is significant.

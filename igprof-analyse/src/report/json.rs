@@ -72,6 +72,10 @@ pub struct Source {
     pub program: String,
     /// The profiled process id.
     pub pid: u64,
+    /// pyigprof's statistics about the run, `<section>.<key>` → value as written
+    /// (docs/dump-format.md, "The profiler's statistics"); empty for IgProf's dumps.
+    #[serde(default)]
+    pub statistics: std::collections::BTreeMap<String, String>,
 }
 
 /// The counter's total.
@@ -271,6 +275,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<Document, Error> 
                 path: source.path.clone(),
                 program: source.program.clone(),
                 pid: source.pid,
+                statistics: source.statistics.iter().cloned().collect(),
             })
             .collect(),
         counter: measure.counter.clone(),

@@ -358,9 +358,9 @@ impl Profile {
     /// numbered 0, 1, 2, … in the order they are defined, each defined before it is
     /// referred to, and every line after the header is a call-tree line. The statistics
     /// come first, as depth-1 nodes without values (docs/dump-format.md, "The profiler's
-    /// statistics"), the first of them defining the counter (so that a profile without
-    /// samples is read as one with a total of 0) and telling readers that names are
-    /// escaped.
+    /// statistics"), the first of them (`#pyigprof tree lines=… samples=…`: what the call
+    /// tree holds) defining the counter (so that a profile without samples is read as
+    /// one with a total of 0) and telling readers that names are escaped.
     pub fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
         let mut header = b"P=(HEX ID=".to_vec();
         header.extend_from_slice(format!("{:x} N=(", self.pid).as_bytes());
@@ -370,7 +370,14 @@ impl Profile {
 
         let mut ids = Definitions::default();
         let mut line = Vec::with_capacity(256);
-        for statistics in &self.statistics {
+        // First the call tree that follows, announced so that a reader can tell a dump
+        // whose writing stopped at a line boundary from a whole one; then the statistics.
+        let announcement = format!(
+            "#pyigprof tree lines={} samples={}",
+            self.nodes.len() - 1,
+            self.totals().0
+        );
+        for statistics in std::iter::once(&announcement).chain(&self.statistics) {
             line.clear();
             line.extend_from_slice(b"C1 ");
             let function = Function {
@@ -546,9 +553,121 @@ fn command_line() -> Vec<u8> {
 /// (an earlier image of the same process, before an `exec`), at the first free name with
 /// `.1`, `.2`, … inserted before the extension (`pyigprof.42.gz` → `pyigprof.42.1.gz`).
 /// Never follows a symbolic link and never replaces a file. Returns the path written.
+///
+/// The profile is never half-written under its name: it is written to a hidden file
+/// beside it (`.pyigprof.42.gz.partial`, [`partial`]) and then given its name with
+/// `link(2)` (or `renameat2(RENAME_NOREPLACE)` where the file system has no hard links),
+/// which fail rather than replace a file of that name. A process killed while writing
+/// leaves only the hidden file. Where neither works, the profile is written under its
+/// name directly.
 pub fn write_unique(
     profile: &Profile,
     path: &std::path::Path,
+) -> Result<std::path::PathBuf, String> {
+    let gzip = path.as_os_str().as_bytes().ends_with(b".gz");
+    let mut hidden = None;
+    for n in 0..1000u32 {
+        let candidate = partial(path, n);
+        match write_new(profile, &candidate, gzip) {
+            Ok(()) => {
+                hidden = Some(candidate);
+                break;
+            }
+            Err(Failed::Create(e)) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            // The directory refuses the hidden file (but might take the profile's name:
+            // a file system without dot files is unheard of; say what failed).
+            Err(Failed::Create(e)) => {
+                return Err(format!("cannot create the profile {}: {e}", path.display()))
+            }
+            Err(Failed::Write(e)) => {
+                return Err(format!("cannot write the profile {}: {e}", path.display()))
+            }
+        }
+    }
+    let Some(hidden) = hidden else {
+        return Err(format!(
+            "cannot write the profile {}: 1000 hidden files of that name exist",
+            path.display()
+        ));
+    };
+    let result = publish(&hidden, path);
+    let _ = std::fs::remove_file(&hidden);
+    match result {
+        Publish::Named(named) => Ok(named),
+        Publish::Failed(e) => Err(format!("cannot name the profile {}: {e}", path.display())),
+        Publish::Unsupported => write_in_place(profile, path, gzip),
+    }
+}
+
+/// What [`publish`] did.
+enum Publish {
+    /// The profile has this name.
+    Named(std::path::PathBuf),
+    /// Naming failed for another reason than a name in use.
+    Failed(std::io::Error),
+    /// The file system can neither link nor rename without replacing.
+    Unsupported,
+}
+
+/// Gives the written file `hidden` the first free name of `path`, `path.1`, … (see
+/// [`write_unique`]).
+fn publish(hidden: &std::path::Path, path: &std::path::Path) -> Publish {
+    for n in 0..1000u32 {
+        let candidate = if n == 0 {
+            path.to_path_buf()
+        } else {
+            numbered(path, n)
+        };
+        let error = match std::fs::hard_link(hidden, &candidate) {
+            Ok(()) => return Publish::Named(candidate),
+            Err(e) => e,
+        };
+        if error.kind() == std::io::ErrorKind::AlreadyExists {
+            continue;
+        }
+        // No hard links here (EPERM on some file systems, EOPNOTSUPP, EMLINK, …): rename.
+        match rename_noreplace(hidden, &candidate) {
+            Ok(()) => return Publish::Named(candidate),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
+                return Publish::Unsupported
+            }
+            Err(e) => return Publish::Failed(e),
+        }
+    }
+    Publish::Failed(std::io::Error::other("1000 files of that name exist"))
+}
+
+/// `renameat2(from, to, RENAME_NOREPLACE)`: fails with `EEXIST` rather than replace `to`;
+/// `EINVAL` where the file system does not support the flag.
+fn rename_noreplace(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    use std::ffi::CString;
+    let from = CString::new(from.as_os_str().as_bytes())?;
+    let to = CString::new(to.as_os_str().as_bytes())?;
+    // SAFETY: two NUL-terminated paths that live across the call.
+    let result = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The way profiles were written before [`write_unique`] wrote beside them: straight
+/// under the first free name, for file systems that can neither link nor rename without
+/// replacing.
+fn write_in_place(
+    profile: &Profile,
+    path: &std::path::Path,
+    gzip: bool,
 ) -> Result<std::path::PathBuf, String> {
     for n in 0..1000u32 {
         let candidate = if n == 0 {
@@ -556,7 +675,7 @@ pub fn write_unique(
         } else {
             numbered(path, n)
         };
-        match write_new(profile, &candidate) {
+        match write_new(profile, &candidate, gzip) {
             Ok(()) => return Ok(candidate),
             Err(Failed::Create(e)) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(Failed::Create(e)) => {
@@ -577,6 +696,17 @@ pub fn write_unique(
         "cannot write the profile {}: 1000 files of that name exist",
         path.display()
     ))
+}
+
+/// The hidden file a profile for `path` is written to before it gets its name:
+/// `.<name>.partial` beside it, `.<name>.partial<n>` for `n` > 0.
+pub fn partial(path: &std::path::Path, n: u32) -> std::path::PathBuf {
+    let name = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let suffix = if n == 0 { String::new() } else { n.to_string() };
+    path.with_file_name(format!(".{name}.partial{suffix}"))
 }
 
 /// `path` with `.n` inserted before its extension (`.gz`, `.txt`, …) or appended.
@@ -607,9 +737,9 @@ enum Failed {
 }
 
 /// Creates `path` (never following a symbolic link, never replacing a file; mode 0666
-/// less the umask, as the program's own files) and writes `profile`, gzip-compressed when
-/// the name ends in `.gz`. A file left half-written by an I/O error is removed.
-fn write_new(profile: &Profile, path: &std::path::Path) -> Result<(), Failed> {
+/// less the umask, as the program's own files) and writes `profile`, gzip-compressed
+/// with `gzip`. A file left half-written by an I/O error is removed.
+fn write_new(profile: &Profile, path: &std::path::Path, gzip: bool) -> Result<(), Failed> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -619,7 +749,7 @@ fn write_new(profile: &Profile, path: &std::path::Path) -> Result<(), Failed> {
         .open(path)
         .map_err(Failed::Create)?;
     let buffered = std::io::BufWriter::with_capacity(1 << 16, file);
-    let result = if path.as_os_str().as_bytes().ends_with(b".gz") {
+    let result = if gzip {
         let mut gz = flate2::write::GzEncoder::new(buffered, flate2::Compression::new(6));
         profile
             .write(&mut gz)
