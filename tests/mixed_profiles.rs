@@ -4,8 +4,13 @@
 
 use pyigprof_suite::*;
 
-/// Runs examples/mixed.py for `seconds` under `python` and checks what a user would check.
-fn check_mixed_program(python: &Interpreter, seconds: &str, env: &[(&str, &str)]) {
+/// Runs examples/mixed.py for `seconds` under `python` and checks what a user would check;
+/// returns the run and its profile.
+fn check_mixed_program(
+    python: &Interpreter,
+    seconds: &str,
+    env: &[(&str, &str)],
+) -> (Run, igprof_analyse::Profile) {
     let (run, profile) = profiled_ok(python, &[&example("mixed.py"), seconds], env);
     let who = &python.name;
     let stdout = run.stdout();
@@ -94,6 +99,7 @@ fn check_mixed_program(python: &Interpreter, seconds: &str, env: &[(&str, &str)]
     for line in ["mixed.py:42  (digest)", "mixed.py:26  (python_work)"] {
         assert!(text.contains(line), "{who}: --lines has no {line}:\n{text}");
     }
+    (run, profile)
 }
 
 fn seconds_of(profile: &igprof_analyse::Profile) -> f64 {
@@ -110,6 +116,54 @@ fn mixed_program_on_every_interpreter() {
     // from the program's own measurement (bound 4), a sampling miss.
     for python in &interpreters {
         check_mixed_program(python, "3", &[]);
+    }
+}
+
+#[test]
+fn perf_trampolines_keep_whole_stacks() {
+    // PYTHONPERFSUPPORT=1 (or -X perf; 3.12+) calls the evaluator through a copy of a small
+    // trampoline per code object, in anonymous memory without unwind tables (and -X
+    // perf_jit, 3.13+, the same copies): the walk goes through them as through the
+    // template they copy, so the whole checks of the mixed program hold (shares, native
+    // frames under their callers, stacks rooted at _start, lines).
+    let accepted = |p: &Interpreter| p.version >= (3, 12);
+    for python in &interpreters_for("perf_trampolines", "interpreters of 3.12+", accepted) {
+        let mut modes = vec![("PYTHONPERFSUPPORT", "1")];
+        if python.version >= (3, 13) && tier() == Tier::Full {
+            modes.push(("PYTHON_PERF_JIT_SUPPORT", "1"));
+        }
+        for mode in modes {
+            let (run, profile) = check_mixed_program(python, "3", &[mode]);
+            let who = format!("{} ({}={})", python.name, mode.0, mode.1);
+            // CPython writes /tmp/perf-<pid>.map (-X perf) or jit-<pid>.dump (-X perf_jit,
+            // in the working directory, which is the run's own).
+            let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", profile.sources[0].pid));
+            let complete = run.fraction_of_samples("stats.complete_native");
+            assert!(
+                complete >= 0.95,
+                "{who}: {:.1}% complete native stacks",
+                100.0 * complete
+            );
+            // The trampolines were there, named as their template, and never unknown code.
+            let through = share(&profile, |s| s.has("_Py_trampoline_func_start"));
+            let unknown = share(&profile, |s| {
+                s.frames
+                    .iter()
+                    .any(|(name, file)| file == "[unknown]" || name == "<unmapped code>")
+            });
+            eprintln!(
+                "{who}: {:.1}% complete, {through:.1}% through a trampoline",
+                100.0 * complete
+            );
+            assert!(
+                through > 90.0,
+                "{who}: {through:.1}% of samples through a trampoline"
+            );
+            assert!(
+                unknown == 0.0,
+                "{who}: {unknown:.1}% of samples in unknown code"
+            );
+        }
     }
 }
 

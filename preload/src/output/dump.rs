@@ -5,6 +5,7 @@
 use crate::capture::frames::{decode, Frame};
 use crate::capture::python::lines::line_for_offset;
 use crate::capture::symbols::table_for;
+use crate::capture::unwind::copies;
 use crate::capture::unwind::modules::{self, ObjectInfo};
 use crate::sampler::Sampler;
 use std::collections::HashMap;
@@ -178,6 +179,19 @@ impl<'a> Resolver<'a> {
                     name: Vec::new(),
                 },
                 0,
+            );
+        }
+        // Code the program copies at run time, whose copies' frames are recorded at the
+        // template (CPython's perf trampolines): named by its label, which has no type or
+        // size in the symbol table (the table calls it a gap, `@?0x…`).
+        if let Some((at, name)) = copies::covering(pc) {
+            return (
+                Function {
+                    file,
+                    start: at - object.bias,
+                    name: name.as_bytes().to_vec(),
+                },
+                pc - at,
             );
         }
         let table = table_for(object, index == 0);

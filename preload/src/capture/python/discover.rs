@@ -8,13 +8,16 @@ use super::layout::{
 };
 use super::{code, GcProbe, Runtime, ThreadStateSource, Where};
 use crate::capture::symbols;
-use crate::capture::unwind::modules;
+use crate::capture::unwind::{copies, modules};
 use pyigprof_hooks::cpython;
 
 /// Describes the CPython runtime of this process, or says on stderr (one line) why Python
 /// frames will be missing.
 pub fn runtime(version: (u8, u8, u8)) -> Option<Runtime> {
     let (major, minor, micro) = version;
+    if (major, minor) >= (3, 12) {
+        perf_trampolines();
+    }
     let layout = match layout_of(major, minor) {
         Ok(layout) => layout,
         Err(why) => {
@@ -53,6 +56,25 @@ pub fn runtime(version: (u8, u8, u8)) -> Option<Runtime> {
         );
     }
     runtime
+}
+
+/// Tells the unwinder the template of CPython's perf trampolines (3.12+: the bytes
+/// `_Py_trampoline_func_start` … `_Py_trampoline_func_end` of `Python/asm_trampoline.S`,
+/// exported; in `.text` up to 3.13, `.rodata` from 3.14), which `Python/perf_trampoline.c`
+/// copies once per code object when `PYTHONPERFSUPPORT=1`, `-X perf` or `-X perf_jit` is on
+/// ([`copies`]). A template of another shape is left alone: frames of its copies stay
+/// code without CFI.
+fn perf_trampolines() {
+    let start = cpython::symbol(c"_Py_trampoline_func_start") as u64;
+    let end = cpython::symbol(c"_Py_trampoline_func_end") as u64;
+    if start == 0 || end <= start || end - start > 32 {
+        return;
+    }
+    // SAFETY: the template's bytes, in a mapped segment of the object that exports them.
+    let bytes = unsafe { std::slice::from_raw_parts(start as *const u8, (end - start) as usize) };
+    if let Some(template) = copies::Template::decode(bytes, start, "_Py_trampoline_func_start") {
+        copies::register(template);
+    }
 }
 
 /// The type objects that validate reads, from the exported symbols.

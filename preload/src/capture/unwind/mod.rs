@@ -5,6 +5,7 @@
 //! approximate). shared/design/unwinding.md has the facts.
 
 pub mod cfi;
+pub mod copies;
 pub mod heuristic;
 pub mod modules;
 
@@ -282,7 +283,14 @@ pub fn unwind(
                 approximate,
             };
         }
-        out[n] = pc;
+        // A copy of a template made at run time (CPython's perf trampolines) is recorded
+        // and stepped out of as the template.
+        let copied = if from_return {
+            copies::lookup(snapshot, pc + 1)
+        } else {
+            None
+        };
+        out[n] = copied.map_or(pc, |(ret, _)| ret - 1);
         let (sp, bp) = (regs.sp, regs.bp);
         sps[n] = sp;
         while next > 0 && memo.frames[next - 1].sp < sp {
@@ -329,7 +337,10 @@ pub fn unwind(
             }
             Ok(value)
         };
-        let rule = cache.rows.rule(&snapshot.cfi, identity, pc);
+        let rule = match copied {
+            Some((_, rule)) => rule,
+            None => cache.rows.rule(&snapshot.cfi, identity, pc),
+        };
         // Only CFI that says "no return address" (`_start`, `clone3`: `.cfi_undefined rip`)
         // ends a stack at a thread's true root. A zero or absent return address anywhere
         // else (a heuristic step in code without CFI, such as BLAS kernels whose rbp is a
@@ -508,7 +519,11 @@ fn leads_to_root(
     let mut regs = caller;
     for depth in 0..PROBE_FRAMES {
         let pc = regs.ip - 1;
-        let step = match rows.rule(&snapshot.cfi, identity, pc) {
+        let rule = match copies::lookup(snapshot, regs.ip) {
+            Some((_, rule)) => rule,
+            None => rows.rule(&snapshot.cfi, identity, pc),
+        };
+        let step = match rule {
             Rule::EndOfStack => return true,
             // Code without CFI further out: as far as the chain can be checked, if it is a
             // return address into an object's code after a call.

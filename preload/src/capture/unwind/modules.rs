@@ -51,16 +51,18 @@ impl Snapshot {
     /// user space — is not code, and ends the walk. Async-signal-safe.
     #[inline]
     pub fn may_return_to(&self, ret: u64, stack: (u64, u64)) -> bool {
-        let inside = |ranges: &[(u64, u64)]| {
-            let i = ranges.partition_point(|r| r.0 <= ret);
-            i > 0 && ret < ranges[i - 1].1
-        };
-        if inside(&self.code) {
+        if self.in_code(ret) {
             return true;
         }
-        !inside(&self.spans)
+        !inside(&self.spans, ret)
             && (MIN_CODE_ADDRESS..USER_SPACE_END).contains(&ret)
             && !(stack.0 <= ret && ret < stack.1)
+    }
+
+    /// Whether `addr` lies in an object's executable segment. Async-signal-safe.
+    #[inline]
+    pub fn in_code(&self, addr: u64) -> bool {
+        inside(&self.code, addr)
     }
 
     /// Whether `a` and `b` lie in the same loaded object. Async-signal-safe.
@@ -112,6 +114,13 @@ impl Snapshot {
             spans,
         }
     }
+}
+
+/// Whether `addr` lies in one of `ranges` (sorted, `[start, end)`, not overlapping).
+#[inline]
+fn inside(ranges: &[(u64, u64)], addr: u64) -> bool {
+    let i = ranges.partition_point(|r| r.0 <= addr);
+    i > 0 && addr < ranges[i - 1].1
 }
 
 /// Lowest address code can be at: Linux's default `vm.mmap_min_addr` (64 KiB) keeps the
