@@ -200,9 +200,27 @@ fn jitted_code_keeps_its_python_frames() {
                 "{who} (JIT): {phase} is {profiled:.1}% of the profile but {measured:.1}% measured"
             );
         }
-        // Samples in jitted code: a frame in anonymous executable memory (the JIT's code),
-        // innermost or calling the interpreter's helpers (`_PyLong_Add`, …).
-        let in_jit = |s: &Stack| s.frames.iter().any(|(_, file)| file == "[unknown]");
+        // Samples in jitted code: a frame `<jit>` (the JIT's code, in anonymous memory),
+        // innermost or calling the interpreter's helpers (`_PyLong_Add`, …), right under
+        // the Python function whose trace it runs; no code is left unknown.
+        let in_jit = |s: &Stack| {
+            s.frames
+                .iter()
+                .any(|(name, file)| file == "[jit]" && name == "<jit>")
+        };
+        let unknown = share(&profile, |s| {
+            s.frames
+                .iter()
+                .any(|(name, file)| file == "[unknown]" || name == "<unmapped code>")
+        });
+        assert!(
+            unknown == 0.0,
+            "{who}: {unknown:.1}% of samples in unknown code"
+        );
+        let under_python = share(&profile, |s| {
+            s.position("<jit>")
+                .is_some_and(|at| at > 0 && s.frames[at - 1].0 == "python_work")
+        });
         let jitted = share(&profile, in_jit);
         let jitted_with_python = share(&profile, |s| in_jit(s) && s.has("python_work"));
         eprintln!("{who} (JIT): {jitted:.1}% of samples in jitted code, {jitted_with_python:.1}% under python_work");
@@ -214,11 +232,35 @@ fn jitted_code_keeps_its_python_frames() {
             jitted_with_python >= 0.95 * jitted,
             "{who}: only {jitted_with_python:.1}% of the {jitted:.1}% in jitted code have their Python frames"
         );
+        assert!(
+            under_python >= 0.95 * jitted,
+            "{who}: {under_python:.1}% of the {jitted:.1}% in jitted code right under python_work"
+        );
         let with_python = run.fraction_of_samples("stats.with_python");
         assert!(
             with_python >= 0.97,
             "{who}: {:.1}% of samples with Python frames",
             100.0 * with_python
+        );
+        // The summary line says how much ran in jitted code, as the profile counts it (by
+        // samples; the shares above weigh samples by their CPU time).
+        let counted = 100.0 * run.fraction_of_samples("tree.jit_samples");
+        let said = format!("{counted:.1}% in JIT-compiled code");
+        assert!(
+            (counted - jitted).abs() < 2.0 && run.stderr().contains(&said),
+            "{who}: {jitted:.1}% of the time in jitted code, {counted:.1}% of the samples; \
+             the summary says:\n{}",
+            run.stderr()
+        );
+        // The Python view counts it as python_work's own time; --all-frames shows it.
+        let path = run.profiles().pop().unwrap();
+        let path = path.to_str().unwrap();
+        let python_view = text(&analyse(&["--top", path]).stdout);
+        let all_frames = text(&analyse(&["--top", "--all-frames", path]).stdout);
+        assert!(!python_view.contains("<jit>"), "{who}:\n{python_view}");
+        assert!(
+            all_frames.contains("<jit>  ([jit])"),
+            "{who}:\n{all_frames}"
         );
     }
 }

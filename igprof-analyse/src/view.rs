@@ -4,8 +4,10 @@
 //! Python code, the interpreter's *plumbing* is left out: the frames that only carry a
 //! call from one Python function, or from Python to a native function, to the next
 //! ([`is_plumbing`]: the evaluation loop, the call and vectorcall machinery, trampolines,
-//! frame push and pop), and the interpreter's frames that have no name (`@?0x…`: a
-//! stripped interpreter, where nothing can be told apart). A stack then reads
+//! frame push and pop), the interpreter's frames that have no name (`@?0x…`: a
+//! stripped interpreter, where nothing can be told apart), and the code CPython's JIT
+//! compiled (`<jit>` in [`JIT_FILE`], whose time is then the Python function's own, as
+//! the evaluator's is). A stack then reads
 //! `<module> → squeeze → zlib_compress → deflate` instead of
 //! `<module> → _PyEval_EvalFrameDefault → PyObject_Vectorcall → cfunction_vectorcall_O →
 //! squeeze → …`, and the time of a hidden frame counts as its nearest shown caller's.
@@ -49,6 +51,12 @@ impl View {
         }
     }
 }
+
+/// The file of the frames of machine code that CPython's JIT compiled (`<jit>`, written
+/// by pyigprof for code outside every object that the evaluator called): hidden below
+/// Python code as plumbing is, so that their time is the Python function's own, whose
+/// trace the code runs (`--all-frames` shows them).
+pub const JIT_FILE: &str = "[jit]";
 
 /// The interpreter's plumbing, which the Python view hides below Python code
 /// ([`is_plumbing`]). A pattern ending in `*` matches the names that start with the rest,
@@ -170,10 +178,18 @@ pub fn python(profile: &Profile) -> Profile {
         .iter()
         .map(|file| is_interpreter_file(file))
         .collect();
+    let jit: Vec<bool> = profile
+        .files()
+        .iter()
+        .map(|file| file == JIT_FILE)
+        .collect();
     let plumbing: Vec<bool> = profile
         .functions()
         .iter()
-        .map(|function| interpreter[function.file as usize] && is_plumbing(&function.name))
+        .map(|function| {
+            let file = function.file as usize;
+            (interpreter[file] && is_plumbing(&function.name)) || jit[file]
+        })
         .collect();
     let mut files: Vec<Option<FileId>> = vec![None; profile.files().len()];
     let mut functions: Vec<Option<FunctionId>> = vec![None; profile.functions().len()];

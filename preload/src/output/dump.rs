@@ -110,6 +110,27 @@ struct Resolver<'a> {
     maps: Option<String>,
     /// Path of this library, whose frames are not the program's ([`own_object_path`]).
     own: Option<Vec<u8>>,
+    /// The functions that are Python code (from [`Frame::Python`] keys), by id.
+    python: std::collections::HashSet<u32>,
+}
+
+/// The file of [`jit_function`].
+pub const JIT_FILE: &[u8] = b"[jit]";
+
+/// The one function that stands for machine code CPython's JIT compiled (3.13+ built with
+/// `--enable-experimental-jit`, on with `PYTHON_JIT=1` where it is not by default: Debian's
+/// 3.14 and 3.15): code in anonymous memory called by the evaluator, so by a Python frame
+/// in a spliced stack ([`Profile::collect`]). One function, at offset 0, whatever the
+/// address: the JIT's memory differs from run to run (and is freed before the profile is
+/// written), and `--diff` matches functions by name. Its frame's caller is the Python
+/// function whose trace runs; `pyigprof-analyse`'s Python view counts its time as that
+/// function's own.
+fn jit_function() -> Function {
+    Function {
+        file: JIT_FILE.to_vec(),
+        start: 0,
+        name: b"<jit>".to_vec(),
+    }
 }
 
 impl<'a> Resolver<'a> {
@@ -122,7 +143,13 @@ impl<'a> Resolver<'a> {
             by_key: HashMap::new(),
             maps: None,
             own: own_object_path(),
+            python: std::collections::HashSet::new(),
         }
+    }
+
+    /// Whether function `id` is code outside every object (`[unknown]`, [`Self::anonymous`]).
+    fn is_anonymous(&self, id: u32) -> bool {
+        self.functions[id as usize].file == b"[unknown]"
     }
 
     fn intern(&mut self, f: Function) -> u32 {
@@ -151,7 +178,11 @@ impl<'a> Resolver<'a> {
                 0,
             ),
         };
+        let python = matches!(decode(key), Frame::Python { .. });
         let resolved = (self.intern(function), offset);
+        if python {
+            self.python.insert(resolved.0);
+        }
         self.by_key.insert(key, resolved);
         resolved
     }
@@ -301,13 +332,23 @@ impl Profile {
         }];
         let mut edges: HashMap<(u32, u32, u64), u32> = HashMap::new();
         let own = resolver.own.clone();
+        let jit = resolver.intern(jit_function());
         for root in sampler.slots.roots() {
             // path[d] = merged node at depth d (path[0] = root).
             let mut path: Vec<u32> = vec![0];
             sampler.trees.walk(root, &mut |depth, node| {
                 path.truncate(depth);
                 let parent = path[depth - 1];
-                let (function, offset) = resolver.resolve(node.key.load(Ordering::Relaxed));
+                let (mut function, mut offset) = resolver.resolve(node.key.load(Ordering::Relaxed));
+                // Code outside every object called by the evaluator (a Python frame in the
+                // spliced stack), or by such code: the JIT's.
+                let caller = nodes[parent as usize].function;
+                if parent != 0
+                    && resolver.is_anonymous(function)
+                    && (caller == jit || resolver.python.contains(&caller))
+                {
+                    (function, offset) = (jit, 0);
+                }
                 if own.as_deref() == Some(resolver.functions[function as usize].file.as_slice()) {
                     // The profiler's own frames (the thread-start trampoline) are not the
                     // program's: their callees hang under their caller.
@@ -360,6 +401,29 @@ impl Profile {
         }
     }
 
+    /// Samples with a frame of JIT-compiled code ([`jit_function`]) in their stack: the
+    /// samples under the outermost `<jit>` frames.
+    pub fn jit_samples(&self) -> u64 {
+        let jit = self
+            .functions
+            .iter()
+            .position(|f| f.file == JIT_FILE)
+            .map(|id| id as u32);
+        let Some(jit) = jit else { return 0 };
+        let mut total = 0;
+        // (node, whether it is under a <jit> frame)
+        let mut stack: Vec<(u32, bool)> = vec![(0, false)];
+        while let Some((index, under)) = stack.pop() {
+            let node = &self.nodes[index as usize];
+            let under = under || (index != 0 && node.function == jit);
+            if under {
+                total += node.samples;
+            }
+            stack.extend(node.children.iter().map(|&child| (child, under)));
+        }
+        total
+    }
+
     /// Total samples and ticks in the profile.
     pub fn totals(&self) -> (u64, u64) {
         self.nodes
@@ -372,8 +436,8 @@ impl Profile {
     /// numbered 0, 1, 2, … in the order they are defined, each defined before it is
     /// referred to, and every line after the header is a call-tree line. The statistics
     /// come first, as depth-1 nodes without values (docs/dump-format.md, "The profiler's
-    /// statistics"), the first of them (`#pyigprof tree lines=… samples=…`: what the call
-    /// tree holds) defining the counter (so that a profile without samples is read as
+    /// statistics"), the first of them (`#pyigprof tree lines=… samples=… jit_samples=…`:
+    /// what the call tree holds) defining the counter (so that a profile without samples is read as
     /// one with a total of 0) and telling readers that names are escaped.
     pub fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
         let mut header = b"P=(HEX ID=".to_vec();
@@ -387,9 +451,10 @@ impl Profile {
         // First the call tree that follows, announced so that a reader can tell a dump
         // whose writing stopped at a line boundary from a whole one; then the statistics.
         let announcement = format!(
-            "#pyigprof tree lines={} samples={}",
+            "#pyigprof tree lines={} samples={} jit_samples={}",
             self.nodes.len() - 1,
-            self.totals().0
+            self.totals().0,
+            self.jit_samples()
         );
         for statistics in std::iter::once(&announcement).chain(&self.statistics) {
             line.clear();

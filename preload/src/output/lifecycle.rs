@@ -323,8 +323,12 @@ fn summary_lines(
     } else {
         String::new()
     };
+    let jit = match profile.jit_samples() {
+        0 => String::new(),
+        n => format!(", {:.1}% in JIT-compiled code", percent(n)),
+    };
     let shares = format!(
-        "{:.1}% with Python frames, {:.1}% complete native stacks ({:.1}% approximate); \
+        "{:.1}% with Python frames{jit}, {:.1}% complete native stacks ({:.1}% approximate); \
          handler {:.1} µs median{dropped}{memory}",
         percent(stats.with_python.load(Ordering::Relaxed)),
         percent(stats.complete.load(Ordering::Relaxed)),
