@@ -182,7 +182,14 @@ pub extern "C" fn init() {
     // With perf events, the helper process that holds them first (every thread's event is
     // opened by it).
     if profile_cpu && sampler.trigger.event().is_some() {
-        if let Err(e) = sources::helper::start(sampler, sources::helper::Job::Events) {
+        let job = if sampler.clock == config::Clock::Wall {
+            // Before the wall passes start: they read threads' Python frames.
+            crate::capture::python::find_key_slots();
+            sources::helper::Job::WallAndEvents
+        } else {
+            sources::helper::Job::Events
+        };
+        if let Err(e) = sources::helper::start(sampler, job) {
             crate::notice!("pyigprof: {e}; not profiling");
         }
     }

@@ -410,7 +410,12 @@ impl Sampler {
             .trees
             .record_from(&mut slot.path, root, &slot.out[..captured.len], 1, weight)
         {
-            Some(leaf) => slot.last_leaf.store(leaf, Ordering::Relaxed),
+            Some(leaf) => {
+                slot.last_leaf.store(leaf, Ordering::Relaxed);
+                if let Thread::Current = whose {
+                    slot.last_cpu_leaf.store(leaf, Ordering::Relaxed);
+                }
+            }
             None => return dropped(),
         }
         (captured.native, captured.python)

@@ -36,9 +36,14 @@ pub struct Stats {
     pub python_mismatches: AtomicU64,
     /// Deepest recorded call stack, in frames.
     pub deepest: AtomicU64,
-    /// Ticks of threads that ended before their last expirations were delivered, counted
-    /// at their end ([`crate::capture::frames::Marker::Unsampled`]).
+    /// Ticks of threads that no sample took and no sample could be given: counted at the
+    /// threads' end on an `<unsampled thread time>` marker
+    /// ([`crate::capture::frames::Marker::Unsampled`]).
     pub unsampled_ticks: AtomicU64,
+    /// Ticks of threads' last moments after their last sample (a perf event's count since
+    /// it, or a CPU timer's expirations the kernel had not delivered), counted at their
+    /// end on that last CPU sample, where they most likely still were.
+    pub tail_ticks: AtomicU64,
     /// Threads whose timer was armed (or, in wall mode, that the wall-clock source watches).
     pub threads: AtomicU64,
     /// Wall mode: samples of threads blocked in a system call, taken from the wall-clock
@@ -53,7 +58,7 @@ pub struct Stats {
 
 impl Stats {
     /// The counters by their names in the profile, in the order written.
-    fn counters(&self) -> [(&'static str, &AtomicU64); 16] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 17] {
         [
             ("samples", &self.samples),
             ("ticks", &self.ticks),
@@ -67,6 +72,7 @@ impl Stats {
             ("python_mismatches", &self.python_mismatches),
             ("deepest", &self.deepest),
             ("unsampled_ticks", &self.unsampled_ticks),
+            ("tail_ticks", &self.tail_ticks),
             ("threads", &self.threads),
             ("blocked", &self.blocked),
             ("waiting_ticks", &self.waiting_ticks),

@@ -74,6 +74,10 @@ pub struct Slot {
     pub stopped_cpu_ns: AtomicU64,
     /// The trace-tree node of the thread's latest recorded sample (0 = none yet).
     pub last_leaf: AtomicU32,
+    /// The trace-tree node of the thread's latest sample taken by its own CPU sampler
+    /// (its handler; not one of wall mode's samples of it blocked): where the CPU time
+    /// after it most likely went (0 = none yet).
+    pub last_cpu_leaf: AtomicU32,
     /// The thread's perf event (`crate::sources::perf`): its descriptor in the helper
     /// process's table + 1 (0 = none).
     pub event_fd: AtomicI32,
@@ -312,6 +316,7 @@ impl Slots {
             slot.waited.store(0, Ordering::Relaxed);
             slot.ticks.store(0, Ordering::Relaxed);
             slot.last_leaf.store(0, Ordering::Relaxed);
+            slot.last_cpu_leaf.store(0, Ordering::Relaxed);
             slot.path.root.store(0, Ordering::Relaxed);
             if slot.owner.load(Ordering::Relaxed) != me {
                 slot.ready.store(false, Ordering::Relaxed);

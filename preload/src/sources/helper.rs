@@ -18,17 +18,21 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering}
 /// What the helper process does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Job {
-    /// Samples the threads blocked in system calls (wall mode).
+    /// Samples the threads blocked in system calls (wall mode, its running threads sampled
+    /// on POSIX CPU timers).
     Wall,
     /// Holds the threads' perf events, opening, re-arming and closing them as asked.
     Events,
+    /// Both: wall mode with its running threads sampled on perf events.
+    WallAndEvents,
 }
 
 /// Whether the process has a helper process (started once; a fork child and a failed
 /// `exec` start theirs again).
 static WANTED: AtomicBool = AtomicBool::new(false);
 
-/// The job of the helper process (0 = wall, 1 = events), read by it at its start.
+/// The job of the helper process (0 = wall, 1 = events, 2 = both), read by it at its
+/// start.
 static JOB: AtomicU32 = AtomicU32::new(0);
 
 /// The helper process's pid, 0 while there is none.
@@ -57,7 +61,12 @@ static YAMA_RESTRICTED: AtomicBool = AtomicBool::new(false);
 /// A message saying why it could not start.
 pub fn start(sampler: &'static Sampler, job: Job) -> Result<(), String> {
     WANTED.store(true, Ordering::Release);
-    JOB.store(u32::from(job == Job::Events), Ordering::Release);
+    let code = match job {
+        Job::Wall => 0,
+        Job::Events => 1,
+        Job::WallAndEvents => 2,
+    };
+    JOB.store(code, Ordering::Release);
     let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").unwrap_or_default();
     YAMA_RESTRICTED.store(scope.trim() == "1", Ordering::Relaxed);
     spawn(sampler)
@@ -70,10 +79,10 @@ pub fn running() -> bool {
 
 /// The job of the helper process, if one was started.
 pub fn job() -> Job {
-    if JOB.load(Ordering::Acquire) == 1 {
-        Job::Events
-    } else {
-        Job::Wall
+    match JOB.load(Ordering::Acquire) {
+        1 => Job::Events,
+        2 => Job::WallAndEvents,
+        _ => Job::Wall,
     }
 }
 
@@ -128,7 +137,7 @@ pub(crate) fn restart_after_fork(sampler: &Sampler) {
     if spawn(sampler).is_err() && !crate::config::quiet() {
         let msg: &[u8] = match job() {
             Job::Wall => b"pyigprof: cannot start the wall-clock sampler in the fork child; its blocked time is not sampled\n",
-            Job::Events => b"pyigprof: cannot start the keeper of the perf events in the fork child; its threads are not sampled\n",
+            Job::Events | Job::WallAndEvents => b"pyigprof: cannot start the keeper of the perf events in the fork child; its threads are not sampled\n",
         };
         // SAFETY: writing a static buffer to stderr.
         unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
@@ -276,7 +285,7 @@ extern "C" fn helper_process(arg: *mut libc::c_void) -> libc::c_int {
             raw(libc::SYS_exit, [0; 4]);
         }
         match job() {
-            Job::Wall => crate::sources::wall::run(sampler),
+            Job::Wall | Job::WallAndEvents => crate::sources::wall::run(sampler),
             Job::Events => crate::sources::perf::serve(sampler),
         }
         raw(libc::SYS_exit, [0; 4]);

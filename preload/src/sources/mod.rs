@@ -56,12 +56,13 @@ impl Trigger {
         }
     }
 
-    /// Chooses what samples the threads, at start-up. POSIX timers in wall mode (which
-    /// samples running threads on their CPU timers, never interrupting a blocked one) and
-    /// with `PYIGPROF_PERF_EVENTS=0`. Otherwise, in cpu mode: the event asked for
-    /// (`task-clock` unless `PYIGPROF_EVENT` names another) if the kernel opens it; else
-    /// `task-clock`, saying on stderr why the event asked for is not sampled; else POSIX
-    /// timers, the summary line saying why.
+    /// Chooses what samples the threads, at start-up. POSIX timers with
+    /// `PYIGPROF_PERF_EVENTS=0`. In wall mode, whose running threads are sampled on their
+    /// CPU time (counted only while they run: a blocked thread is never interrupted),
+    /// `task-clock` if the kernel opens it, else POSIX CPU timers. Otherwise, in cpu mode:
+    /// the event asked for (`task-clock` unless `PYIGPROF_EVENT` names another) if the
+    /// kernel opens it; else `task-clock`, saying on stderr why the event asked for is not
+    /// sampled; else POSIX timers, the summary line saying why.
     pub fn choose(config: &crate::config::Config) -> Trigger {
         let leak = |text: String| -> &'static str { Box::leak(text.into_boxed_str()) };
         if config.clock == crate::config::Clock::Wall {
@@ -72,11 +73,22 @@ impl Trigger {
                     config.event.name
                 );
             }
-            return Trigger::Timer { why: "wall mode" };
         }
         if !config.perf_events {
             return Trigger::Timer {
                 why: "PYIGPROF_PERF_EVENTS=0",
+            };
+        }
+        if config.clock == crate::config::Clock::Wall {
+            let task_clock = perf::Event::task_clock(config.period_ns());
+            return match perf::probe(&task_clock) {
+                Ok(()) => Trigger::Event(task_clock),
+                Err(refused) => Trigger::Timer {
+                    why: leak(format!(
+                        "perf_event_open:{}",
+                        perf::errno_name(refused).replace(' ', "-")
+                    )),
+                },
             };
         }
         let event = config.event;

@@ -481,7 +481,7 @@ fn nudge_keeper() {
 /// samples come, ns: half the mean interval (the draws are shortened by the lateness this
 /// adds, `weigh`), within 50 µs – 2 ms; each wait is drawn uniformly over half to one and
 /// a half of it, so that its looks keep no fixed phase either.
-fn poll_ns(event: &Event) -> u64 {
+pub(crate) fn poll_ns(event: &Event) -> u64 {
     (event.period / 2).clamp(50_000, 2_000_000)
 }
 
@@ -489,25 +489,52 @@ fn poll_ns(event: &Event) -> u64 {
 /// the periods their handlers drew, closes the descriptors of threads that ended; waits
 /// on [`WORK`] in between. Runs in the helper process (direct system calls only).
 pub fn serve(sampler: &Sampler) {
-    let Some(event) = sampler.trigger.event().copied() else {
+    let Some(mut keeper) = Keeper::start(sampler) else {
         return;
     };
-    // SAFETY: prctl on the helper process itself: its timed waits end on time rather
-    // than up to 50 µs late (the default slack of a timer).
-    unsafe { raw(libc::SYS_prctl, [libc::PR_SET_TIMERSLACK as u64, 1, 0, 0]) };
-    // Descriptors queued for closing by a previous helper process (one that ended before
-    // an `exec` that then failed) were numbers of its table, which ended with it: here they
-    // would close this one's new events.
-    for entry in &CLOSING {
-        entry.store(0, Ordering::Relaxed);
+    while !crate::sources::helper::quitting() {
+        let seen = keeper.look(sampler);
+        keeper.wait(seen, u64::MAX);
     }
-    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(WORK.load(Ordering::Relaxed));
-    let mut idle = IDLE_POLLS;
-    loop {
-        let seen = WORK.load(Ordering::Acquire);
-        if crate::sources::helper::quitting() {
-            return;
+}
+
+/// The keeper of the threads' perf events in the helper process: [`serve`]'s work, in
+/// steps that wall mode's loop interleaves with its passes
+/// ([`crate::sources::wall::run`]).
+pub struct Keeper {
+    event: Event,
+    /// The random state of its waits.
+    state: u64,
+    /// Looks in a row that found no interval to arm.
+    idle: u32,
+}
+
+impl Keeper {
+    /// Prepares the helper process to keep the events of `sampler`'s trigger; `None` when
+    /// it samples on timers. In the helper process.
+    pub fn start(sampler: &Sampler) -> Option<Keeper> {
+        let event = sampler.trigger.event().copied()?;
+        // SAFETY: prctl on the helper process itself: its timed waits end on time rather
+        // than up to 50 µs late (the default slack of a timer).
+        unsafe { raw(libc::SYS_prctl, [libc::PR_SET_TIMERSLACK as u64, 1, 0, 0]) };
+        // Descriptors queued for closing by a previous helper process (one that ended
+        // before an `exec` that then failed) were numbers of its table, which ended with
+        // it: here they would close this one's new events.
+        for entry in &CLOSING {
+            entry.store(0, Ordering::Relaxed);
         }
+        Some(Keeper {
+            event,
+            state: 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(WORK.load(Ordering::Relaxed)),
+            idle: IDLE_POLLS,
+        })
+    }
+
+    /// One look at the work threads asked for: opens their events, arms the periods their
+    /// handlers drew, closes the descriptors of threads that ended. Returns the value of
+    /// [`WORK`] it saw first, for [`Keeper::wait`].
+    pub fn look(&mut self, sampler: &Sampler) -> u32 {
+        let seen = WORK.load(Ordering::Acquire);
         let mut armed = false;
         sampler.slots.for_each(|slot| {
             if slot.open_state.load(Ordering::Acquire) == ASKED
@@ -516,7 +543,7 @@ pub fn serve(sampler: &Sampler) {
                     .compare_exchange(ASKED, OPENING, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
             {
-                open_for(&event, slot);
+                open_for(&self.event, slot);
             }
             let period = slot.want_period.swap(0, Ordering::AcqRel);
             let fd = slot.event_fd.load(Ordering::Acquire);
@@ -536,15 +563,26 @@ pub fn serve(sampler: &Sampler) {
                 unsafe { raw(libc::SYS_close, [(fd - 1) as u64, 0, 0, 0]) };
             }
         }
-        idle = if armed { 0 } else { idle.saturating_add(1) };
-        if event.randomized() && idle < IDLE_POLLS {
-            let wait = crate::sources::random::interval(&mut state, poll_ns(&event), 1);
-            crate::sources::helper::wait(&WORK, seen, wait);
+        self.idle = if armed {
+            0
+        } else {
+            self.idle.saturating_add(1)
+        };
+        seen
+    }
+
+    /// Waits for more work after a [`Keeper::look`] that saw `seen`: while samples come,
+    /// for a random interval around [`poll_ns`]; else until a thread wakes it. At most
+    /// `at_most_ns`.
+    pub fn wait(&mut self, seen: u32, at_most_ns: u64) {
+        if self.event.randomized() && self.idle < IDLE_POLLS {
+            let wait = crate::sources::random::interval(&mut self.state, poll_ns(&self.event), 1);
+            crate::sources::helper::wait(&WORK, seen, wait.min(at_most_ns));
         } else {
             ASLEEP.store(true, Ordering::SeqCst);
             // A request posted before ASLEEP was seen did not wake us: look again.
             if WORK.load(Ordering::SeqCst) == seen {
-                crate::sources::helper::wait(&WORK, seen, 1_000_000_000);
+                crate::sources::helper::wait(&WORK, seen, at_most_ns.min(1_000_000_000));
             }
             ASLEEP.store(false, Ordering::SeqCst);
         }

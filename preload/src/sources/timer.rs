@@ -107,6 +107,7 @@ impl Sampler {
             slot.tid.store(tid, Ordering::Relaxed);
             slot.ticks.store(0, Ordering::Relaxed);
             slot.last_leaf.store(0, Ordering::Relaxed);
+            slot.last_cpu_leaf.store(0, Ordering::Relaxed);
             self.stats.threads.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
@@ -132,6 +133,7 @@ impl Sampler {
             .store(clock_ns(clock).unwrap_or(0), Ordering::Relaxed);
         slot.ticks.store(0, Ordering::Relaxed);
         slot.last_leaf.store(0, Ordering::Relaxed);
+        slot.last_cpu_leaf.store(0, Ordering::Relaxed);
         self.stats.threads.fetch_add(1, Ordering::Relaxed);
         // Kernel timer ids start at 0: the slot keeps id + 1.
         slot.timer.store(timer as usize + 1, Ordering::Release);
@@ -338,7 +340,7 @@ impl Sampler {
 
     /// Counts `missed` ticks (or events) of `slot`'s thread that no sample took: a share of
     /// them, those of its last moments (the last kernel tick, [`TAIL_NS`], for a timer;
-    /// up to two mean intervals for a perf event), to the thread's latest sample, where it
+    /// up to two mean intervals for a perf event), to the thread's latest CPU sample, where it
     /// most likely still was, the rest (all of them when it has no sample) to an
     /// `<unsampled thread time>` marker. The thread's sampling has stopped: no handler
     /// runs for it.
@@ -346,11 +348,10 @@ impl Sampler {
         if missed == 0 {
             return;
         }
-        self.stats
-            .unsampled_ticks
-            .fetch_add(missed, Ordering::Relaxed);
         self.stats.ticks.fetch_add(missed, Ordering::Relaxed);
-        let leaf = slot.last_leaf.load(Ordering::Relaxed);
+        // The thread's latest CPU sample, not a wall-mode sample of it blocked: the time is
+        // CPU time.
+        let leaf = slot.last_cpu_leaf.load(Ordering::Relaxed);
         if leaf != 0 {
             let near = match &self.trigger {
                 Trigger::Event(e) if e.is_time() => 2,
@@ -362,11 +363,15 @@ impl Sampler {
                 .node(leaf)
                 .ticks
                 .fetch_add(tail, Ordering::Relaxed);
+            self.stats.tail_ticks.fetch_add(tail, Ordering::Relaxed);
             missed -= tail;
             if missed == 0 {
                 return;
             }
         }
+        self.stats
+            .unsampled_ticks
+            .fetch_add(missed, Ordering::Relaxed);
         let mut root = slot.root.load(Ordering::Relaxed);
         if root == 0 {
             let Some(fresh) = self.trees.new_root() else {

@@ -34,9 +34,14 @@ use crate::sources::helper::{self, raw};
 use crate::sources::timer::clock_ns;
 use std::sync::atomic::Ordering;
 
-/// Starts the wall-clock source. Not from a signal handler.
+/// Starts the wall-clock source: its passes in the helper process, which also keeps the
+/// perf events when they sample the running threads (`Job::WallAndEvents`, started
+/// before the threads register). Not from a signal handler.
 pub fn start(sampler: &'static Sampler) -> Result<(), String> {
     crate::capture::python::find_key_slots();
+    if sampler.trigger.event().is_some() {
+        return Ok(());
+    }
     helper::start(sampler, helper::Job::Wall)
 }
 
@@ -46,6 +51,11 @@ pub fn start(sampler: &'static Sampler) -> Result<(), String> {
 /// since the previous one, in ticks of the period (the remainder carried to the next pass):
 /// time overslept is counted too.
 pub(crate) fn run(sampler: &Sampler) {
+    // Running threads sampled on perf events: their keeper works between the passes.
+    let mut keeper = match helper::job() {
+        helper::Job::WallAndEvents => crate::sources::perf::Keeper::start(sampler),
+        _ => None,
+    };
     let period = sampler.period_ns;
     let mut state = crate::sources::random::seed(period);
     let mut last = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
@@ -54,7 +64,7 @@ pub(crate) fn run(sampler: &Sampler) {
     let mut line = [0u8; 256];
     let mut again = [0u8; 256];
     loop {
-        if !sleep_until(next) {
+        if !wait_until(next, sampler, keeper.as_mut()) {
             return;
         }
         let now = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(next);
@@ -71,7 +81,9 @@ pub(crate) fn run(sampler: &Sampler) {
             // SAFETY: visit uses a slot's scratch only while it holds it (CAPTURING).
             unsafe {
                 sampler.slots.for_each_mut(|slot| {
-                    if slot.timer.load(Ordering::Acquire) != 0 {
+                    if slot.timer.load(Ordering::Acquire) != 0
+                        || slot.event_fd.load(Ordering::Acquire) != 0
+                    {
                         visit(sampler, slot, periods, &mut line, &mut again);
                     }
                 })
@@ -116,20 +128,31 @@ fn visit(sampler: &Sampler, slot: &mut Slot, periods: u64, line: &mut [u8], agai
     }
 }
 
-/// Periods a CPU timer's expiry may be noticed late: the longest kernel tick (10 ms, at
-/// `HZ` = 100) plus one.
-fn slack(period_ns: u64) -> u64 {
-    10_000_000u64.div_ceil(period_ns) + 1
+/// Periods of a running thread that its CPU sampler may not have counted yet: for a CPU
+/// timer, whose expiry is noticed on the kernel's tick, the longest tick (10 ms, at `HZ` =
+/// 100) plus one; for a perf event, which counts exactly, the longest random interval
+/// (1.5 periods) and the helper's lateness in arming the next one ([`perf::poll_ns`]),
+/// plus one.
+///
+/// [`perf::poll_ns`]: crate::sources::perf::poll_ns
+fn slack(sampler: &Sampler) -> u64 {
+    let period = sampler.period_ns;
+    match sampler.trigger.event() {
+        Some(event) => {
+            (period + period / 2 + crate::sources::perf::poll_ns(event)).div_ceil(period) + 1
+        }
+        None => 10_000_000u64.div_ceil(period) + 1,
+    }
 }
 
-/// A thread found not blocked for more periods than its CPU timer counted ticks (beyond
-/// the timer's delivery lag, [`slack`]) was runnable without a CPU for the difference: those
+/// A thread found not blocked for more periods than its CPU sampler counted ticks (beyond
+/// the sampler's lag, [`slack`]) was runnable without a CPU for the difference: those
 /// periods are wall time too, added to its latest sample, where it waited (counted as
 /// `waiting_ticks`).
 fn count_waiting(sampler: &Sampler, slot: &Slot) {
     let running = slot.running_periods.load(Ordering::Relaxed);
     let counted = slot.ticks.load(Ordering::Relaxed) + slot.waited.load(Ordering::Relaxed);
-    let owed = running.saturating_sub(counted + slack(sampler.period_ns));
+    let owed = running.saturating_sub(counted + slack(sampler));
     let leaf = slot.last_leaf.load(Ordering::Relaxed);
     if owed == 0 || leaf == 0 {
         return;
@@ -232,20 +255,30 @@ fn parse(line: &[u8]) -> Option<(u64, u64)> {
     Some((words[6], words[7]))
 }
 
-/// Sleeps until the monotonic clock reads `deadline_ns`, waiting on [`helper::QUIT`]; `false`
-/// when told to end.
-fn sleep_until(deadline_ns: u64) -> bool {
+/// Waits until the monotonic clock reads `deadline_ns`, meanwhile doing the work of the
+/// perf events' `keeper` if there is one, else sleeping on [`helper::QUIT`]; `false` when
+/// told to end.
+fn wait_until(
+    deadline_ns: u64,
+    sampler: &Sampler,
+    mut keeper: Option<&mut crate::sources::perf::Keeper>,
+) -> bool {
     // FUTEX_WAIT takes a relative timeout: recomputed from the clock on every wake-up.
     loop {
         if helper::quitting() {
             return false;
         }
+        let seen = keeper.as_mut().map(|keeper| keeper.look(sampler));
         let now = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(deadline_ns);
         if now >= deadline_ns {
             return true;
         }
-        // Returns on a wake (QUIT), the timeout, or a signal; the loop checks again.
-        helper::wait(&helper::QUIT, 0, deadline_ns - now);
+        // Returns on a wake (QUIT, or work for the keeper), the timeout, or a signal; the
+        // loop checks again.
+        match (keeper.as_mut(), seen) {
+            (Some(keeper), Some(seen)) => keeper.wait(seen, deadline_ns - now),
+            _ => helper::wait(&helper::QUIT, 0, deadline_ns - now),
+        }
     }
 }
 
