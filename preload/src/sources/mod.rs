@@ -65,14 +65,12 @@ impl Trigger {
     /// sampled; else POSIX timers, the summary line saying why.
     pub fn choose(config: &crate::config::Config) -> Trigger {
         let leak = |text: String| -> &'static str { Box::leak(text.into_boxed_str()) };
-        if config.clock == crate::config::Clock::Wall {
-            if !config.event.is_time() {
-                crate::notice!(
-                    "pyigprof: PYIGPROF_EVENT={} is not sampled in wall mode (PYIGPROF_CLOCK=wall \
-                     samples time); sampling wall time",
-                    config.event.name
-                );
-            }
+        if config.clock == crate::config::Clock::Wall && !config.event.is_time() {
+            crate::notice!(
+                "pyigprof: PYIGPROF_EVENT={} is not sampled in wall mode (PYIGPROF_CLOCK=wall \
+                 samples time); sampling wall time",
+                config.event.name
+            );
         }
         if !config.perf_events {
             return Trigger::Timer {
