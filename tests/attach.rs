@@ -356,6 +356,14 @@ fn what_cannot_be_attached_to_gets_one_line() {
     let dir = scratch_dir("attach-refused");
     // Not Python.
     let mut sleep = Command::new("sleep").arg("30").spawn().unwrap();
+    // Until its exec is done, the child is a copy of this test (its name the test thread's).
+    let comm = format!("/proc/{}/comm", sleep.id());
+    for _ in 0..1000 {
+        if std::fs::read_to_string(&comm).is_ok_and(|name| name.trim() == "sleep") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let out = pyigprof(&["attach", &sleep.id().to_string(), "-d", "1"], &dir);
     let _ = sleep.kill();
     let _ = sleep.wait();

@@ -384,6 +384,72 @@ fn numpy_matmul_on_two_blas_threads() {
     );
 }
 
+/// numpy as users run it: OpenBLAS with its own worker threads (as many as CPUs, or 4 on
+/// this 2-CPU machine), whose stacks (`start_thread → blas_thread_server → exec_threads →
+/// inner_thread → the kernel`) must unwind to their root as the calling thread's do, with
+/// the kernel this CPU gets and with the Haswell kernels (no CFI; on AMD CPUs the workers'
+/// samples in them were 21.9 % `<incomplete stack>`). The main thread's `matmul` keeps its
+/// share of the process's time, and fewer than 2 % of the samples are incomplete.
+#[test]
+fn numpy_matmul_on_openblas_worker_threads() {
+    for (label, inner, env) in [
+        ("default threads", "600", &[][..]),
+        ("4 threads", "600", &[("OPENBLAS_NUM_THREADS", "4")][..]),
+        (
+            "default threads, Haswell kernels",
+            "256",
+            &[("OPENBLAS_CORETYPE", "Haswell")][..],
+        ),
+    ] {
+        let program = format!("numpy ({label})");
+        numpy_runs(
+            "numpy_worker_threads",
+            &program,
+            "nosort",
+            inner,
+            env,
+            |findings, who, run, profile, truth| {
+                let profiled = share(profile, |s| s.has("matmul"));
+                findings.compare(
+                    &program,
+                    who,
+                    "matmul (main thread)",
+                    truth.share("matmul.thread"),
+                    profiled,
+                );
+                let incomplete = share(profile, |s| s.has("<incomplete stack>"));
+                let workers = |s: &Stack| {
+                    !s.frames.iter().any(is_python)
+                        && s.frames.iter().any(|(_, file)| file.contains("openblas"))
+                };
+                let in_workers = share(profile, workers);
+                // Rooted in libc's clone3 (through start_thread; named or, in a stripped
+                // libc, not), through OpenBLAS's thread loop.
+                let rooted = share(profile, |s| {
+                    workers(s)
+                        && s.frames[0].1.contains("libc.so")
+                        && s.has("blas_thread_server")
+                        && !s.has("<incomplete stack>")
+                });
+                let complete = 100.0 * run.fraction_of_samples("stats.complete_native");
+                eprintln!(
+                    "{program}: {who}: {incomplete:.2} % incomplete, {complete:.1} % complete; \
+                     workers {in_workers:.1} %, {rooted:.1} % rooted in libc"
+                );
+                findings.check(incomplete < 2.0, || {
+                    format!("{program}: {who}: {incomplete:.2} % of the samples <incomplete stack>")
+                });
+                findings.check(in_workers > 5.0 && rooted >= 0.98 * in_workers, || {
+                    format!(
+                        "{program}: {who}: the workers' samples {in_workers:.1} %, \
+                         {rooted:.1} % unwound to libc's clone3 through blas_thread_server"
+                    )
+                });
+            },
+        );
+    }
+}
+
 /// OpenBLAS's Haswell kernels (chosen with `OPENBLAS_CORETYPE=Haswell`; what most x86-64
 /// machines without AVX-512 run) have no CFI, and `dgemm_kernel_HASWELL` moves its stack
 /// pointer 28 KiB down to a page boundary over stale stack: its caller is found by the
