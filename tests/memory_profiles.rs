@@ -702,6 +702,58 @@ fn totals_in_reports(
     seen
 }
 
+/// Checks that every report of the profile at `path` (written by `run`) states the
+/// profile's totals for each memory counter, and that the writer's own figures agree: its
+/// statistics (`memory.live_bytes`; `memory.allocated_bytes` when every allocation is
+/// recorded, `exact`) and its summary line's live MiB. `who` names the run in failures.
+fn reports_agree(who: &str, run: &Run, path: &std::path::Path, exact: bool) {
+    let profile = igprof_analyse::read_profiles(&[path]).unwrap();
+    let stats: std::collections::HashMap<String, String> =
+        profile.sources[0].statistics.iter().cloned().collect();
+    let stat = |key: &str| -> i64 { stats[key].parse().unwrap() };
+    for counter in ["MEM_TOTAL", "MEM_LIVE", "MEM_MAX"] {
+        let id = profile.counter_id(counter).unwrap();
+        let total = profile.total(id);
+        let mut expected = vec![(total.amount, total.count)];
+        match counter {
+            "MEM_TOTAL" if exact => expected.push((stat("memory.allocated_bytes"), total.count)),
+            "MEM_LIVE" => expected.push((stat("memory.live_bytes"), total.count)),
+            _ => {}
+        }
+        for (what, bytes, count) in totals_in_reports(path, counter, &run.dir) {
+            for &(amount, calls) in &expected {
+                assert_eq!(
+                    (bytes, count),
+                    (amount, calls),
+                    "{who}: {}: {counter}: {what} says {bytes} bytes in {count}, the profile \
+                     {amount} in {calls}",
+                    path.display()
+                );
+            }
+        }
+    }
+    // The process's summary line says the profile's live bytes.
+    let live = profile
+        .total(profile.counter_id("MEM_LIVE").unwrap())
+        .amount;
+    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    let stderr = run.stderr();
+    let line = stderr
+        .lines()
+        .find(|line| line.contains(&name))
+        .unwrap_or_else(|| panic!("{who}: no summary line for {name}:\n{stderr}"));
+    let said: f64 = line
+        .split(" MiB live")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|mib| mib.parse().ok())
+        .unwrap_or_else(|| panic!("{who}: no MiB live in {line}"));
+    assert!(
+        (said - live as f64 / MIB).abs() <= 0.05,
+        "{who}: the summary line says {said} MiB live, the reports {live} bytes: {line}"
+    );
+}
+
 #[test]
 fn every_report_has_the_profiles_totals() {
     // pymalloc's arena map is 3.10's (`arena_map_mark_used`).
@@ -720,33 +772,8 @@ fn every_report_has_the_profiles_totals() {
         assert_eq!(paths.len(), 2, "{}: {paths:?}", python.name);
         let (mut arena_map, mut named) = (0, false);
         for path in &paths {
+            reports_agree(&python.name, &run, path, true);
             let profile = igprof_analyse::read_profiles(std::slice::from_ref(path)).unwrap();
-            let stats: std::collections::HashMap<String, String> =
-                profile.sources[0].statistics.iter().cloned().collect();
-            let stat = |key: &str| -> i64 { stats[key].parse().unwrap() };
-            for counter in ["MEM_TOTAL", "MEM_LIVE", "MEM_MAX"] {
-                let id = profile.counter_id(counter).unwrap();
-                let total = profile.total(id);
-                let mut expected = vec![(total.amount, total.count)];
-                // Recording every allocation, the writer's own figures are exact.
-                match counter {
-                    "MEM_TOTAL" => expected.push((stat("memory.allocated_bytes"), total.count)),
-                    "MEM_LIVE" => expected.push((stat("memory.live_bytes"), total.count)),
-                    _ => {}
-                }
-                for (what, bytes, count) in totals_in_reports(path, counter, &run.dir) {
-                    for &(amount, calls) in &expected {
-                        assert_eq!(
-                            (bytes, count),
-                            (amount, calls),
-                            "{}: {}: {counter}: {what} says {bytes} bytes in {count}, the profile \
-                             {amount} in {calls}",
-                            python.name,
-                            path.display()
-                        );
-                    }
-                }
-            }
             // pymalloc's own allocations: a frame that is no allocator between
             // `_PyObject_Malloc` and the leaf (`allocate_from_new_pool →
             // arena_map_mark_used → calloc`, or `new_arena → mmap`).
@@ -769,31 +796,20 @@ fn every_report_has_the_profiles_totals() {
             "{}: no allocation of pymalloc's own under _PyObject_Malloc",
             python.name
         );
-        // And each process's summary line says the profile's live bytes.
-        for path in &paths {
-            let profile = igprof_analyse::read_profiles(std::slice::from_ref(path)).unwrap();
-            let live = profile
-                .total(profile.counter_id("MEM_LIVE").unwrap())
-                .amount;
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            let stderr = run.stderr();
-            let line = stderr
-                .lines()
-                .find(|line| line.contains(&name))
-                .unwrap_or_else(|| {
-                    panic!("{}: no summary line for {name}:\n{stderr}", python.name)
-                });
-            let said: f64 = line
-                .split(" MiB live")
-                .next()
-                .and_then(|head| head.rsplit(' ').next())
-                .and_then(|mib| mib.parse().ok())
-                .unwrap_or_else(|| panic!("{}: no MiB live in {line}", python.name));
-            assert!(
-                (said - live as f64 / MIB).abs() <= 0.05,
-                "{}: the summary line says {said} MiB live, the reports {live} bytes: {line}",
-                python.name
-            );
-        }
+        // The example users run first, sampled (every 512 KiB on average).
+        let run = run_profiled(
+            &python.path,
+            &[&example("memory.py")],
+            &[("PYIGPROF_PROFILE", "mem")],
+        );
+        assert!(run.output.status.success(), "{}", run.stderr());
+        let paths = run.profiles();
+        assert_eq!(paths.len(), 1, "{}: {paths:?}", python.name);
+        reports_agree(
+            &format!("{} (memory.py)", python.name),
+            &run,
+            &paths[0],
+            false,
+        );
     }
 }
