@@ -117,6 +117,30 @@ impl Sampler {
         sampler
     }
 
+    /// Counts `ticks` of the calling thread's CPU time, spent since its previous sample in
+    /// kernel mode, where its perf event's overflows were skipped, at that previous CPU
+    /// sample's node (`kernel_ticks`); with no previous sample they stay with the sample
+    /// being taken (returns `false`, nothing counted). From the thread's own handler.
+    pub(crate) fn count_before_sample(&self, ticks: u64) -> bool {
+        // SAFETY: pthread_self only reads the thread pointer; the owner thread.
+        let Some(slot) = (unsafe { self.slots.find_or_claim(libc::pthread_self() as usize) })
+        else {
+            return false;
+        };
+        let leaf = slot.last_cpu_leaf.load(Ordering::Relaxed);
+        if leaf == 0 {
+            return false;
+        }
+        self.trees
+            .node(leaf)
+            .ticks
+            .fetch_add(ticks, Ordering::Relaxed);
+        slot.ticks.fetch_add(ticks, Ordering::Relaxed);
+        self.stats.ticks.fetch_add(ticks, Ordering::Relaxed);
+        self.stats.kernel_ticks.fetch_add(ticks, Ordering::Relaxed);
+        true
+    }
+
     /// Captures the calling thread's call stack from the registers the kernel saved when
     /// its signal arrived, and counts it into the thread's trace tree with `weight` ticks.
     /// Called by a source from its signal handler, on the sampled thread. Returns the

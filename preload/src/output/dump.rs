@@ -914,11 +914,12 @@ mod tests {
         assert_eq!(
             text,
             "P=(HEX ID=4d2 N=(python3 app (1%29.py) T=0.004000)\n\
-             C1 FN0=(F0=([pyigprof])+0 N=(#pyigprof stats samples=6))+0 V0=(PERF_TICKS):(0,0,0)\n\
-             C1 FN1=(F1=(/lib/libc.so.6)+271c0 N=(__libc_start_main))+8a\n\
-             C2 FN2=(F2=(/x/app.py)+1 N=(<module>))+1b\n\
-             C3 FN3=(F2+7 N=(squeeze))+3 V0:(5,14,14)\n\
-             C3 FN3+4 V0:(1,1,1)\n"
+             C1 FN0=(F0=([pyigprof])+0 N=(#pyigprof tree lines=4 samples=6 jit_samples=0))+0 V0=(PERF_TICKS):(0,0,0)\n\
+             C1 FN1=(F0+0 N=(#pyigprof stats samples=6))+0\n\
+             C1 FN2=(F1=(/lib/libc.so.6)+271c0 N=(__libc_start_main))+8a\n\
+             C2 FN3=(F2=(/x/app.py)+1 N=(<module>))+1b\n\
+             C3 FN4=(F2+7 N=(squeeze))+3 V0:(5,14,14)\n\
+             C3 FN4+4 V0:(1,1,1)\n"
         );
         assert_eq!(sample_profile().totals(), (6, 21));
     }
@@ -939,8 +940,8 @@ mod tests {
             .lines()
             .filter_map(|l| l.split_once(" FN")?.1.split_once("=(").map(|(id, _)| id))
             .collect();
-        assert_eq!(definitions, ["0", "1", "2", "3"], "{text}");
-        assert!(text.contains("C3 FN3+4 V0:(1,1,1)\n"), "{text}");
+        assert_eq!(definitions, ["0", "1", "2", "3", "4"], "{text}");
+        assert!(text.contains("C3 FN4+4 V0:(1,1,1)\n"), "{text}");
     }
 
     #[test]
@@ -969,16 +970,17 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[1],
-            "C1 FN0=(F0=([pyigprof])+0 N=(#pyigprof stats samples=6))+0 V0=(MEM_TOTAL):(0,0,0)"
-        );
-        assert_eq!(
-            lines[4],
-            "C3 FN3=(F2+7 N=(squeeze))+3 V0:(3,300,300) V1=(MEM_LIVE):(1,100,200) \
-             V2=(MEM_MAX):(3,200,200) V3=(MEM_LIVE_PEAK):(2,180,180)"
+            "C1 FN0=(F0=([pyigprof])+0 N=(#pyigprof tree lines=4 samples=0 jit_samples=0))+0 \
+             V0=(MEM_TOTAL):(0,0,0)"
         );
         assert_eq!(
             lines[5],
-            "C3 FN3+4 V0:(1,10,10) V1:(0,0,10) V2:(1,10,10) V3:(0,0,0)"
+            "C3 FN4=(F2+7 N=(squeeze))+3 V0:(3,300,300) V1=(MEM_LIVE):(1,100,200) \
+             V2=(MEM_MAX):(3,200,200) V3=(MEM_LIVE_PEAK):(2,180,180)"
+        );
+        assert_eq!(
+            lines[6],
+            "C3 FN4+4 V0:(1,10,10) V1:(0,0,10) V2:(1,10,10) V3:(0,0,0)"
         );
         // Merging sums, but keeps the largest allocation.
         let mut merged = profile.nodes[3].memory;
@@ -1007,8 +1009,9 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "P=(HEX ID=4d2 N=(python3 app (1%29.py) T=0.004000)\n\
-             C1 FN0=(F0=([pyigprof])+0 N=(#pyigprof stats samples=6))+0 V0=(PERF_TICKS):(0,0,0)\n\
-             C1 FN1=(F0+0 N=(#pyigprof handler samples=0))+0\n"
+             C1 FN0=(F0=([pyigprof])+0 N=(#pyigprof tree lines=0 samples=0 jit_samples=0))+0 V0=(PERF_TICKS):(0,0,0)\n\
+             C1 FN1=(F0+0 N=(#pyigprof stats samples=6))+0\n\
+             C1 FN2=(F0+0 N=(#pyigprof handler samples=0))+0\n"
         );
     }
 }

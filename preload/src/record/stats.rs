@@ -44,6 +44,9 @@ pub struct Stats {
     /// it, or a CPU timer's expirations the kernel had not delivered), counted at their
     /// end on that last CPU sample, where they most likely still were.
     pub tail_ticks: AtomicU64,
+    /// Ticks of CPU time in which a thread's perf event overflowed in kernel mode (skipped:
+    /// events sample in user mode only), counted at its previous sample.
+    pub kernel_ticks: AtomicU64,
     /// Threads whose timer was armed (or, in wall mode, that the wall-clock source watches).
     pub threads: AtomicU64,
     /// Wall mode: samples of threads blocked in a system call, taken from the wall-clock
@@ -58,7 +61,7 @@ pub struct Stats {
 
 impl Stats {
     /// The counters by their names in the profile, in the order written.
-    fn counters(&self) -> [(&'static str, &AtomicU64); 17] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 18] {
         [
             ("samples", &self.samples),
             ("ticks", &self.ticks),
@@ -73,6 +76,7 @@ impl Stats {
             ("deepest", &self.deepest),
             ("unsampled_ticks", &self.unsampled_ticks),
             ("tail_ticks", &self.tail_ticks),
+            ("kernel_ticks", &self.kernel_ticks),
             ("threads", &self.threads),
             ("blocked", &self.blocked),
             ("waiting_ticks", &self.waiting_ticks),

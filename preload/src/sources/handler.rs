@@ -149,7 +149,10 @@ pub extern "C" fn on_sigprof(
                 perf::weigh(event, slot, fd)
             });
             if let Some(weight) = weight {
-                sample_here(sampler, weight, uc, start);
+                if weight.before > 0 {
+                    sampler.count_before_sample(weight.before);
+                }
+                sample_here(sampler, weight.here, uc, start);
             }
         }
     } else if crate::sampler::sampling() && is_ours(info) {

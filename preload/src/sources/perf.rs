@@ -658,13 +658,16 @@ fn thread_cpu_ns(tid: libc::pid_t) -> Option<u64> {
 /// randomized event, the next interval is drawn and handed to the helper process to arm.
 /// `None` when `fd` is not the thread's event (a signal of an event already closed).
 /// Async-signal-safe; called by the owner thread's handler.
-pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<u64> {
+pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<Weight> {
     let own = slot.event_fd.load(Ordering::Relaxed);
     if own == 0 || own - 1 != fd {
         return None;
     }
     if !event.is_time() {
-        return Some(event.period);
+        return Some(Weight {
+            here: event.period,
+            before: 0,
+        });
     }
     let now = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)?;
     let interval = now.saturating_sub(slot.counted.load(Ordering::Relaxed));
@@ -681,6 +684,18 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<u64> {
     let before = slot.before_start.swap(0, Ordering::Relaxed);
     slot.carry.fetch_add(before, Ordering::Relaxed);
     let weight = take_since_last(event, slot, now);
+    // Overflows that fell in kernel mode were skipped (`exclude_kernel`), each a period
+    // later than the last: what the interval holds beyond its draw, the helper's lateness
+    // and a period is that time, spent in the kernel (page faults, system calls) by the
+    // code that ran since the previous sample. It goes to the previous sample (the code
+    // before it, as a 64 MiB buffer's page faults before the next phase starts) rather
+    // than to this one.
+    let usual = (drawn + poll_ns(event)).div_ceil(event.period) + 1;
+    let before = weight.saturating_sub(usual);
+    let weight = Weight {
+        here: weight - before,
+        before,
+    };
     if event.randomized() {
         // An interval is longer than its draw by the time the helper process takes to
         // arm it, and some are the previous draw again (the event runs on at the
@@ -712,6 +727,15 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<u64> {
         }
     }
     Some(weight)
+}
+
+/// A `task-clock` sample's weight, in ticks ([`weigh`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Weight {
+    /// Ticks for the stack the sample captures.
+    pub here: u64,
+    /// Ticks of overflows skipped in kernel mode, for the thread's previous sample.
+    pub before: u64,
 }
 
 /// Counts `now` (the thread's CPU time, ns) as read: returns what it counted since the
