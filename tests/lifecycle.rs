@@ -656,8 +656,11 @@ fn time_whose_signals_never_arrive_is_in_the_profile() {
         let reported = seconds(&profile);
         let unsampled = share(&profile, |s| s.has("<unsampled thread time>"));
         eprintln!("{ending}: {reported:.3} s reported, {cpu:.3} s CPU; {unsampled:.1}% unsampled thread time");
+        // A normal ending finalizes the interpreter after the program measured its CPU
+        // time: that time (20-31 ms here, more under load) is in the profile only.
+        let finalization = if ending == "normal" { 0.05 } else { 0.0 };
         assert!(
-            (reported - cpu).abs() <= 0.1 * cpu,
+            (reported - cpu).abs() <= 0.1 * cpu + finalization,
             "{ending}: {reported:.3} s vs {cpu:.3} s"
         );
         // Only the start-up before the mask could be sampled; the rest cannot be placed.
