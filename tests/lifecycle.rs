@@ -906,12 +906,7 @@ fn a_profile_cut_short_is_never_read_as_whole() {
     let stderr = text(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(output.stdout.is_empty(), "{}", text(&output.stdout));
-    let statistics = &whole.sources[0].statistics;
-    let tree_lines = &statistics
-        .iter()
-        .find(|(key, _)| key == "tree.lines")
-        .unwrap()
-        .1;
+    let tree_lines = whole.sources[0].statistic("tree.lines").unwrap();
     let announced = format!("of the {tree_lines} call-tree lines its statistics announce");
     assert!(
         stderr.starts_with(&format!(

@@ -352,13 +352,7 @@ impl DumpState {
                 announced: None,
             });
         }
-        let stat = |key: &str| {
-            source
-                .statistics
-                .iter()
-                .find(|(name, _)| name == key)
-                .map(|(_, value)| value.as_str())
-        };
+        let stat = |key: &str| source.statistic(key);
         let lines: u64 = stat("tree.lines")?.parse().ok()?;
         let samples: i64 = stat("tree.samples")
             .and_then(|v| v.parse().ok())

@@ -46,6 +46,17 @@ pub struct Source {
     pub cut_short: Option<CutShort>,
 }
 
+impl Source {
+    /// The statistic `key` (`<section>.<key>`, as in [`Source::statistics`]), as written;
+    /// `None` when the dump has none of that name.
+    pub fn statistic(&self, key: &str) -> Option<&str> {
+        self.statistics
+            .iter()
+            .find(|(name, _)| name == key)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
 /// A dump that ends before the call tree it announces: its writer stopped (a full disk, a
 /// process killed while writing) after a line boundary, so the file reads as a dump.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

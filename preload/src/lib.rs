@@ -179,12 +179,16 @@ pub extern "C" fn init() {
         libc::pthread_atfork(None, None, Some(lifecycle::after_fork_in_child));
         libc::atexit(lifecycle::at_exit);
     }
+    let wall = profile_cpu && sampler.clock == config::Clock::Wall;
+    if wall {
+        // Before the wall passes start: they read other threads' Python frames through
+        // the threads' key slots.
+        crate::capture::python::find_key_slots();
+    }
     // With perf events, the helper process that holds them first (every thread's event is
     // opened by it).
     if profile_cpu && sampler.trigger.event().is_some() {
-        let job = if sampler.clock == config::Clock::Wall {
-            // Before the wall passes start: they read threads' Python frames.
-            crate::capture::python::find_key_slots();
+        let job = if wall {
             sources::helper::Job::WallAndEvents
         } else {
             sources::helper::Job::Events
@@ -199,7 +203,7 @@ pub extern "C" fn init() {
     for problem in adopt::adopt_existing_threads(sampler).1 {
         crate::notice!("pyigprof: {problem}");
     }
-    if profile_cpu && sampler.clock == config::Clock::Wall {
+    if wall {
         if let Err(e) = sources::wall::start(sampler) {
             crate::notice!("pyigprof: {e}; not profiling");
         }

@@ -117,19 +117,15 @@ impl Sampler {
         sampler
     }
 
-    /// Counts `ticks` of the calling thread's CPU time, spent since its previous sample in
-    /// kernel mode, where its perf event's overflows were skipped, at that previous CPU
-    /// sample's node (`kernel_ticks`); with no previous sample they stay with the sample
-    /// being taken (returns `false`, nothing counted). From the thread's own handler.
-    pub(crate) fn count_before_sample(&self, ticks: u64) -> bool {
-        // SAFETY: pthread_self only reads the thread pointer; the owner thread.
-        let Some(slot) = (unsafe { self.slots.find_or_claim(libc::pthread_self() as usize) })
-        else {
-            return false;
-        };
+    /// Counts `ticks` of `slot`'s thread's CPU time, spent since its previous sample in
+    /// kernel mode where its perf event's overflows were skipped, at that previous CPU
+    /// sample's node (`kernel_ticks`). Returns the ticks it could not place there (all of
+    /// them when the thread has no sample yet), for the sample being taken. From the
+    /// thread's own handler.
+    pub(crate) fn count_before_sample(&self, slot: &Slot, ticks: u64) -> u64 {
         let leaf = slot.last_cpu_leaf.load(Ordering::Relaxed);
-        if leaf == 0 {
-            return false;
+        if ticks == 0 || leaf == 0 {
+            return ticks;
         }
         self.trees
             .node(leaf)
@@ -138,7 +134,7 @@ impl Sampler {
         slot.ticks.fetch_add(ticks, Ordering::Relaxed);
         self.stats.ticks.fetch_add(ticks, Ordering::Relaxed);
         self.stats.kernel_ticks.fetch_add(ticks, Ordering::Relaxed);
-        true
+        0
     }
 
     /// Captures the calling thread's call stack from the registers the kernel saved when

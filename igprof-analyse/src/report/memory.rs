@@ -126,13 +126,7 @@ impl Sampling {
         let mut rates: Vec<f64> = Vec::new();
         let mut recorded = Some(0u64);
         for source in &profile.sources {
-            let value = |key: &str| {
-                source
-                    .statistics
-                    .iter()
-                    .find(|(name, _)| name == key)
-                    .map(|(_, value)| value.as_str())
-            };
+            let value = |key: &str| source.statistic(key);
             let invalid = |key: &str, text: &str, expected: &str| Error::Report {
                 subject: source.path.clone(),
                 message: format!("{key} is {text:?}: expected {expected}"),

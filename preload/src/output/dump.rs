@@ -114,6 +114,9 @@ struct Resolver<'a> {
     python: std::collections::HashSet<u32>,
 }
 
+/// The file of code outside every object ([`Resolver::anonymous`]).
+const UNKNOWN_FILE: &[u8] = b"[unknown]";
+
 /// The file of [`jit_function`].
 pub const JIT_FILE: &[u8] = b"[jit]";
 
@@ -149,7 +152,7 @@ impl<'a> Resolver<'a> {
 
     /// Whether function `id` is code outside every object (`[unknown]`, [`Self::anonymous`]).
     fn is_anonymous(&self, id: u32) -> bool {
-        self.functions[id as usize].file == b"[unknown]"
+        self.functions[id as usize].file == UNKNOWN_FILE
     }
 
     fn intern(&mut self, f: Function) -> u32 {
@@ -166,7 +169,8 @@ impl<'a> Resolver<'a> {
         if let Some(&hit) = self.by_key.get(&key) {
             return hit;
         }
-        let (function, offset) = match decode(key) {
+        let frame = decode(key);
+        let (function, offset) = match frame {
             Frame::Native(pc) => self.native(pc),
             Frame::Python { record, instr } => self.python(record, instr),
             Frame::Marker(m) => (
@@ -178,9 +182,8 @@ impl<'a> Resolver<'a> {
                 0,
             ),
         };
-        let python = matches!(decode(key), Frame::Python { .. });
         let resolved = (self.intern(function), offset);
-        if python {
+        if let Frame::Python { .. } = frame {
             self.python.insert(resolved.0);
         }
         self.by_key.insert(key, resolved);
@@ -257,7 +260,7 @@ impl<'a> Resolver<'a> {
         match modules::mapping_containing(maps, pc) {
             Some((start, _)) => (
                 Function {
-                    file: b"[unknown]".to_vec(),
+                    file: UNKNOWN_FILE.to_vec(),
                     start,
                     name: format!("@?{start:#x}").into_bytes(),
                 },
@@ -265,7 +268,7 @@ impl<'a> Resolver<'a> {
             ),
             None => (
                 Function {
-                    file: b"[unknown]".to_vec(),
+                    file: UNKNOWN_FILE.to_vec(),
                     start: 0,
                     name: b"<unmapped code>".to_vec(),
                 },
@@ -688,15 +691,16 @@ enum Publish {
     Unsupported,
 }
 
+/// The names a profile for `path` may take, in order: `path`, then `path` numbered 1 to
+/// 999 ([`numbered`]).
+fn names(path: &std::path::Path) -> impl Iterator<Item = std::path::PathBuf> + '_ {
+    std::iter::once(path.to_path_buf()).chain((1..1000u32).map(|n| numbered(path, n)))
+}
+
 /// Gives the written file `hidden` the first free name of `path`, `path.1`, … (see
 /// [`write_unique`]).
 fn publish(hidden: &std::path::Path, path: &std::path::Path) -> Publish {
-    for n in 0..1000u32 {
-        let candidate = if n == 0 {
-            path.to_path_buf()
-        } else {
-            numbered(path, n)
-        };
+    for candidate in names(path) {
         let error = match std::fs::hard_link(hidden, &candidate) {
             Ok(()) => return Publish::Named(candidate),
             Err(e) => e,
@@ -748,12 +752,7 @@ fn write_in_place(
     path: &std::path::Path,
     gzip: bool,
 ) -> Result<std::path::PathBuf, String> {
-    for n in 0..1000u32 {
-        let candidate = if n == 0 {
-            path.to_path_buf()
-        } else {
-            numbered(path, n)
-        };
+    for candidate in names(path) {
         match write_new(profile, &candidate, gzip) {
             Ok(()) => return Ok(candidate),
             Err(Failed::Create(e)) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,

@@ -146,13 +146,11 @@ pub extern "C" fn on_sigprof(
             let weight = sampler.trigger.event().and_then(|event| {
                 // SAFETY: pthread_self only reads the thread pointer; the owner thread.
                 let slot = unsafe { sampler.slots.find_or_claim(libc::pthread_self() as usize) }?;
-                perf::weigh(event, slot, fd)
+                let weight = perf::weigh(event, slot, fd)?;
+                Some(weight.here + sampler.count_before_sample(slot, weight.before))
             });
             if let Some(weight) = weight {
-                if weight.before > 0 {
-                    sampler.count_before_sample(weight.before);
-                }
-                sample_here(sampler, weight.here, uc, start);
+                sample_here(sampler, weight, uc, start);
             }
         }
     } else if crate::sampler::sampling() && is_ours(info) {

@@ -64,7 +64,16 @@ impl Trigger {
     /// kernel opens it; else `task-clock`, saying on stderr why the event asked for is not
     /// sampled; else POSIX timers, the summary line saying why.
     pub fn choose(config: &crate::config::Config) -> Trigger {
-        let leak = |text: String| -> &'static str { Box::leak(text.into_boxed_str()) };
+        // POSIX timers because the kernel refused the perf event with `errno`.
+        let refused_by = |errno: i32| Trigger::Timer {
+            why: Box::leak(
+                format!(
+                    "perf_event_open:{}",
+                    perf::errno_name(errno).replace(' ', "-")
+                )
+                .into_boxed_str(),
+            ),
+        };
         if config.clock == crate::config::Clock::Wall && !config.event.is_time() {
             crate::notice!(
                 "pyigprof: PYIGPROF_EVENT={} is not sampled in wall mode (PYIGPROF_CLOCK=wall \
@@ -81,12 +90,7 @@ impl Trigger {
             let task_clock = perf::Event::task_clock(config.period_ns());
             return match perf::probe(&task_clock) {
                 Ok(()) => Trigger::Event(task_clock),
-                Err(refused) => Trigger::Timer {
-                    why: leak(format!(
-                        "perf_event_open:{}",
-                        perf::errno_name(refused).replace(' ', "-")
-                    )),
-                },
+                Err(refused) => refused_by(refused),
             };
         }
         let event = config.event;
@@ -122,12 +126,7 @@ impl Trigger {
                 Err(e) => refused = e,
             }
         }
-        Trigger::Timer {
-            why: leak(format!(
-                "perf_event_open:{}",
-                perf::errno_name(refused).replace(' ', "-")
-            )),
-        }
+        refused_by(refused)
     }
 
     /// How the trigger is named in the statistics (`#pyigprof sampling …`) and the summary:

@@ -277,36 +277,32 @@ pub fn excludes_kernel() -> bool {
 /// # Errors
 /// The `errno` of the step that failed ([`describe`] names it).
 pub fn open(event: &Event, tid: libc::pid_t, first: u64) -> Result<libc::c_int, i32> {
-    let attempt = |exclude_kernel: bool| {
-        // SAFETY: a zeroed perf_event_attr is valid (all features off).
-        let mut attr: sys::perf_event_attr = unsafe { std::mem::zeroed() };
-        attr.type_ = event.kind;
-        attr.size = std::mem::size_of::<sys::perf_event_attr>() as u32;
-        attr.config = event.config;
-        attr.__bindgen_anon_1.sample_period = first.max(1);
-        attr.set_exclude_kernel(u64::from(exclude_kernel));
-        attr.set_exclude_hv(u64::from(exclude_kernel));
-        // SAFETY: a valid attr; the kernel copies it.
-        let fd = unsafe {
-            raw6(
-                libc::SYS_perf_event_open,
-                [
-                    &mut attr as *mut sys::perf_event_attr as u64,
-                    tid as u64,
-                    -1i64 as u64,
-                    -1i64 as u64,
-                    u64::from(sys::PERF_FLAG_FD_CLOEXEC),
-                    0,
-                ],
-            )
-        };
-        if fd < 0 {
-            Err(-fd as i32)
-        } else {
-            Ok(fd as libc::c_int)
-        }
+    // SAFETY: a zeroed perf_event_attr is valid (all features off).
+    let mut attr: sys::perf_event_attr = unsafe { std::mem::zeroed() };
+    attr.type_ = event.kind;
+    attr.size = std::mem::size_of::<sys::perf_event_attr>() as u32;
+    attr.config = event.config;
+    attr.__bindgen_anon_1.sample_period = first.max(1);
+    attr.set_exclude_kernel(u64::from(excludes_kernel()));
+    attr.set_exclude_hv(u64::from(excludes_kernel()));
+    // SAFETY: a valid attr; the kernel copies it.
+    let fd = unsafe {
+        raw6(
+            libc::SYS_perf_event_open,
+            [
+                &mut attr as *mut sys::perf_event_attr as u64,
+                tid as u64,
+                -1i64 as u64,
+                -1i64 as u64,
+                u64::from(sys::PERF_FLAG_FD_CLOEXEC),
+                0,
+            ],
+        )
     };
-    let fd = attempt(excludes_kernel())?;
+    if fd < 0 {
+        return Err(-fd as i32);
+    }
+    let fd = fd as libc::c_int;
     let owner = OwnerEx {
         kind: F_OWNER_TID,
         pid: tid,

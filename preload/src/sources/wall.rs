@@ -36,9 +36,9 @@ use std::sync::atomic::Ordering;
 
 /// Starts the wall-clock source: its passes in the helper process, which also keeps the
 /// perf events when they sample the running threads (`Job::WallAndEvents`, started
-/// before the threads register). Not from a signal handler.
+/// before the threads register). The threads' key slots must have been found
+/// (`find_key_slots`). Not from a signal handler.
 pub fn start(sampler: &'static Sampler) -> Result<(), String> {
-    crate::capture::python::find_key_slots();
     if sampler.trigger.event().is_some() {
         return Ok(());
     }
