@@ -1,6 +1,15 @@
-"""Running one benchmark process, shared by bench/overhead and bench/memory: the CPU time
-and peak RSS of a command and every descendant it waited for (wait4), with a timeout."""
+"""Running one benchmark process, shared by bench/overhead, bench/memory and bench/startup:
+the CPU time and peak RSS of a command and every descendant it waited for (wait4), plus
+the CPU time of every process it left behind (orphans), with a timeout.
 
+Orphans matter: pyigprof's helper process is a `CLONE_VM` clone without an exit signal,
+not a child the program waits for, so the program's `wait4` rusage leaves it out. This
+process makes itself a child subreaper (`PR_SET_CHILD_SUBREAPER`): a descendant whose
+parent ends is re-parented here, and reaped here with `wait4(-1, __WALL)`, whose rusage
+then counts it. The helper process ends with the program (`PR_SET_PDEATHSIG`), so its
+whole CPU time, start-up to exit, is in `orphan_cpu_s` and in `cpu_s`."""
+
+import ctypes
 import os
 import signal
 import subprocess
@@ -8,10 +17,49 @@ import threading
 import time
 
 
+PR_SET_CHILD_SUBREAPER = 36
+WALL = 0x40000000  # __WALL: also children without an exit signal (<linux/wait.h>)
+_SUBREAPER = []
+
+
+def become_subreaper():
+    """Makes this process the reaper of its descendants' orphans (once)."""
+    if not _SUBREAPER:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+        _SUBREAPER.append(True)
+
+
+def reap_orphans(wait_s=2.0):
+    """Reaps the processes re-parented here since the last call, waiting up to wait_s for
+    those still running to end (pyigprof's helper process is killed when the program's
+    main thread ends, a few milliseconds later at most). Returns their CPU time, s, and
+    their number."""
+    cpu, count = 0.0, 0
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            pid, _, ru = os.wait4(-1, WALL | os.WNOHANG)
+        except ChildProcessError:
+            return cpu, count
+        if pid == 0:
+            if time.monotonic() > deadline:
+                return cpu, count
+            time.sleep(0.001)
+            continue
+        cpu += ru.ru_utime + ru.ru_stime
+        count += 1
+
+
 def run_once(argv, env, rundir, timeout_s):
     """Runs argv to completion (killed, with its process group, after timeout_s) and
-    returns cpu_s, user_s, sys_s (of the process and every descendant it waited for, from
-    wait4), maxrss_kib, wall_s, status, stderr, and ok or error."""
+    returns cpu_s (the process, every descendant it waited for, from wait4, and every
+    orphan it left, reaped here: `reap_orphans`), program_cpu_s (without the orphans),
+    orphan_cpu_s, user_s, sys_s (wait4's), maxrss_kib, wall_s, status, stderr, and ok or
+    error."""
+    become_subreaper()
+    reap_orphans(0)
     err_path = os.path.join(rundir, "stderr.txt")
     with open(err_path, "wb") as err:
         t0 = time.perf_counter()
@@ -42,7 +90,10 @@ def run_once(argv, env, rundir, timeout_s):
             else (-(status & 0x7f) if status & 0x7f else status >> 8)
     with open(err_path, "rb") as f:
         stderr = f.read().decode("utf-8", "replace")
-    res = {"cpu_s": ru.ru_utime + ru.ru_stime, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
+    orphan_cpu, _ = reap_orphans()
+    program_cpu = ru.ru_utime + ru.ru_stime
+    res = {"cpu_s": program_cpu + orphan_cpu, "program_cpu_s": program_cpu,
+           "orphan_cpu_s": orphan_cpu, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
            "maxrss_kib": ru.ru_maxrss, "wall_s": wall, "status": code, "stderr": stderr}
     if timed_out:
         res.update(ok=False, error="timed out after %g s" % timeout_s)

@@ -675,3 +675,90 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
         }
     }
 }
+
+/// Spins `argv[1]` s of CPU time, then reads, from outside the profiler, the CPU time of
+/// every child process of its own (the profiler's helper process is one: a `CLONE_VM`
+/// clone with no exit signal, which the program's parent never waits for) from
+/// `/proc/<pid>/schedstat` (ns), and prints it with its own CPU time.
+const HELPER_READER: &str = r#"
+import json, os, sys, time
+def spin(seconds):
+    end = time.process_time() + seconds
+    x = 0
+    while time.process_time() < end:
+        for i in range(200):
+            x += i
+    return x
+spin(float(sys.argv[1]))
+children = []
+for task in os.listdir("/proc/self/task"):
+    with open("/proc/self/task/%s/children" % task) as f:
+        children += f.read().split()
+helper_ns = 0
+for pid in children:
+    with open("/proc/%s/schedstat" % pid) as f:
+        helper_ns += int(f.read().split()[0])
+print(json.dumps({"children": len(children), "helper_ns": helper_ns, "cpu_s": time.process_time()}))
+"#;
+
+/// The whole cost is counted: the profile's `#pyigprof cost` statistics and the summary
+/// line give the helper process's CPU time, which no `wait4` of the program's parent
+/// counts, and its share of the program's.
+#[test]
+fn the_helper_processs_cpu_time_is_in_the_profile_and_the_summary() {
+    let _machine = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !perf_events_here("helper_cost") {
+        return;
+    }
+    let script = write_script("helper_reader.py", HELPER_READER);
+    for python in newest("helper_cost") {
+        let (run, _) = profiled_ok(
+            &python,
+            &[&script, "0.6"],
+            &[("PYIGPROF_HZ", "4000"), ("PYIGPROF_PERF_EVENTS", "1")],
+        );
+        let stdout = run.stdout();
+        assert_eq!(json_number(&stdout, "children"), 1.0, "{stdout}");
+        let outside_ns = json_number(&stdout, "helper_ns");
+        let program_s = json_number(&stdout, "cpu_s");
+        let stats = run.statistics();
+        let number = |key: &str| -> f64 {
+            stats[key]
+                .parse()
+                .unwrap_or_else(|_| panic!("{key}: {stats:?}"))
+        };
+        let helper_ns = number("cost.helper_cpu_ns");
+        let process_ns = number("cost.process_cpu_ns");
+        eprintln!(
+            "{}: helper process {:.1} ms CPU in the profile, {:.1} ms read from /proc before; \
+             program {:.3} s ({:.3} s in the profile); {} wake-ups, {} re-arms, {} samples",
+            python.name,
+            helper_ns / 1e6,
+            outside_ns / 1e6,
+            program_s,
+            process_ns / 1e9,
+            stats["cost.helper_wakeups"],
+            stats["cost.helper_rearms"],
+            stats["stats.samples"],
+        );
+        // Read later than the program read it, by the time the program takes to end and
+        // the profile to be collected: the helper sleeps meanwhile but for a few looks.
+        assert!(outside_ns > 0.0, "{stdout}");
+        assert!(
+            helper_ns >= outside_ns && helper_ns <= outside_ns + 20e6,
+            "{}: helper {helper_ns} ns in the profile, {outside_ns} ns read from outside before",
+            python.name
+        );
+        assert!(process_ns / 1e9 >= program_s, "{stats:?}");
+        assert!(number("cost.helper_wakeups") > 0.0 && number("cost.helper_rearms") > 0.0);
+        // The summary line says the same.
+        let stderr = run.stderr();
+        let said = format!(
+            "helper process {:.3} s CPU ({:.1}% of the program's {:.3} s)",
+            helper_ns / 1e9,
+            100.0 * helper_ns / process_ns,
+            process_ns / 1e9
+        );
+        assert!(stderr.contains(&said), "expected {said:?} in:\n{stderr}");
+    }
+}

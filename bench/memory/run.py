@@ -10,7 +10,8 @@ deterministic programs (churn: pymalloc-heavy object churn; numpy: 8 MiB arrays 
 and combined; leak: ~82 MiB kept by a function `leak` among temporaries) and runs every
 program under every tool (plain, pyigprof mem at the default rate, in exact mode and with
 cpu,mem, memray three ways, Scalene, tracemalloc), alternating the tools round by round.
-Measures the CPU time (user+sys, from wait4) and peak RSS of each run and the size of
+Measures the CPU time (user+sys, from wait4, plus pyigprof's helper process reaped as an
+orphan: bench/measure.py) and peak RSS of each run and the size of
 what the tool wrote, then pyigprof's start-up cost and the accuracy of its default-rate
 estimate of the leak against the truth (tracemalloc's exact count of the same program).
 Prints Markdown tables (and writes them to --out, with the raw data as JSON beside it).
@@ -603,7 +604,8 @@ def render(results, cells):
     for n in meta["notes"]:
         out.append("- note: " + n)
     out.append("")
-    out.append("CPU time (user+sys of the process and its children, from wait4), median of the "
+    out.append("CPU time (user+sys of the process and its children, from wait4, and of "
+               "pyigprof's helper process, reaped as an orphan), median of the "
                "rounds; tools as a ratio to the plain run's median in this invocation.")
     out.append("")
     out.append("| tool | " + " | ".join(programs) + " |")

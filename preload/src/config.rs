@@ -5,10 +5,11 @@
 
 use std::ffi::OsString;
 
-/// Default sampling rate, in samples per second of CPU time. 250 Hz is the finest rate at
-/// which every kernel tick of a `CONFIG_HZ=250` kernel (this machine's, and Debian's
-/// default) is its own signal: faster rates only merge expirations (counted, see
-/// `shared/design/timers.md`) and cost more per second of CPU.
+/// Default sampling rate, in samples per second of CPU time. 250 Hz costs a program under
+/// 1 % of its CPU time on this VM, the profiler's helper process included, where 1 kHz
+/// costs 2–3 % (README, "Benchmarks": each sample costs 20–30 µs beyond the handler's own
+/// time), and it is the finest rate at which every kernel tick of a `CONFIG_HZ=250` kernel
+/// is its own signal where POSIX timers sample (`shared/design/timers.md`).
 pub const DEFAULT_HZ: u32 = 250;
 
 /// Highest accepted `PYIGPROF_HZ`: one sample every 10 µs of CPU.

@@ -97,6 +97,8 @@ pub struct Profile {
     /// The counter the samples' ticks (or events) are written under: `PERF_TICKS`, or the
     /// perf event's (`PERF_PAGE_FAULTS`, …: [`crate::sources::Trigger::counter`]).
     pub counter: &'static str,
+    /// What the run had cost when the profile was collected (also in `statistics`).
+    pub cost: Cost,
 }
 
 /// Turns trace-tree keys into (function, offset) pairs, caching per key.
@@ -384,6 +386,7 @@ impl Profile {
                 path.push(index);
             });
         }
+        let cost = Cost::now();
         Profile {
             functions: resolver.functions,
             nodes,
@@ -393,8 +396,10 @@ impl Profile {
             statistics: {
                 let mut lines = sampler.stats.lines();
                 lines.insert(2, sampling_line(sampler));
+                lines.push(cost_line(&cost));
                 lines
             },
+            cost,
             first_counter: if sampler.cpu {
                 sampler.trigger.counter()
             } else {
@@ -539,6 +544,54 @@ pub fn sampling_line(sampler: &Sampler) -> String {
             why.replace(' ', "-"),
         ),
     }
+}
+
+/// What the profiled process and the profiler's helper process have cost so far, in CPU
+/// time (user + system, ns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cost {
+    /// The profiled process's CPU time (`CLOCK_PROCESS_CPUTIME_ID`: every thread, the
+    /// signal handler's work included), ns.
+    pub process_ns: u64,
+    /// The helper process's ([`crate::sources::helper::cpu_ns`]), ns; `None` without one.
+    pub helper_ns: Option<u64>,
+    /// The helper process's wake-ups.
+    pub helper_wakeups: u64,
+    /// Periods it armed on the threads' perf events.
+    pub rearms: u64,
+}
+
+impl Cost {
+    /// The figures now.
+    pub fn now() -> Cost {
+        use crate::sources::timer::clock_ns;
+        Cost {
+            process_ns: clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID).unwrap_or(0),
+            helper_ns: crate::sources::helper::cpu_ns(),
+            helper_wakeups: crate::sources::helper::WAKEUPS.load(Ordering::Relaxed),
+            rearms: crate::sources::perf::REARMS.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The helper process's CPU time as a share of the profiled process's, in per cent.
+    pub fn helper_percent(&self) -> Option<f64> {
+        let helper = self.helper_ns?;
+        (self.process_ns > 0).then(|| 100.0 * helper as f64 / self.process_ns as f64)
+    }
+}
+
+/// The statistics line of what the run cost: `#pyigprof cost process_cpu_ns=…
+/// helper_cpu_ns=… helper_wakeups=… helper_rearms=…` (docs/dump-format.md), read when the
+/// profile is collected: the profiled process's CPU time and its helper process's (0
+/// without one), which no `wait4` of the program's parent counts.
+pub fn cost_line(cost: &Cost) -> String {
+    format!(
+        "#pyigprof cost process_cpu_ns={} helper_cpu_ns={} helper_wakeups={} helper_rearms={}",
+        cost.process_ns,
+        cost.helper_ns.unwrap_or(0),
+        cost.helper_wakeups,
+        cost.rearms,
+    )
 }
 
 /// The `F` file of the profiler's markers (`<unsampled thread time>`, …) and of the nodes
@@ -902,6 +955,12 @@ mod tests {
             statistics: vec!["#pyigprof stats samples=6".into()],
             first_counter: "PERF_TICKS",
             counter: "PERF_TICKS",
+            cost: Cost {
+                process_ns: 0,
+                helper_ns: None,
+                helper_wakeups: 0,
+                rearms: 0,
+            },
         }
     }
 

@@ -327,9 +327,17 @@ fn summary_lines(
         0 => String::new(),
         n => format!(", {:.1}% in JIT-compiled code", percent(n)),
     };
+    let helper = match (profile.cost.helper_ns, profile.cost.helper_percent()) {
+        (Some(ns), Some(percent)) => format!(
+            ", helper process {:.3} s CPU ({percent:.1}% of the program's {:.3} s)",
+            ns as f64 / 1e9,
+            profile.cost.process_ns as f64 / 1e9
+        ),
+        _ => String::new(),
+    };
     let shares = format!(
         "{:.1}% with Python frames{jit}, {:.1}% complete native stacks ({:.1}% approximate); \
-         handler {:.1} µs median{dropped}{memory}",
+         handler {:.1} µs median{helper}{dropped}{memory}",
         percent(stats.with_python.load(Ordering::Relaxed)),
         percent(stats.complete.load(Ordering::Relaxed)),
         percent(stats.approximate.load(Ordering::Relaxed)),

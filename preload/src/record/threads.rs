@@ -93,27 +93,33 @@ pub struct Slot {
     /// Whether the thread waits for the answer to its request (else a refusal is counted
     /// for the exit's message: `sources::perf::refusals`).
     pub open_waits: AtomicBool,
-    /// The next interval the handler drew (ns of CPU time), for the helper process to arm
-    /// (0 = nothing to arm).
+    /// Non-zero when the thread was sampled since the helper process last armed its
+    /// event: on its next look the helper draws a new interval and arms it
+    /// (`sources::perf::Keeper::look`); above 1, the interval the thread's first sample
+    /// drew (ns of CPU time), armed as it is.
     pub want_period: AtomicU64,
+    /// Whether the thread's perf event has given it a sample since it was armed.
+    pub sampled: AtomicBool,
     /// The thread's CPU time at its latest sample (ns).
     pub counted: AtomicU64,
     /// Nanoseconds of CPU time counted but not yet turned into ticks (less than a period).
     pub carry: AtomicU64,
     /// How much shorter than the period the mean of the thread's random intervals is
-    /// drawn, to make up for the time the helper process takes to arm them (ns of CPU
-    /// time; `sources::perf::weigh`).
+    /// drawn (ns of CPU time, an `i64` stored as its bits: negative when longer), so that
+    /// its samples come at the rate asked for (`sources::perf::weigh`).
     pub short: AtomicU64,
     /// The part of the thread's first sampling interval that fell before its event was
     /// armed (ns of CPU time; `sources::random::first_interval`): added to its first
     /// sample's weight, then 0.
     pub before_start: AtomicU64,
-    /// The interval the thread's event was last armed with, or asked to be (ns of CPU
-    /// time): an overflow well before it is the previous, shorter interval repeating until
-    /// the helper process arms it (`sources::perf::weigh`); with `short`, the interval the
-    /// thread should get, beyond which the time after its last sample was missed
-    /// (`sources::perf::disarm`).
+    /// The interval the thread's event was last armed with (ns of CPU time), written by
+    /// the helper process when it arms one: with `armed_at_sample`, the longest the
+    /// thread's current interval can be, beyond which the time after its last sample was
+    /// missed or spent in the kernel (`sources::perf::weigh`, `disarm`).
     pub drawn: AtomicU64,
+    /// `drawn` as the thread's latest sample saw it (ns of CPU time): when it differs from
+    /// `drawn`, the helper re-armed the event since that sample.
+    pub armed_at_sample: AtomicU64,
     /// State of the generator of the thread's random intervals (`crate::sources::random`).
     pub random: AtomicU64,
     /// What the thread's perf event counted after its last sample (ticks or events) + 1,

@@ -13,7 +13,7 @@
 
 use crate::sampler::Sampler;
 use crate::sources::timer::clock_ns;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// What the helper process does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +50,12 @@ const STACK_BYTES: usize = 1 << 20;
 pub(crate) static QUIT: AtomicU32 = AtomicU32::new(0);
 /// Longest wait for the helper process to end before an `exec`, ns.
 const END_WAIT_NS: u64 = 200_000_000;
+/// CPU time (user + system, ns) of this process image's helper processes that have ended
+/// and been reaped ([`end`]: before an `exec`, at the end of an attachment), from
+/// `wait4`'s `rusage`.
+static ENDED_CPU_NS: AtomicU64 = AtomicU64::new(0);
+/// The helper process's wake-ups: returns from its waits ([`wait`] called from it).
+pub(crate) static WAKEUPS: AtomicU64 = AtomicU64::new(0);
 /// Whether Yama restricts `ptrace` access to descendants (`kernel.yama.ptrace_scope` 1),
 /// so that the profiled process must name the helper process as one that may read its
 /// threads' state (`PR_SET_PTRACER`).
@@ -75,6 +81,30 @@ pub fn start(sampler: &'static Sampler, job: Job) -> Result<(), String> {
 /// Whether a helper process runs.
 pub fn running() -> bool {
     HELPER.load(Ordering::Acquire) > 0
+}
+
+/// The CPU time (user + system, ns) of this process's helper processes so far: the one
+/// running, read from its process CPU clock (`clock_gettime` on the clock id
+/// `CPUCLOCK_SCHED` of its pid, Linux `include/linux/posix-timers.h`), plus those that
+/// ended (reaped with `wait4`). `None` when none was started. The helper process is a
+/// `CLONE_VM` clone without exit signal: neither `getrusage(RUSAGE_CHILDREN)` nor a
+/// parent's `wait4` counts it, so every cost figure adds this.
+pub fn cpu_ns() -> Option<u64> {
+    if !WANTED.load(Ordering::Acquire) {
+        return None;
+    }
+    let ended = ENDED_CPU_NS.load(Ordering::Acquire);
+    let running = match HELPER.load(Ordering::Acquire) {
+        pid if pid > 0 => clock_ns(process_cpu_clock(pid)).unwrap_or(0),
+        _ => 0,
+    };
+    Some(ended + running)
+}
+
+/// The clock id of process `pid`'s CPU time (`CPUCLOCK_SCHED`, the whole process;
+/// Linux `include/linux/posix-timers.h`: `(~pid << 3) | clock`).
+fn process_cpu_clock(pid: libc::pid_t) -> libc::clockid_t {
+    (!pid << 3) | 2
 }
 
 /// The job of the helper process, if one was started.
@@ -126,12 +156,21 @@ pub fn wait(word: &AtomicU32, value: u32, timeout_ns: u64) {
     };
 }
 
+/// [`wait`], in the helper process's loops: counts its wake-ups ([`WAKEUPS`]).
+pub(crate) fn helper_wait(word: &AtomicU32, value: u32, timeout_ns: u64) {
+    wait(word, value, timeout_ns);
+    WAKEUPS.fetch_add(1, Ordering::Relaxed);
+}
+
 /// In a fork child (the parent's sampler process is not its own): starts a new one.
 pub(crate) fn restart_after_fork(sampler: &Sampler) {
     if !WANTED.load(Ordering::Acquire) {
         return; // the parent had none
     }
     HELPER.store(0, Ordering::Relaxed);
+    ENDED_CPU_NS.store(0, Ordering::Relaxed);
+    WAKEUPS.store(0, Ordering::Relaxed);
+    crate::sources::perf::REARMS.store(0, Ordering::Relaxed);
     // SAFETY: the sampler is the published, leaked one ('static).
     let sampler: &'static Sampler = unsafe { &*(sampler as *const Sampler) };
     if spawn(sampler).is_err() && !crate::config::quiet() {
@@ -171,8 +210,21 @@ pub fn end(wait_ns: u64) -> bool {
         let deadline = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0) + wait_ns;
         loop {
             let mut status = 0;
-            let reaped = libc::waitpid(helper, &mut status, libc::__WALL | libc::WNOHANG);
+            let mut usage: libc::rusage = std::mem::zeroed();
+            let reaped = libc::wait4(
+                helper,
+                &mut status,
+                libc::__WALL | libc::WNOHANG,
+                &mut usage,
+            );
             if reaped != 0 {
+                if reaped == helper {
+                    let ns = |t: libc::timeval| {
+                        t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000
+                    };
+                    ENDED_CPU_NS
+                        .fetch_add(ns(usage.ru_utime) + ns(usage.ru_stime), Ordering::AcqRel);
+                }
                 return true;
             }
             if clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(u64::MAX) > deadline {

@@ -11,12 +11,14 @@
 //! measured here, 995, 3954 and 9718 signals per CPU second for periods of 1 ms, 250 µs and
 //! 100 µs.
 //!
-//! **Random intervals.** For `task-clock` each interval is drawn at random
+//! **Random intervals.** For `task-clock` intervals are drawn at random
 //! ([`crate::sources::random::interval`]: uniform over half to one and a half of a mean)
-//! by the handler and armed by the helper process ([`crate::sources::helper`], which holds
-//! the descriptors) with `PERF_EVENT_IOC_PERIOD`, which restarts the hrtimer with the new
-//! period from then; the event runs on at the interval last armed meanwhile. The draws'
-//! mean is the period less what the arming adds (`weigh`), so samples come at the rate
+//! and armed by the helper process ([`crate::sources::helper`], which holds the
+//! descriptors) with `PERF_EVENT_IOC_PERIOD`, which restarts the hrtimer with the new
+//! period from then, in batches: on each of its looks (every 4 ms or a period,
+//! [`batch_ns`]) it draws and arms a new interval for every thread sampled since the last
+//! one; the event runs on at the interval last armed meanwhile. The draws' mean follows
+//! the intervals each thread gets (`weigh`), so samples come at the rate
 //! asked for. Counting events (page faults, context switches, …) keep the
 //! kernel's fixed period: `PERF_EVENT_IOC_PERIOD` on a software counting event zeroes the
 //! count left to the next overflow, so the next single event overflows (Linux
@@ -398,6 +400,14 @@ pub(crate) fn overflow_fd(info: *const libc::siginfo_t) -> Option<libc::c_int> {
 /// descriptor to close); it waits on this word.
 static WORK: AtomicU32 = AtomicU32::new(0);
 
+/// `Slot::want_period` of a thread sampled since the helper's last look: draw its next
+/// interval. A larger value is the interval a thread's first sample drew itself.
+const ANY_DRAW: u64 = 1;
+
+/// Periods the helper process armed (`PERF_EVENT_IOC_PERIOD` calls), for the profile's
+/// cost statistics.
+pub(crate) static REARMS: AtomicU64 = AtomicU64::new(0);
+
 /// Descriptors (of the helper process's table) to close, + 1; 0 = a free entry.
 static CLOSING: [AtomicI32; 256] = [const { AtomicI32::new(0) }; 256];
 
@@ -468,12 +478,24 @@ fn nudge_keeper() {
     }
 }
 
-/// How long the helper process waits between its own looks for intervals to arm while
-/// samples come, ns: half the mean interval (the draws are shortened by the lateness this
-/// adds, `weigh`), within 50 µs – 2 ms; each wait is drawn uniformly over half to one and
-/// a half of it, so that its looks keep no fixed phase either.
-pub(crate) fn poll_ns(event: &Event) -> u64 {
-    (event.period / 2).clamp(50_000, 2_000_000)
+/// How long the helper process waits between its own looks while samples come, ns: 4 ms,
+/// or the period where that is longer (each wait drawn uniformly over half to one and a
+/// half of it, so that its looks keep no fixed phase). At each look it draws a new
+/// interval for every thread sampled since the last one and arms it
+/// (`PERF_EVENT_IOC_PERIOD`, which restarts the thread's event from then); in between, a
+/// thread's event overflows at the interval last armed. Looking after every sample cost
+/// the helper 20–40 µs of CPU per sample on this VM (two wake-ups and a cross-CPU call
+/// each), a quarter of the program's CPU time at 10 kHz; now at most 250 looks a second.
+///
+/// The samples stay at random instants: each look comes at a time that has nothing to do
+/// with what the program runs, and starts a new interval from there, so every sample's
+/// phase against any period of the program is uniform and a weighted share is unbiased
+/// ([`crate::sources::random::interval`]). Consecutive samples between two looks are a
+/// drawn interval apart, so they are not independent: a program with a period
+/// commensurate with one draw sees the same phase for at most one look's worth of samples
+/// (4 at 1 kHz, 40 at 10 kHz), which adds to a share's variance, not to its expectation.
+pub(crate) fn batch_ns(event: &Event) -> u64 {
+    event.period.max(4_000_000)
 }
 
 /// The helper process's loop with perf events: opens the events threads ask for, arms
@@ -536,10 +558,21 @@ impl Keeper {
             {
                 open_for(&self.event, slot);
             }
-            let period = slot.want_period.swap(0, Ordering::AcqRel);
+            let wanted = slot.want_period.swap(0, Ordering::AcqRel);
             let fd = slot.event_fd.load(Ordering::Acquire);
-            if period != 0 && fd != 0 {
-                rearm(fd - 1, period);
+            if wanted != 0 && fd != 0 {
+                // The mean of the draws follows the intervals the thread got (`weigh`); a
+                // thread's first sample drew its next interval itself.
+                let short = slot.short.load(Ordering::Relaxed) as i64;
+                let mean = (self.event.period as i64 - short).max(2 * MIN_PERIOD_NS as i64) as u64;
+                let draw = match wanted {
+                    ANY_DRAW => {
+                        crate::sources::random::interval(&mut self.state, mean, MIN_PERIOD_NS)
+                    }
+                    draw => draw,
+                };
+                slot.drawn.store(draw, Ordering::Relaxed);
+                rearm(fd - 1, draw);
                 armed = true;
             }
         });
@@ -563,17 +596,17 @@ impl Keeper {
     }
 
     /// Waits for more work after a [`Keeper::look`] that saw `seen`: while samples come,
-    /// for a random interval around [`poll_ns`]; else until a thread wakes it. At most
+    /// for a random interval around [`batch_ns`]; else until a thread wakes it. At most
     /// `at_most_ns`.
     pub fn wait(&mut self, seen: u32, at_most_ns: u64) {
         if self.event.randomized() && self.idle < IDLE_POLLS {
-            let wait = crate::sources::random::interval(&mut self.state, poll_ns(&self.event), 1);
-            crate::sources::helper::wait(&WORK, seen, wait.min(at_most_ns));
+            let wait = crate::sources::random::interval(&mut self.state, batch_ns(&self.event), 1);
+            crate::sources::helper::helper_wait(&WORK, seen, wait.min(at_most_ns));
         } else {
             ASLEEP.store(true, Ordering::SeqCst);
             // A request posted before ASLEEP was seen did not wake us: look again.
             if WORK.load(Ordering::SeqCst) == seen {
-                crate::sources::helper::wait(&WORK, seen, at_most_ns.min(1_000_000_000));
+                crate::sources::helper::helper_wait(&WORK, seen, at_most_ns.min(1_000_000_000));
             }
             ASLEEP.store(false, Ordering::SeqCst);
         }
@@ -628,6 +661,7 @@ fn open_for(event: &Event, slot: &Slot) {
 /// it runs (`event_function_call`); disabling the event at each overflow
 /// (`PERF_EVENT_IOC_REFRESH` 1) took a second one to enable it again. In the helper process.
 fn rearm(fd: libc::c_int, period: u64) {
+    REARMS.fetch_add(1, Ordering::Relaxed);
     // SAFETY: PERF_EVENT_IOC_PERIOD reads a u64 through the pointer.
     unsafe {
         raw(
@@ -651,8 +685,9 @@ fn thread_cpu_ns(tid: libc::pid_t) -> Option<u64> {
 /// for `task-clock`, the CPU time the thread used since its previous sample (its CPU
 /// clock, which counts what the event counts), in ticks of `event.period` ns with the
 /// remainder carried in the slot; for other events, one period of events. For a
-/// randomized event, the next interval is drawn and handed to the helper process to arm.
-/// `None` when `fd` is not the thread's event (a signal of an event already closed).
+/// randomized event, the helper process is asked to draw and arm a new interval on its
+/// next look. `None` when `fd` is not the thread's event (a signal of an event already
+/// closed), or the overflow is a thread's first interval repeating.
 /// Async-signal-safe; called by the owner thread's handler.
 pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<Weight> {
     let own = slot.event_fd.load(Ordering::Relaxed);
@@ -667,62 +702,95 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<Weight> {
     }
     let now = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)?;
     let interval = now.saturating_sub(slot.counted.load(Ordering::Relaxed));
-    let drawn = slot.drawn.load(Ordering::Relaxed);
-    if interval < drawn - drawn / 8 {
-        // The event runs on at the interval armed before until the helper process arms
-        // the one drawn at the last sample: this overflow is that earlier, shorter
-        // interval repeating, not a sample the draws asked for. Its time is in the next
-        // sample's weight.
+    let asked = slot.want_period.load(Ordering::Acquire);
+    if asked > ANY_DRAW && interval < asked - asked / 8 {
+        // The thread's first interval repeating until the helper process arms the one its
+        // first sample drew: not a sample the draws asked for (a thread shorter than a
+        // period would otherwise be sampled at its first interval's multiples, its last
+        // moments left out). Its time is in the next sample's weight.
         return None;
     }
+    // The period armed now, and the longest interval this one can be (a re-arm since the
+    // previous sample makes it what had run of the period armed then, plus the new one).
+    let armed = slot.drawn.load(Ordering::Relaxed);
+    let bound = interval_bound(slot);
+    slot.armed_at_sample.store(armed, Ordering::Relaxed);
     // The thread's first sample also stands for the part of its interval before the
     // thread's start ([`crate::sources::random::first_interval`]).
     let before = slot.before_start.swap(0, Ordering::Relaxed);
     slot.carry.fetch_add(before, Ordering::Relaxed);
     let weight = take_since_last(event, slot, now);
     // Overflows that fell in kernel mode were skipped (`exclude_kernel`), each a period
-    // later than the last: what the interval holds beyond its draw, the helper's lateness
-    // and a period is that time, spent in the kernel (page faults, system calls) by the
-    // code that ran since the previous sample. It goes to the previous sample (the code
-    // before it, as a 64 MiB buffer's page faults before the next phase starts) rather
-    // than to this one.
-    let usual = (drawn + poll_ns(event)).div_ceil(event.period) + 1;
+    // later than the last: what the interval holds beyond its bound and a period is that
+    // time, spent in the kernel (page faults, system calls) by the code that ran since the
+    // previous sample. It goes to the previous sample (the code before it, as a 64 MiB
+    // buffer's page faults before the next phase starts) rather than to this one.
+    let usual = bound.div_ceil(event.period) + 1;
     let before = weight.saturating_sub(usual);
     let weight = Weight {
         here: weight - before,
         before,
     };
     if event.randomized() {
-        // An interval is longer than its draw by the time the helper process takes to
-        // arm it, and some are the previous draw again (the event runs on at the
-        // interval last armed while the helper is on its way). So the draws' mean is the
-        // period less `short`, which follows the intervals the thread gets: a sixteenth
-        // of each one's difference from the period (at most a period) is added, within
-        // 0 to half the period, so that samples come at the rate asked for, and a late
-        // helper never leaves the event overflowing at short intervals. The draw keeps
-        // its spread, so the instants stay random.
+        // The helper process draws the next interval on its next look ([`Keeper::look`])
+        // and the event overflows at it until the look after, so that an interval that
+        // holds a re-arm is longer than its draw by what had run of the previous one, and
+        // a short draw gives more samples than a long one (the samples' mean interval is
+        // the draws' harmonic mean, 9 % below their mean at 10 kHz). So the draws' mean is
+        // the period less `short`, which follows the intervals the thread gets: each
+        // sample adds its interval's difference from the period (within a period),
+        // divided by 16 and by the samples per look, so that every look moves it by about
+        // a sixteenth of the last look's mean difference; within half a period either
+        // way. Samples then come at the rate asked for, and the draws keep their spread.
         let period = event.period as i64;
         let error = (interval.min(i64::MAX as u64) as i64 - period).clamp(-period, period);
-        let short = (slot.short.load(Ordering::Relaxed) as i64 + error / 16).clamp(0, period / 2);
+        let per_look = (batch_ns(event) / event.period).max(1) as i64;
+        let short = (slot.short.load(Ordering::Relaxed) as i64 + error / (16 * per_look))
+            .clamp(-period / 2, period / 2);
         slot.short.store(short as u64, Ordering::Relaxed);
-        let mean_draw = (event.period - short as u64).max(2 * MIN_PERIOD_NS);
-        let mut state = slot.random.load(Ordering::Relaxed);
-        let draw = crate::sources::random::interval(&mut state, mean_draw, MIN_PERIOD_NS);
-        slot.random.store(state, Ordering::Relaxed);
-        slot.drawn.store(draw, Ordering::Relaxed);
-        // One wake-up per request: a request still pending is replaced, not repeated.
-        if slot.want_period.swap(draw, Ordering::AcqRel) == 0 {
-            if drawn < poll_ns(event) {
-                // The event runs at an interval shorter than the helper's looks (a
-                // thread's first, drawn from zero up): have it armed now, rather than
-                // skipping its repeats until the helper looks.
+        if !slot.sampled.swap(true, Ordering::Relaxed) {
+            // The thread's first sample: its first interval was drawn from zero up
+            // (`random::first_interval`), and its repeats until the helper arms the next
+            // one are not samples (above). The next interval is drawn here and armed at
+            // once if the first was shorter than any draw.
+            let mean = (period - short).max(2 * MIN_PERIOD_NS as i64) as u64;
+            let mut state = slot.random.load(Ordering::Relaxed);
+            let draw = crate::sources::random::interval(&mut state, mean, MIN_PERIOD_NS);
+            slot.random.store(state, Ordering::Relaxed);
+            slot.want_period
+                .store(draw.max(ANY_DRAW + 1), Ordering::Release);
+            if armed < event.period / 4 {
                 wake_keeper();
             } else {
                 nudge_keeper();
             }
+        } else if slot
+            .want_period
+            .compare_exchange(0, ANY_DRAW, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            // One request per look: a request still pending is not repeated.
+            nudge_keeper();
         }
     }
     Some(weight)
+}
+
+/// The longest interval a thread's current one can be, ns of CPU time: the period armed
+/// now, plus, when the helper process re-armed the event since the thread's latest
+/// sample, what had run of the period armed then (less than all of it).
+fn interval_bound(slot: &Slot) -> u64 {
+    let armed = slot.drawn.load(Ordering::Relaxed);
+    match slot.armed_at_sample.load(Ordering::Relaxed) {
+        then if then == armed => armed,
+        then => armed + then,
+    }
+}
+
+/// The longest interval between two samples of a thread on `event`, ns of CPU time: a
+/// re-arm's ([`interval_bound`]), two of the longest draws (1.5 periods each).
+pub fn longest_interval_ns(event: &Event) -> u64 {
+    3 * event.period
 }
 
 /// A `task-clock` sample's weight, in ticks ([`weigh`]).
@@ -789,6 +857,8 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: Wait) -> Result<(
     slot.carry.store(0, Ordering::Relaxed);
     slot.before_start.store(before, Ordering::Relaxed);
     slot.drawn.store(first, Ordering::Relaxed);
+    slot.armed_at_sample.store(first, Ordering::Relaxed);
+    slot.sampled.store(false, Ordering::Relaxed);
     slot.short.store(0, Ordering::Relaxed);
     slot.want_period.store(0, Ordering::Relaxed);
     slot.open_tid.store(tid, Ordering::Relaxed);
@@ -882,7 +952,7 @@ pub fn disarm(event: &Event, slot: &Slot) -> Option<u64> {
     let since = now.saturating_sub(slot.counted.swap(now, Ordering::Relaxed));
     // The interval armed after the last sample as the thread should get it: the draw,
     // and the helper's lateness in arming it (`weigh`).
-    let due = slot.drawn.load(Ordering::Relaxed) + slot.short.load(Ordering::Relaxed);
+    let due = interval_bound(slot);
     let missed = since.saturating_sub(due);
     let total = missed + slot.carry.swap(0, Ordering::Relaxed);
     let mut tail = total / event.period;

@@ -131,16 +131,13 @@ fn visit(sampler: &Sampler, slot: &mut Slot, periods: u64, line: &mut [u8], agai
 /// Periods of a running thread that its CPU sampler may not have counted yet: for a CPU
 /// timer, whose expiry is noticed on the kernel's tick, the longest tick (10 ms, at `HZ` =
 /// 100) plus one; for a perf event, which counts exactly, the longest random interval
-/// (1.5 periods) and the helper's lateness in arming the next one ([`perf::poll_ns`]),
-/// plus one.
+/// and one re-arm ([`perf::longest_interval_ns`]), plus one.
 ///
-/// [`perf::poll_ns`]: crate::sources::perf::poll_ns
+/// [`perf::longest_interval_ns`]: crate::sources::perf::longest_interval_ns
 fn slack(sampler: &Sampler) -> u64 {
     let period = sampler.period_ns;
     match sampler.trigger.event() {
-        Some(event) => {
-            (period + period / 2 + crate::sources::perf::poll_ns(event)).div_ceil(period) + 1
-        }
+        Some(event) => crate::sources::perf::longest_interval_ns(event).div_ceil(period) + 1,
         None => 10_000_000u64.div_ceil(period) + 1,
     }
 }
@@ -277,7 +274,7 @@ fn wait_until(
         // loop checks again.
         match (keeper.as_mut(), seen) {
             (Some(keeper), Some(seen)) => keeper.wait(seen, deadline_ns - now),
-            _ => helper::wait(&helper::QUIT, 0, deadline_ns - now),
+            _ => helper::helper_wait(&helper::QUIT, 0, deadline_ns - now),
         }
     }
 }
