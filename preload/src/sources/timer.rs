@@ -79,10 +79,7 @@ impl Sampler {
         if !self.cpu || STATE.load(Ordering::Acquire) != SAMPLING {
             return Ok(());
         }
-        if slot.timer.load(Ordering::Acquire) != 0
-            || slot.event_fd.load(Ordering::Acquire) != 0
-            || perf::pending(slot)
-        {
+        if sampled(slot) {
             if slot.tid.load(Ordering::Relaxed) == tid {
                 return Ok(());
             }
@@ -198,17 +195,17 @@ impl Sampler {
     pub fn forget_ended_threads(&self, alive: impl Fn(libc::pid_t) -> bool) {
         self.slots.for_each(|slot| {
             let tid = slot.tid.load(Ordering::Relaxed);
-            if tid != 0 && slot.timer.load(Ordering::Acquire) != 0 && !alive(tid) {
+            if tid != 0 && sampled(slot) && !alive(tid) {
                 self.disarm(slot);
             }
         });
     }
 
-    /// The kernel ids of the threads whose timer is armed.
+    /// The kernel ids of the threads that are sampled ([`sampled`]).
     pub fn sampled_threads(&self) -> Vec<libc::pid_t> {
         let mut tids = Vec::new();
         self.slots.for_each(|slot| {
-            if slot.timer.load(Ordering::Acquire) != 0 {
+            if sampled(slot) {
                 tids.push(slot.tid.load(Ordering::Relaxed));
             }
         });
@@ -404,6 +401,14 @@ pub(crate) fn watch_thread_exits(sampler: &Sampler) {
 /// kernel's posix-timers.h, as glibc's `pthread_getcpuclockid` computes it).
 pub(crate) fn thread_cpu_clock(tid: libc::pid_t) -> libc::clockid_t {
     (!tid << 3) | 6
+}
+
+/// Whether `slot`'s thread is sampled: its POSIX timer is armed, or its perf event is open
+/// or asked for from the helper process. Async-signal-safe.
+pub(crate) fn sampled(slot: &Slot) -> bool {
+    slot.timer.load(Ordering::Acquire) != 0
+        || slot.event_fd.load(Ordering::Acquire) != 0
+        || perf::pending(slot)
 }
 
 /// The time of `clock` in nanoseconds. Async-signal-safe.

@@ -81,9 +81,7 @@ pub(crate) fn run(sampler: &Sampler) {
             // SAFETY: visit uses a slot's scratch only while it holds it (CAPTURING).
             unsafe {
                 sampler.slots.for_each_mut(|slot| {
-                    if slot.timer.load(Ordering::Acquire) != 0
-                        || slot.event_fd.load(Ordering::Acquire) != 0
-                    {
+                    if crate::sources::timer::sampled(slot) {
                         visit(sampler, slot, periods, &mut line, &mut again);
                     }
                 })
