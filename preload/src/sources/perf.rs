@@ -498,9 +498,10 @@ pub(crate) fn batch_ns(event: &Event) -> u64 {
     event.period.max(4_000_000)
 }
 
-/// The helper process's loop with perf events: opens the events threads ask for, arms
-/// the periods their handlers drew, closes the descriptors of threads that ended; waits
-/// on [`WORK`] in between. Runs in the helper process (direct system calls only).
+/// The helper process's loop with perf events: opens the events threads ask for, draws
+/// and arms the intervals of the threads sampled since its last look, closes the
+/// descriptors of threads that ended; waits on [`WORK`] in between ([`batch_ns`]). Runs
+/// in the helper process (direct system calls only).
 pub fn serve(sampler: &Sampler) {
     let Some(mut keeper) = Keeper::start(sampler) else {
         return;
@@ -543,9 +544,10 @@ impl Keeper {
         })
     }
 
-    /// One look at the work threads asked for: opens their events, arms the periods their
-    /// handlers drew, closes the descriptors of threads that ended. Returns the value of
-    /// [`WORK`] it saw first, for [`Keeper::wait`].
+    /// One look at the work threads asked for: opens their events, draws and arms a new
+    /// interval for every thread sampled since the last look (the one a thread's first
+    /// sample drew, for that thread), closes the descriptors of threads that ended.
+    /// Returns the value of [`WORK`] it saw first, for [`Keeper::wait`].
     pub fn look(&mut self, sampler: &Sampler) -> u32 {
         let seen = WORK.load(Ordering::Acquire);
         let mut armed = false;
