@@ -84,9 +84,7 @@ impl<T> ZeroedArray<T> {
             len,
         })
     }
-}
 
-impl<T> ZeroedArray<T> {
     /// Makes every element zero again by giving its pages back to the kernel
     /// (`MADV_DONTNEED`: a private anonymous mapping reads as zero pages afterwards), which
     /// copies nothing in a fork child. Only safe when no other thread uses the array.

@@ -99,7 +99,7 @@ pub struct Slot {
     /// drew (ns of CPU time), armed as it is.
     pub want_period: AtomicU64,
     /// Whether the thread's perf event has given it a sample since it was armed.
-    pub sampled: AtomicBool,
+    pub had_sample: AtomicBool,
     /// The thread's CPU time at its latest sample (ns).
     pub counted: AtomicU64,
     /// Nanoseconds of CPU time counted but not yet turned into ticks (less than a period).

@@ -12,7 +12,7 @@
 //! cancellation): system calls are made directly ([`raw`]).
 
 use crate::sampler::Sampler;
-use crate::sources::timer::clock_ns;
+use crate::sources::timer::{clock_ns, process_cpu_clock};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// What the helper process does.
@@ -99,12 +99,6 @@ pub fn cpu_ns() -> Option<u64> {
         _ => 0,
     };
     Some(ended + running)
-}
-
-/// The clock id of process `pid`'s CPU time (`CPUCLOCK_SCHED`, the whole process;
-/// Linux `include/linux/posix-timers.h`: `(~pid << 3) | clock`).
-fn process_cpu_clock(pid: libc::pid_t) -> libc::clockid_t {
-    (!pid << 3) | 2
 }
 
 /// The job of the helper process, if one was started.

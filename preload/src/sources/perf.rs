@@ -565,12 +565,12 @@ impl Keeper {
             if wanted != 0 && fd != 0 {
                 // The mean of the draws follows the intervals the thread got (`weigh`); a
                 // thread's first sample drew its next interval itself.
-                let short = slot.short.load(Ordering::Relaxed) as i64;
-                let mean = (self.event.period as i64 - short).max(2 * MIN_PERIOD_NS as i64) as u64;
                 let draw = match wanted {
-                    ANY_DRAW => {
-                        crate::sources::random::interval(&mut self.state, mean, MIN_PERIOD_NS)
-                    }
+                    ANY_DRAW => crate::sources::random::interval(
+                        &mut self.state,
+                        mean_draw(&self.event, slot),
+                        MIN_PERIOD_NS,
+                    ),
                     draw => draw,
                 };
                 slot.drawn.store(draw, Ordering::Relaxed);
@@ -750,14 +750,14 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<Weight> {
         let short = (slot.short.load(Ordering::Relaxed) as i64 + error / (16 * per_look))
             .clamp(-period / 2, period / 2);
         slot.short.store(short as u64, Ordering::Relaxed);
-        if !slot.sampled.swap(true, Ordering::Relaxed) {
+        if !slot.had_sample.swap(true, Ordering::Relaxed) {
             // The thread's first sample: its first interval was drawn from zero up
             // (`random::first_interval`), and its repeats until the helper arms the next
             // one are not samples (above). The next interval is drawn here and armed at
             // once if the first was shorter than any draw.
-            let mean = (period - short).max(2 * MIN_PERIOD_NS as i64) as u64;
             let mut state = slot.random.load(Ordering::Relaxed);
-            let draw = crate::sources::random::interval(&mut state, mean, MIN_PERIOD_NS);
+            let draw =
+                crate::sources::random::interval(&mut state, mean_draw(event, slot), MIN_PERIOD_NS);
             slot.random.store(state, Ordering::Relaxed);
             slot.want_period
                 .store(draw.max(ANY_DRAW + 1), Ordering::Release);
@@ -776,6 +776,14 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<Weight> {
         }
     }
     Some(weight)
+}
+
+/// The mean of `slot`'s thread's next random interval, ns of CPU time: the period less
+/// `Slot::short` (which `weigh` keeps following the intervals the thread gets), and at
+/// least twice the shortest period the kernel arms.
+fn mean_draw(event: &Event, slot: &Slot) -> u64 {
+    let short = slot.short.load(Ordering::Relaxed) as i64;
+    (event.period as i64 - short).max(2 * MIN_PERIOD_NS as i64) as u64
 }
 
 /// The longest interval a thread's current one can be, ns of CPU time: the period armed
@@ -860,7 +868,7 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: Wait) -> Result<(
     slot.before_start.store(before, Ordering::Relaxed);
     slot.drawn.store(first, Ordering::Relaxed);
     slot.armed_at_sample.store(first, Ordering::Relaxed);
-    slot.sampled.store(false, Ordering::Relaxed);
+    slot.had_sample.store(false, Ordering::Relaxed);
     slot.short.store(0, Ordering::Relaxed);
     slot.want_period.store(0, Ordering::Relaxed);
     slot.open_tid.store(tid, Ordering::Relaxed);
@@ -952,8 +960,8 @@ pub fn disarm(event: &Event, slot: &Slot) -> Option<u64> {
     // that time is counted. A thread never sampled has no `before` to count either.
     slot.before_start.store(0, Ordering::Relaxed);
     let since = now.saturating_sub(slot.counted.swap(now, Ordering::Relaxed));
-    // The interval armed after the last sample as the thread should get it: the draw,
-    // and the helper's lateness in arming it (`weigh`).
+    // The longest the interval after the last sample could be: the period armed, and what
+    // had run of the one before if the helper re-armed since (`interval_bound`).
     let due = interval_bound(slot);
     let missed = since.saturating_sub(due);
     let total = missed + slot.carry.swap(0, Ordering::Relaxed);

@@ -403,6 +403,13 @@ pub(crate) fn thread_cpu_clock(tid: libc::pid_t) -> libc::clockid_t {
     (!tid << 3) | 6
 }
 
+/// The clock id of process `pid`'s CPU time: `CPUCLOCK_SCHED` of the whole process
+/// (Linux `include/linux/posix-timers.h`: `(~pid << 3) | clock`, without the per-thread
+/// bit [`thread_cpu_clock`] sets).
+pub(crate) fn process_cpu_clock(pid: libc::pid_t) -> libc::clockid_t {
+    (!pid << 3) | 2
+}
+
 /// Whether `slot`'s thread is sampled: its POSIX timer is armed, or its perf event is open
 /// or asked for from the helper process. Async-signal-safe.
 pub(crate) fn sampled(slot: &Slot) -> bool {
