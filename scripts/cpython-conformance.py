@@ -3,8 +3,12 @@
 
 Runs a chosen set of CPython's test files (``python -m test``) on every interpreter that
 ships its ``test`` package, once without the profiler and once with it in each mode asked
-for (``PYIGPROF_CLOCK=cpu``, ``wall``; ``mem``: the memory profiler, ``PYIGPROF_PROFILE=mem``), reads every test's outcome from regrtest's JUnit XML
-report, and fails when any test's outcome differs between the plain run and a profiled one.
+for (``PYIGPROF_CLOCK=cpu``, ``wall``; ``mem``: the memory profiler, ``PYIGPROF_PROFILE=mem``;
+``record``: cpu mode through ``pyigprof record --subprocesses``), reads every test's outcome
+from regrtest's JUnit XML report, and fails when any test's outcome differs between the plain
+run and a profiled one. No mode sets ``PYIGPROF_QUIET``: the profiler's lines must stay out
+of every process's stdout and stderr by themselves (tests compare their subprocesses'
+stderr), and in ``record`` mode the command's list must name every profile written.
 A test that fails the same way in both runs is the machine's, not the profiler's: those are
 listed, not counted, and so are the tests CPython itself skips when `LD_PRELOAD` is set
 (its strace-based ones). Every profile the profiled runs write must read back with
@@ -12,6 +16,7 @@ listed, not counted, and so are the tests CPython itself skips when `LD_PRELOAD`
 
     python3 scripts/cpython-conformance.py                      # the CI set, cpu mode
     python3 scripts/cpython-conformance.py --modes cpu,wall     # both modes
+    python3 scripts/cpython-conformance.py --modes record       # through pyigprof record
     python3 scripts/cpython-conformance.py --modes mem --pythons 3.12   # the memory profiler
     python3 scripts/cpython-conformance.py --full --modes cpu   # every test file (a quiet machine, hours)
     python3 scripts/cpython-conformance.py --pythons 3.12 --tests test_signal,test_os
@@ -45,7 +50,7 @@ CI_TESTS = [
     "test_signal", "test_threading", "test_threadsignals", "test_subprocess", "test_os",
     "test_posix", "test_faulthandler", "test_sys", "test_io", "test_cmd_line", "test_asyncio",
     "test_ctypes", "test_mmap", "test_time", "test_pty", "test_tracemalloc", "test_audit",
-    "test_atexit", "test_gc",
+    "test_atexit", "test_gc", "test_json", "test_cmd_line_script",
 ]
 # Where installed (pyenv's 3.11 and 3.12 lack them).
 OPTIONAL_TESTS = ["test_multiprocessing_fork", "test_multiprocessing_forkserver",
@@ -149,11 +154,12 @@ def supports_ignore(python):
     return "--ignore" in out.stdout
 
 
-def run_suite(python, tests, jobs, timeout, workdir, env_extra):
+def run_suite(python, tests, jobs, timeout, workdir, env_extra, wrapper=()):
     """Runs regrtest once, with `jobs` worker processes (None: in its own process, one
-    file after another); returns (outcomes or None, seconds, the end of its output)."""
+    file after another), under the command `wrapper` if any; returns (outcomes or None,
+    seconds, the end of its output, the lines pyigprof wrote in it)."""
     xml_path = os.path.join(workdir, "junit.xml")
-    argv = [python, "-m", "test"] + (["-j%d" % jobs] if jobs is not None else [])
+    argv = list(wrapper) + [python, "-m", "test"] + (["-j%d" % jobs] if jobs is not None else [])
     argv += ["--timeout", str(timeout), "--junit-xml", xml_path]
     if supports_ignore(python):
         for pattern in EXCLUDED:
@@ -167,10 +173,30 @@ def run_suite(python, tests, jobs, timeout, workdir, env_extra):
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               errors="replace", preexec_fn=default_signals,
                               timeout=timeout * (len(tests) + 2))
-        tail = proc.stdout[-3000:]
+        output = proc.stdout
     except subprocess.TimeoutExpired as e:
-        tail = "timed out after %d s\n%s" % (e.timeout, (e.stdout or b"")[-3000:])
-    return outcomes(xml_path), time.monotonic() - started, tail
+        output = "timed out after %d s\n%s" % (e.timeout, e.stdout or "")
+    ours = [l for l in output.splitlines() if l.startswith("pyigprof: ")]
+    tail = "\n".join(l for l in output.splitlines() if not l.startswith("pyigprof: "))[-3000:]
+    return outcomes(xml_path), time.monotonic() - started, tail, ours
+
+
+def unlisted(ours, profiles, workdir):
+    """What `pyigprof record`'s list (its line `pyigprof: N profiles: …` in `ours`) gets
+    wrong against the profiles written: a message, or None when it names them all."""
+    listed = None
+    for line in ours:
+        if line.startswith("pyigprof: ") and " profile" in line and ": " in line[10:]:
+            head, _, names = line[10:].partition(": ")
+            if head.split(" ")[0].isdigit() and head.split(" ")[1] in ("profile", "profiles"):
+                listed = {os.path.normpath(os.path.join(workdir, n)) for n in names.split(" ")}
+    if listed is None:
+        return "no list of the profiles written"
+    written = {os.path.normpath(p) for p in profiles}
+    if listed != written:
+        return "the list names %d profiles, %d were written (%d missing, %d not written)" % (
+            len(listed), len(written), len(written - listed), len(listed - written))
+    return None
 
 
 def read_back(analyse, profiles):
@@ -190,17 +216,20 @@ def main():
     ap.add_argument("--tests", help="comma-separated test files; default the CI set")
     ap.add_argument("--full", action="store_true", help="every test file of each interpreter (hours)")
     ap.add_argument("--modes", default="cpu",
-                    help="profiled modes: cpu, wall, mem (the memory profiler), comma-separated (default cpu)")
+                    help="profiled modes: cpu, wall, mem (the memory profiler), record (cpu through "
+                         "pyigprof record --subprocesses), comma-separated (default cpu)")
     ap.add_argument("--jobs", type=int, default=2, help="regrtest worker processes (default 2)")
     ap.add_argument("--timeout", type=int, default=600, help="per test file, s (default 600)")
     ap.add_argument("--preload", default=os.path.join(REPO, "target", "release", "libpyigprof.so"))
     ap.add_argument("--analyse", default=os.path.join(REPO, "target", "release", "pyigprof-analyse"))
+    ap.add_argument("--command", default=os.path.join(REPO, "target", "release", "pyigprof"),
+                    help="the pyigprof command, for the record mode")
     args = ap.parse_args()
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if any(m not in ("cpu", "wall", "mem") for m in modes):
-        sys.exit("conformance: --modes takes cpu, wall and mem")
-    for path in (args.preload, args.analyse):
+    if any(m not in ("cpu", "wall", "mem", "record") for m in modes):
+        sys.exit("conformance: --modes takes cpu, wall, mem and record")
+    for path in (args.preload, args.analyse, args.command):
         if not os.path.exists(path):
             log("conformance: %s is missing (cargo build --release)" % path)
             return 2
@@ -222,7 +251,7 @@ def main():
             plain_dir = os.path.join(tmp, "plain")
             os.makedirs(plain_dir)
             log("conformance: %s: %d test files without the profiler" % (name, len(tests) or 0))
-            plain, plain_s, tail = run_suite(python, tests, args.jobs, args.timeout, plain_dir, {})
+            plain, plain_s, tail, _ = run_suite(python, tests, args.jobs, args.timeout, plain_dir, {})
             if plain is None:
                 log("conformance: %s: the plain run gave no report:\n%s" % (name, tail))
                 return 2
@@ -230,14 +259,21 @@ def main():
             for mode in modes:
                 mode_dir = os.path.join(tmp, mode)
                 os.makedirs(mode_dir)
-                env = {"LD_PRELOAD": args.preload, "PYIGPROF_QUIET": "1",
-                       "PYIGPROF_OUTPUT": os.path.join(mode_dir, "profile.%p.gz")}
+                output = os.path.join(mode_dir, "profile.%p.gz")
+                wrapper = ()
+                if mode == "record":
+                    env = {}
+                    wrapper = (args.command, "record", "--subprocesses", "--lib", args.preload,
+                               "-o", output, "--")
+                else:
+                    env = {"LD_PRELOAD": args.preload, "PYIGPROF_OUTPUT": output}
                 if mode == "mem":
                     env["PYIGPROF_PROFILE"] = "mem"
-                else:
+                elif mode != "record":
                     env["PYIGPROF_CLOCK"] = mode
                 log("conformance: %s: the same under the profiler, %s mode" % (name, mode))
-                profiled, profiled_s, tail = run_suite(python, tests, args.jobs, args.timeout, mode_dir, env)
+                profiled, profiled_s, tail, ours = run_suite(python, tests, args.jobs, args.timeout,
+                                                             mode_dir, env, wrapper)
                 if profiled is None:
                     log("conformance: %s %s: the profiled run gave no report:\n%s" % (name, mode, tail))
                     failed = True
@@ -275,11 +311,14 @@ def main():
                         again_dir = os.path.join(tmp, "%s-again-%d" % (mode, attempt))
                         os.makedirs(os.path.join(again_dir, "plain"))
                         os.makedirs(os.path.join(again_dir, "profiled"))
-                        plain2, _, _ = run_suite(python, files, jobs, args.timeout,
-                                                 os.path.join(again_dir, "plain"), {})
-                        env2 = dict(env, PYIGPROF_OUTPUT=os.path.join(mode_dir, "again.%p.gz"))
-                        profiled2, _, _ = run_suite(python, files, jobs, args.timeout,
-                                                    os.path.join(again_dir, "profiled"), env2)
+                        plain2, _, _, _ = run_suite(python, files, jobs, args.timeout,
+                                                    os.path.join(again_dir, "plain"), {})
+                        again = os.path.join(mode_dir, "again.%p.gz")
+                        env2 = dict(env, PYIGPROF_OUTPUT=again) if env else env
+                        wrapper2 = wrapper[:-2] + (again, "--") if wrapper else wrapper
+                        profiled2, _, _, _ = run_suite(python, files, jobs, args.timeout,
+                                                       os.path.join(again_dir, "profiled"), env2,
+                                                       wrapper2)
                         if plain2 is None or profiled2 is None:
                             break
                         agreed = [t for t in differ if plain2.get(t, "absent") == profiled2.get(t, "absent")
@@ -292,6 +331,7 @@ def main():
                             break
                 profiles = glob.glob(os.path.join(mode_dir, "**", "profile.*.gz"), recursive=True)
                 unreadable = read_back(args.analyse, profiles)
+                wrong_list = unlisted(ours, profiles, mode_dir) if mode == "record" else None
                 line = ("%s %s: %d tests, %d outcomes differ (%d at first, %d flaky), %d fail the "
                         "same way in both, %d skipped by the test under LD_PRELOAD; %d profiles, "
                         "%d unreadable; %.0f s plain, %.0f s profiled"
@@ -304,7 +344,10 @@ def main():
                         % (t, plain.get(t, "absent"), profiled.get(t, "absent")))
                 for b in unreadable:
                     log("  unreadable: " + b)
-                if differ or unreadable:
+                if wrong_list:
+                    log("  pyigprof record: " + wrong_list)
+                    summary[-1] += "; pyigprof record: " + wrong_list
+                if differ or unreadable or wrong_list:
                     failed = True
                     log(tail)
             for t in machine:

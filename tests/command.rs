@@ -215,3 +215,81 @@ fn only_the_commands_process_unless_subprocesses() {
         "the process, its fork child and the program it ran"
     );
 }
+
+/// `record` leaves the program's streams as they are, in every process it profiles, and
+/// lists every profile written when the program has ended, after the program's own
+/// output: with `--subprocesses`, the process, its subprocess and its fork child, each
+/// with its summary line, the `pyigprof: N profiles:` list naming exactly the files
+/// written.
+#[test]
+fn record_leaves_the_programs_streams_alone_and_lists_every_profile() {
+    let python = python311("record streams")
+        .into_iter()
+        .next()
+        .expect("a Python 3.11");
+    let py = python.path.to_str().unwrap();
+    let plain = std::process::Command::new(py)
+        .args(["-c", STREAMS_PROGRAM])
+        .current_dir(scratch_dir("record-streams-plain"))
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    assert_eq!(plain.status.code(), Some(3), "{}", text(&plain.stderr));
+    for (subprocesses, expected) in [(true, 3), (false, 1)] {
+        let dir = scratch_dir("record-streams");
+        let mut args = vec!["record"];
+        if subprocesses {
+            args.push("--subprocesses");
+        }
+        args.extend(["--", py, "-c", STREAMS_PROGRAM]);
+        let out = pyigprof(&args, &dir);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{stderr}");
+        assert_eq!(out.stdout, plain.stdout, "stdout changed");
+        // The program's stderr first, unchanged; then the command's lines.
+        assert!(
+            out.stderr.starts_with(&plain.stderr),
+            "the program's stderr changed: {stderr}"
+        );
+        let ours = text(&out.stderr[plain.stderr.len()..]);
+        let mut written: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        written.sort();
+        assert_eq!(written.len(), expected, "{ours}");
+        assert_eq!(
+            ours.lines()
+                .filter(|l| l.starts_with("pyigprof: wrote "))
+                .count(),
+            expected,
+            "one summary line per profile: {ours}"
+        );
+        let list = ours
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("pyigprof: {expected} profile")))
+            .unwrap_or_else(|| panic!("no list of {expected} profiles: {ours}"));
+        let mut listed: Vec<String> = list
+            .trim_start_matches('s')
+            .trim_start_matches(": ")
+            .split(' ')
+            .map(str::to_string)
+            .collect();
+        listed.sort();
+        assert_eq!(listed, written, "{ours}");
+    }
+    // The help says what is profiled with and without --subprocesses.
+    for args in [&["--help"][..], &["record", "--help"][..]] {
+        let help = text(&pyigprof(args, &scratch_dir("record-help")).stdout);
+        let record = help
+            .lines()
+            .find(|l| l.trim_start().starts_with("record") || l.starts_with("Runs CMD"))
+            .unwrap_or_else(|| panic!("{help}"));
+        assert!(
+            record.contains("its own Python process writes a profile")
+                && record.contains("with --subprocesses, every Python process"),
+            "{args:?}: {record}"
+        );
+    }
+}

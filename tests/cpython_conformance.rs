@@ -1,16 +1,19 @@
 //! CPython's own regression tests as a conformance suite (scripts/cpython-conformance.py):
 //! a chosen set of CPython's test files (signals, threads, subprocesses, `os`, I/O, the
-//! allocator, `sys`, `atexit`, `gc`, audit hooks, …) gives the same outcome for every test
-//! without and with the profiler, in both clock modes (cpu, and wall, whose sampler
-//! process reads blocked threads from outside), and every profile the profiled runs write
-//! reads back.
+//! allocator, `sys`, `atexit`, `gc`, audit hooks, `json.tool` and scripts run as
+//! subprocesses, …) gives the same outcome for every test without and with the profiler, in
+//! both clock modes ([`MODES`]: cpu through `pyigprof record --subprocesses`, and wall,
+//! whose sampler process reads blocked threads from outside, through `LD_PRELOAD` alone),
+//! neither with `PYIGPROF_QUIET` (tests that compare their subprocesses' stderr see the
+//! profiler's lines if it writes any there), every profile the profiled runs write reads
+//! back, and `record`'s list names every one of them.
 //!
 //! The whole matrix (`PYIGPROF_TESTS=full`): every interpreter that has its `test` package
-//! runs the 18 files of [`TESTS`] (1–4 minutes each: one plain run, one per mode, with
+//! runs the 20 files of [`TESTS`] (1–4 minutes each: one plain run, one per mode, with
 //! `-j2`); `test_asyncio` and `test_multiprocessing_*`, several minutes per run, run on
 //! Debian's static sid 3.15. The fast tier: the files of [`FAST_TESTS`] on three
 //! interpreters ([`fast_interpreters`]). Every interpreter with all of them: `python3
-//! scripts/cpython-conformance.py --modes cpu,wall`.
+//! scripts/cpython-conformance.py --modes record,wall`.
 
 use pyigprof_suite::*;
 use std::process::{Command, Stdio};
@@ -18,7 +21,13 @@ use std::process::{Command, Stdio};
 /// The script's CI set less `test_asyncio` and `test_multiprocessing_*` ([`LONG_TESTS`]).
 const TESTS: &str = "test_signal,test_threading,test_threadsignals,test_subprocess,test_os,\
                      test_posix,test_faulthandler,test_sys,test_io,test_cmd_line,test_ctypes,\
-                     test_mmap,test_time,test_pty,test_tracemalloc,test_audit,test_atexit,test_gc";
+                     test_mmap,test_time,test_pty,test_tracemalloc,test_audit,test_atexit,test_gc,\
+                     test_json,test_cmd_line_script";
+
+/// The profiled modes of every run: cpu mode through `pyigprof record --subprocesses`
+/// (what a user types; its list of profiles is checked), and wall mode through
+/// `LD_PRELOAD` alone.
+const MODES: [&str; 2] = ["record", "wall"];
 
 /// The fast tier's files, the longest first (regrtest hands them out in this order): those
 /// whose tests found defects of the profiler so far (this repository's history) and those
@@ -26,10 +35,12 @@ const TESTS: &str = "test_signal,test_threading,test_threadsignals,test_subproce
 /// interrupted was restarted and hung (d93905f); `test_subprocess`: a child listed a perf
 /// event's descriptor (c6bc5c0, e08a2d8); `test_signal` and `test_threadsignals`: the
 /// program's own handlers beside `SIGPROF`'s; `test_os`: descriptors, `fork`, `exec`;
-/// `test_faulthandler`: fatal signals' handlers. About 30–35 s a run at `-j4` on each of the
-/// three interpreters, plain, so about 5 minutes for the nine runs.
-const FAST_TESTS: &str =
-    "test_io,test_subprocess,test_signal,test_os,test_faulthandler,test_threadsignals";
+/// `test_faulthandler`: fatal signals' handlers; `test_json` and `test_cmd_line_script`: run
+/// Python subprocesses and compare their stderr (`json.tool`'s must be empty), which the
+/// summary line broke when it went there. About 35–40 s a run at `-j4` on each of the three
+/// interpreters, plain, so about 6 minutes for the nine runs.
+const FAST_TESTS: &str = "test_io,test_subprocess,test_signal,test_os,test_faulthandler,\
+                          test_threadsignals,test_cmd_line_script,test_json";
 
 /// The files of the script's CI set that take several minutes per run (the interpreter
 /// runs those it has).
@@ -70,7 +81,7 @@ fn conform(chosen: &[Interpreter], tests: &str, jobs: u32) {
             "--pythons",
             &paths.join(","),
             "--modes",
-            "cpu,wall",
+            &MODES.join(","),
             "--tests",
             tests,
             "--jobs",
@@ -80,6 +91,8 @@ fn conform(chosen: &[Interpreter], tests: &str, jobs: u32) {
         .arg(&artifacts.preload)
         .arg("--analyse")
         .arg(&artifacts.analyse)
+        .arg("--command")
+        .arg(&artifacts.command)
         // Its progress, and every test that differs, as it goes (it runs for many minutes).
         .stderr(Stdio::inherit())
         .output()
@@ -98,7 +111,7 @@ fn conform(chosen: &[Interpreter], tests: &str, jobs: u32) {
     );
     // One summary line per interpreter and mode, with nothing that differs.
     for python in chosen {
-        for mode in ["cpu", "wall"] {
+        for mode in MODES {
             let line = stdout
                 .lines()
                 .find(|l| {

@@ -62,6 +62,7 @@ fn run_with_cpu_time(python: &Interpreter, args: &[&str], env: &[(&str, &str)]) 
     cmd.args(args)
         .current_dir(&dir)
         .env("LD_PRELOAD", &artifacts().preload)
+        .env("PYIGPROF_LOG", "stderr")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (k, v) in env {

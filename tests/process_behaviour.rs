@@ -457,7 +457,7 @@ fn a_full_disk_is_reported_and_leaves_no_partial_profile() {
     let dir = scratch_dir("full-disk");
     let script = format!(
         "mount -t tmpfs -o size=4k tmpfs {dir} && head -c 4096 /dev/zero > {dir}/filler 2>/dev/null; \
-         LD_PRELOAD={preload} PYIGPROF_OUTPUT={dir}/p.gz {python} -c \"import sys; sum(i * i for i in range(2000000)); print('done'); sys.exit(4)\"; \
+         LD_PRELOAD={preload} PYIGPROF_LOG=stderr PYIGPROF_OUTPUT={dir}/p.gz {python} -c \"import sys; sum(i * i for i in range(2000000)); print('done'); sys.exit(4)\"; \
          echo status=$?; ls {dir}",
         dir = dir.display(),
         preload = artifacts().preload.display(),
@@ -922,5 +922,167 @@ fn a_handler_still_runs_after_a_vfork_child_reset_the_handlers() {
             run.stderr()
         );
         assert_eq!(run.stdout(), "handled 0\n", "{}", python.name);
+    }
+}
+
+/// By default (no `PYIGPROF_LOG`, no `PYIGPROF_QUIET`) every profiled process's stdout and
+/// stderr are what they are without the profiler: the process started, its subprocess and
+/// its fork child (each of which writes a profile), a malformed setting's warning
+/// included; `PYIGPROF_LOG=FILE` collects every process's lines there instead.
+#[test]
+fn the_programs_streams_are_byte_identical_in_every_process() {
+    let Some(python) = python311("streams").into_iter().next() else {
+        return;
+    };
+    let run = |env: &[(&str, &str)]| {
+        let dir = scratch_dir("streams");
+        let mut cmd = Command::new(&python.path);
+        cmd.args(["-c", STREAMS_PROGRAM])
+            .current_dir(&dir)
+            .env_remove("PYIGPROF_LOG");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        (cmd.output().expect("run python"), dir)
+    };
+    let (plain, _) = run(&[]);
+    assert_eq!(plain.status.code(), Some(3), "{}", text(&plain.stderr));
+    let preload = artifacts().preload.to_string_lossy().into_owned();
+    for malformed in [false, true] {
+        let mut env = vec![("LD_PRELOAD", preload.as_str())];
+        if malformed {
+            env.push(("PYIGPROF_HZ", "fast"));
+        }
+        let (profiled, dir) = run(&env);
+        let what = if malformed {
+            "with a malformed PYIGPROF_HZ"
+        } else {
+            "by default"
+        };
+        assert_eq!(
+            profiled.status.code(),
+            Some(3),
+            "{what}: {}",
+            text(&profiled.stderr)
+        );
+        assert_eq!(profiled.stdout, plain.stdout, "{what}: stdout changed");
+        assert_eq!(profiled.stderr, plain.stderr, "{what}: stderr changed");
+        let written = std::fs::read_dir(&dir).unwrap().flatten().count();
+        assert_eq!(
+            written, 3,
+            "{what}: the parent, its subprocess and its fork child"
+        );
+    }
+    // The lines go to a file when asked: one summary per profile, and the warning about
+    // the malformed setting of each process that read the settings (the parent and its
+    // subprocess: a fork child keeps its parent's).
+    let log = scratch_dir("streams-log").join("pyigprof.log");
+    let log_arg = log.to_string_lossy().into_owned();
+    let (profiled, dir) = run(&[
+        ("LD_PRELOAD", preload.as_str()),
+        ("PYIGPROF_LOG", log_arg.as_str()),
+        ("PYIGPROF_HZ", "fast"),
+    ]);
+    assert_eq!(
+        profiled.stderr, plain.stderr,
+        "PYIGPROF_LOG=FILE: stderr changed"
+    );
+    let said = std::fs::read_to_string(&log).expect("the log file");
+    let mut named: Vec<String> = said
+        .lines()
+        .filter_map(|l| l.strip_prefix("pyigprof: wrote "))
+        .map(|rest| rest[..rest.find(": ").unwrap()].to_string())
+        .collect();
+    named.sort();
+    let mut written: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(named, written, "{said}");
+    assert_eq!(
+        said.lines()
+            .filter(|l| l.starts_with("pyigprof: PYIGPROF_HZ="))
+            .count(),
+        2,
+        "{said}"
+    );
+}
+
+/// The default destination of pyigprof's lines: the controlling terminal. A process on a
+/// terminal whose output goes to pipes says its summary there, not in the pipes; a process
+/// that leads its own session on a pseudo-terminal (as `pty.fork` and `pexpect` children
+/// do, whose terminal a test reads) says nothing.
+#[test]
+fn the_summary_goes_to_the_terminal_and_not_into_a_session_leaders_own() {
+    let Some(python) = python311("terminal").into_iter().next() else {
+        return;
+    };
+    // Unprofiled: makes a pseudo-terminal the controlling terminal of a new session
+    // (pty.fork), in which the profiled program runs as a child with pipes (`child`), or
+    // as the session's leader itself (`leader`); prints what the terminal received, then
+    // what the pipes did.
+    let driver = r#"
+import os, pty, subprocess, sys
+mode, program = sys.argv[1], sys.argv[2]
+pid, master = pty.fork()
+if pid == 0:
+    env = dict(os.environ, LD_PRELOAD=os.environ["PRELOAD"])
+    if mode == "leader":
+        os.execve(sys.executable, [sys.executable, "-c", program], env)
+    out = subprocess.run([sys.executable, "-c", program], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with open("pipes.txt", "wb") as f:
+        f.write(out.stdout + b"|" + out.stderr)
+    os._exit(0)
+seen = b""
+while True:
+    try:
+        chunk = os.read(master, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+    seen += chunk
+os.waitpid(pid, 0)
+print(repr(seen))
+"#;
+    let program =
+        "import sys; sum(i * i for i in range(2000000)); print('out'); sys.stderr.write('err\\n')";
+    for mode in ["child", "leader"] {
+        let dir = scratch_dir("terminal");
+        let out = Command::new(&python.path)
+            .args(["-c", driver, mode, program])
+            .current_dir(&dir)
+            .env_remove("LD_PRELOAD")
+            .env_remove("PYIGPROF_LOG")
+            .env("PRELOAD", &artifacts().preload)
+            .output()
+            .expect("run the driver");
+        assert!(out.status.success(), "{mode}: {}", text(&out.stderr));
+        let terminal = text(&out.stdout);
+        let profiles = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".gz"))
+            .count();
+        assert_eq!(profiles, 1, "{mode}: {terminal}");
+        if mode == "child" {
+            assert!(
+                terminal.contains("pyigprof: wrote "),
+                "{mode}: the terminal got {terminal}"
+            );
+            let pipes = std::fs::read(dir.join("pipes.txt")).unwrap();
+            assert_eq!(text(&pipes), "out\n|err\n", "{mode}: the pipes");
+        } else {
+            assert!(
+                !terminal.contains("pyigprof"),
+                "{mode}: the terminal got {terminal}"
+            );
+            assert!(
+                terminal.contains("out") && terminal.contains("err"),
+                "{terminal}"
+            );
+        }
     }
 }

@@ -153,7 +153,10 @@ fn preload_with(lib: &Path) -> OsString {
 }
 
 /// Runs `record.command` under the profiler and returns its exit status (a program ended
-/// by a signal ends this process by the same signal).
+/// by a signal ends this process by the same signal). The program's processes say nothing
+/// on their own stdout or stderr: their lines (each profile's summary, warnings) go to a
+/// file of this command's (`PYIGPROF_LOG`), which it prints on its own stderr when the
+/// program has ended, with the list of every profile written and how to read them.
 pub fn record(record: &Record) -> ExitCode {
     let lib = match library(record.lib.as_deref()) {
         Ok(lib) => lib,
@@ -167,11 +170,18 @@ pub fn record(record: &Record) -> ExitCode {
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from("pyigprof.%p.gz"));
-    let started = SystemTime::now();
+    let log = match Log::create() {
+        Ok(log) => log,
+        Err(message) => {
+            eprintln!("pyigprof: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let mut command = std::process::Command::new(&record.command[0]);
     command
         .args(&record.command[1..])
-        .env("LD_PRELOAD", preload_with(&lib));
+        .env("LD_PRELOAD", preload_with(&lib))
+        .env("PYIGPROF_LOG", &log.path);
     for (name, value) in &settings {
         command.env(name, value);
     }
@@ -208,14 +218,18 @@ pub fn record(record: &Record) -> ExitCode {
         }
     };
     if !record.quiet {
-        let written = profiles_written(&pattern, started);
+        let lines = log.lines();
+        for line in &lines {
+            eprintln!("{line}");
+        }
+        let written = profiles_written(&lines);
         match written.len() {
             0 => eprintln!(
                 "pyigprof: no profile was written to {} (a program that runs no Python writes none unless --all-processes)",
                 pattern.display()
             ),
             _ => {
-                let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+                let names: Vec<String> = written.iter().map(|p| shown(p)).collect();
                 eprintln!(
                     "pyigprof: {} profile{}: {}",
                     names.len(),
@@ -227,6 +241,86 @@ pub fn record(record: &Record) -> ExitCode {
         }
     }
     pass_through(status)
+}
+
+/// The file the program's processes append their lines to (`PYIGPROF_LOG`), removed when
+/// dropped.
+struct Log {
+    path: PathBuf,
+}
+
+impl Log {
+    /// Creates an empty file of this command's in the temporary directory.
+    ///
+    /// # Errors
+    /// A message naming the file that could not be created.
+    fn create() -> Result<Log, String> {
+        let dir = std::env::temp_dir();
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = dir.join(format!(
+            "pyigprof-record-{}-{nanos}.log",
+            std::process::id()
+        ));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        Ok(Log { path })
+    }
+
+    /// The lines the program's processes wrote, in the order they wrote them.
+    fn lines(&self) -> Vec<String> {
+        std::fs::read(&self.path)
+            .map(|bytes| {
+                String::from_utf8_lossy(&bytes)
+                    .lines()
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The profiles that the summary lines among `lines` name (`pyigprof: wrote PATH: …`, PATH
+/// absolute), in their order: the longest part before a `: ` that is a file.
+fn profiles_written(lines: &[String]) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = Vec::new();
+    for rest in lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("pyigprof: wrote "))
+    {
+        let path = rest
+            .match_indices(": ")
+            .map(|(at, _)| Path::new(&rest[..at]))
+            .filter(|p| p.is_file())
+            .last();
+        if let Some(path) = path {
+            if !found.iter().any(|f| f == path) {
+                found.push(path.to_path_buf());
+            }
+        }
+    }
+    found
+}
+
+/// `path` as a user in this command's directory would type it: relative when it is under
+/// the working directory.
+fn shown(path: &Path) -> String {
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| path.strip_prefix(cwd).ok().map(Path::to_path_buf))
+        .unwrap_or_else(|| path.to_path_buf())
+        .display()
+        .to_string()
 }
 
 /// The program's exit status as this command's: its exit code, or its signal sent again
@@ -248,57 +342,6 @@ fn pass_through(status: std::process::ExitStatus) -> ExitCode {
         return ExitCode::from(128u8.wrapping_add(signal as u8));
     }
     ExitCode::from(1)
-}
-
-/// The profiles written since `started` under `pattern` (`PYIGPROF_OUTPUT`'s form): files
-/// of the pattern's directory whose name begins as the pattern's does (up to `%p`, or up
-/// to its last extension: the library adds `.1`, `.2`, … before it when a name is taken)
-/// and ends with that extension, sorted by name.
-fn profiles_written(pattern: &Path, started: SystemTime) -> Vec<PathBuf> {
-    let dir = pattern
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = pattern
-        .file_name()
-        .map(|n| n.to_string_lossy().replace("%%", "%"))
-        .unwrap_or_default();
-    let (prefix, suffix) = match name.find("%p") {
-        Some(at) => (name[..at].to_string(), name[at + 2..].to_string()),
-        None => {
-            let ext = name
-                .rfind('.')
-                .map_or(String::new(), |at| name[at..].to_string());
-            (name[..name.len() - ext.len()].to_string(), ext)
-        }
-    };
-    let last_ext = suffix
-        .rfind('.')
-        .map_or(String::new(), |at| suffix[at..].to_string());
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|entry| {
-            let file = entry.file_name();
-            let file = file.to_string_lossy();
-            file.starts_with(&prefix)
-                && file.ends_with(&last_ext)
-                && entry
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .is_ok_and(|m| m >= started)
-        })
-        .map(|entry| {
-            if dir == Path::new(".") {
-                PathBuf::from(entry.file_name())
-            } else {
-                entry.path()
-            }
-        })
-        .collect();
-    found.sort();
-    found
 }
 
 /// `pyigprof report ARGS…`: runs `pyigprof-analyse ARGS…` (next to this command, else on

@@ -2,8 +2,10 @@
 //!
 //! - `pyigprof record [OPTIONS] -- CMD [ARGS…]` runs `CMD` with `libpyigprof.so` preloaded
 //!   and the settings of its options set (`PYIGPROF_*`, README's table), passes its exit
-//!   status through, and says which profiles were written and how to read them (py-spy's
-//!   `record`).
+//!   status through, and when the program has ended prints what its processes said (each
+//!   profile's summary, warnings; `PYIGPROF_LOG` points them to a file of its own, so that
+//!   the program's streams stay as they are), which profiles were written and how to read
+//!   them (py-spy's `record`).
 //! - `pyigprof attach PID [--duration S] [-o FILE] [--rate HZ]` profiles a Python process
 //!   that is already running (module `attach`; `memray attach`'s habit).
 //! - `pyigprof report FILE… [OPTIONS]` is `pyigprof-analyse` (the same options).
@@ -32,8 +34,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Runs CMD with the profiler: every Python process it starts writes a profile (the
-    /// command's own process, its fork children and the Python programs it runs).
+    /// Runs CMD with the profiler: its own Python process writes a profile (with
+    /// --subprocesses, every Python process it starts does: fork children too), then lists
+    /// them. The program's stdout and stderr are left as they are.
     Record(Record),
     /// Profiles a running Python process (its process id) for a while, or until Ctrl-C,
     /// without restarting it: loads the library into it with ptrace, samples every

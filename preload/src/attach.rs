@@ -149,7 +149,7 @@ fn control(settings: &str, version: (u8, u8, u8), key: Option<libc::pthread_key_
         OPEN.store(false, Ordering::Release);
         return;
     };
-    crate::config::silence();
+    crate::messages::silence();
     let (config, complaints) = Config::parse(lookup);
     let say = |socket: &UnixStream, line: String| {
         let _ = (&*socket).write_all(format!("{}\n", line.replace('\n', " ")).as_bytes());

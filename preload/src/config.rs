@@ -1,7 +1,8 @@
 //! Settings, read once from `PYIGPROF_*` environment variables by the library constructor.
 //!
-//! A malformed value gets one line on stderr that names the variable and what was expected,
-//! and the default is used: the profiled program always runs.
+//! A malformed value gets one line that names the variable and what was expected, where
+//! pyigprof's lines go (`PYIGPROF_LOG`, [`crate::messages`]), and the default is used: the
+//! profiled program always runs.
 
 use std::ffi::OsString;
 
@@ -14,31 +15,6 @@ pub const DEFAULT_HZ: u32 = 250;
 
 /// Highest accepted `PYIGPROF_HZ`: one sample every 10 µs of CPU.
 pub const MAX_HZ: u32 = 100_000;
-
-/// Whether pyigprof prints nothing on stderr (`PYIGPROF_QUIET`): [`Config::quiet`] of the
-/// settings the constructor read ([`Config::from_env`]); false before.
-pub fn quiet() -> bool {
-    QUIET.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Silences [`notice!`] for the rest of the process: in a process profiled by `pyigprof
-/// attach`, whose stderr is the program's own, messages go to the command instead.
-pub fn silence() {
-    QUIET.store(true, std::sync::atomic::Ordering::Relaxed);
-}
-
-static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Writes one line to stderr, as `eprintln!`, unless `PYIGPROF_QUIET` is set: every
-/// message pyigprof prints (the summary, warnings, errors) goes through it.
-#[macro_export]
-macro_rules! notice {
-    ($($arg:tt)*) => {
-        if !$crate::config::quiet() {
-            eprintln!($($arg)*);
-        }
-    };
-}
 
 /// Default profile path; `%p` becomes the process id.
 pub const DEFAULT_OUTPUT: &str = "pyigprof.%p.gz";
@@ -74,8 +50,12 @@ pub struct Config {
     pub output: OsString,
     /// The clock that drives sampling (`PYIGPROF_CLOCK=cpu|wall`, default `cpu`).
     pub clock: Clock,
-    /// No summary line on stderr at exit (`PYIGPROF_QUIET` set to anything but `0` or empty).
+    /// Nothing said anywhere, neither the summary at exit nor warnings (`PYIGPROF_QUIET` set
+    /// to anything but `0` or empty).
     pub quiet: bool,
+    /// Where pyigprof's lines go (`PYIGPROF_LOG`: `tty`, the default, `stderr`, or a file
+    /// appended to); [`crate::messages`].
+    pub log: crate::messages::Destination,
     /// Signal that writes a snapshot profile on demand (`PYIGPROF_DUMP_SIGNAL=SIGUSR2`, a
     /// name with or without `SIG`, or a number); `None` = off.
     pub dump_signal: Option<libc::c_int>,
@@ -166,12 +146,12 @@ impl Config {
             .is_some_and(|parent| parent != unsafe { libc::getppid() } as u32)
     }
 
-    /// Reads the settings from the process environment, reporting malformed values on
-    /// stderr.
+    /// Reads the settings from the process environment, reporting malformed values where
+    /// pyigprof's lines go ([`crate::messages`], `PYIGPROF_LOG`).
     pub fn from_env() -> Config {
         let (config, complaints) = Config::parse(|name| std::env::var_os(name));
-        // Before the complaints, which it silences; later checks (a fork child's) read it.
-        QUIET.store(config.quiet, std::sync::atomic::Ordering::Relaxed);
+        // Before the complaints, which go where it says; later lines (a fork child's) too.
+        crate::messages::set(&config.log, config.quiet);
         for line in complaints {
             crate::notice!("{line}");
         }
@@ -221,6 +201,9 @@ impl Config {
             },
         };
         let quiet = lookup("PYIGPROF_QUIET").is_some_and(|v| !v.is_empty() && v != "0");
+        let log = lookup("PYIGPROF_LOG").map_or(crate::messages::Destination::Terminal, |raw| {
+            crate::messages::Destination::parse(&raw)
+        });
         let dump_signal = lookup("PYIGPROF_DUMP_SIGNAL").filter(|v| !v.is_empty()).and_then(|raw| {
             let parsed = raw.to_str().and_then(parse_signal);
             if parsed.is_none() {
@@ -346,6 +329,7 @@ impl Config {
                 output,
                 clock,
                 quiet,
+                log,
                 dump_signal,
                 dump_interval_s,
                 all_processes,

@@ -31,6 +31,7 @@ pub mod attach;
 pub mod capture;
 pub mod config;
 pub mod mem;
+pub mod messages;
 pub mod output;
 pub mod record;
 pub mod sampler;

@@ -206,14 +206,16 @@ impl Run {
 }
 
 /// Runs `python args…` in a fresh directory with the profiler preloaded and `env` set (and
-/// signals as [`with_default_signals`] sets them).
+/// signals as [`with_default_signals`] sets them). pyigprof's lines go to the program's
+/// stderr (`PYIGPROF_LOG=stderr`), where the tests read them, unless `env` says otherwise.
 pub fn run_profiled(python: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let dir = scratch_dir("run");
     let mut cmd = Command::new(python);
     with_default_signals(&mut cmd)
         .args(args)
         .current_dir(&dir)
-        .env("LD_PRELOAD", &artifacts().preload);
+        .env("LD_PRELOAD", &artifacts().preload)
+        .env("PYIGPROF_LOG", "stderr");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -666,3 +668,39 @@ pub fn pyigprof(args: &[&str], dir: &Path) -> Output {
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// A program whose fork child and subprocess write known bytes (a NUL and a byte that is
+/// not UTF-8 among them) to their stderr and stdout, which the parent reads through pipes
+/// and checks; the parent writes to both streams itself and exits with status 3.
+pub const STREAMS_PROGRAM: &str = r#"
+import os, subprocess, sys
+def work():
+    return sum(i * i for i in range(300000))
+work()
+child = subprocess.run(
+    [sys.executable, "-c",
+     "import os; sum(i * i for i in range(300000)); os.write(2, b'child err \\x00\\xff\\n'); os.write(1, b'child out')"],
+    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+assert child.stderr == b"child err \x00\xff\n", child.stderr
+assert child.stdout == b"child out", child.stdout
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    os.dup2(w, 2)
+    work()
+    os.write(2, b"fork child err\n")
+    os._exit(0)
+os.close(w)
+got = b""
+while True:
+    chunk = os.read(r, 4096)
+    if not chunk:
+        break
+    got += chunk
+os.waitpid(pid, 0)
+assert got == b"fork child err\n", got
+print("parent out", child.stdout, got)
+sys.stderr.write("parent err\n")
+sys.exit(3)
+"#;

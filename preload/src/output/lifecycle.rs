@@ -223,7 +223,7 @@ fn poll_until_timeout(mut done: impl FnMut() -> bool) -> bool {
 }
 
 /// Collects and writes a profile for process `pid`: the final one, or snapshot number
-/// `snapshot`. Prints the summary line unless quiet.
+/// `snapshot`. Says the summary line (its path absolute) where pyigprof's lines go, unless quiet.
 fn write(
     sampler: &sampler::Sampler,
     config: &Config,
@@ -239,6 +239,9 @@ fn write(
     };
     match dump::write_unique(&profile, &path) {
         Ok(written) => {
+            // Named from anywhere: `pyigprof record` lists the profiles of processes that
+            // ran in other directories.
+            let written = std::path::absolute(&written).unwrap_or(written);
             if !config.quiet {
                 summary(sampler, config, &profile, &written);
             }
@@ -263,11 +266,13 @@ pub(crate) fn write_attached(
     profile.pid = std::process::id();
     let path = final_path(config, profile.pid);
     let written = dump::write_unique(&profile, &path)?;
+    // Named from the command's directory, which is not the program's.
+    let written = std::path::absolute(&written).unwrap_or(written);
     let lines = summary_lines(sampler, config, &profile, &written);
     Ok((written, lines))
 }
 
-/// Prints the summary lines of a profile written to `path` ([`summary_lines`]).
+/// Says the summary lines of a profile written to `path` ([`summary_lines`]).
 fn summary(
     sampler: &sampler::Sampler,
     config: &Config,

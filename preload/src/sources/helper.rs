@@ -167,13 +167,13 @@ pub(crate) fn restart_after_fork(sampler: &Sampler) {
     crate::sources::perf::REARMS.store(0, Ordering::Relaxed);
     // SAFETY: the sampler is the published, leaked one ('static).
     let sampler: &'static Sampler = unsafe { &*(sampler as *const Sampler) };
-    if spawn(sampler).is_err() && !crate::config::quiet() {
+    if spawn(sampler).is_err() {
         let msg: &[u8] = match job() {
             Job::Wall => b"pyigprof: cannot start the wall-clock sampler in the fork child; its blocked time is not sampled\n",
             Job::Events | Job::WallAndEvents => b"pyigprof: cannot start the keeper of the perf events in the fork child; its threads are not sampled\n",
         };
-        // SAFETY: writing a static buffer to stderr.
-        unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        // Async-signal-safe: the line is static and written without allocating.
+        crate::messages::write_line(msg);
     }
 }
 

@@ -266,12 +266,11 @@ impl Sampler {
         let tid = unsafe { libc::gettid() };
         self.slots
             .register_current(|slot| armed = self.arm(slot, tid, perf::Wait::No).is_ok());
-        // `quiet()` reads a flag the constructor set: async-signal-safe.
-        if !armed && !crate::config::quiet() {
-            let msg =
-                b"pyigprof: cannot start a sampling timer in the fork child; it is not profiled\n";
-            // SAFETY: writing a static buffer to stderr.
-            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        if !armed {
+            // Async-signal-safe: the line is static and written without allocating.
+            crate::messages::write_line(
+                b"pyigprof: cannot start a sampling timer in the fork child; it is not profiled\n",
+            );
         }
     }
 
