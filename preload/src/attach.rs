@@ -33,7 +33,7 @@
 //! What stays different while attached: one more thread (the control thread, with every
 //! signal blocked), the helper process, the profiler's memory, and the `SIGPROF` the
 //! threads receive; afterwards, the library's mapping and its `SIGPROF` handler. The
-//! program's output is untouched: nothing is printed in it ([`crate::config::silence`]).
+//! program's output is untouched: nothing is printed in it ([`crate::messages::silence`]).
 //!
 //! Lines to the command: `started THREADS`, `note TEXT`, `written PATH`, `summary TEXT`,
 //! `error TEXT`; from it: `stop`.
