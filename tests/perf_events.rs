@@ -658,9 +658,12 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                     (seen - measured).abs() <= 3.0,
                     "{label}: cpu_part is {seen:.1} % of the two phases, {measured:.1} % measured"
                 );
+                // The handlers' wall times include time spent runnable, waiting for a CPU,
+                // which wall mode counts in neither phase (README, "Clock modes"): on a
+                // loaded CI machine cpu_part measured 2.527 s, the profile 2.322 s (-8.1 %).
                 for (phase, profiled, truth) in [("cpu_part", cpu, cpu_s), ("io_part", io, io_s)] {
                     assert!(
-                        (profiled - truth).abs() <= 0.08 * truth,
+                        profiled <= 1.08 * truth && profiled >= 0.88 * truth,
                         "{label}: {phase} {profiled:.3} s in the profile, {truth:.3} s measured"
                     );
                 }
