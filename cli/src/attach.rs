@@ -245,6 +245,156 @@ impl Drop for Control {
     }
 }
 
+/// A window open in a process: the library's control thread connected to the command.
+pub(crate) struct Session {
+    /// The socket's directory (removed when dropped).
+    _control: Control,
+    /// The connection, for writing.
+    pub stream: UnixStream,
+    /// The connection, for reading lines.
+    pub lines: BufReader<UnixStream>,
+    /// The threads the library samples, as it said (`started N`).
+    pub threads: String,
+    /// The process's name (`/proc/PID/comm`).
+    pub comm: String,
+}
+
+/// Why a window could not be opened: the line to say, and the exit status.
+pub(crate) struct Refused {
+    pub why: String,
+    pub status: u8,
+}
+
+impl Refused {
+    fn one(why: impl std::fmt::Display) -> Refused {
+        Refused {
+            why: why.to_string(),
+            status: 1,
+        }
+    }
+}
+
+/// Opens a window in process `pid`: checks that it is Python, loads the library into it
+/// (`lib`; a process that has a `libpyigprof.so` mapped already gets that one, which may
+/// be another build) and calls `pyigprof_attach` with the control socket's path,
+/// `PYIGPROF_OUTPUT` = `output` and the `extra` settings lines, then waits for the
+/// library to say `started N`; its `note` lines are printed as `pyigprof WHAT: …`.
+pub(crate) fn open_window(
+    pid: i32,
+    lib: &Path,
+    output: &Path,
+    extra: &str,
+    what: &str,
+) -> Result<Session, Refused> {
+    if pid <= 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(Refused::one("no such process"));
+    }
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim().to_string())
+        .unwrap_or_default();
+    let maps = mappings(pid).map_err(Refused::one)?;
+    if python_object(pid, &maps).is_none() {
+        return Err(Refused::one(format!(
+            "{comm} is not a Python interpreter: neither its program nor a libpython it has \
+             loaded defines Py_IsInitialized"
+        )));
+    }
+    let Some((libc_path, unsafe_code)) = c_library(&maps) else {
+        return Err(Refused::one("no C library (libc.so.6) is mapped in it"));
+    };
+    let find = |name: &str| symbol_in(&maps, &libc_path, name);
+    let (Some(dlopen), Some(dlsym), Some(dlerror), Some(errno_location)) = (
+        find("dlopen"),
+        find("dlsym"),
+        find("dlerror"),
+        find("__errno_location"),
+    ) else {
+        return Err(Refused::one(format!(
+            "{libc_path} defines no dlopen, dlsym, dlerror and __errno_location (glibc \
+             before 2.34?)"
+        )));
+    };
+    // The library the process has already (preloaded, or attached before): dlopen of
+    // another file of the same name would load a second copy beside it.
+    let loaded = maps
+        .iter()
+        .find(|m| {
+            m.offset == 0
+                && Path::new(&m.path)
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("libpyigprof"))
+        })
+        .map(|m| PathBuf::from(&m.path));
+    let lib = loaded.as_deref().unwrap_or(lib);
+    let target_uid = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        });
+    let control = Control::new(target_uid).map_err(|e| Refused {
+        why: format!("cannot make the control socket: {e}"),
+        status: 1,
+    })?;
+    let settings = format!(
+        "PYIGPROF_ATTACH_SOCKET={}\nPYIGPROF_OUTPUT={}\n{extra}",
+        control.socket().display(),
+        output.display()
+    );
+    let libc_fns = (dlopen, dlsym, dlerror, errno_location);
+    let rc = inject(pid, lib, &settings, libc_fns, &unsafe_code).map_err(Refused::one)?;
+    match rc {
+        0 => {}
+        1 => {
+            return Err(Refused::one(
+                "it is profiled by its LD_PRELOAD already: its profile is written when it ends \
+                 (PYIGPROF_DUMP_SIGNAL or PYIGPROF_DUMP_INTERVAL write profiles while it runs)",
+            ))
+        }
+        2 => return Err(Refused::one("another pyigprof attach is profiling it now")),
+        3 => {
+            return Err(Refused::one(
+                "its Python interpreter is not initialised (or is not CPython)",
+            ))
+        }
+        _ => {
+            return Err(Refused::one(
+                "the library could not start its control thread",
+            ))
+        }
+    }
+    let Some(stream) = control.accept(Duration::from_secs(10)) else {
+        return Err(Refused::one(
+            "the library did not connect to the command within 10 s",
+        ));
+    };
+    let mut lines = BufReader::new(stream.try_clone().map_err(Refused::one)?);
+    let threads = loop {
+        let mut line = String::new();
+        if lines.read_line(&mut line).unwrap_or(0) == 0 {
+            return Err(Refused::one(
+                "the library closed the connection before sampling started",
+            ));
+        }
+        let line = line.trim_end();
+        if let Some(n) = line.strip_prefix("started ") {
+            break n.to_string();
+        } else if let Some(note) = line.strip_prefix("note ") {
+            eprintln!("pyigprof {what}: {note}");
+        } else if let Some(e) = line.strip_prefix("error ") {
+            return Err(Refused::one(e));
+        }
+    };
+    Ok(Session {
+        _control: control,
+        stream,
+        lines,
+        threads,
+        comm,
+    })
+}
+
 /// `pyigprof attach`: see the module documentation.
 pub fn attach(args: &Attach) -> ExitCode {
     let started = Instant::now();
@@ -256,120 +406,28 @@ pub fn attach(args: &Attach) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if pid <= 0 || !Path::new(&format!("/proc/{pid}")).exists() {
-        return fail(pid, "no such process");
-    }
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|c| c.trim().to_string())
-        .unwrap_or_default();
-    let maps = match mappings(pid) {
-        Ok(maps) => maps,
-        Err(e) => return fail(pid, e),
-    };
-    if python_object(pid, &maps).is_none() {
-        return fail(
-            pid,
-            format!(
-                "{comm} is not a Python interpreter: neither its program nor a libpython it has \
-                 loaded defines Py_IsInitialized"
-            ),
-        );
-    }
-    let Some((libc_path, unsafe_code)) = c_library(&maps) else {
-        return fail(pid, "no C library (libc.so.6) is mapped in it");
-    };
-    let find = |name: &str| symbol_in(&maps, &libc_path, name);
-    let (Some(dlopen), Some(dlsym), Some(dlerror), Some(errno_location)) = (
-        find("dlopen"),
-        find("dlsym"),
-        find("dlerror"),
-        find("__errno_location"),
-    ) else {
-        return fail(
-            pid,
-            format!(
-                "{libc_path} defines no dlopen, dlsym, dlerror and __errno_location (glibc \
-                 before 2.34?)"
-            ),
-        );
-    };
-    let target_uid = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        });
-    let control = match Control::new(target_uid) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("pyigprof attach: cannot make the control socket: {e}");
-            return ExitCode::from(1);
-        }
-    };
     let output = absolute(
         args.output
             .clone()
             .unwrap_or_else(|| PathBuf::from("pyigprof.%p.gz")),
     );
-    let mut settings = format!(
-        "PYIGPROF_ATTACH_SOCKET={}\nPYIGPROF_OUTPUT={}\n",
-        control.socket().display(),
-        output.display()
-    );
-    if let Some(rate) = args.rate {
-        settings.push_str(&format!("PYIGPROF_HZ={rate}\n"));
-    }
-    let libc_fns = (dlopen, dlsym, dlerror, errno_location);
-    let rc = match inject(pid, &lib, &settings, libc_fns, &unsafe_code) {
-        Ok(rc) => rc,
-        Err(e) => return fail(pid, e),
-    };
-    match rc {
-        0 => {}
-        1 => {
-            return fail(
-                pid,
-                "it is profiled by its LD_PRELOAD already: its profile is written when it ends \
-                 (PYIGPROF_DUMP_SIGNAL or PYIGPROF_DUMP_INTERVAL write profiles while it runs)",
-            )
-        }
-        2 => return fail(pid, "another pyigprof attach is profiling it now"),
-        3 => {
-            return fail(
-                pid,
-                "its Python interpreter is not initialised (or is not CPython)",
-            )
-        }
-        _ => return fail(pid, "the library could not start its control thread"),
-    }
-    let Some(stream) = control.accept(Duration::from_secs(10)) else {
-        return fail(
-            pid,
-            "the library did not connect to the command within 10 s",
-        );
-    };
-    let mut lines = BufReader::new(match stream.try_clone() {
-        Ok(s) => s,
-        Err(e) => return fail(pid, e),
-    });
-    let threads = loop {
-        let mut line = String::new();
-        if lines.read_line(&mut line).unwrap_or(0) == 0 {
-            return fail(
-                pid,
-                "the library closed the connection before sampling started",
-            );
-        }
-        let line = line.trim_end();
-        if let Some(n) = line.strip_prefix("started ") {
-            break n.to_string();
-        } else if let Some(note) = line.strip_prefix("note ") {
-            eprintln!("pyigprof attach: {note}");
-        } else if let Some(e) = line.strip_prefix("error ") {
-            return fail(pid, e);
+    let rate = args
+        .rate
+        .map_or(String::new(), |rate| format!("PYIGPROF_HZ={rate}\n"));
+    let session = match open_window(pid, &lib, &output, &rate, "attach") {
+        Ok(session) => session,
+        Err(refused) => {
+            eprintln!("pyigprof attach: process {pid}: {}", refused.why);
+            return ExitCode::from(refused.status);
         }
     };
+    let Session {
+        stream,
+        lines,
+        threads,
+        comm,
+        _control,
+    } = session;
     let until = match args.duration {
         Some(s) => format!("for {s} s"),
         None => "until Ctrl-C".into(),

@@ -8,6 +8,8 @@
 //!   them (py-spy's `record`).
 //! - `pyigprof attach PID [--duration S] [-o FILE] [--rate HZ]` profiles a Python process
 //!   that is already running (module `attach`; `memray attach`'s habit).
+//! - `pyigprof dump PID [--json] [--python]` prints every thread's call stack in a running
+//!   Python process once (module `dump`; py-spy's `dump`).
 //! - `pyigprof report FILE… [OPTIONS]` is `pyigprof-analyse` (the same options).
 //! - IgProf's spelling: `pyigprof -pp [-z] [-o FILE] CMD [ARGS…]` (`-mp` for the memory
 //!   profiler), as `igprof -pp -z -o FILE CMD`.
@@ -16,6 +18,7 @@
 //! signal); 2 for a command-line error or when the library or the analyser is not found.
 
 mod attach;
+mod dump;
 mod inject;
 mod launch;
 
@@ -42,6 +45,11 @@ enum Command {
     /// without restarting it: loads the library into it with ptrace, samples every
     /// thread's CPU time, writes the profile and leaves the process as it was.
     Attach(attach::Attach),
+    /// Prints every thread's call stack in a running Python process, once: Python
+    /// functions and lines with the native frames between them, and the system call each
+    /// waiting thread waits in. Works on a process started under pyigprof and, loading
+    /// the library as attach does, on one that was not; the process goes on as it was.
+    Dump(dump::Dump),
     /// Prints reports from profiles: pyigprof-analyse, with the same options
     /// (`pyigprof report --help`).
     Report {
@@ -173,6 +181,7 @@ fn main() -> ExitCode {
             Command::Record(record) => record,
             Command::Report { args } => return launch::report(&args),
             Command::Attach(attach) => return attach::attach(&attach),
+            Command::Dump(dump) => return dump::dump(&dump),
         },
     };
     launch::record(&record)

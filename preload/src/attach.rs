@@ -36,7 +36,14 @@
 //! program's output is untouched: nothing is printed in it ([`crate::messages::silence`]).
 //!
 //! Lines to the command: `started THREADS`, `note TEXT`, `written PATH`, `summary TEXT`,
-//! `error TEXT`; from it: `stop`.
+//! `error TEXT`, `discarded`; from it: `dump` (answered by [`crate::output::live::report`]'s
+//! lines, at any time while sampling) and `stop`.
+//!
+//! `pyigprof dump` uses the same window with `PYIGPROF_ATTACH_PURPOSE=dump`: it asks
+//! `dump` and `stop`, and nothing is written (`discarded`). In a process that runs under
+//! the preloaded library, whose sampler already samples every thread, such a call starts
+//! no window: a control thread (registered and sampled as the program's threads are) only
+//! answers `dump` until the command goes ([`serve_dumps`]).
 
 use crate::capture::python::discover;
 use crate::capture::unwind::modules;
@@ -84,6 +91,8 @@ static FIRST_HZ: AtomicU32 = AtomicU32::new(0);
 struct Window {
     config: Config,
     socket: UnixStream,
+    /// A window for `pyigprof dump`: nothing is written at its end.
+    discard: bool,
 }
 
 /// Starts an attachment window (see the module documentation). Called by `pyigprof attach`
@@ -100,9 +109,23 @@ pub unsafe extern "C" fn pyigprof_attach(settings: *const c_char) -> c_int {
     if settings.is_null() {
         return CANNOT_START;
     }
+    // SAFETY: the caller's NUL-terminated string.
+    let text = unsafe { CStr::from_ptr(settings) }
+        .to_string_lossy()
+        .into_owned();
     // A sampler that no attachment made (none set the first rate) is the constructor's.
     if sampler::get().is_some() && FIRST_HZ.load(Ordering::Acquire) == 0 {
-        return PRELOADED;
+        if !text.lines().any(|l| l == "PYIGPROF_ATTACH_PURPOSE=dump") {
+            return PRELOADED;
+        }
+        let served = std::thread::Builder::new()
+            .name("pyigprof".into())
+            .spawn(move || serve_dumps(&text));
+        return if served.is_ok() {
+            STARTED
+        } else {
+            CANNOT_START
+        };
     }
     let Some(version) = cpython::version().filter(|_| cpython::initialized()) else {
         return NOT_PYTHON;
@@ -110,10 +133,6 @@ pub unsafe extern "C" fn pyigprof_attach(settings: *const c_char) -> c_int {
     if OPEN.swap(true, Ordering::AcqRel) {
         return BUSY;
     }
-    // SAFETY: the caller's NUL-terminated string.
-    let text = unsafe { CStr::from_ptr(settings) }
-        .to_string_lossy()
-        .into_owned();
     let key = cpython::find_thread_state_key();
     let started = std::thread::Builder::new()
         .name("pyigprof".into())
@@ -177,7 +196,12 @@ fn control(settings: &str, version: (u8, u8, u8), key: Option<libc::pthread_key_
     }
     say(&socket, format!("started {adopted}"));
     let reader = socket.try_clone().ok();
-    *WINDOW.lock().unwrap_or_else(|e| e.into_inner()) = Some(Window { config, socket });
+    let discard = lookup("PYIGPROF_ATTACH_PURPOSE").is_some_and(|p| p == "dump");
+    *WINDOW.lock().unwrap_or_else(|e| e.into_inner()) = Some(Window {
+        config,
+        socket,
+        discard,
+    });
     wait_for_stop(sampler, reader.as_ref(), &mut known);
     end_window();
 }
@@ -331,7 +355,62 @@ fn adopt_new(sampler: &Sampler, known: &mut HashSet<libc::pid_t>) -> (usize, Vec
     adopt::adopt(sampler, &new)
 }
 
-/// Adopts new threads every [`POLL`] until the command says `stop` or its socket closes.
+/// How long a `dump` waits for threads that are neither blocked nor sampled yet (just
+/// adopted): a few intervals of the slowest rate, 250 Hz.
+const DUMP_WAIT: Duration = Duration::from_millis(100);
+
+/// Answers `dump` on `socket`: every sampled thread's call stack now
+/// ([`crate::output::live`]).
+fn answer_dump(sampler: &Sampler, mut socket: &UnixStream) -> std::io::Result<()> {
+    let threads = crate::output::live::threads_now(sampler, DUMP_WAIT);
+    socket.write_all(crate::output::live::report(sampler, &threads).as_bytes())
+}
+
+/// The control thread of a `pyigprof dump` in a process the preloaded library samples:
+/// connects to the command's socket, says `started N` (the threads sampled), answers
+/// each `dump`, and says `discarded` and ends at anything else or when the socket closes.
+fn serve_dumps(settings: &str) {
+    // SAFETY: blocking every signal in this thread only.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+    }
+    let Some(sampler) = sampler::get() else {
+        return;
+    };
+    let Some(mut socket) = settings
+        .lines()
+        .find_map(|l| l.strip_prefix("PYIGPROF_ATTACH_SOCKET="))
+        .and_then(|p| UnixStream::connect(p).ok())
+    else {
+        return;
+    };
+    let threads = sampler.sampled_threads().len();
+    if socket
+        .write_all(format!("started {threads}\n").as_bytes())
+        .is_err()
+    {
+        return;
+    }
+    let Ok(reader) = socket.try_clone() else {
+        return;
+    };
+    for line in BufReader::new(reader).lines() {
+        match line {
+            Ok(l) if l == "dump" => {
+                if answer_dump(sampler, &socket).is_err() {
+                    return;
+                }
+            }
+            _ => break,
+        }
+    }
+    let _ = socket.write_all(b"discarded\n");
+}
+
+/// Adopts new threads every [`POLL`] until the command says `stop` or its socket closes;
+/// answers `dump` meanwhile.
 fn wait_for_stop(sampler: &Sampler, socket: Option<&UnixStream>, known: &mut HashSet<libc::pid_t>) {
     let Some(socket) = socket else { return };
     let mut reader = BufReader::new(socket);
@@ -345,8 +424,11 @@ fn wait_for_stop(sampler: &Sampler, socket: Option<&UnixStream>, known: &mut Has
         let ready = unsafe { libc::poll(&mut poll, 1, POLL.as_millis() as c_int) };
         if ready > 0 {
             let mut line = String::new();
-            // "stop", or the end of the stream (the command ended): either ends the window.
             let _ = reader.read_line(&mut line);
+            if line.trim_end() == "dump" && answer_dump(sampler, socket).is_ok() {
+                continue;
+            }
+            // "stop", or the end of the stream (the command ended): either ends the window.
             return;
         }
         if ready < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
@@ -371,8 +453,13 @@ fn end_window() {
         sampler.stop();
         // The perf events are the helper's descriptors: closed when it ends.
         let helper_ended = helper::end(5_000_000_000);
-        let mut lines = match lifecycle::write_attached(sampler, &window.config) {
-            Ok((path, summary)) => {
+        let written = match window.discard {
+            true => Ok(None),
+            false => lifecycle::write_attached(sampler, &window.config).map(Some),
+        };
+        let mut lines = match written {
+            Ok(None) => vec!["discarded".to_string()],
+            Ok(Some((path, summary))) => {
                 let mut lines = vec![format!("written {}", path.display())];
                 lines.extend(summary.into_iter().map(|l| format!("summary {l}")));
                 lines

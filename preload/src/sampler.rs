@@ -241,6 +241,22 @@ impl Sampler {
         recorded
     }
 
+    /// The call stack of another thread blocked in a system call, captured from the
+    /// registers the kernel saved at its entry as [`Sampler::sample_blocked`] does, but
+    /// counted nowhere: the frame keys, outermost first, for `pyigprof dump`. `None` when
+    /// `still_blocked()`, asked after the capture, says the thread ran meanwhile. The
+    /// caller holds the slot ([`crate::record::threads::CAPTURING`]).
+    pub(crate) fn stack_of_blocked(
+        &self,
+        slot: &mut Slot,
+        regs: Regs,
+        still_blocked: impl FnOnce() -> bool,
+    ) -> Option<Vec<u64>> {
+        let thread = slot.owner.load(Ordering::Relaxed) as u64;
+        let captured = self.capture(slot, regs, Thread::Other(thread));
+        still_blocked().then(|| slot.out[..captured.len].to_vec())
+    }
+
     /// Captures the call stack of `slot`'s thread (`whose`) from `regs` and, if `verify()`
     /// then holds, records it with `weight` ticks. `None` when `verify()` failed: nothing
     /// is counted, in the trace tree or in the statistics.

@@ -321,6 +321,53 @@ impl<'a> Resolver<'a> {
     }
 }
 
+/// One frame of a call stack named as a person reads it (`pyigprof dump`).
+#[derive(Clone, Debug)]
+pub struct Named {
+    /// The function: a symbol, a Python qualified name, `@?0x…`, or a marker (`<…>`).
+    pub name: String,
+    /// The object's path, the Python source file, or `[pyigprof]` for a marker.
+    pub file: String,
+    /// Python frames: the line running (or the function's first line when the
+    /// instruction is not known). Native frames: `None`.
+    pub line: Option<u64>,
+    /// Native frames: bytes from the function's start (from the object's start for
+    /// `@?` names).
+    pub offset: u64,
+    /// Whether the frame is Python code.
+    pub python: bool,
+}
+
+/// Names the frames of each call stack in `stacks` (frame keys, outermost first) as the
+/// profile would name them ([`Resolver`]); the profiler's own frames are left out.
+/// Not from a signal handler (reads symbol tables).
+pub fn name_frames(sampler: &Sampler, stacks: &[Vec<u64>]) -> Vec<Vec<Named>> {
+    let mut resolver = Resolver::new(sampler);
+    let own = resolver.own.clone();
+    stacks
+        .iter()
+        .map(|keys| {
+            keys.iter()
+                .filter_map(|&key| {
+                    let (id, offset) = resolver.resolve(key);
+                    let f = &resolver.functions[id as usize];
+                    if own.as_deref() == Some(f.file.as_slice()) {
+                        return None;
+                    }
+                    let python = resolver.python.contains(&id);
+                    Some(Named {
+                        name: String::from_utf8_lossy(&f.name).into_owned(),
+                        file: String::from_utf8_lossy(&f.file).into_owned(),
+                        line: python.then_some(f.start + offset),
+                        offset: if python { 0 } else { offset },
+                        python,
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
 impl Profile {
     /// Merges the trace trees of every thread of `sampler` (sampling must have stopped).
     pub fn collect(sampler: &Sampler) -> Profile {

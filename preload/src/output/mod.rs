@@ -1,9 +1,11 @@
 //! Output: writing the trace trees as an IgProf profile.
 //!
 //! - [`dump`]: the dump writer — trees merged, frames named, IgProf text (gzip);
+//! - [`live`]: what every thread does now, for `pyigprof dump`;
 //! - [`lifecycle`]: when a profile is written — at exit, before exec, on fatal signals, in
 //!   fork children, on a dump signal or interval — and how the process then ends as it
 //!   would have.
 
 pub mod dump;
 pub mod lifecycle;
+pub mod live;

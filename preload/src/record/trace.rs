@@ -448,6 +448,39 @@ impl Trees {
         }
     }
 
+    /// The keys of the frames from `root` (excluded) down to `leaf`, outermost first:
+    /// the call stack of the samples counted at `leaf`. `None` when `leaf` is not in the
+    /// tree (nodes have no parent links: this searches the tree depth-first, for
+    /// `pyigprof dump`, not for the handler). May run while the owner inserts.
+    pub fn path_to(&self, root: u32, leaf: u32) -> Option<Vec<u64>> {
+        if root == 0 || leaf == 0 || leaf == root {
+            return None;
+        }
+        // (node, depth) to visit; `path[d]` is the key at depth d + 1 of the current branch.
+        let mut stack: Vec<(u32, usize)> = Vec::new();
+        let mut path: Vec<u64> = Vec::new();
+        let push_children = |stack: &mut Vec<(u32, usize)>, of: u32, depth: usize| {
+            let mut child = self.node(of).first_child.load(Ordering::Acquire);
+            while child != 0 {
+                stack.push((child, depth));
+                child = self.node(child).next_sibling.load(Ordering::Acquire);
+            }
+        };
+        push_children(&mut stack, root, 1);
+        while let Some((index, depth)) = stack.pop() {
+            if depth > MAX_STACK {
+                continue;
+            }
+            path.truncate(depth - 1);
+            path.push(self.node(index).key.load(Ordering::Relaxed));
+            if index == leaf {
+                return Some(path);
+            }
+            push_children(&mut stack, index, depth + 1);
+        }
+        None
+    }
+
     /// Nodes in use, of all trees.
     pub fn nodes_used(&self) -> usize {
         self.nodes.len().saturating_sub(1)
@@ -499,6 +532,22 @@ mod tests {
         );
         // root + nodes 1, 2, 3, 5
         assert_eq!(trees.nodes_used(), 5);
+    }
+
+    #[test]
+    fn the_path_to_a_leaf_is_the_stack_its_samples_had() {
+        let trees = Trees::new(1000).unwrap();
+        let root = trees.new_root().unwrap();
+        let other = trees.new_root().unwrap();
+        trees.record(root, &[1, 2, 3], 1, 1).unwrap();
+        let leaf = trees.record(root, &[1, 4, 5, 6], 1, 1).unwrap();
+        trees.record(root, &[1, 4, 7], 1, 1).unwrap();
+        let short = trees.record(root, &[1], 1, 1).unwrap();
+        assert_eq!(trees.path_to(root, leaf), Some(vec![1, 4, 5, 6]));
+        assert_eq!(trees.path_to(root, short), Some(vec![1]));
+        let elsewhere = trees.record(other, &[9, 8], 1, 1).unwrap();
+        assert_eq!(trees.path_to(root, elsewhere), None);
+        assert_eq!(trees.path_to(root, root), None);
     }
 
     /// A memo past its warm-up, which uses its caches from the first lookup.

@@ -230,7 +230,7 @@ fn decimal(mut value: u32, out: &mut [u8; 10]) -> &[u8] {
 /// thread in a system call (`<nr> <arg1> … <arg6> <sp> <pc>`, numbers after the first in
 /// `0x` hex: the kernel's `proc_pid_syscall`); `None` for `running`, for `-1 <sp> <pc>`
 /// (blocked, not in a system call) and for anything else.
-fn parse(line: &[u8]) -> Option<(u64, u64)> {
+pub(crate) fn parse(line: &[u8]) -> Option<(u64, u64)> {
     let mut fields = line
         .split(|&b| b == b' ' || b == b'\n')
         .filter(|f| !f.is_empty());

@@ -209,7 +209,11 @@ impl Runtime {
                 current,
                 offsets,
                 interp_head,
-            } => self.gil_holder_state(current, offsets, interp_head, seen),
+            } => {
+                // SAFETY: pthread_self only reads the thread pointer.
+                let me = unsafe { libc::pthread_self() } as u64;
+                self.gil_holder_state(me, current, offsets, interp_head, seen)
+            }
             // SAFETY: reads the calling thread's own TSS slot.
             _ => self
                 .thread_state_key()
@@ -220,15 +224,23 @@ impl Runtime {
     /// The `PyThreadState*` of another thread, `thread` (its `pthread_t`), 0 when it has
     /// none; read by the wall-clock source while that thread is blocked. `seen` is the
     /// state last found for it by its own samples, the answer where the thread's key slots
-    /// cannot be read (a key ≥ 32, glibc's descriptor layout not found, 2.7). Reads are
-    /// checked and cannot fault. Async-signal-safe.
+    /// cannot be read (a key ≥ 32, glibc's descriptor layout not found); 2.7 (no key)
+    /// looks for the state whose `thread_id` is `thread` in the interpreter's list, as for
+    /// the calling thread. Reads are checked and cannot fault. Async-signal-safe.
     pub fn thread_state_of(&self, thread: u64, seen: u64) -> u64 {
         match self.source {
             // x86-64 glibc: a thread's pthread_t is its thread pointer (`%fs:0`).
             ThreadStateSource::ThreadLocal { offset } => {
                 read::word(thread.wrapping_add(offset as u64)).unwrap_or(0)
             }
-            ThreadStateSource::GilHolder { .. } => seen,
+            ThreadStateSource::GilHolder {
+                current,
+                offsets,
+                interp_head,
+            } => {
+                let mut seen = seen;
+                self.gil_holder_state(thread, current, offsets, interp_head, &mut seen)
+            }
             _ => self
                 .thread_state_key()
                 .map_or(0, |key| key_value_of(thread, key).unwrap_or(seen)),
@@ -255,7 +267,9 @@ impl Runtime {
         }
     }
 
-    /// 2.7's [`ThreadStateSource::GilHolder`] lookup, see [`layout::ThreadStateLookup`].
+    /// 2.7's [`ThreadStateSource::GilHolder`] lookup, see [`layout::ThreadStateLookup`]:
+    /// the state of thread `me` (a `pthread_t`: the calling thread's, or another's
+    /// blocked in a system call, for the wall-clock source and `pyigprof dump`).
     /// Thread states of other threads may be freed while they are read (a thread ending on
     /// another CPU): a freed small block stays mapped, and a state is only used when its
     /// `thread_id` is the calling thread's and its `interp` is the interpreter, which
@@ -264,6 +278,7 @@ impl Runtime {
     #[inline(never)]
     fn gil_holder_state(
         &self,
+        me: u64,
         current: u64,
         offsets: layout::ThreadStateOffsets,
         interp_head: u64,
@@ -271,8 +286,6 @@ impl Runtime {
     ) -> u64 {
         /// Most thread states looked at in the interpreter's list.
         const MAX_THREAD_STATES: usize = 1024;
-        // SAFETY: pthread_self only reads the thread pointer.
-        let me = unsafe { libc::pthread_self() } as u64;
         let field = |tstate: u64, offset: u16| read::word(tstate + u64::from(offset));
         let owned_by_me = |tstate: u64| tstate != 0 && field(tstate, offsets.thread_id) == Some(me);
         let holder = read::word(current).unwrap_or(0);

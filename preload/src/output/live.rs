@@ -1,0 +1,312 @@
+//! What every thread does now: the call stacks `pyigprof dump PID` prints.
+//!
+//! A thread blocked in a system call (a lock, a sleep, a read) is captured as it is, from
+//! the registers the kernel saved at the call (`/proc/self/task/<tid>/syscall`, as wall
+//! mode's sampler does: [`crate::sampler::Sampler::stack_of_blocked`]), and re-read
+//! afterwards to check it did not run meanwhile. A thread that runs is not stopped: its
+//! call stack is that of its latest CPU sample (`Slot::last_cpu_leaf`, a few milliseconds
+//! old at the rate sampled), looked up in its trace tree. A thread with neither yet (just
+//! attached, no sample) is waited for, up to a deadline; then it is listed without frames.
+//! Nothing is counted in the profile and no signal is sent: the program is left as it was.
+//!
+//! The answer goes to the `pyigprof` command over its control socket, one line per item,
+//! fields separated by tabs ([`report`]); the command prints it as text or JSON.
+
+use crate::output::dump::{name_frames, Named};
+use crate::record::threads::{CAPTURING, FREE};
+use crate::sampler::Sampler;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Where a thread's call stack comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// Captured now, the thread blocked in a system call.
+    Now,
+    /// The thread's latest CPU sample (it was running or runnable).
+    LatestSample,
+    /// Neither: no sample yet, and not blocked when looked at.
+    Unknown,
+}
+
+impl Taken {
+    fn word(self) -> &'static str {
+        match self {
+            Taken::Now => "now",
+            Taken::LatestSample => "sample",
+            Taken::Unknown => "none",
+        }
+    }
+}
+
+/// One thread of the process as `pyigprof dump` shows it.
+#[derive(Debug)]
+pub struct ThreadNow {
+    /// Its kernel thread id.
+    pub tid: i32,
+    /// Its name (`/proc/self/task/<tid>/comm`).
+    pub name: String,
+    /// The scheduler's state letter (`/proc/self/task/<tid>/stat`: R running, S sleeping,
+    /// D uninterruptible, …).
+    pub state: char,
+    /// The system call it is blocked in, by name (`futex`, `clock_nanosleep`, `read`, …),
+    /// when it is.
+    pub syscall: Option<String>,
+    /// Where [`ThreadNow::frames`] come from.
+    pub taken: Taken,
+    /// Its frame keys, outermost first (named by [`report`]).
+    keys: Vec<u64>,
+}
+
+/// Every sampled thread's call stack (see the module documentation), waiting up to `wait`
+/// for threads that have neither been sampled nor are blocked. Not from a signal handler.
+pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
+    let deadline = Instant::now() + wait;
+    // Other threads' Python frames are found through their key slots (as in wall mode);
+    // CPU mode has not looked for them.
+    crate::capture::python::find_key_slots();
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+    let mut found: Vec<ThreadNow> = Vec::new();
+    loop {
+        // SAFETY: a slot's scratch buffers are used only while it is held (CAPTURING).
+        unsafe {
+            sampler.slots.for_each_mut(|slot| {
+                let tid = slot.tid.load(Ordering::Relaxed);
+                // The thread answering (the preloaded library registers it) is not the
+                // program's.
+                if tid == 0 || tid == me || !slot.ready.load(Ordering::Acquire) {
+                    return;
+                }
+                if found
+                    .iter()
+                    .any(|t| t.tid == tid && t.taken != Taken::Unknown)
+                {
+                    return;
+                }
+                let (state, name) = stat_of(tid);
+                let mut thread = ThreadNow {
+                    tid,
+                    name,
+                    state,
+                    syscall: None,
+                    taken: Taken::Unknown,
+                    keys: Vec::new(),
+                };
+                if let Some((nr, sp, pc)) = syscall_of(tid) {
+                    thread.syscall = Some(syscall_name(nr));
+                    if slot
+                        .busy
+                        .compare_exchange(FREE, CAPTURING, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        let regs = crate::capture::unwind::Regs::new(
+                            pc,
+                            sp,
+                            crate::capture::unwind::UNKNOWN_BP,
+                        );
+                        let still = || syscall_of(tid) == Some((nr, sp, pc));
+                        if let Some(keys) = sampler.stack_of_blocked(slot, regs, still) {
+                            thread.keys = keys;
+                            thread.taken = Taken::Now;
+                        }
+                        slot.busy.store(FREE, Ordering::Release);
+                    }
+                }
+                if thread.taken == Taken::Unknown {
+                    let root = slot.root.load(Ordering::Acquire);
+                    let leaf = slot.last_cpu_leaf.load(Ordering::Acquire);
+                    if let Some(keys) = sampler.trees.path_to(root, leaf) {
+                        thread.keys = keys;
+                        thread.taken = Taken::LatestSample;
+                    }
+                }
+                match found.iter_mut().find(|t| t.tid == tid) {
+                    Some(old) => *old = thread,
+                    None => found.push(thread),
+                }
+            })
+        };
+        if found.iter().all(|t| t.taken != Taken::Unknown) || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    found.sort_by_key(|t| t.tid);
+    found
+}
+
+/// The answer to the command's `dump`: one `process` line, then per thread a `thread`
+/// line and its `frame` lines, innermost frame first, then `end`. Fields are separated by
+/// tabs (tabs and newlines in names become spaces):
+///
+/// - `process <pid> <python version or -> <command line>`
+/// - `thread <tid> <main: 1|0> <state letter> <syscall or -> <now|sample|none> <name>`
+/// - `frame <python: 1|0> <line or -> <offset> <file> <name>`
+pub fn report(sampler: &Sampler, threads: &[ThreadNow]) -> String {
+    let stacks: Vec<Vec<u64>> = threads.iter().map(|t| t.keys.clone()).collect();
+    let named = name_frames(sampler, &stacks);
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let version = pyigprof_hooks::cpython::version()
+        .map_or("-".to_string(), |(a, b, c)| format!("{a}.{b}.{c}"));
+    let command = std::fs::read("/proc/self/cmdline")
+        .map(|raw| {
+            raw.split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    let mut out = format!("process\t{pid}\t{version}\t{}\n", clean(&command));
+    for (thread, frames) in threads.iter().zip(&named) {
+        out.push_str(&format!(
+            "thread\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            thread.tid,
+            u8::from(thread.tid == pid),
+            thread.state,
+            thread.syscall.as_deref().unwrap_or("-"),
+            thread.taken.word(),
+            clean(&thread.name)
+        ));
+        for frame in frames.iter().rev() {
+            out.push_str(&frame_line(frame));
+        }
+    }
+    out.push_str("end\n");
+    out
+}
+
+fn frame_line(frame: &Named) -> String {
+    format!(
+        "frame\t{}\t{}\t{}\t{}\t{}\n",
+        u8::from(frame.python),
+        frame.line.map_or("-".to_string(), |l| l.to_string()),
+        frame.offset,
+        clean(&frame.file),
+        clean(&frame.name)
+    )
+}
+
+/// `text` with tabs and line breaks made spaces (the report's separators).
+fn clean(text: &str) -> String {
+    text.replace(['\t', '\n', '\r'], " ")
+}
+
+/// The scheduler state letter and the name of thread `tid` of this process.
+fn stat_of(tid: i32) -> (char, String) {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+    // `tid (comm) S …`: the name may hold spaces and parentheses; the state follows the
+    // last `)`.
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].trim_start().chars().next())
+        .unwrap_or('?');
+    let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+        .map(|n| n.trim_end().to_string())
+        .unwrap_or_default();
+    (state, name)
+}
+
+/// The system call thread `tid` is blocked in, with the user stack and instruction
+/// pointers saved at its entry: `(number, sp, pc)`; `None` when it runs or is gone.
+fn syscall_of(tid: i32) -> Option<(u64, u64, u64)> {
+    let line = std::fs::read(format!("/proc/self/task/{tid}/syscall")).ok()?;
+    let (sp, pc) = crate::sources::wall::parse(&line)?;
+    let nr = line
+        .split(|&b| b == b' ')
+        .next()
+        .and_then(|f| std::str::from_utf8(f).ok()?.trim().parse().ok())?;
+    Some((nr, sp, pc))
+}
+
+/// The name of x86-64 system call `nr` (those a thread waits in), else `syscall <nr>`.
+fn syscall_name(nr: u64) -> String {
+    let names: &[(libc::c_long, &str)] = &[
+        (libc::SYS_read, "read"),
+        (libc::SYS_write, "write"),
+        (libc::SYS_readv, "readv"),
+        (libc::SYS_writev, "writev"),
+        (libc::SYS_pread64, "pread64"),
+        (libc::SYS_pwrite64, "pwrite64"),
+        (libc::SYS_poll, "poll"),
+        (libc::SYS_ppoll, "ppoll"),
+        (libc::SYS_select, "select"),
+        (libc::SYS_pselect6, "pselect6"),
+        (libc::SYS_epoll_wait, "epoll_wait"),
+        (libc::SYS_epoll_pwait, "epoll_pwait"),
+        (libc::SYS_epoll_pwait2, "epoll_pwait2"),
+        (libc::SYS_futex, "futex"),
+        (libc::SYS_futex_waitv, "futex_waitv"),
+        (libc::SYS_nanosleep, "nanosleep"),
+        (libc::SYS_clock_nanosleep, "clock_nanosleep"),
+        (libc::SYS_pause, "pause"),
+        (libc::SYS_rt_sigsuspend, "rt_sigsuspend"),
+        (libc::SYS_rt_sigtimedwait, "rt_sigtimedwait"),
+        (libc::SYS_accept, "accept"),
+        (libc::SYS_accept4, "accept4"),
+        (libc::SYS_connect, "connect"),
+        (libc::SYS_recvfrom, "recvfrom"),
+        (libc::SYS_recvmsg, "recvmsg"),
+        (libc::SYS_recvmmsg, "recvmmsg"),
+        (libc::SYS_sendto, "sendto"),
+        (libc::SYS_sendmsg, "sendmsg"),
+        (libc::SYS_wait4, "wait4"),
+        (libc::SYS_waitid, "waitid"),
+        (libc::SYS_ioctl, "ioctl"),
+        (libc::SYS_flock, "flock"),
+        (libc::SYS_fcntl, "fcntl"),
+        (libc::SYS_fsync, "fsync"),
+        (libc::SYS_fdatasync, "fdatasync"),
+        (libc::SYS_openat, "openat"),
+        (libc::SYS_io_uring_enter, "io_uring_enter"),
+        (libc::SYS_sched_yield, "sched_yield"),
+    ];
+    names
+        .iter()
+        .find(|(n, _)| *n as u64 == nr)
+        .map_or_else(|| format!("syscall {nr}"), |(_, name)| name.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_calls_are_named_and_unknown_ones_numbered() {
+        assert_eq!(syscall_name(libc::SYS_futex as u64), "futex");
+        assert_eq!(
+            syscall_name(libc::SYS_clock_nanosleep as u64),
+            "clock_nanosleep"
+        );
+        assert_eq!(syscall_name(100_000), "syscall 100000");
+    }
+
+    #[test]
+    fn a_threads_state_and_name_are_read() {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+        let (state, name) = stat_of(tid);
+        assert_eq!(state, 'R');
+        assert!(!name.is_empty());
+    }
+
+    #[test]
+    fn a_sleeping_threads_system_call_is_found() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sleeper = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::syscall(libc::SYS_gettid) } as i32)
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(600));
+        });
+        let tid = rx.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let (nr, sp, pc) = syscall_of(tid).expect("the sleeper is in a system call");
+        assert_eq!(syscall_name(nr), "clock_nanosleep");
+        assert!(sp != 0 && pc != 0);
+        assert_eq!(stat_of(tid).0, 'S');
+        sleeper.join().unwrap();
+    }
+}

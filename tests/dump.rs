@@ -1,0 +1,321 @@
+//! `pyigprof dump PID` on a program whose threads are in known places — one spinning in a
+//! Python function, one blocked on a lock that is never released, one sleeping, one inside
+//! zlib, two deadlocked on each other's lock and the main thread joining one of them (the
+//! program hangs): each thread's stack names its function and what it waits in, as text
+//! and as JSON, both on a program started under pyigprof and, through attach, on one that
+//! was not; the program's output and life go on unchanged, and nothing is written.
+
+use pyigprof_suite::*;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Threads in known places; prints `ready` once they are there, then hangs on a deadlock.
+const PLACES: &str = r#"
+import os, sys, threading, time, zlib
+held = threading.Lock()
+held.acquire()
+a, b = threading.Lock(), threading.Lock()
+def spin():
+    x = 0
+    while True:
+        x += 1
+def wait_on_lock():
+    held.acquire()
+def sleeper():
+    while True:
+        time.sleep(10)
+def squeeze():
+    data = os.urandom(1 << 14) * 256
+    while True:
+        zlib.compress(data, 9)
+def left():
+    with a:
+        time.sleep(0.2)
+        with b:
+            pass
+def right():
+    with b:
+        time.sleep(0.2)
+        with a:
+            pass
+threads = [threading.Thread(target=f, name=f.__name__) for f in
+           (spin, wait_on_lock, sleeper, squeeze, left, right)]
+for t in threads:
+    t.daemon = True
+    t.start()
+time.sleep(0.6)
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+threads[4].join()
+"#;
+
+/// The program, started with or without the library preloaded; its first line read.
+fn start(python: &Path, preloaded: Option<&str>, dir: &Path) -> Child {
+    let mut command = Command::new(python);
+    command
+        .args(["-c", PLACES])
+        .current_dir(dir)
+        .env_remove("LD_PRELOAD")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(clock) = preloaded {
+        command
+            .env("LD_PRELOAD", &artifacts().preload)
+            .env("PYIGPROF_CLOCK", clock)
+            .env("PYIGPROF_OUTPUT", dir.join("places.%p.gz"));
+    }
+    let mut child = with_default_signals(&mut command)
+        .spawn()
+        .expect("start the program");
+    let mut first = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut first)
+        .expect("the program's first line");
+    assert_eq!(first, "ready\n", "the program's first line");
+    child
+}
+
+/// One thread of a JSON dump: its Python functions, its native frames' files and names,
+/// and the system call it waits in.
+struct Seen {
+    python: Vec<String>,
+    native: Vec<(String, String)>,
+    syscall: Option<String>,
+    from: String,
+}
+
+fn threads_of(json: &serde_json::Value) -> Vec<Seen> {
+    json["threads"]
+        .as_array()
+        .expect("a threads array")
+        .iter()
+        .map(|t| {
+            let frames = t["frames"].as_array().expect("a frames array");
+            Seen {
+                python: frames
+                    .iter()
+                    .filter(|f| f["python"] == true)
+                    .map(|f| f["name"].as_str().unwrap().to_string())
+                    .collect(),
+                native: frames
+                    .iter()
+                    .filter(|f| f["python"] == false)
+                    .map(|f| {
+                        (
+                            f["file"].as_str().unwrap().to_string(),
+                            f["name"].as_str().unwrap().to_string(),
+                        )
+                    })
+                    .collect(),
+                syscall: t["syscall"].as_str().map(str::to_string),
+                from: t["stack_from"].as_str().unwrap().to_string(),
+            }
+        })
+        .collect()
+}
+
+/// The one thread whose innermost Python function is `name`.
+fn thread_in<'a>(threads: &'a [Seen], name: &str, what: &str) -> &'a Seen {
+    let found: Vec<&Seen> = threads
+        .iter()
+        .filter(|t| t.python.first().map(String::as_str) == Some(name))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "{what}: one thread in {name}; innermost Python functions: {:?}",
+        threads.iter().map(|t| t.python.first()).collect::<Vec<_>>()
+    );
+    found[0]
+}
+
+/// A blocked thread's wait: a sleep's system call, or the GIL's futex (a signal of the
+/// attach's roll call interrupts the sleep, and CPython takes the GIL before sleeping on).
+fn sleeps(call: Option<&str>) -> bool {
+    matches!(
+        call,
+        Some("clock_nanosleep" | "nanosleep" | "select" | "pselect6" | "futex")
+    )
+}
+
+fn check(threads: &[Seen], what: &str) {
+    assert_eq!(threads.len(), 7, "{what}: the main thread and six others");
+    let spin = thread_in(threads, "spin", what);
+    assert!(
+        spin.from == "sample" || spin.syscall.as_deref() == Some("futex"),
+        "{what}: spin runs (or waits for the GIL): {:?} {}",
+        spin.syscall,
+        spin.from
+    );
+    let locked = thread_in(threads, "wait_on_lock", what);
+    assert_eq!(
+        locked.syscall.as_deref(),
+        Some("futex"),
+        "{what}: wait_on_lock"
+    );
+    assert_eq!(
+        locked.from, "now",
+        "{what}: wait_on_lock's stack is taken as it waits"
+    );
+    let sleeper = thread_in(threads, "sleeper", what);
+    assert!(
+        sleeps(sleeper.syscall.as_deref()),
+        "{what}: sleeper waits in {:?}",
+        sleeper.syscall
+    );
+    let squeeze = thread_in(threads, "squeeze", what);
+    assert!(
+        squeeze
+            .native
+            .iter()
+            .any(|(file, name)| file.contains("zlib")
+                || file.contains("libz")
+                || name.contains("deflate")),
+        "{what}: squeeze's native frames name zlib: {:?}",
+        squeeze.native
+    );
+    for name in ["left", "right"] {
+        let t = thread_in(threads, name, what);
+        assert_eq!(
+            t.syscall.as_deref(),
+            Some("futex"),
+            "{what}: {name} is deadlocked"
+        );
+    }
+    // The main thread joins `left` from the module's code (`Thread.join` →
+    // `_wait_for_tstate_lock`, qualified names from 3.11 on).
+    let main: Vec<&Seen> = threads
+        .iter()
+        .filter(|t| t.python.last().map(String::as_str) == Some("<module>"))
+        .collect();
+    assert_eq!(main.len(), 1, "{what}: one thread runs <module>");
+    assert!(
+        main[0].python.iter().any(|f| f.ends_with("join"))
+            && main[0].syscall.as_deref() == Some("futex"),
+        "{what}: the main thread waits in join: {:?} {:?}",
+        main[0].python,
+        main[0].syscall
+    );
+    // Native frames lie between the Python ones: the lock's wait is in the C library.
+    assert!(
+        locked
+            .native
+            .iter()
+            .any(|(file, _)| file.contains("libc.so") || file.contains("libpthread")),
+        "{what}: wait_on_lock's native frames: {:?}",
+        locked.native
+    );
+}
+
+#[test]
+fn dump_shows_every_threads_place_on_a_hung_program_started_with_and_without_pyigprof() {
+    let pythons = interpreters_with_python_frames("dump");
+    for python in pythons {
+        for preloaded in [Some("cpu"), Some("wall"), None] {
+            let what = format!(
+                "{} {}",
+                python.name,
+                match preloaded {
+                    Some(clock) => format!("preloaded, {clock} mode"),
+                    None => "attached".into(),
+                }
+            );
+            let dir = scratch_dir("dump");
+            let mut child = start(&python.path, preloaded, &dir);
+            let pid = child.id().to_string();
+            let started = Instant::now();
+            let out = pyigprof(&["dump", "--json", &pid], &dir);
+            let took = started.elapsed();
+            assert!(out.status.success(), "{what}: {}", text(&out.stderr));
+            let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", text(&out.stdout)));
+            assert_eq!(json["pid"].as_i64(), Some(child.id() as i64), "{what}");
+            let threads = threads_of(&json);
+            check(&threads, &what);
+            // The text says the same, innermost frame first, for a person.
+            let shown = pyigprof(&["dump", &pid], &dir);
+            assert!(shown.status.success(), "{what}: {}", text(&shown.stderr));
+            let shown = text(&shown.stdout);
+            let block = shown
+                .split("\nThread ")
+                .find(|b| b.contains("wait_on_lock ("))
+                .unwrap_or_else(|| panic!("{what}: no wait_on_lock in\n{shown}"));
+            let at = |s: &str| {
+                block
+                    .find(s)
+                    .unwrap_or_else(|| panic!("{what}: no {s:?} in\n{block}"))
+            };
+            assert!(
+                at("wait_on_lock (") < at("_bootstrap_inner ("),
+                "{what}: innermost first\n{block}"
+            );
+            assert!(
+                block.contains(": waiting in futex (stack: now)\n"),
+                "{what}:\n{block}"
+            );
+            let python_only = text(&pyigprof(&["dump", "--python", &pid], &dir).stdout);
+            assert!(
+                !python_only.contains("libc.so") && python_only.contains("wait_on_lock ("),
+                "{what}: --python leaves native frames out:\n{python_only}"
+            );
+            eprintln!(
+                "dump: {what}: {} ms to the first JSON dump",
+                took.as_millis()
+            );
+            assert!(took < Duration::from_secs(10), "{what}: took {took:?}");
+            // The program goes on: still hung, nothing written, no output but its own.
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "{what}: the program ended"
+            );
+            let _ = child.kill();
+            let _ = child.wait();
+            let mut rest = String::new();
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut rest)
+                .unwrap();
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            assert_eq!(rest, "", "{what}: the program's stdout after ready");
+            assert_eq!(err, "", "{what}: the program's stderr");
+            let written: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name())
+                .collect();
+            assert!(written.is_empty(), "{what}: files written: {written:?}");
+        }
+    }
+}
+
+#[test]
+fn dump_refuses_a_process_that_is_not_python_in_one_line() {
+    let dir = scratch_dir("dump-refused");
+    let mut sleep = Command::new("sleep").arg("30").spawn().expect("sleep");
+    let out = pyigprof(&["dump", &sleep.id().to_string()], &dir);
+    let _ = sleep.kill();
+    let _ = sleep.wait();
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("is not a Python interpreter"), "{err}");
+    let out = pyigprof(&["dump", "999999999"], &dir);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("no such process"),
+        "{}",
+        text(&out.stderr)
+    );
+}
