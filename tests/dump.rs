@@ -52,7 +52,18 @@ threads[4].join()
 "#;
 
 /// The program, started with or without the library preloaded; its first line read.
-fn start(python: &Path, preloaded: Option<&str>, dir: &Path) -> Child {
+/// The program's process, killed when dropped (a failed assertion must not leave it
+/// hanging, one thread spinning).
+struct Program(Child);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(python: &Path, preloaded: Option<&str>, dir: &Path) -> Program {
     let mut command = Command::new(python);
     command
         .args(["-c", PLACES])
@@ -75,7 +86,7 @@ fn start(python: &Path, preloaded: Option<&str>, dir: &Path) -> Child {
         .read_line(&mut first)
         .expect("the program's first line");
     assert_eq!(first, "ready\n", "the program's first line");
-    child
+    Program(child)
 }
 
 /// One thread of a JSON dump: its Python functions, its native frames' files and names,
@@ -224,7 +235,8 @@ fn dump_shows_every_threads_place_on_a_hung_program_started_with_and_without_pyi
                 }
             );
             let dir = scratch_dir("dump");
-            let mut child = start(&python.path, preloaded, &dir);
+            let mut program = start(&python.path, preloaded, &dir);
+            let child = &mut program.0;
             let pid = child.id().to_string();
             let started = Instant::now();
             let out = pyigprof(&["dump", "--json", &pid], &dir);

@@ -2,7 +2,7 @@
 //! Python functions and lines with the native frames between them (py-spy's `dump`).
 //!
 //! The command opens a window in the process as `pyigprof attach` does
-//! ([`crate::attach::open_window`], with `PYIGPROF_ATTACH_PURPOSE=dump`: nothing is
+//! ([`crate::attach::open_window`], with `PYIGPROF_ATTACH_PURPOSE=live`: nothing is
 //! written), asks `dump`, prints the answer and closes the window. In a process started
 //! under pyigprof the preloaded library answers at once (its sampler has every thread's
 //! latest sample); in one that was not, the library is loaded, samples the threads for a
@@ -220,7 +220,7 @@ pub fn dump(args: &Dump) -> ExitCode {
     };
     // Nothing is written; the setting only has to be valid.
     let output = std::env::temp_dir().join("pyigprof-dump-unused.%p.gz");
-    let session = match open_window(pid, &lib, &output, "PYIGPROF_ATTACH_PURPOSE=dump\n", "dump") {
+    let session = match open_window(pid, &lib, &output, "PYIGPROF_ATTACH_PURPOSE=live\n", "dump") {
         Ok(session) => session,
         Err(refused) => {
             eprintln!("pyigprof dump: process {pid}: {}", refused.why);

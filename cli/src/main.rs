@@ -10,6 +10,8 @@
 //!   that is already running (module `attach`; `memray attach`'s habit).
 //! - `pyigprof dump PID [--json] [--python]` prints every thread's call stack in a running
 //!   Python process once (module `dump`; py-spy's `dump`).
+//! - `pyigprof top PID` / `pyigprof top -- CMD…` shows the hottest functions live (module
+//!   `top`; py-spy's `top`).
 //! - `pyigprof report FILE… [OPTIONS]` is `pyigprof-analyse` (the same options).
 //! - IgProf's spelling: `pyigprof -pp [-z] [-o FILE] CMD [ARGS…]` (`-mp` for the memory
 //!   profiler), as `igprof -pp -z -o FILE CMD`.
@@ -21,6 +23,7 @@ mod attach;
 mod dump;
 mod inject;
 mod launch;
+mod top;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
@@ -50,6 +53,10 @@ enum Command {
     /// waiting thread waits in. Works on a process started under pyigprof and, loading
     /// the library as attach does, on one that was not; the process goes on as it was.
     Dump(dump::Dump),
+    /// Shows the functions with the most samples in a running Python process, refreshed
+    /// every second: Python and native, self and total, over the last interval and since
+    /// the start. `pyigprof top PID`, or `pyigprof top -- python app.py`.
+    Top(top::Top),
     /// Prints reports from profiles: pyigprof-analyse, with the same options
     /// (`pyigprof report --help`).
     Report {
@@ -182,6 +189,7 @@ fn main() -> ExitCode {
             Command::Report { args } => return launch::report(&args),
             Command::Attach(attach) => return attach::attach(&attach),
             Command::Dump(dump) => return dump::dump(&dump),
+            Command::Top(top) => return top::top(&top),
         },
     };
     launch::record(&record)

@@ -39,7 +39,7 @@
 //! `error TEXT`, `discarded`; from it: `dump` (answered by [`crate::output::live::report`]'s
 //! lines, at any time while sampling) and `stop`.
 //!
-//! `pyigprof dump` uses the same window with `PYIGPROF_ATTACH_PURPOSE=dump`: it asks
+//! `pyigprof dump` uses the same window with `PYIGPROF_ATTACH_PURPOSE=live`: it asks
 //! `dump` and `stop`, and nothing is written (`discarded`). In a process that runs under
 //! the preloaded library, whose sampler already samples every thread, such a call starts
 //! no window: a control thread (registered and sampled as the program's threads are) only
@@ -115,7 +115,7 @@ pub unsafe extern "C" fn pyigprof_attach(settings: *const c_char) -> c_int {
         .into_owned();
     // A sampler that no attachment made (none set the first rate) is the constructor's.
     if sampler::get().is_some() && FIRST_HZ.load(Ordering::Acquire) == 0 {
-        if !text.lines().any(|l| l == "PYIGPROF_ATTACH_PURPOSE=dump") {
+        if !text.lines().any(|l| l == "PYIGPROF_ATTACH_PURPOSE=live") {
             return PRELOADED;
         }
         let served = std::thread::Builder::new()
@@ -196,7 +196,7 @@ fn control(settings: &str, version: (u8, u8, u8), key: Option<libc::pthread_key_
     }
     say(&socket, format!("started {adopted}"));
     let reader = socket.try_clone().ok();
-    let discard = lookup("PYIGPROF_ATTACH_PURPOSE").is_some_and(|p| p == "dump");
+    let discard = lookup("PYIGPROF_ATTACH_PURPOSE").is_some_and(|p| p == "live");
     *WINDOW.lock().unwrap_or_else(|e| e.into_inner()) = Some(Window {
         config,
         socket,
@@ -359,11 +359,56 @@ fn adopt_new(sampler: &Sampler, known: &mut HashSet<libc::pid_t>) -> (usize, Vec
 /// adopted): a few intervals of the slowest rate, 250 Hz.
 const DUMP_WAIT: Duration = Duration::from_millis(100);
 
-/// Answers `dump` on `socket`: every sampled thread's call stack now
-/// ([`crate::output::live`]).
-fn answer_dump(sampler: &Sampler, mut socket: &UnixStream) -> std::io::Result<()> {
-    let threads = crate::output::live::threads_now(sampler, DUMP_WAIT);
-    socket.write_all(crate::output::live::report(sampler, &threads).as_bytes())
+/// What the live commands (`pyigprof dump`, `pyigprof top`) ask of a sampling process,
+/// answered on the control socket ([`crate::output::live`]):
+///
+/// - `dump`: every sampled thread's call stack now;
+/// - `snapshot`: the ticks per function so far;
+/// - `write`: a snapshot profile written now (`written PATH`, or `error …` in an attach
+///   window, whose profile is written when it ends).
+struct Live {
+    sampler: &'static Sampler,
+    /// Names frames across snapshots; made again when objects are loaded or unloaded.
+    namer: Option<(usize, crate::output::dump::Namer)>,
+}
+
+impl Live {
+    fn new(sampler: &'static Sampler) -> Live {
+        Live {
+            sampler,
+            namer: None,
+        }
+    }
+
+    /// Answers `request` on `socket`; `Ok(false)` when it is none of the above.
+    fn answer(&mut self, request: &str, mut socket: &UnixStream) -> std::io::Result<bool> {
+        let text = match request {
+            "dump" => {
+                let threads = crate::output::live::threads_now(self.sampler, DUMP_WAIT);
+                crate::output::live::report(self.sampler, &threads)
+            }
+            "snapshot" => {
+                let objects = modules::history().len();
+                let namer = match &mut self.namer {
+                    Some((n, namer)) if *n == objects => namer,
+                    slot => {
+                        let namer = crate::output::dump::Namer::new(self.sampler);
+                        &mut slot.insert((objects, namer)).1
+                    }
+                };
+                crate::output::live::snapshot(self.sampler, namer)
+            }
+            "write" => match lifecycle::snapshot_now() {
+                Some(path) => format!("written {}\n", path.display()),
+                None => "error the profile of an attached process is written when the window \
+                         ends (pyigprof attach)\n"
+                    .into(),
+            },
+            _ => return Ok(false),
+        };
+        socket.write_all(text.as_bytes())?;
+        Ok(true)
+    }
 }
 
 /// The control thread of a `pyigprof dump` in a process the preloaded library samples:
@@ -386,7 +431,15 @@ fn serve_dumps(settings: &str) {
     else {
         return;
     };
-    let threads = sampler.sampled_threads().len();
+    // The program's threads: this one is registered too (the preloaded library's
+    // `pthread_create` registers every thread).
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::syscall(libc::SYS_gettid) } as libc::pid_t;
+    let threads = sampler
+        .sampled_threads()
+        .into_iter()
+        .filter(|&tid| tid != me)
+        .count();
     if socket
         .write_all(format!("started {threads}\n").as_bytes())
         .is_err()
@@ -396,13 +449,11 @@ fn serve_dumps(settings: &str) {
     let Ok(reader) = socket.try_clone() else {
         return;
     };
+    let mut live = Live::new(sampler);
     for line in BufReader::new(reader).lines() {
-        match line {
-            Ok(l) if l == "dump" => {
-                if answer_dump(sampler, &socket).is_err() {
-                    return;
-                }
-            }
+        match line.map(|l| live.answer(&l, &socket)) {
+            Ok(Ok(true)) => {}
+            Ok(Err(_)) => return,
             _ => break,
         }
     }
@@ -411,9 +462,14 @@ fn serve_dumps(settings: &str) {
 
 /// Adopts new threads every [`POLL`] until the command says `stop` or its socket closes;
 /// answers `dump` meanwhile.
-fn wait_for_stop(sampler: &Sampler, socket: Option<&UnixStream>, known: &mut HashSet<libc::pid_t>) {
+fn wait_for_stop(
+    sampler: &'static Sampler,
+    socket: Option<&UnixStream>,
+    known: &mut HashSet<libc::pid_t>,
+) {
     let Some(socket) = socket else { return };
     let mut reader = BufReader::new(socket);
+    let mut live = Live::new(sampler);
     loop {
         let mut poll = libc::pollfd {
             fd: socket.as_raw_fd(),
@@ -425,7 +481,7 @@ fn wait_for_stop(sampler: &Sampler, socket: Option<&UnixStream>, known: &mut Has
         if ready > 0 {
             let mut line = String::new();
             let _ = reader.read_line(&mut line);
-            if line.trim_end() == "dump" && answer_dump(sampler, socket).is_ok() {
+            if let Ok(true) = live.answer(line.trim_end(), socket) {
                 continue;
             }
             // "stop", or the end of the stream (the command ended): either ends the window.

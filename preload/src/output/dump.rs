@@ -338,6 +338,41 @@ pub struct Named {
     pub python: bool,
 }
 
+/// Names frames across calls, reading each object's symbols once (`pyigprof top`).
+pub struct Namer {
+    resolver: Resolver<'static>,
+}
+
+impl Namer {
+    /// A namer for `sampler`'s frames.
+    pub fn new(sampler: &'static Sampler) -> Namer {
+        Namer {
+            resolver: Resolver::new(sampler),
+        }
+    }
+
+    /// The function of frame `key`: its id (stable for the namer's life) and whether it
+    /// is Python code, or `None` for the profiler's own frames.
+    pub fn function(&mut self, key: u64) -> Option<(u32, bool)> {
+        let (id, _) = self.resolver.resolve(key);
+        let own = self.resolver.own.as_deref();
+        (own != Some(self.resolver.functions[id as usize].file.as_slice()))
+            .then(|| (id, self.resolver.python.contains(&id)))
+    }
+
+    /// Function `id`'s file (object path or Python source), name, and whether it is Python
+    /// code; its first line for Python code.
+    pub fn describe(&self, id: u32) -> (String, String, bool, u64) {
+        let f = &self.resolver.functions[id as usize];
+        (
+            String::from_utf8_lossy(&f.file).into_owned(),
+            String::from_utf8_lossy(&f.name).into_owned(),
+            self.resolver.python.contains(&id),
+            f.start,
+        )
+    }
+}
+
 /// Names the frames of each call stack in `stacks` (frame keys, outermost first) as the
 /// profile would name them ([`Resolver`]); the profiler's own frames are left out.
 /// Not from a signal handler (reads symbol tables).

@@ -632,6 +632,22 @@ pub fn snapshot_from_handler() {
     }
 }
 
+/// Writes a snapshot of the profile so far now, as the dump signal does (a fork child
+/// writes it; sampling goes on), for `pyigprof top`'s `w` key; returns the path it is
+/// written to (`PYIGPROF_OUTPUT` tagged `snapshotN`, absolute). `None` in a process the
+/// preloaded library does not sample (an attach window) or whose final profile is written.
+/// Not from a signal handler.
+pub fn snapshot_now() -> Option<PathBuf> {
+    let config = CONFIG.get()?;
+    if !is_owner() || DUMPED.load(Ordering::Acquire) {
+        return None;
+    }
+    let n = SNAPSHOTS.load(Ordering::Relaxed) + 1;
+    snapshot_from_handler();
+    let path = dump::tagged(&final_path(config, std::process::id()), &format!("snapshot{n}"));
+    Some(std::path::absolute(&path).unwrap_or(path))
+}
+
 fn program_took_dump_signal(signal: libc::c_int) {
     crate::notice!("pyigprof: the program installed its own handler for signal {signal}; PYIGPROF_DUMP_SIGNAL no longer writes profiles");
 }

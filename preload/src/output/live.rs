@@ -12,7 +12,7 @@
 //! The answer goes to the `pyigprof` command over its control socket, one line per item,
 //! fields separated by tabs ([`report`]); the command prints it as text or JSON.
 
-use crate::output::dump::{name_frames, Named};
+use crate::output::dump::{name_frames, Named, Namer};
 use crate::record::threads::{CAPTURING, FREE};
 use crate::sampler::Sampler;
 use std::sync::atomic::Ordering;
@@ -173,6 +173,120 @@ pub fn report(sampler: &Sampler, threads: &[ThreadNow]) -> String {
         for frame in frames.iter().rev() {
             out.push_str(&frame_line(frame));
         }
+    }
+    out.push_str("end\n");
+    out
+}
+
+/// Ticks (the sampler's period each) per function of the profile so far, in two views:
+/// every frame (`all`), and Python code only, where the time of native frames goes to the
+/// innermost Python function above them (`python`; a stack without Python code keeps its
+/// innermost native function). `[self, cumulative]` each; a function that appears more
+/// than once in a stack (recursion) counts once in its cumulative ticks.
+#[derive(Clone, Copy, Default)]
+struct Counts {
+    all: [u64; 2],
+    python: [u64; 2],
+}
+
+/// The answer to the command's `snapshot` (`pyigprof top`): the totals, then one line per
+/// function that has ticks, then `end`. Fields separated by tabs:
+///
+/// - `totals <samples> <ticks> <period ns> <threads sampled>`
+/// - `fn <python: 1|0> <self ticks> <cumulative ticks> <self ticks, Python view>
+///   <cumulative ticks, Python view> <first line or 0> <file> <name>`
+///
+/// The counts are since sampling started (the command takes the differences between
+/// snapshots). Reads the trace trees while the threads insert into them: a node is counted
+/// once its counters are published (a sample in flight is in the next snapshot).
+pub fn snapshot(sampler: &Sampler, namer: &mut Namer) -> String {
+    let mut counts: Vec<Counts> = Vec::new();
+    let (mut samples, mut ticks) = (0u64, 0u64);
+    // (node, depth) to visit, and the current branch's functions (`None`: the profiler's
+    // own frame, left out), outermost first.
+    let mut stack: Vec<(u32, usize)> = Vec::new();
+    let mut path: Vec<Option<(u32, bool)>> = Vec::new();
+    let mut counted: Vec<u32> = Vec::new();
+    let trees = &sampler.trees;
+    let push_children = |stack: &mut Vec<(u32, usize)>, of: u32, depth: usize| {
+        let mut child = trees.node(of).first_child.load(Ordering::Acquire);
+        while child != 0 {
+            stack.push((child, depth));
+            child = trees.node(child).next_sibling.load(Ordering::Acquire);
+        }
+    };
+    for root in sampler.slots.roots() {
+        path.clear();
+        push_children(&mut stack, root, 1);
+        while let Some((index, depth)) = stack.pop() {
+            path.truncate(depth - 1);
+            let node = trees.node(index);
+            let function = namer.function(node.key.load(Ordering::Relaxed));
+            if let Some((id, _)) = function {
+                if counts.len() <= id as usize {
+                    counts.resize(id as usize + 1, Counts::default());
+                }
+            }
+            path.push(function);
+            let t = node.ticks.load(Ordering::Acquire);
+            if t > 0 {
+                samples += node.samples.load(Ordering::Relaxed);
+                ticks += t;
+                let mut functions = path.iter().flatten().copied();
+                if let Some((leaf, _)) = functions.clone().last() {
+                    counts[leaf as usize].all[0] += t;
+                    let python_leaf = path
+                        .iter()
+                        .rev()
+                        .flatten()
+                        .find(|&&(_, python)| python)
+                        .map_or(leaf, |&(id, _)| id);
+                    counts[python_leaf as usize].python[0] += t;
+                }
+                counted.clear();
+                for (id, python) in functions.by_ref() {
+                    if counted.contains(&id) {
+                        continue;
+                    }
+                    counted.push(id);
+                    counts[id as usize].all[1] += t;
+                    if python {
+                        counts[id as usize].python[1] += t;
+                    }
+                }
+            }
+            if depth < crate::record::threads::MAX_STACK {
+                push_children(&mut stack, index, depth + 1);
+            }
+        }
+    }
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+    let threads = sampler
+        .sampled_threads()
+        .into_iter()
+        .filter(|&tid| tid != me)
+        .count();
+    let mut out = format!(
+        "totals\t{samples}\t{ticks}\t{}\t{threads}\n",
+        sampler.period_ns
+    );
+    for (id, c) in counts.iter().enumerate() {
+        if c.all == [0, 0] && c.python == [0, 0] {
+            continue;
+        }
+        let (file, name, python, first) = namer.describe(id as u32);
+        out.push_str(&format!(
+            "fn\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            u8::from(python),
+            c.all[0],
+            c.all[1],
+            c.python[0],
+            c.python[1],
+            if python { first } else { 0 },
+            clean(&file),
+            clean(&name)
+        ));
     }
     out.push_str("end\n");
     out

@@ -1,0 +1,625 @@
+//! `pyigprof top PID` and `pyigprof top -- CMD…`: a live, top-like view of the functions
+//! with the most samples — Python and native — refreshed every interval (py-spy's `top`).
+//!
+//! The command opens a live window in the process as `pyigprof dump` does
+//! ([`crate::attach::open_window`], `PYIGPROF_ATTACH_PURPOSE=live`: nothing is written when
+//! it closes): a process started under pyigprof is read from its own sampler; another is
+//! sampled for as long as `top` runs, then left as `attach` leaves it. `top -- CMD` starts
+//! CMD with the library preloaded (as `pyigprof record` does; its profile is written when
+//! it ends) and opens the window once its interpreter is up. Every interval the command
+//! asks `snapshot` (each function's self and cumulative ticks so far, in the all-frames and
+//! the Python views) and shows, per function, its share of the last interval and of the
+//! time since sampling started, with the 95 % sampling error of the interval's share, the
+//! threads' CPU use (from `/proc/PID/task/*/stat`) and the samples per second.
+//!
+//! Keys: `s` sorts by the next column (self, total, self since start, total since start),
+//! `v` switches between all frames and Python frames, `space` pauses, `w` writes the
+//! profile so far (a process started under pyigprof), `q` (or Esc, Ctrl-C) quits, leaving
+//! the program running. `--batch N` prints N reports as text instead (no terminal needed).
+//!
+//! Exit status: 0; the program's with `--` when it ends while shown; 1 when the process
+//! cannot be read; 2 for a command-line error.
+
+use crate::attach::{open_window, Refused, Session};
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use ratatui::layout::{Constraint, Layout};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Paragraph, Row, Table};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode};
+use std::time::{Duration, Instant};
+
+/// What `pyigprof top` was asked.
+#[derive(Debug, clap::Args)]
+pub struct Top {
+    /// The process to show (its process id); or give a program after `--`.
+    #[arg(required_unless_present = "command")]
+    pub pid: Option<i32>,
+
+    /// Seconds between refreshes.
+    #[arg(short, long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub interval: f64,
+
+    /// Samples per second of each thread's CPU time in a process that was not started
+    /// under pyigprof, or in the program started (default 250; a process started under
+    /// pyigprof keeps its own).
+    #[arg(short, long, value_name = "HZ")]
+    pub rate: Option<u32>,
+
+    /// Starts in the Python view: the time of native frames goes to the Python function
+    /// that called them (`v` switches).
+    #[arg(long)]
+    pub python: bool,
+
+    /// Prints N reports, one per interval, as text, instead of the live view.
+    #[arg(long, value_name = "N")]
+    pub batch: Option<u32>,
+
+    /// Functions shown in each text report (`--batch`).
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub rows: usize,
+
+    /// The library. Default: `$PYIGPROF_LIB`, else `libpyigprof.so` next to this command
+    /// (or in `../lib`, or the installed Python package's).
+    #[arg(long, value_name = "PATH")]
+    pub lib: Option<PathBuf>,
+
+    /// The program to start under pyigprof and show.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// One function's ticks so far.
+#[derive(Clone, Copy, Debug, Default)]
+struct Ticks {
+    python: bool,
+    first_line: u64,
+    /// [self, cumulative], all frames.
+    all: [u64; 2],
+    /// [self, cumulative], Python view.
+    py: [u64; 2],
+}
+
+/// One `snapshot` answer (`preload/src/output/live.rs`).
+#[derive(Clone, Debug, Default)]
+struct Snapshot {
+    samples: u64,
+    ticks: u64,
+    period_ns: u64,
+    threads: u64,
+    /// By (file, name).
+    functions: HashMap<(String, String), Ticks>,
+}
+
+fn read_snapshot(lines: &mut impl BufRead) -> Result<Snapshot, String> {
+    let mut snap = Snapshot::default();
+    let mut line = String::new();
+    for n in 1.. {
+        line.clear();
+        if lines.read_line(&mut line).map_err(|e| format!("reading: {e}"))? == 0 {
+            return Err("the process closed the connection (it ended?)".into());
+        }
+        let fields: Vec<&str> = line.trim_end_matches('\n').split('\t').collect();
+        let bad = || format!("line {n} of the library's snapshot is not as expected: {line:?}");
+        let num = |s: &str| s.parse::<u64>().map_err(|_| bad());
+        match fields.as_slice() {
+            ["end"] => return Ok(snap),
+            ["totals", samples, ticks, period, threads] => {
+                snap.samples = num(samples)?;
+                snap.ticks = num(ticks)?;
+                snap.period_ns = num(period)?;
+                snap.threads = num(threads)?;
+            }
+            ["fn", python, s, c, ps, pc, first, file, name] => {
+                let entry = snap
+                    .functions
+                    .entry((file.to_string(), name.to_string()))
+                    .or_default();
+                entry.python = *python == "1";
+                entry.first_line = num(first)?;
+                // Two functions of one name in one file (Python code objects of different
+                // first lines) add up.
+                entry.all[0] += num(s)?;
+                entry.all[1] += num(c)?;
+                entry.py[0] += num(ps)?;
+                entry.py[1] += num(pc)?;
+            }
+            ["error", why] => return Err(why.to_string()),
+            _ => return Err(bad()),
+        }
+    }
+    unreachable!()
+}
+
+/// The columns rows can be sorted by.
+const SORTS: [&str; 4] = ["self", "total", "self since start", "total since start"];
+
+/// What the view shows now.
+struct View {
+    python: bool,
+    sort: usize,
+    paused: bool,
+    status: String,
+}
+
+/// A row of the table.
+struct RowData {
+    name: String,
+    place: String,
+    python: bool,
+    /// Shares of the interval, %: self, total; its 95 % error for self, points.
+    interval: [f64; 2],
+    error: f64,
+    /// Seconds since start: self, total.
+    since: [f64; 2],
+}
+
+/// The rows of `now` against `before` (the interval), in `view`'s frames and order.
+fn rows(now: &Snapshot, before: &Snapshot, view: &View) -> Vec<RowData> {
+    let ticks_of = |t: &Ticks| if view.python { t.py } else { t.all };
+    let interval_ticks = now.ticks.saturating_sub(before.ticks).max(1) as f64;
+    let samples = now.samples.saturating_sub(before.samples).max(1) as f64;
+    let period_s = now.period_ns as f64 / 1e9;
+    let mut rows: Vec<RowData> = now
+        .functions
+        .iter()
+        .filter_map(|((file, name), t)| {
+            let [s, c] = ticks_of(t);
+            if s == 0 && c == 0 {
+                return None;
+            }
+            let [s0, c0] = before.functions.get(&(file.clone(), name.clone())).map_or([0, 0], ticks_of);
+            let share = |x: u64| 100.0 * x as f64 / interval_ticks;
+            let self_share = share(s.saturating_sub(s0));
+            let p = self_share / 100.0;
+            let place = if t.python {
+                format!("{file}:{}", t.first_line)
+            } else {
+                std::path::Path::new(file)
+                    .file_name()
+                    .map_or(file.clone(), |n| n.to_string_lossy().into_owned())
+            };
+            Some(RowData {
+                name: name.clone(),
+                place,
+                python: t.python,
+                interval: [self_share, share(c.saturating_sub(c0))],
+                error: 196.0 * (p * (1.0 - p) / samples).sqrt(),
+                since: [s as f64 * period_s, c as f64 * period_s],
+            })
+        })
+        .collect();
+    let key = |r: &RowData| match view.sort {
+        0 => r.interval[0],
+        1 => r.interval[1],
+        2 => r.since[0],
+        _ => r.since[1],
+    };
+    rows.sort_by(|a, b| key(b).total_cmp(&key(a)).then_with(|| a.name.cmp(&b.name)));
+    rows
+}
+
+/// CPU seconds of every thread of `pid` (`/proc/PID/task/*/stat` utime + stime).
+fn process_cpu_s(pid: i32) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+        .filter_map(|stat| {
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            // Fields 14 and 15 of stat (utime, stime): 12 and 13 after the state.
+            Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / hz)
+        })
+        .sum()
+}
+
+/// The header's words: threads, CPU use, samples per second.
+struct Rates {
+    cpu_cores: f64,
+    samples_per_s: f64,
+}
+
+fn header(pid: i32, comm: &str, now: &Snapshot, rates: &Rates, view: &View) -> Vec<String> {
+    vec![
+        format!(
+            "pyigprof top — process {pid} ({comm}) — {} threads sampled, CPU {:.0} % of a core, {:.0} samples/s, {} samples since start",
+            now.threads,
+            100.0 * rates.cpu_cores,
+            rates.samples_per_s,
+            now.samples
+        ),
+        format!(
+            "view: {} — sorted by {} — {}",
+            if view.python { "Python frames (native time under its Python caller)" } else { "all frames" },
+            SORTS[view.sort],
+            if view.paused { "PAUSED" } else { "live" }
+        ),
+    ]
+}
+
+const COLUMNS: [&str; 7] = ["%self", "±", "%total", "self s", "total s", "function", "file"];
+
+fn cells(r: &RowData) -> [String; 7] {
+    [
+        format!("{:5.1}", r.interval[0]),
+        format!("{:4.1}", r.error),
+        format!("{:5.1}", r.interval[1]),
+        format!("{:7.2}", r.since[0]),
+        format!("{:7.2}", r.since[1]),
+        r.name.clone(),
+        r.place.clone(),
+    ]
+}
+
+/// One text report (`--batch`).
+fn report_text(lines: &[String], rows: &[RowData], n: usize) -> String {
+    let mut out = lines.join("\n");
+    out.push_str(&format!(
+        "\n{:>6} {:>5} {:>6} {:>8} {:>8}  {}  ({})\n",
+        COLUMNS[0], COLUMNS[1], COLUMNS[2], COLUMNS[3], COLUMNS[4], COLUMNS[5], COLUMNS[6]
+    ));
+    for r in rows.iter().take(n) {
+        let c = cells(r);
+        out.push_str(&format!(
+            "{:>6} {:>5} {:>6} {:>8} {:>8}  {}  ({})\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6]
+        ));
+    }
+    out
+}
+
+/// The process shown, and the program `top` started, if it did.
+struct Target {
+    pid: i32,
+    child: Option<Child>,
+}
+
+/// Starts `command` under the library and opens the window once its interpreter is up.
+fn start_program(args: &Top, lib: &std::path::Path) -> Result<(Target, Session), String> {
+    let mut command = Command::new(&args.command[0]);
+    command
+        .args(&args.command[1..])
+        .env("LD_PRELOAD", lib)
+        .env("PYIGPROF_ONLY_CHILD_OF", std::process::id().to_string());
+    if let Some(rate) = args.rate {
+        command.env("PYIGPROF_HZ", rate.to_string());
+    }
+    if args.batch.is_none() {
+        // The view owns the terminal: the summary line would land in it.
+        command.env("PYIGPROF_LOG", "stderr");
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("cannot start {:?}: {e}", args.command[0]))?;
+    let pid = child.id() as i32;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let output = std::env::temp_dir().join("pyigprof-top-unused.%p.gz");
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("the program ended before it could be shown ({status})"));
+        }
+        match open_window(pid, lib, &output, "PYIGPROF_ATTACH_PURPOSE=live\n", "top") {
+            Ok(session) => return Ok((Target { pid, child: Some(child) }, session)),
+            Err(Refused { why, .. }) if Instant::now() > deadline => {
+                let _ = child.kill();
+                return Err(why);
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// `pyigprof top`: see the module documentation.
+pub fn top(args: &Top) -> ExitCode {
+    let lib = match crate::launch::library(args.lib.as_deref()) {
+        Ok(lib) => lib,
+        Err(e) => {
+            eprintln!("pyigprof top: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.interval.is_nan() || args.interval <= 0.0 {
+        eprintln!("pyigprof top: --interval must be a positive number of seconds");
+        return ExitCode::from(2);
+    }
+    let (mut target, session) = if args.command.is_empty() {
+        let pid = args.pid.unwrap_or(0);
+        let rate = args.rate.map_or(String::new(), |r| format!("PYIGPROF_HZ={r}\n"));
+        let output = std::env::temp_dir().join("pyigprof-top-unused.%p.gz");
+        match open_window(pid, &lib, &output, &format!("PYIGPROF_ATTACH_PURPOSE=live\n{rate}"), "top") {
+            Ok(session) => (Target { pid, child: None }, session),
+            Err(refused) => {
+                eprintln!("pyigprof top: process {pid}: {}", refused.why);
+                return ExitCode::from(refused.status);
+            }
+        }
+    } else {
+        match start_program(args, &lib) {
+            Ok(started) => started,
+            Err(why) => {
+                eprintln!("pyigprof top: {why}");
+                return ExitCode::from(1);
+            }
+        }
+    };
+    let result = match args.batch {
+        Some(n) => batch(args, &target, session, n),
+        None => live(args, &mut target, session),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Ended::Program(code)) => ExitCode::from(code),
+        Err(Ended::Failed(why)) => {
+            eprintln!("pyigprof top: process {}: {why}", target.pid);
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Why the view ended before the user quit.
+enum Ended {
+    /// The program `top` started ended, with this exit status.
+    Program(u8),
+    /// The process could not be read any more.
+    Failed(String),
+}
+
+/// Asks a snapshot.
+fn ask(session: &mut Session) -> Result<Snapshot, String> {
+    session
+        .stream
+        .write_all(b"snapshot\n")
+        .map_err(|e| format!("the process closed the connection ({e}): it ended?"))?;
+    read_snapshot(&mut session.lines)
+}
+
+/// Closes the window (the process goes on as it was) and waits for the library to say so.
+fn close(mut session: Session) {
+    let _ = session.stream.write_all(b"stop\n");
+    let _ = session.stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut line = String::new();
+    while session.lines.read_line(&mut line).unwrap_or(0) > 0 {
+        if line.starts_with("discarded") || line.starts_with("error") {
+            break;
+        }
+        line.clear();
+    }
+}
+
+/// The program's exit status, if `top` started it and it ended.
+fn program_ended(target: &mut Target) -> Option<u8> {
+    use std::os::unix::process::ExitStatusExt;
+    let status = target.child.as_mut()?.try_wait().ok()??;
+    Some(
+        status
+            .code()
+            .map_or_else(|| 128 + status.signal().unwrap_or(0) as u8, |c| c as u8),
+    )
+}
+
+fn batch(args: &Top, target: &Target, mut session: Session, n: u32) -> Result<(), Ended> {
+    let view = View {
+        python: args.python,
+        sort: 0,
+        paused: false,
+        status: String::new(),
+    };
+    let mut before = ask(&mut session).map_err(Ended::Failed)?;
+    let mut cpu_before = process_cpu_s(target.pid);
+    for _ in 0..n {
+        let started = Instant::now();
+        std::thread::sleep(Duration::from_secs_f64(args.interval));
+        let now = ask(&mut session).map_err(Ended::Failed)?;
+        let elapsed = started.elapsed().as_secs_f64();
+        let cpu = process_cpu_s(target.pid);
+        let rates = Rates {
+            cpu_cores: (cpu - cpu_before) / elapsed,
+            samples_per_s: now.samples.saturating_sub(before.samples) as f64 / elapsed,
+        };
+        let lines = header(target.pid, &session.comm, &now, &rates, &view);
+        let table = rows(&now, &before, &view);
+        println!("{}", report_text(&lines, &table, args.rows));
+        let _ = std::io::stdout().flush();
+        before = now;
+        cpu_before = cpu;
+    }
+    close(session);
+    Ok(())
+}
+
+fn live(args: &Top, target: &mut Target, mut session: Session) -> Result<(), Ended> {
+    let mut view = View {
+        python: args.python,
+        sort: 0,
+        paused: false,
+        status: "keys: s sort · v Python/all frames · space pause · w write profile · q quit".into(),
+    };
+    let mut terminal = ratatui::init();
+    let mut before = match ask(&mut session) {
+        Ok(s) => s,
+        Err(e) => {
+            ratatui::restore();
+            return Err(Ended::Failed(e));
+        }
+    };
+    let mut now = before.clone();
+    let mut cpu_before = process_cpu_s(target.pid);
+    let mut last = Instant::now();
+    let mut rates = Rates {
+        cpu_cores: 0.0,
+        samples_per_s: 0.0,
+    };
+    let interval = Duration::from_secs_f64(args.interval);
+    let outcome = loop {
+        if let Some(code) = program_ended(target) {
+            break Err(Ended::Program(code));
+        }
+        if last.elapsed() >= interval && !view.paused {
+            match ask(&mut session) {
+                Ok(s) => {
+                    let elapsed = last.elapsed().as_secs_f64();
+                    let cpu = process_cpu_s(target.pid);
+                    rates = Rates {
+                        cpu_cores: (cpu - cpu_before) / elapsed,
+                        samples_per_s: s.samples.saturating_sub(now.samples) as f64 / elapsed,
+                    };
+                    cpu_before = cpu;
+                    before = std::mem::replace(&mut now, s);
+                }
+                Err(e) => match program_ended(target) {
+                    Some(code) => break Err(Ended::Program(code)),
+                    None => break Err(Ended::Failed(e)),
+                },
+            }
+            last = Instant::now();
+        }
+        let lines = header(target.pid, &session.comm, &now, &rates, &view);
+        let table = rows(&now, &before, &view);
+        let drawn = terminal.draw(|frame| {
+            let [top, body, foot] = Layout::vertical([
+                Constraint::Length(2),
+                Constraint::Min(3),
+                Constraint::Length(1),
+            ])
+            .areas(frame.area());
+            frame.render_widget(
+                Paragraph::new(lines.iter().map(|l| Line::from(l.as_str())).collect::<Vec<_>>()),
+                top,
+            );
+            let widths = [
+                Constraint::Length(6),
+                Constraint::Length(5),
+                Constraint::Length(6),
+                Constraint::Length(8),
+                Constraint::Length(8),
+                Constraint::Percentage(50),
+                Constraint::Percentage(50),
+            ];
+            let head = Row::new(COLUMNS).style(Style::new().add_modifier(Modifier::REVERSED));
+            let body_rows = table.iter().map(|r| {
+                let row = Row::new(cells(r));
+                if r.python {
+                    row.style(Style::new().add_modifier(Modifier::BOLD))
+                } else {
+                    row
+                }
+            });
+            frame.render_widget(Table::new(body_rows, widths).header(head), body);
+            frame.render_widget(Paragraph::new(view.status.as_str()), foot);
+        });
+        if let Err(e) = drawn {
+            break Err(Ended::Failed(format!("cannot draw on the terminal: {e}")));
+        }
+        let wait = interval.saturating_sub(last.elapsed()).min(Duration::from_millis(200));
+        if !event::poll(wait).unwrap_or(false) {
+            continue;
+        }
+        let Ok(Event::Key(key)) = event::read() else { continue };
+        if key.kind != KeyEventKind::Press {
+            continue;
+        }
+        match key.code {
+            KeyCode::Char('q') | KeyCode::Esc => break Ok(()),
+            KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => break Ok(()),
+            KeyCode::Char('s') => view.sort = (view.sort + 1) % SORTS.len(),
+            KeyCode::Char('v') => view.python = !view.python,
+            KeyCode::Char(' ') => view.paused = !view.paused,
+            KeyCode::Char('w') => {
+                view.status = match write_now(&mut session) {
+                    Ok(path) => format!("wrote {path}"),
+                    Err(e) => format!("not written: {e}"),
+                }
+            }
+            _ => {}
+        }
+    };
+    ratatui::restore();
+    if let Err(Ended::Program(code)) = &outcome {
+        eprintln!("pyigprof top: the program ended (exit status {code})");
+    } else {
+        close(session);
+    }
+    outcome
+}
+
+/// Asks the process to write its profile so far: the path, or why not.
+fn write_now(session: &mut Session) -> Result<String, String> {
+    session
+        .stream
+        .write_all(b"write\n")
+        .map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    session
+        .lines
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    let line = line.trim_end();
+    match line.strip_prefix("written ") {
+        Some(path) => Ok(path.to_string()),
+        None => Err(line.strip_prefix("error ").unwrap_or(line).to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(text: &str) -> Snapshot {
+        read_snapshot(&mut text.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn the_interval_is_the_difference_of_two_snapshots_in_either_view() {
+        let before = snapshot(
+            "totals\t100\t100\t4000000\t2\n\
+             fn\t1\t0\t100\t0\t60\t1\tapp.py\tmain\n\
+             fn\t1\t60\t60\t60\t60\t5\tapp.py\tspin\n\
+             fn\t0\t40\t40\t0\t0\t0\t/lib/libz.so.1\tdeflate\n\
+             end\n",
+        );
+        let now = snapshot(
+            "totals\t300\t300\t4000000\t2\n\
+             fn\t1\t0\t300\t0\t100\t1\tapp.py\tmain\n\
+             fn\t1\t100\t100\t100\t100\t5\tapp.py\tspin\n\
+             fn\t0\t200\t200\t0\t0\t0\t/lib/libz.so.1\tdeflate\n\
+             end\n",
+        );
+        let mut view = View {
+            python: false,
+            sort: 0,
+            paused: false,
+            status: String::new(),
+        };
+        let all = rows(&now, &before, &view);
+        assert_eq!(all[0].name, "deflate");
+        assert!((all[0].interval[0] - 80.0).abs() < 1e-9, "{}", all[0].interval[0]);
+        assert_eq!(all[0].place, "libz.so.1");
+        assert!((all[1].interval[0] - 20.0).abs() < 1e-9);
+        // 95 % error of an 80 % share over 200 samples: 1.96 × sqrt(0.8 × 0.2 / 200).
+        assert!((all[0].error - 5.54).abs() < 0.01, "{}", all[0].error);
+        // Since start, in seconds of 4 ms ticks: deflate 0.8 s.
+        assert!((all[0].since[0] - 0.8).abs() < 1e-9);
+        view.python = true;
+        let py = rows(&now, &before, &view);
+        assert_eq!(py.iter().find(|r| r.name == "main").unwrap().interval[1], 20.0);
+        view.sort = 3;
+        let by_total = rows(&now, &before, &view);
+        assert_eq!(by_total[0].name, "main");
+        assert_eq!(by_total[0].place, "app.py:1");
+    }
+
+    #[test]
+    fn a_malformed_snapshot_names_its_line() {
+        let err = read_snapshot(&mut "totals\t1\t1\t1\t1\nfn\tx\n".as_bytes()).unwrap_err();
+        assert!(err.starts_with("line 2 of the library's snapshot"), "{err}");
+    }
+}

@@ -1,0 +1,272 @@
+//! `pyigprof top`: on a program that spends a known share of its CPU time in each of two
+//! functions (it measures them itself), the text reports (`--batch`) give each function
+//! that share within the sampling error, on a process started under pyigprof, on one that
+//! was not (attach) and on one `top -- CMD` starts; driven in a terminal (tmux), the live
+//! view lists the functions, its keys switch the view and the sort, and `q` leaves the
+//! program running, unchanged.
+
+use pyigprof_suite::*;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Spends ~65 % of its CPU time in `python_loop` and ~35 % in `squeeze` (zlib, in C), in
+/// cycles of 20 ms, forever; after each cycle writes the CPU seconds each used so far to
+/// the file `measured` (replaced whole). Writes its process id to `pid` and prints `ready`
+/// first.
+const TWO_PARTS: &str = r#"
+import os, sys, time, zlib
+clock = lambda: time.clock_gettime(time.CLOCK_THREAD_CPUTIME_ID)
+used = {"python_loop": 0.0, "squeeze": 0.0}
+data = os.urandom(1 << 12) * 64
+open("pid", "w").write(str(os.getpid()))
+def python_loop(until):
+    x = 0
+    while clock() < until:
+        for i in range(200):
+            x += i
+def squeeze(until):
+    while clock() < until:
+        zlib.compress(data, 6)
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+while True:
+    for f, part in ((python_loop, 0.013), (squeeze, 0.007)):
+        t = clock()
+        f(t + part)
+        used[f.__name__] += clock() - t
+    with open("measured.tmp", "w") as out:
+        out.write("%f %f" % (used["python_loop"], used["squeeze"]))
+    os.rename("measured.tmp", "measured")
+"#;
+
+/// The program's process, killed when dropped (a failed assertion must not leave it
+/// running: it never ends by itself).
+struct Program(Child);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Kills the process whose id the program wrote to `dir/pid` when dropped (the program
+/// `top -- CMD` started).
+struct ProgramIn<'a>(&'a Path);
+
+impl Drop for ProgramIn<'_> {
+    fn drop(&mut self) {
+        if let Some(pid) = std::fs::read_to_string(self.0.join("pid"))
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+        {
+            // SAFETY: kill with a valid signal.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+fn start(python: &Path, preloaded: bool, dir: &Path) -> Program {
+    let mut command = Command::new(python);
+    command
+        .args(["-c", TWO_PARTS])
+        .current_dir(dir)
+        .env_remove("LD_PRELOAD")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if preloaded {
+        command
+            .env("LD_PRELOAD", &artifacts().preload)
+            .env("PYIGPROF_HZ", "1000")
+            .env("PYIGPROF_QUIET", "1")
+            .env("PYIGPROF_OUTPUT", dir.join("two.%p.gz"));
+    }
+    let mut child = with_default_signals(&mut command)
+        .spawn()
+        .expect("start the program");
+    let mut first = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut first)
+        .expect("the program's first line");
+    assert_eq!(first, "ready\n");
+    Program(child)
+}
+
+/// The program's own shares of its CPU time, %: (python_loop, squeeze).
+fn measured(dir: &Path) -> (f64, f64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(dir.join("measured")) {
+            let v: Vec<f64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+            if v.len() == 2 && v[0] + v[1] > 0.0 {
+                let total = v[0] + v[1];
+                return (100.0 * v[0] / total, 100.0 * v[1] / total);
+            }
+        }
+        assert!(Instant::now() < deadline, "the program measured nothing");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The `%self` and `±` of function `name` in a text report's table.
+fn self_share(report: &str, name: &str) -> Option<(f64, f64)> {
+    report.lines().find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 6 || f[5] != name {
+            return None;
+        }
+        Some((f[0].parse().ok()?, f[1].parse().ok()?))
+    })
+}
+
+/// Checks the last of `--batch` reports in `out` against the program's measurement.
+fn check_report(out: &std::process::Output, dir: &Path, what: &str) {
+    assert!(out.status.success(), "{what}: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let reports: Vec<&str> = stdout
+        .split("pyigprof top — ")
+        .filter(|r| r.starts_with("process "))
+        .collect();
+    assert_eq!(reports.len(), 2, "{what}: two reports in\n{stdout}");
+    let last = reports[1];
+    assert!(last.contains("view: Python frames"), "{what}:\n{last}");
+    let (python_loop, squeeze) = measured(dir);
+    for (name, expected) in [("python_loop", python_loop), ("squeeze", squeeze)] {
+        let (got, error) = self_share(last, name)
+            .unwrap_or_else(|| panic!("{what}: no row for {name} in\n{last}"));
+        eprintln!("top: {what}: {name} {got:.1} ± {error:.1} % in the interval, {expected:.1} % measured");
+        assert!(
+            (got - expected).abs() <= error + 4.0,
+            "{what}: {name} {got:.1} ± {error:.1} % shown, {expected:.1} % measured\n{last}"
+        );
+    }
+}
+
+#[test]
+fn top_reports_each_functions_share_in_a_started_an_attached_and_a_launched_program() {
+    let pythons = interpreters_for("top", "interpreters from 3.3", |i| i.version >= (3, 3));
+    for python in pythons {
+        for preloaded in [true, false] {
+            let what = format!("{} {}", python.name, if preloaded { "preloaded" } else { "attached" });
+            let dir = scratch_dir("top");
+            let mut program = start(&python.path, preloaded, &dir);
+            let pid = program.0.id().to_string();
+            let out = pyigprof(
+                &["top", &pid, "--batch", "2", "--interval", "1.5", "--python", "--rate", "1000"],
+                &dir,
+            );
+            check_report(&out, &dir, &what);
+            assert!(program.0.try_wait().unwrap().is_none(), "{what}: the program ended");
+        }
+        // `top -- CMD` starts the program under pyigprof.
+        let what = format!("{} launched", python.name);
+        let dir = scratch_dir("top-launched");
+        let launched = ProgramIn(&dir);
+        let python_path = python.path.to_string_lossy().into_owned();
+        let mut top = Command::new(&artifacts().command)
+            .args(["top", "--batch", "2", "--interval", "1.5", "--python", "--rate", "1000", "--"])
+            .args([python_path.as_str(), "-c", TWO_PARTS])
+            .current_dir(&dir)
+            .env_remove("LD_PRELOAD")
+            .env("PYIGPROF_LIB", &artifacts().preload)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("pyigprof top --");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while top.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "{what}: top did not end");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // The program runs on after top, holding the pipes: end it, then read them.
+        let out = {
+            drop(launched);
+            top.wait_with_output().unwrap()
+        };
+        let stdout = text(&out.stdout);
+        // The program's own `ready` is first on the shared stdout.
+        assert!(stdout.starts_with("ready\n"), "{what}: {stdout}");
+        check_report(&out, &dir, &what);
+    }
+}
+
+/// Runs `tmux` with `args`; its stdout.
+fn tmux(socket: &str, args: &[&str]) -> String {
+    let out = Command::new("tmux")
+        .args(["-L", socket])
+        .args(args)
+        .output()
+        .expect("tmux (the live view is tested in a terminal it makes: apt-get install tmux)");
+    text(&out.stdout)
+}
+
+/// The screen after waiting until it shows `wanted` (at most 10 s).
+fn screen_with(socket: &str, wanted: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let screen = tmux(socket, &["capture-pane", "-p", "-t", "top"]);
+        if screen.contains(wanted) || Instant::now() > deadline {
+            return screen;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_live_view_answers_its_keys_and_quits_leaving_the_program_running() {
+    let python = interpreters_for("top live", "interpreters from 3.3", |i| i.version >= (3, 3))
+        .into_iter()
+        .next()
+        .expect("an interpreter");
+    let dir = scratch_dir("top-live");
+    let mut program = start(&python.path, true, &dir);
+    let socket = format!("pyigprof-test-{}", std::process::id());
+    let command = format!(
+        "{} top {} --interval 0.5; sleep 30",
+        artifacts().command.display(),
+        program.0.id()
+    );
+    tmux(&socket, &["new-session", "-d", "-s", "top", "-x", "150", "-y", "30", &command]);
+    let screen = screen_with(&socket, "python_loop");
+    let ended = |child: &mut Child| child.try_wait().unwrap().is_some();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert!(screen.contains("pyigprof top — process"), "{screen}");
+        assert!(screen.contains("view: all frames — sorted by self"), "{screen}");
+        assert!(screen.contains("%self") && screen.contains("%total"), "{screen}");
+        tmux(&socket, &["send-keys", "-t", "top", "v"]);
+        let screen = screen_with(&socket, "view: Python frames");
+        assert!(screen.contains("view: Python frames"), "v: {screen}");
+        assert!(screen.contains("python_loop") && screen.contains("squeeze"), "{screen}");
+        tmux(&socket, &["send-keys", "-t", "top", "s"]);
+        let screen = screen_with(&socket, "sorted by total");
+        assert!(screen.contains("sorted by total"), "s: {screen}");
+        tmux(&socket, &["send-keys", "-t", "top", "w"]);
+        let screen = screen_with(&socket, "wrote ");
+        assert!(screen.contains("wrote "), "w: {screen}");
+        tmux(&socket, &["send-keys", "-t", "top", "q"]);
+        let screen = screen_with(&socket, "$");
+        assert!(!screen.contains("pyigprof top — process"), "q leaves the view: {screen}");
+        // The program runs on: it goes on measuring.
+        let before = std::fs::read_to_string(dir.join("measured")).unwrap_or_default();
+        std::thread::sleep(Duration::from_millis(300));
+        let after = std::fs::read_to_string(dir.join("measured")).unwrap_or_default();
+        assert!(before != after, "the program stopped working after q");
+    }));
+    tmux(&socket, &["kill-server"]);
+    let running = !ended(&mut program.0);
+    drop(program);
+    let written: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("snapshot"))
+        .collect();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    assert!(running, "the program ended when top quit");
+    assert_eq!(written.len(), 1, "w wrote one snapshot profile: {written:?}");
+}
