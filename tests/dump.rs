@@ -177,15 +177,16 @@ fn check(threads: &[Seen], what: &str) {
         "{what}: sleeper waits in {:?}",
         sleeper.syscall
     );
+    // squeeze runs in zlib (named where the interpreter's objects have symbols), or waits
+    // for the GIL after a call (Debian's static, stripped builds: zlib inside the program).
     let squeeze = thread_in(threads, "squeeze", what);
+    let in_zlib = squeeze.native.iter().any(|(file, name)| {
+        file.contains("zlib") || file.contains("libz") || name.contains("deflate")
+    });
     assert!(
-        squeeze
-            .native
-            .iter()
-            .any(|(file, name)| file.contains("zlib")
-                || file.contains("libz")
-                || name.contains("deflate")),
-        "{what}: squeeze's native frames name zlib: {:?}",
+        in_zlib || (squeeze.syscall.as_deref() == Some("futex") && !squeeze.native.is_empty()),
+        "{what}: squeeze's native frames name zlib, or it waits for the GIL: {:?} {:?}",
+        squeeze.syscall,
         squeeze.native
     );
     for name in ["left", "right"] {
@@ -238,6 +239,8 @@ fn dump_shows_every_threads_place_on_a_hung_program_started_with_and_without_pyi
             let mut program = start(&python.path, preloaded, &dir);
             let child = &mut program.0;
             let pid = child.id().to_string();
+            // The main thread takes the GIL back after its write before it joins.
+            std::thread::sleep(Duration::from_millis(300));
             let started = Instant::now();
             let out = pyigprof(&["dump", "--json", &pid], &dir);
             let took = started.elapsed();

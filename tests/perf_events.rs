@@ -708,6 +708,47 @@ print(json.dumps({"children": len(children), "helper_ns": helper_ns, "cpu_s": ti
 /// The whole cost is counted: the profile's `#pyigprof cost` statistics and the summary
 /// line give the helper process's CPU time, which no `wait4` of the program's parent
 /// counts, and its share of the program's.
+/// A program that burns CPU time, prints what it used, and ends itself with `SIGTERM`.
+const KILLED_AFTER_WORK: &str = r#"
+import os, signal, sys, time
+t = time.process_time()
+x = 0
+while time.process_time() - t < 0.5:
+    x += 1
+sys.stdout.write("%f\n" % time.process_time())
+sys.stdout.flush()
+os.kill(os.getpid(), signal.SIGTERM)
+"#;
+
+#[test]
+fn a_profile_written_by_a_child_counts_the_profiled_processs_cpu_time() {
+    let _machine = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !perf_events_here("child_cost") {
+        return;
+    }
+    // The profile of a process ended by a signal is written by a child it forks: the cost
+    // line's process CPU time is the profiled process's, not the child's few milliseconds.
+    for python in newest("child_cost") {
+        let run = run_profiled(&python.path, &["-c", KILLED_AFTER_WORK], &[]);
+        let program_s: f64 = run
+            .stdout()
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{}: {:?} {}", python.name, run.stdout(), run.stderr()));
+        let stats = run.statistics();
+        let process_s: f64 = stats["cost.process_cpu_ns"].parse::<f64>().unwrap() / 1e9;
+        eprintln!(
+            "{}: killed after {program_s:.3} s of CPU; the profile says {process_s:.3} s",
+            python.name
+        );
+        assert!(
+            process_s >= program_s && process_s < program_s + 1.0,
+            "{}: the profile counts {process_s} s, the program used {program_s} s",
+            python.name
+        );
+    }
+}
+
 #[test]
 fn the_helper_processs_cpu_time_is_in_the_profile_and_the_summary() {
     let _machine = MACHINE.read().unwrap_or_else(|e| e.into_inner());

@@ -100,7 +100,10 @@ fn measured(dir: &Path) -> (f64, f64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(text) = std::fs::read_to_string(dir.join("measured")) {
-            let v: Vec<f64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+            let v: Vec<f64> = text
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect();
             if v.len() == 2 && v[0] + v[1] > 0.0 {
                 let total = v[0] + v[1];
                 return (100.0 * v[0] / total, 100.0 * v[1] / total);
@@ -137,7 +140,9 @@ fn check_report(out: &std::process::Output, dir: &Path, what: &str) {
     for (name, expected) in [("python_loop", python_loop), ("squeeze", squeeze)] {
         let (got, error) = self_share(last, name)
             .unwrap_or_else(|| panic!("{what}: no row for {name} in\n{last}"));
-        eprintln!("top: {what}: {name} {got:.1} ± {error:.1} % in the interval, {expected:.1} % measured");
+        eprintln!(
+            "top: {what}: {name} {got:.1} ± {error:.1} % in the interval, {expected:.1} % measured"
+        );
         assert!(
             (got - expected).abs() <= error + 4.0,
             "{what}: {name} {got:.1} ± {error:.1} % shown, {expected:.1} % measured\n{last}"
@@ -150,16 +155,33 @@ fn top_reports_each_functions_share_in_a_started_an_attached_and_a_launched_prog
     let pythons = interpreters_for("top", "interpreters from 3.3", |i| i.version >= (3, 3));
     for python in pythons {
         for preloaded in [true, false] {
-            let what = format!("{} {}", python.name, if preloaded { "preloaded" } else { "attached" });
+            let what = format!(
+                "{} {}",
+                python.name,
+                if preloaded { "preloaded" } else { "attached" }
+            );
             let dir = scratch_dir("top");
             let mut program = start(&python.path, preloaded, &dir);
             let pid = program.0.id().to_string();
             let out = pyigprof(
-                &["top", &pid, "--batch", "2", "--interval", "1.5", "--python", "--rate", "1000"],
+                &[
+                    "top",
+                    &pid,
+                    "--batch",
+                    "2",
+                    "--interval",
+                    "1.5",
+                    "--python",
+                    "--rate",
+                    "1000",
+                ],
                 &dir,
             );
             check_report(&out, &dir, &what);
-            assert!(program.0.try_wait().unwrap().is_none(), "{what}: the program ended");
+            assert!(
+                program.0.try_wait().unwrap().is_none(),
+                "{what}: the program ended"
+            );
         }
         // `top -- CMD` starts the program under pyigprof.
         let what = format!("{} launched", python.name);
@@ -167,7 +189,17 @@ fn top_reports_each_functions_share_in_a_started_an_attached_and_a_launched_prog
         let launched = ProgramIn(&dir);
         let python_path = python.path.to_string_lossy().into_owned();
         let mut top = Command::new(&artifacts().command)
-            .args(["top", "--batch", "2", "--interval", "1.5", "--python", "--rate", "1000", "--"])
+            .args([
+                "top",
+                "--batch",
+                "2",
+                "--interval",
+                "1.5",
+                "--python",
+                "--rate",
+                "1000",
+                "--",
+            ])
             .args([python_path.as_str(), "-c", TWO_PARTS])
             .current_dir(&dir)
             .env_remove("LD_PRELOAD")
@@ -229,17 +261,39 @@ fn the_live_view_answers_its_keys_and_quits_leaving_the_program_running() {
         artifacts().command.display(),
         program.0.id()
     );
-    tmux(&socket, &["new-session", "-d", "-s", "top", "-x", "150", "-y", "30", &command]);
+    tmux(
+        &socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            "150",
+            "-y",
+            "30",
+            &command,
+        ],
+    );
     let screen = screen_with(&socket, "python_loop");
     let ended = |child: &mut Child| child.try_wait().unwrap().is_some();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         assert!(screen.contains("pyigprof top — process"), "{screen}");
-        assert!(screen.contains("view: all frames — sorted by self"), "{screen}");
-        assert!(screen.contains("%self") && screen.contains("%total"), "{screen}");
+        assert!(
+            screen.contains("view: all frames — sorted by self"),
+            "{screen}"
+        );
+        assert!(
+            screen.contains("%self") && screen.contains("%total"),
+            "{screen}"
+        );
         tmux(&socket, &["send-keys", "-t", "top", "v"]);
         let screen = screen_with(&socket, "view: Python frames");
         assert!(screen.contains("view: Python frames"), "v: {screen}");
-        assert!(screen.contains("python_loop") && screen.contains("squeeze"), "{screen}");
+        assert!(
+            screen.contains("python_loop") && screen.contains("squeeze"),
+            "{screen}"
+        );
         tmux(&socket, &["send-keys", "-t", "top", "s"]);
         let screen = screen_with(&socket, "sorted by total");
         assert!(screen.contains("sorted by total"), "s: {screen}");
@@ -248,7 +302,10 @@ fn the_live_view_answers_its_keys_and_quits_leaving_the_program_running() {
         assert!(screen.contains("wrote "), "w: {screen}");
         tmux(&socket, &["send-keys", "-t", "top", "q"]);
         let screen = screen_with(&socket, "$");
-        assert!(!screen.contains("pyigprof top — process"), "q leaves the view: {screen}");
+        assert!(
+            !screen.contains("pyigprof top — process"),
+            "q leaves the view: {screen}"
+        );
         // The program runs on: it goes on measuring.
         let before = std::fs::read_to_string(dir.join("measured")).unwrap_or_default();
         std::thread::sleep(Duration::from_millis(300));
@@ -268,5 +325,9 @@ fn the_live_view_answers_its_keys_and_quits_leaving_the_program_running() {
         std::panic::resume_unwind(e);
     }
     assert!(running, "the program ended when top quit");
-    assert_eq!(written.len(), 1, "w wrote one snapshot profile: {written:?}");
+    assert_eq!(
+        written.len(),
+        1,
+        "w wrote one snapshot profile: {written:?}"
+    );
 }

@@ -337,8 +337,17 @@ pub(crate) fn open_window(
         why: format!("cannot make the control socket: {e}"),
         status: 1,
     })?;
+    // The main thread's system call, which the stop below interrupts (the kernel then
+    // shows it resumed as `restart_syscall`): for `pyigprof dump` to name it.
+    let main_syscall = std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse::<i64>().ok())
+        .filter(|&nr| nr >= 0)
+        .map_or(String::new(), |nr| {
+            format!("PYIGPROF_LIVE_MAIN_SYSCALL={nr}\n")
+        });
     let settings = format!(
-        "PYIGPROF_ATTACH_SOCKET={}\nPYIGPROF_OUTPUT={}\n{extra}",
+        "PYIGPROF_ATTACH_SOCKET={}\nPYIGPROF_OUTPUT={}\n{main_syscall}{extra}",
         control.socket().display(),
         output.display()
     );

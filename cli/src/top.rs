@@ -6,7 +6,9 @@
 //! it closes): a process started under pyigprof is read from its own sampler; another is
 //! sampled for as long as `top` runs, then left as `attach` leaves it. `top -- CMD` starts
 //! CMD with the library preloaded (as `pyigprof record` does; its profile is written when
-//! it ends) and opens the window once its interpreter is up. Every interval the command
+//! it ends) and opens the window once its interpreter is up; while the live view owns the
+//! terminal, the program's stdout and stderr go to `pyigprof-top.<top's pid>.out` in the
+//! current directory (named when top starts; `--batch` leaves them as they are). Every interval the command
 //! asks `snapshot` (each function's self and cumulative ticks so far, in the all-frames and
 //! the Python views) and shows, per function, its share of the last interval and of the
 //! time since sampling started, with the 95 % sampling error of the interval's share, the
@@ -100,7 +102,11 @@ fn read_snapshot(lines: &mut impl BufRead) -> Result<Snapshot, String> {
     let mut line = String::new();
     for n in 1.. {
         line.clear();
-        if lines.read_line(&mut line).map_err(|e| format!("reading: {e}"))? == 0 {
+        if lines
+            .read_line(&mut line)
+            .map_err(|e| format!("reading: {e}"))?
+            == 0
+        {
             return Err("the process closed the connection (it ended?)".into());
         }
         let fields: Vec<&str> = line.trim_end_matches('\n').split('\t').collect();
@@ -172,7 +178,10 @@ fn rows(now: &Snapshot, before: &Snapshot, view: &View) -> Vec<RowData> {
             if s == 0 && c == 0 {
                 return None;
             }
-            let [s0, c0] = before.functions.get(&(file.clone(), name.clone())).map_or([0, 0], ticks_of);
+            let [s0, c0] = before
+                .functions
+                .get(&(file.clone(), name.clone()))
+                .map_or([0, 0], ticks_of);
             let share = |x: u64| 100.0 * x as f64 / interval_ticks;
             let self_share = share(s.saturating_sub(s0));
             let p = self_share / 100.0;
@@ -246,7 +255,9 @@ fn header(pid: i32, comm: &str, now: &Snapshot, rates: &Rates, view: &View) -> V
     ]
 }
 
-const COLUMNS: [&str; 7] = ["%self", "±", "%total", "self s", "total s", "function", "file"];
+const COLUMNS: [&str; 7] = [
+    "%self", "±", "%total", "self s", "total s", "function", "file",
+];
 
 fn cells(r: &RowData) -> [String; 7] {
     [
@@ -293,22 +304,50 @@ fn start_program(args: &Top, lib: &std::path::Path) -> Result<(Target, Session),
     if let Some(rate) = args.rate {
         command.env("PYIGPROF_HZ", rate.to_string());
     }
+    let mut output = None;
     if args.batch.is_none() {
-        // The view owns the terminal: the summary line would land in it.
-        command.env("PYIGPROF_LOG", "stderr");
+        // The view owns the terminal: the program's output (and pyigprof's lines) would
+        // land in the middle of it. They go to a file, named when top ends.
+        let path = std::env::current_dir()
+            .unwrap_or_default()
+            .join(format!("pyigprof-top.{}.out", std::process::id()));
+        let file = std::fs::File::create(&path)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let err = file.try_clone().map_err(|e| e.to_string())?;
+        command
+            .stdout(file)
+            .stderr(err)
+            .env("PYIGPROF_LOG", "stderr");
+        output = Some(path);
     }
     let mut child = command
         .spawn()
         .map_err(|e| format!("cannot start {:?}: {e}", args.command[0]))?;
+    if let Some(path) = output {
+        eprintln!(
+            "pyigprof top: the program's output goes to {}",
+            path.display()
+        );
+    }
     let pid = child.id() as i32;
     let deadline = Instant::now() + Duration::from_secs(20);
     let output = std::env::temp_dir().join("pyigprof-top-unused.%p.gz");
     loop {
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("the program ended before it could be shown ({status})"));
+            return Err(format!(
+                "the program ended before it could be shown ({status})"
+            ));
         }
         match open_window(pid, lib, &output, "PYIGPROF_ATTACH_PURPOSE=live\n", "top") {
-            Ok(session) => return Ok((Target { pid, child: Some(child) }, session)),
+            Ok(session) => {
+                return Ok((
+                    Target {
+                        pid,
+                        child: Some(child),
+                    },
+                    session,
+                ))
+            }
             Err(Refused { why, .. }) if Instant::now() > deadline => {
                 let _ = child.kill();
                 return Err(why);
@@ -333,9 +372,17 @@ pub fn top(args: &Top) -> ExitCode {
     }
     let (mut target, session) = if args.command.is_empty() {
         let pid = args.pid.unwrap_or(0);
-        let rate = args.rate.map_or(String::new(), |r| format!("PYIGPROF_HZ={r}\n"));
+        let rate = args
+            .rate
+            .map_or(String::new(), |r| format!("PYIGPROF_HZ={r}\n"));
         let output = std::env::temp_dir().join("pyigprof-top-unused.%p.gz");
-        match open_window(pid, &lib, &output, &format!("PYIGPROF_ATTACH_PURPOSE=live\n{rate}"), "top") {
+        match open_window(
+            pid,
+            &lib,
+            &output,
+            &format!("PYIGPROF_ATTACH_PURPOSE=live\n{rate}"),
+            "top",
+        ) {
             Ok(session) => (Target { pid, child: None }, session),
             Err(refused) => {
                 eprintln!("pyigprof top: process {pid}: {}", refused.why);
@@ -385,7 +432,9 @@ fn ask(session: &mut Session) -> Result<Snapshot, String> {
 /// Closes the window (the process goes on as it was) and waits for the library to say so.
 fn close(mut session: Session) {
     let _ = session.stream.write_all(b"stop\n");
-    let _ = session.stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = session
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(5)));
     let mut line = String::new();
     while session.lines.read_line(&mut line).unwrap_or(0) > 0 {
         if line.starts_with("discarded") || line.starts_with("error") {
@@ -441,17 +490,20 @@ fn live(args: &Top, target: &mut Target, mut session: Session) -> Result<(), End
         python: args.python,
         sort: 0,
         paused: false,
-        status: "keys: s sort · v Python/all frames · space pause · w write profile · q quit".into(),
+        status: "keys: s sort · v Python/all frames · space pause · w write profile · q quit"
+            .into(),
     };
     let mut terminal = ratatui::init();
-    let mut before = match ask(&mut session) {
+    // The first screen shows the time since sampling started (a process started under
+    // pyigprof has samples already), until the first interval has passed.
+    let mut before = Snapshot::default();
+    let mut now = match ask(&mut session) {
         Ok(s) => s,
         Err(e) => {
             ratatui::restore();
             return Err(Ended::Failed(e));
         }
     };
-    let mut now = before.clone();
     let mut cpu_before = process_cpu_s(target.pid);
     let mut last = Instant::now();
     let mut rates = Rates {
@@ -492,7 +544,12 @@ fn live(args: &Top, target: &mut Target, mut session: Session) -> Result<(), End
             ])
             .areas(frame.area());
             frame.render_widget(
-                Paragraph::new(lines.iter().map(|l| Line::from(l.as_str())).collect::<Vec<_>>()),
+                Paragraph::new(
+                    lines
+                        .iter()
+                        .map(|l| Line::from(l.as_str()))
+                        .collect::<Vec<_>>(),
+                ),
                 top,
             );
             let widths = [
@@ -519,11 +576,15 @@ fn live(args: &Top, target: &mut Target, mut session: Session) -> Result<(), End
         if let Err(e) = drawn {
             break Err(Ended::Failed(format!("cannot draw on the terminal: {e}")));
         }
-        let wait = interval.saturating_sub(last.elapsed()).min(Duration::from_millis(200));
+        let wait = interval
+            .saturating_sub(last.elapsed())
+            .min(Duration::from_millis(200));
         if !event::poll(wait).unwrap_or(false) {
             continue;
         }
-        let Ok(Event::Key(key)) = event::read() else { continue };
+        let Ok(Event::Key(key)) = event::read() else {
+            continue;
+        };
         if key.kind != KeyEventKind::Press {
             continue;
         }
@@ -601,7 +662,11 @@ mod tests {
         };
         let all = rows(&now, &before, &view);
         assert_eq!(all[0].name, "deflate");
-        assert!((all[0].interval[0] - 80.0).abs() < 1e-9, "{}", all[0].interval[0]);
+        assert!(
+            (all[0].interval[0] - 80.0).abs() < 1e-9,
+            "{}",
+            all[0].interval[0]
+        );
         assert_eq!(all[0].place, "libz.so.1");
         assert!((all[1].interval[0] - 20.0).abs() < 1e-9);
         // 95 % error of an 80 % share over 200 samples: 1.96 × sqrt(0.8 × 0.2 / 200).
@@ -610,7 +675,10 @@ mod tests {
         assert!((all[0].since[0] - 0.8).abs() < 1e-9);
         view.python = true;
         let py = rows(&now, &before, &view);
-        assert_eq!(py.iter().find(|r| r.name == "main").unwrap().interval[1], 20.0);
+        assert_eq!(
+            py.iter().find(|r| r.name == "main").unwrap().interval[1],
+            20.0
+        );
         view.sort = 3;
         let by_total = rows(&now, &before, &view);
         assert_eq!(by_total[0].name, "main");

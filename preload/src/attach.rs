@@ -36,14 +36,15 @@
 //! program's output is untouched: nothing is printed in it ([`crate::messages::silence`]).
 //!
 //! Lines to the command: `started THREADS`, `note TEXT`, `written PATH`, `summary TEXT`,
-//! `error TEXT`, `discarded`; from it: `dump` (answered by [`crate::output::live::report`]'s
-//! lines, at any time while sampling) and `stop`.
+//! `error TEXT`, `discarded`; from it: `stop`, and at any time while sampling the live
+//! requests of [`Live`] (`dump`, `snapshot`, `write`).
 //!
-//! `pyigprof dump` uses the same window with `PYIGPROF_ATTACH_PURPOSE=live`: it asks
-//! `dump` and `stop`, and nothing is written (`discarded`). In a process that runs under
-//! the preloaded library, whose sampler already samples every thread, such a call starts
-//! no window: a control thread (registered and sampled as the program's threads are) only
-//! answers `dump` until the command goes ([`serve_dumps`]).
+//! `pyigprof dump` and `pyigprof top` use the same window with
+//! `PYIGPROF_ATTACH_PURPOSE=live`: they ask live requests, then `stop`, and nothing is
+//! written (`discarded`). In a process that runs under the preloaded library, whose
+//! sampler already samples every thread, such a call starts no window: a control thread
+//! (registered and sampled as the program's threads are, left out of the answers) only
+//! answers live requests until the command goes ([`serve_dumps`]).
 
 use crate::capture::python::discover;
 use crate::capture::unwind::modules;
@@ -196,6 +197,9 @@ fn control(settings: &str, version: (u8, u8, u8), key: Option<libc::pthread_key_
     }
     say(&socket, format!("started {adopted}"));
     let reader = socket.try_clone().ok();
+    crate::output::live::set_main_syscall(main_syscall(
+        vars.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    ));
     let discard = lookup("PYIGPROF_ATTACH_PURPOSE").is_some_and(|p| p == "live");
     *WINDOW.lock().unwrap_or_else(|e| e.into_inner()) = Some(Window {
         config,
@@ -411,6 +415,15 @@ impl Live {
     }
 }
 
+/// `PYIGPROF_LIVE_MAIN_SYSCALL` of the settings: the system call the main thread was in
+/// before the command stopped it ([`crate::output::live::set_main_syscall`]), or -1.
+fn main_syscall<'a>(mut settings: impl Iterator<Item = (&'a str, &'a str)>) -> i64 {
+    settings
+        .find(|(k, _)| *k == "PYIGPROF_LIVE_MAIN_SYSCALL")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(-1)
+}
+
 /// The control thread of a `pyigprof dump` in a process the preloaded library samples:
 /// connects to the command's socket, says `started N` (the threads sampled), answers
 /// each `dump`, and says `discarded` and ends at anything else or when the socket closes.
@@ -424,6 +437,9 @@ fn serve_dumps(settings: &str) {
     let Some(sampler) = sampler::get() else {
         return;
     };
+    crate::output::live::set_main_syscall(main_syscall(
+        settings.lines().filter_map(|l| l.split_once('=')),
+    ));
     let Some(mut socket) = settings
         .lines()
         .find_map(|l| l.strip_prefix("PYIGPROF_ATTACH_SOCKET="))

@@ -131,6 +131,12 @@ pub fn is_owner() -> bool {
     unsafe { libc::getpid() == OWNER.load(Ordering::Relaxed) }
 }
 
+/// The process whose sampler this is (0 before start-up): in the child that writes a
+/// profile for it (a snapshot, a fatal signal's), its parent.
+pub fn owner() -> libc::pid_t {
+    OWNER.load(Ordering::Relaxed)
+}
+
 /// The profile path for process `pid`.
 fn final_path(config: &Config, pid: u32) -> PathBuf {
     let path = PathBuf::from(config.output_path(pid));
@@ -644,7 +650,10 @@ pub fn snapshot_now() -> Option<PathBuf> {
     }
     let n = SNAPSHOTS.load(Ordering::Relaxed) + 1;
     snapshot_from_handler();
-    let path = dump::tagged(&final_path(config, std::process::id()), &format!("snapshot{n}"));
+    let path = dump::tagged(
+        &final_path(config, std::process::id()),
+        &format!("snapshot{n}"),
+    );
     Some(std::path::absolute(&path).unwrap_or(path))
 }
 

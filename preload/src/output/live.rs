@@ -15,8 +15,20 @@
 use crate::output::dump::{name_frames, Named, Namer};
 use crate::record::threads::{CAPTURING, FREE};
 use crate::sampler::Sampler;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
+
+/// The system call the main thread was in when the command stopped it to load the library
+/// or start the control thread (`PYIGPROF_LIVE_MAIN_SYSCALL`, read by the command from
+/// `/proc/PID/syscall` before): the stop interrupted it, and the kernel shows the call
+/// resumed as `restart_syscall`. -1 when not known.
+static MAIN_SYSCALL: AtomicI64 = AtomicI64::new(-1);
+
+/// Remembers the main thread's system call before the command's stop (see
+/// [`MAIN_SYSCALL`]); -1 forgets it.
+pub fn set_main_syscall(nr: i64) {
+    MAIN_SYSCALL.store(nr, Ordering::Relaxed);
+}
 
 /// Where a thread's call stack comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,8 +77,8 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
     // Other threads' Python frames are found through their key slots (as in wall mode);
     // CPU mode has not looked for them.
     crate::capture::python::find_key_slots();
-    // SAFETY: gettid has no preconditions.
-    let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+    // SAFETY: gettid and getpid have no preconditions.
+    let (me, pid) = unsafe { (libc::syscall(libc::SYS_gettid) as i32, libc::getpid()) };
     let mut found: Vec<ThreadNow> = Vec::new();
     loop {
         // SAFETY: a slot's scratch buffers are used only while it is held (CAPTURING).
@@ -94,7 +106,12 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
                     keys: Vec::new(),
                 };
                 if let Some((nr, sp, pc)) = syscall_of(tid) {
-                    thread.syscall = Some(syscall_name(nr));
+                    let before = MAIN_SYSCALL.load(Ordering::Relaxed);
+                    let shown = match tid == pid && nr == libc::SYS_restart_syscall as u64 {
+                        true if before >= 0 => before as u64,
+                        _ => nr,
+                    };
+                    thread.syscall = Some(syscall_name(shown));
                     if slot
                         .busy
                         .compare_exchange(FREE, CAPTURING, Ordering::AcqRel, Ordering::Acquire)
@@ -376,6 +393,8 @@ fn syscall_name(nr: u64) -> String {
         (libc::SYS_openat, "openat"),
         (libc::SYS_io_uring_enter, "io_uring_enter"),
         (libc::SYS_sched_yield, "sched_yield"),
+        // A call interrupted by a signal handler or a tracer's stop, resumed by the kernel.
+        (libc::SYS_restart_syscall, "restart_syscall"),
     ];
     names
         .iter()
