@@ -240,8 +240,9 @@ struct Rates {
 fn header(pid: i32, comm: &str, now: &Snapshot, rates: &Rates, view: &View) -> Vec<String> {
     vec![
         format!(
-            "pyigprof top — process {pid} ({comm}) — {} threads sampled, CPU {:.0} % of a core, {:.0} samples/s, {} samples since start",
+            "pyigprof top — process {pid} ({comm}) — {} thread{} sampled, CPU {:.0} % of a core, {:.0} samples/s, {} samples since start",
             now.threads,
+            if now.threads == 1 { "" } else { "s" },
             100.0 * rates.cpu_cores,
             rates.samples_per_s,
             now.samples
