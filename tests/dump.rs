@@ -6,9 +6,9 @@
 //! was not; the program's output and life go on unchanged, and nothing is written.
 
 use pyigprof_suite::*;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Threads in known places; prints `ready` once they are there, then hangs on a deadlock.
@@ -51,26 +51,15 @@ sys.stdout.flush()
 threads[4].join()
 "#;
 
-/// The program, started with or without the library preloaded; its first line read.
-/// The program's process, killed when dropped (a failed assertion must not leave it
-/// hanging, one thread spinning).
-struct Program(Child);
-
-impl Drop for Program {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(python: &Path, preloaded: Option<&str>, dir: &Path) -> Program {
+/// The program, started with or without the library preloaded (killed when dropped);
+/// its first line read.
+fn start(python: &Path, preloaded: Option<&str>, dir: &Path) -> Killed {
     let mut command = Command::new(python);
     command
         .args(["-c", PLACES])
         .current_dir(dir)
         .env_remove("LD_PRELOAD")
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(clock) = preloaded {
         command
@@ -78,15 +67,7 @@ fn start(python: &Path, preloaded: Option<&str>, dir: &Path) -> Program {
             .env("PYIGPROF_CLOCK", clock)
             .env("PYIGPROF_OUTPUT", dir.join("places.%p.gz"));
     }
-    let mut child = with_default_signals(&mut command)
-        .spawn()
-        .expect("start the program");
-    let mut first = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut first)
-        .expect("the program's first line");
-    assert_eq!(first, "ready\n", "the program's first line");
-    Program(child)
+    start_until_ready(&mut command)
 }
 
 /// One thread of a JSON dump: its Python functions, its native frames' files and names,

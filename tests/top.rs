@@ -6,7 +6,6 @@
 //! program running, unchanged.
 
 use pyigprof_suite::*;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -41,17 +40,6 @@ while True:
     os.rename("measured.tmp", "measured")
 "#;
 
-/// The program's process, killed when dropped (a failed assertion must not leave it
-/// running: it never ends by itself).
-struct Program(Child);
-
-impl Drop for Program {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Kills the process whose id the program wrote to `dir/pid` when dropped (the program
 /// `top -- CMD` started).
 struct ProgramIn<'a>(&'a Path);
@@ -68,14 +56,13 @@ impl Drop for ProgramIn<'_> {
     }
 }
 
-fn start(python: &Path, preloaded: bool, dir: &Path) -> Program {
+fn start(python: &Path, preloaded: bool, dir: &Path) -> Killed {
     let mut command = Command::new(python);
     command
         .args(["-c", TWO_PARTS])
         .current_dir(dir)
         .env_remove("LD_PRELOAD")
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
         .stderr(Stdio::null());
     if preloaded {
         command
@@ -84,15 +71,7 @@ fn start(python: &Path, preloaded: bool, dir: &Path) -> Program {
             .env("PYIGPROF_QUIET", "1")
             .env("PYIGPROF_OUTPUT", dir.join("two.%p.gz"));
     }
-    let mut child = with_default_signals(&mut command)
-        .spawn()
-        .expect("start the program");
-    let mut first = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut first)
-        .expect("the program's first line");
-    assert_eq!(first, "ready\n");
-    Program(child)
+    start_until_ready(&mut command)
 }
 
 /// The program's own shares of its CPU time, %: (python_loop, squeeze).
@@ -150,6 +129,17 @@ fn check_report(out: &std::process::Output, dir: &Path, what: &str) {
     }
 }
 
+/// `top`'s options for two text reports of 1.5 s in the Python view, at 1 kHz.
+const REPORTS: [&str; 7] = [
+    "--batch",
+    "2",
+    "--interval",
+    "1.5",
+    "--python",
+    "--rate",
+    "1000",
+];
+
 #[test]
 fn top_reports_each_functions_share_in_a_started_an_attached_and_a_launched_program() {
     let pythons = interpreters_for("top", "interpreters from 3.3", |i| i.version >= (3, 3));
@@ -163,20 +153,9 @@ fn top_reports_each_functions_share_in_a_started_an_attached_and_a_launched_prog
             let dir = scratch_dir("top");
             let mut program = start(&python.path, preloaded, &dir);
             let pid = program.0.id().to_string();
-            let out = pyigprof(
-                &[
-                    "top",
-                    &pid,
-                    "--batch",
-                    "2",
-                    "--interval",
-                    "1.5",
-                    "--python",
-                    "--rate",
-                    "1000",
-                ],
-                &dir,
-            );
+            let mut args = vec!["top", &pid];
+            args.extend(REPORTS);
+            let out = pyigprof(&args, &dir);
             check_report(&out, &dir, &what);
             assert!(
                 program.0.try_wait().unwrap().is_none(),
@@ -189,17 +168,9 @@ fn top_reports_each_functions_share_in_a_started_an_attached_and_a_launched_prog
         let launched = ProgramIn(&dir);
         let python_path = python.path.to_string_lossy().into_owned();
         let mut top = Command::new(&artifacts().command)
-            .args([
-                "top",
-                "--batch",
-                "2",
-                "--interval",
-                "1.5",
-                "--python",
-                "--rate",
-                "1000",
-                "--",
-            ])
+            .arg("top")
+            .args(REPORTS)
+            .arg("--")
             .args([python_path.as_str(), "-c", TWO_PARTS])
             .current_dir(&dir)
             .env_remove("LD_PRELOAD")

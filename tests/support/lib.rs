@@ -9,7 +9,7 @@ pub use interpreters::*;
 
 use igprof_analyse::Profile;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -651,6 +651,35 @@ pub fn numpy_interpreters(test: &str) -> Vec<NumpyVenv> {
     );
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
     covered
+}
+
+/// A program's process that is killed when dropped: a test's program that never ends by
+/// itself (a server, a hung program) must not outlive a failed assertion.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `command` (its signals as [`with_default_signals`] sets them, stdout piped) and
+/// waits for its first line, which must be `ready`: a program that says so once its
+/// threads are where the test wants them. Killed when dropped.
+pub fn start_until_ready(command: &mut Command) -> Killed {
+    let mut child = with_default_signals(command.stdout(std::process::Stdio::piped()))
+        .spawn()
+        .expect("start the program");
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut first,
+    )
+    .expect("the program's first line");
+    let child = Killed(child);
+    assert_eq!(first, "ready\n", "the program's first line");
+    child
 }
 
 /// Runs the `pyigprof` command with `args` in `dir` (without an inherited `LD_PRELOAD`) and
