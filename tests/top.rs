@@ -1,9 +1,9 @@
 //! `pyigprof top`: on a program that spends a known share of its CPU time in each of two
 //! functions (it measures them itself), the text reports (`--batch`) give each function
-//! that share within the sampling error, on a process started under pyigprof, on one that
-//! was not (attach) and on one `top -- CMD` starts; driven in a terminal (tmux), the live
-//! view lists the functions, its keys switch the view and the sort, and `q` leaves the
-//! program running, unchanged.
+//! that share within the sampling error, on a process started under pyigprof (cpu and wall
+//! mode), on one that was not (attach) and on one `top -- CMD` starts; driven in a
+//! terminal (tmux), the live view lists the functions, its keys switch the view and the
+//! sort, `w` writes a snapshot, and `q` leaves the program running.
 
 use pyigprof_suite::*;
 use std::path::Path;
@@ -56,7 +56,8 @@ impl Drop for ProgramIn<'_> {
     }
 }
 
-fn start(python: &Path, preloaded: bool, dir: &Path) -> Killed {
+/// The program, with the library preloaded in `clock` mode (`None`: without it).
+fn start(python: &Path, preloaded: Option<&str>, dir: &Path) -> Killed {
     let mut command = Command::new(python);
     command
         .args(["-c", TWO_PARTS])
@@ -64,9 +65,10 @@ fn start(python: &Path, preloaded: bool, dir: &Path) -> Killed {
         .env_remove("LD_PRELOAD")
         .stdin(Stdio::null())
         .stderr(Stdio::null());
-    if preloaded {
+    if let Some(clock) = preloaded {
         command
             .env("LD_PRELOAD", &artifacts().preload)
+            .env("PYIGPROF_CLOCK", clock)
             .env("PYIGPROF_HZ", "1000")
             .env("PYIGPROF_QUIET", "1")
             .env("PYIGPROF_OUTPUT", dir.join("two.%p.gz"));
@@ -144,11 +146,15 @@ const REPORTS: [&str; 7] = [
 fn top_reports_each_functions_share_in_a_started_an_attached_and_a_launched_program() {
     let pythons = interpreters_for("top", "interpreters from 3.3", |i| i.version >= (3, 3));
     for python in pythons {
-        for preloaded in [true, false] {
+        // In wall mode the program's time is its CPU time too: it never blocks.
+        for preloaded in [Some("cpu"), Some("wall"), None] {
             let what = format!(
                 "{} {}",
                 python.name,
-                if preloaded { "preloaded" } else { "attached" }
+                match preloaded {
+                    Some(clock) => format!("preloaded, {clock} mode"),
+                    None => "attached".into(),
+                }
             );
             let dir = scratch_dir("top");
             let mut program = start(&python.path, preloaded, &dir);
@@ -225,7 +231,7 @@ fn the_live_view_answers_its_keys_and_quits_leaving_the_program_running() {
         .next()
         .expect("an interpreter");
     let dir = scratch_dir("top-live");
-    let mut program = start(&python.path, true, &dir);
+    let mut program = start(&python.path, Some("cpu"), &dir);
     let socket = format!("pyigprof-test-{}", std::process::id());
     let command = format!(
         "{} top {} --interval 0.5; sleep 30",

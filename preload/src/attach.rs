@@ -43,8 +43,8 @@
 //! `PYIGPROF_ATTACH_PURPOSE=live`: they ask live requests, then `stop`, and nothing is
 //! written (`discarded`). In a process that runs under the preloaded library, whose
 //! sampler already samples every thread, such a call starts no window: a control thread
-//! (registered and sampled as the program's threads are, left out of the answers) only
-//! answers live requests until the command goes ([`serve_dumps`]).
+//! (which leaves the sampled threads as it starts: the preloaded `pthread_create`
+//! registered it) only answers live requests until the command goes ([`serve_dumps`]).
 
 use crate::capture::python::discover;
 use crate::capture::unwind::modules;
@@ -437,6 +437,9 @@ fn serve_dumps(settings: &str) {
     let Some(sampler) = sampler::get() else {
         return;
     };
+    // The preloaded `pthread_create` registered this thread as the program's: it is not
+    // (in wall mode its wait for the command was half of what top showed).
+    sampler.unregister_current_thread();
     crate::output::live::set_main_syscall(main_syscall(
         settings.lines().filter_map(|l| l.split_once('=')),
     ));

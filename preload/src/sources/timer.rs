@@ -287,6 +287,14 @@ impl Sampler {
         self.slots.reset_after_fork();
     }
 
+    /// The calling thread leaves the sampled threads (`SIGPROF` blocked): as when it ends,
+    /// its timer or event is stopped and its slot freed. For a thread of the library's own
+    /// that the preloaded `pthread_create` registered (the live requests' control thread).
+    pub(crate) fn unregister_current_thread(&self) {
+        self.slots
+            .unregister_current(|slot| self.thread_ending(slot));
+    }
+
     /// The calling thread is ending (its exit key's destructor, `SIGPROF` blocked): stops
     /// its timer and counts the ticks of the expirations the kernel had not delivered yet
     /// ([`Sampler::count_undelivered`]).
@@ -483,9 +491,7 @@ pub fn create_timer(
 /// Destructor of the exit key: a registered thread is exiting; stop its timer.
 extern "C" fn thread_exiting(_value: *mut libc::c_void) {
     if let Some(sampler) = get() {
-        sampler
-            .slots
-            .unregister_current(|slot| sampler.thread_ending(slot));
+        sampler.unregister_current_thread();
     }
 }
 
