@@ -77,6 +77,7 @@ struct Seen {
     native: Vec<(String, String)>,
     syscall: Option<String>,
     from: String,
+    gil: Option<bool>,
 }
 
 fn threads_of(json: &serde_json::Value) -> Vec<Seen> {
@@ -104,6 +105,7 @@ fn threads_of(json: &serde_json::Value) -> Vec<Seen> {
                     .collect(),
                 syscall: t["syscall"].as_str().map(str::to_string),
                 from: t["stack_from"].as_str().unwrap().to_string(),
+                gil: t["gil"].as_bool(),
             }
         })
         .collect()
@@ -170,6 +172,14 @@ fn check(threads: &[Seen], what: &str) {
         squeeze.syscall,
         squeeze.native
     );
+    // A thread waiting on a lock does not hold the GIL (every version pyigprof reads tells);
+    // at most one thread does.
+    for name in ["wait_on_lock", "left", "right"] {
+        let t = thread_in(threads, name, what);
+        assert_eq!(t.gil, Some(false), "{what}: {name} holds the GIL?");
+    }
+    let holders = threads.iter().filter(|t| t.gil == Some(true)).count();
+    assert!(holders <= 1, "{what}: {holders} threads hold the GIL");
     for name in ["left", "right"] {
         let t = thread_in(threads, name, what);
         assert_eq!(

@@ -32,7 +32,7 @@ pub struct Dump {
     pub pid: i32,
 
     /// Prints one JSON object instead of text: `{"pid", "python", "command", "threads":
-    /// [{"tid", "name", "main", "state", "syscall", "stack_from", "frames": [{"name",
+    /// [{"tid", "name", "main", "state", "syscall", "stack_from", "gil", "frames": [{"name",
     /// "file", "line", "offset", "python"}]}]}`, frames innermost first.
     #[arg(long)]
     pub json: bool,
@@ -66,6 +66,8 @@ struct Thread {
     state: char,
     syscall: Option<String>,
     from: String,
+    /// Whether it holds the GIL; `None` where the library cannot tell.
+    gil: Option<bool>,
     name: String,
     frames: Vec<Frame>,
 }
@@ -98,12 +100,17 @@ fn read_answer(lines: &mut impl BufRead) -> Result<Answer, String> {
                 answer.python = python.to_string();
                 answer.command = command.to_string();
             }
-            ["thread", tid, main, state, syscall, from, name] => answer.threads.push(Thread {
+            ["thread", tid, main, state, syscall, from, gil, name] => answer.threads.push(Thread {
                 tid: tid.parse().map_err(|_| bad())?,
                 main: *main == "1",
                 state: state.chars().next().unwrap_or('?'),
                 syscall: (*syscall != "-").then(|| syscall.to_string()),
                 from: from.to_string(),
+                gil: match *gil {
+                    "1" => Some(true),
+                    "0" => Some(false),
+                    _ => None,
+                },
                 name: name.to_string(),
                 frames: Vec::new(),
             }),
@@ -170,10 +177,15 @@ fn text(answer: &Answer, python_only: bool) -> String {
     );
     for thread in &answer.threads {
         out.push_str(&format!(
-            "\nThread {} \"{}\"{}: {} (stack: {})\n",
+            "\nThread {} \"{}\"{}{}: {} (stack: {})\n",
             thread.tid,
             thread.name,
             if thread.main { " (main)" } else { "" },
+            if thread.gil == Some(true) {
+                ", holds the GIL"
+            } else {
+                ""
+            },
             doing(thread),
             from_words(&thread.from)
         ));
@@ -196,6 +208,7 @@ fn to_json(answer: &Answer, python_only: bool) -> serde_json::Value {
             "state": doing(t),
             "syscall": t.syscall,
             "stack_from": t.from,
+            "gil": t.gil,
             "frames": t.frames.iter().filter(|f| f.python || !python_only).map(|f| json!({
                 "name": f.name,
                 "file": f.file,
@@ -276,11 +289,11 @@ mod tests {
     #[test]
     fn an_answer_is_read_and_printed_innermost_first() {
         let raw = "process\t42\t3.12.1\tpython app.py\n\
-                   thread\t42\t1\tS\tfutex\tnow\tpython\n\
+                   thread\t42\t1\tS\tfutex\tnow\t0\tpython\n\
                    frame\t0\t-\t12\t/usr/lib/libc.so.6\t__futex_abstimed_wait_common\n\
                    frame\t1\t7\t0\tapp.py\twait_on_lock\n\
                    frame\t1\t20\t0\tapp.py\t<module>\n\
-                   thread\t43\t0\tR\t-\tsample\tworker\n\
+                   thread\t43\t0\tR\t-\tsample\t1\tworker\n\
                    frame\t1\t3\t0\tapp.py\tspin\n\
                    end\n";
         let answer = read_answer(&mut raw.as_bytes()).unwrap();
@@ -289,7 +302,7 @@ mod tests {
         assert!(shown.contains("Thread 42 \"python\" (main): waiting in futex (stack: now)\n    __futex_abstimed_wait_common (libc.so.6)\n    wait_on_lock (app.py:7)\n"), "{shown}");
         assert!(
             shown.contains(
-                "Thread 43 \"worker\": running (stack: its latest sample)\n    spin (app.py:3)\n"
+                "Thread 43 \"worker\", holds the GIL: running (stack: its latest sample)\n    spin (app.py:3)\n"
             ),
             "{shown}"
         );
@@ -297,6 +310,8 @@ mod tests {
         let json = to_json(&answer, false);
         assert_eq!(json["threads"][0]["syscall"], "futex");
         assert_eq!(json["threads"][0]["frames"][1]["line"], 7);
+        assert_eq!(json["threads"][0]["gil"], false);
+        assert_eq!(json["threads"][1]["gil"], true);
     }
 
     #[test]

@@ -23,11 +23,10 @@
 //! cannot be read; 2 for a command-line error.
 
 use crate::attach::{open_window, Refused, Session};
-use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
-use ratatui::layout::{Constraint, Layout};
-use ratatui::style::{Modifier, Style};
-use ratatui::text::Line;
-use ratatui::widgets::{Paragraph, Row, Table};
+use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use crossterm::style::{Attribute, Print, SetAttribute};
+use crossterm::terminal::{self, Clear, ClearType};
+use crossterm::{cursor, execute, queue};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, Write};
@@ -494,14 +493,17 @@ fn live(args: &Top, target: &mut Target, mut session: Session) -> Result<(), End
         status: "keys: s sort · v Python/all frames · space pause · w write profile · q quit"
             .into(),
     };
-    let mut terminal = ratatui::init();
+    let mut screen = match Screen::enter() {
+        Ok(screen) => screen,
+        Err(e) => return Err(Ended::Failed(format!("cannot use the terminal: {e}"))),
+    };
     // The first screen shows the time since sampling started (a process started under
     // pyigprof has samples already), until the first interval has passed.
     let mut before = Snapshot::default();
     let mut now = match ask(&mut session) {
         Ok(s) => s,
         Err(e) => {
-            ratatui::restore();
+            drop(screen);
             return Err(Ended::Failed(e));
         }
     };
@@ -537,43 +539,7 @@ fn live(args: &Top, target: &mut Target, mut session: Session) -> Result<(), End
         }
         let lines = header(target.pid, &session.comm, &now, &rates, &view);
         let table = rows(&now, &before, &view);
-        let drawn = terminal.draw(|frame| {
-            let [top, body, foot] = Layout::vertical([
-                Constraint::Length(2),
-                Constraint::Min(3),
-                Constraint::Length(1),
-            ])
-            .areas(frame.area());
-            frame.render_widget(
-                Paragraph::new(
-                    lines
-                        .iter()
-                        .map(|l| Line::from(l.as_str()))
-                        .collect::<Vec<_>>(),
-                ),
-                top,
-            );
-            let widths = [
-                Constraint::Length(6),
-                Constraint::Length(5),
-                Constraint::Length(6),
-                Constraint::Length(8),
-                Constraint::Length(8),
-                Constraint::Percentage(50),
-                Constraint::Percentage(50),
-            ];
-            let head = Row::new(COLUMNS).style(Style::new().add_modifier(Modifier::REVERSED));
-            let body_rows = table.iter().map(|r| {
-                let row = Row::new(cells(r));
-                if r.python {
-                    row.style(Style::new().add_modifier(Modifier::BOLD))
-                } else {
-                    row
-                }
-            });
-            frame.render_widget(Table::new(body_rows, widths).header(head), body);
-            frame.render_widget(Paragraph::new(view.status.as_str()), foot);
-        });
+        let drawn = screen.draw(&lines, &table, &view.status);
         if let Err(e) = drawn {
             break Err(Ended::Failed(format!("cannot draw on the terminal: {e}")));
         }
@@ -604,13 +570,81 @@ fn live(args: &Top, target: &mut Target, mut session: Session) -> Result<(), End
             _ => {}
         }
     };
-    ratatui::restore();
+    drop(screen);
     if let Err(Ended::Program(code)) = &outcome {
         eprintln!("pyigprof top: the program ended (exit status {code})");
     } else {
         close(session);
     }
     outcome
+}
+
+/// The terminal while the live view owns it (crossterm): raw mode, the alternate screen,
+/// the cursor hidden; all put back when dropped.
+struct Screen {
+    out: std::io::Stdout,
+}
+
+impl Screen {
+    fn enter() -> std::io::Result<Screen> {
+        terminal::enable_raw_mode()?;
+        let mut out = std::io::stdout();
+        execute!(out, terminal::EnterAlternateScreen, cursor::Hide)?;
+        Ok(Screen { out })
+    }
+
+    /// Draws the header `lines`, the table of `rows` (as many as fit; the column
+    /// headings reversed, Python functions bold) and the `status` line at the bottom,
+    /// each line cut at the terminal's width.
+    fn draw(&mut self, lines: &[String], rows: &[RowData], status: &str) -> std::io::Result<()> {
+        let (width, height) = terminal::size()?;
+        let (width, height) = (usize::from(width), usize::from(height));
+        let fit = |text: &str| -> String { text.chars().take(width).collect() };
+        let line = |c: &[String; 7]| {
+            format!(
+                "{:>6} {:>5} {:>6} {:>8} {:>8}  {:<40} {}",
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6]
+            )
+        };
+        let heading = COLUMNS.map(String::from);
+        queue!(self.out, cursor::MoveTo(0, 0), Clear(ClearType::All))?;
+        let mut y = 0u16;
+        for text in lines {
+            queue!(self.out, cursor::MoveTo(0, y), Print(fit(text)))?;
+            y += 1;
+        }
+        queue!(
+            self.out,
+            cursor::MoveTo(0, y),
+            SetAttribute(Attribute::Reverse),
+            Print(fit(&format!("{:<width$}", line(&heading)))),
+            SetAttribute(Attribute::Reset)
+        )?;
+        y += 1;
+        let room = height.saturating_sub(usize::from(y) + 1);
+        for row in rows.iter().take(room) {
+            queue!(self.out, cursor::MoveTo(0, y))?;
+            if row.python {
+                queue!(self.out, SetAttribute(Attribute::Bold))?;
+            }
+            queue!(
+                self.out,
+                Print(fit(&line(&cells(row)))),
+                SetAttribute(Attribute::Reset)
+            )?;
+            y += 1;
+        }
+        let bottom = u16::try_from(height.saturating_sub(1)).unwrap_or(u16::MAX);
+        queue!(self.out, cursor::MoveTo(0, bottom), Print(fit(status)))?;
+        self.out.flush()
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        let _ = execute!(self.out, cursor::Show, terminal::LeaveAlternateScreen);
+        let _ = terminal::disable_raw_mode();
+    }
 }
 
 /// Asks the process to write its profile so far: the path, or why not.

@@ -64,8 +64,11 @@ pub struct ThreadNow {
     /// The system call it is blocked in, by name (`futex`, `clock_nanosleep`, `read`, …),
     /// when it is.
     pub syscall: Option<String>,
-    /// Where [`ThreadNow::frames`] come from.
+    /// Where [`ThreadNow::keys`] come from.
     pub taken: Taken,
+    /// Whether it holds its interpreter's GIL (read when it was looked at); `None` where
+    /// that cannot be told (no Python frames read, no thread state, a failed read).
+    pub gil: Option<bool>,
     /// Its frame keys, outermost first (named by [`report`]).
     keys: Vec<u64>,
 }
@@ -97,12 +100,18 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
                     return;
                 }
                 let (state, name) = stat_of(tid);
+                let gil = sampler.python.as_ref().and_then(|rt| {
+                    let owner = slot.owner.load(Ordering::Relaxed) as u64;
+                    let tstate = rt.thread_state_of(owner, slot.thread_state);
+                    (tstate != 0).then(|| rt.gc?.holds_gil(tstate)).flatten()
+                });
                 let mut thread = ThreadNow {
                     tid,
                     name,
                     state,
                     syscall: None,
                     taken: Taken::Unknown,
+                    gil,
                     keys: Vec::new(),
                 };
                 if let Some((nr, sp, pc)) = syscall_of(tid) {
@@ -158,7 +167,8 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
 /// tabs (tabs and newlines in names become spaces):
 ///
 /// - `process <pid> <python version or -> <command line>`
-/// - `thread <tid> <main: 1|0> <state letter> <syscall or -> <now|sample|none> <name>`
+/// - `thread <tid> <main: 1|0> <state letter> <syscall or -> <now|sample|none>
+///   <holds the GIL: 1|0|-> <name>`
 /// - `frame <python: 1|0> <line or -> <offset> <file> <name>`
 pub fn report(sampler: &Sampler, threads: &[ThreadNow]) -> String {
     let stacks: Vec<Vec<u64>> = threads.iter().map(|t| t.keys.clone()).collect();
@@ -179,12 +189,13 @@ pub fn report(sampler: &Sampler, threads: &[ThreadNow]) -> String {
     let mut out = format!("process\t{pid}\t{version}\t{}\n", clean(&command));
     for (thread, frames) in threads.iter().zip(&named) {
         out.push_str(&format!(
-            "thread\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            "thread\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
             thread.tid,
             u8::from(thread.tid == pid),
             thread.state,
             thread.syscall.as_deref().unwrap_or("-"),
             thread.taken.word(),
+            thread.gil.map_or("-", |g| if g { "1" } else { "0" }),
             clean(&thread.name)
         ));
         for frame in frames.iter().rev() {

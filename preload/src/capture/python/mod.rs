@@ -77,28 +77,38 @@ impl GcProbe {
         self.check(tstate).unwrap_or(false)
     }
 
-    fn check(&self, tstate: u64) -> Option<bool> {
+    /// Whether the thread whose state is `tstate` holds its interpreter's GIL: the GIL's
+    /// holder is `tstate` (and the GIL is locked, where the holder keeps its value after a
+    /// release: `gil->last_holder`). `None` when a read fails (checked reads, no fault);
+    /// for `pyigprof dump`, of threads blocked or sampled. Async-signal-safe.
+    pub fn holds_gil(&self, tstate: u64) -> Option<bool> {
         let interp = read::word(tstate + u64::from(self.thread_interp))?;
-        let address = |place: Where| -> Option<u64> {
-            match place {
-                Where::At(at) => Some(at),
-                Where::Interpreter(offset) => interp.checked_add(u64::from(offset)),
-                Where::ThroughInterpreter { pointer, offset } => {
-                    read::word(interp.checked_add(u64::from(pointer))?)?
-                        .checked_add(u64::from(offset))
-                }
-            }
-        };
-        if read::int(address(self.collecting)?)? == 0 {
-            return Some(false);
-        }
-        if read::word(address(self.holder)?)? != tstate {
+        if read::word(self.address(interp, self.holder)?)? != tstate {
             return Some(false);
         }
         match self.locked {
-            Some(locked) => Some(read::int(address(locked)?)? != 0),
+            Some(locked) => Some(read::int(self.address(interp, locked)?)? != 0),
             None => Some(true),
         }
+    }
+
+    /// The address of `place` for a thread of interpreter `interp`.
+    fn address(&self, interp: u64, place: Where) -> Option<u64> {
+        match place {
+            Where::At(at) => Some(at),
+            Where::Interpreter(offset) => interp.checked_add(u64::from(offset)),
+            Where::ThroughInterpreter { pointer, offset } => {
+                read::word(interp.checked_add(u64::from(pointer))?)?.checked_add(u64::from(offset))
+            }
+        }
+    }
+
+    fn check(&self, tstate: u64) -> Option<bool> {
+        let interp = read::word(tstate + u64::from(self.thread_interp))?;
+        if read::int(self.address(interp, self.collecting)?)? == 0 {
+            return Some(false);
+        }
+        self.holds_gil(tstate)
     }
 }
 
