@@ -259,6 +259,23 @@ pub(crate) struct Session {
     pub comm: String,
 }
 
+impl Session {
+    /// Closes the window (`stop`: the process goes on as it was, nothing written for a
+    /// live window) and waits, at most 5 s, for the library to say so, so that the
+    /// command ends after it.
+    pub fn close(mut self) {
+        let _ = self.stream.write_all(b"stop\n");
+        let _ = self.stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut line = String::new();
+        while self.lines.read_line(&mut line).unwrap_or(0) > 0 {
+            if line.starts_with("discarded") || line.starts_with("error") {
+                break;
+            }
+            line.clear();
+        }
+    }
+}
+
 /// Why a window could not be opened: the line to say, and the exit status.
 pub(crate) struct Refused {
     pub why: String,

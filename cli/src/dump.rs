@@ -18,7 +18,7 @@
 //! Exit status: 0 when the stacks were printed; 1 when the process could not be read (one
 //! line says why); 2 for a command-line error or a library that is not found.
 
-use crate::attach::{open_window, Session};
+use crate::attach::open_window;
 use serde_json::json;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -240,26 +240,14 @@ pub fn dump(args: &Dump) -> ExitCode {
             return ExitCode::from(refused.status);
         }
     };
-    let Session {
-        mut stream,
-        mut lines,
-        ..
-    } = session;
-    let answer = stream
+    let mut session = session;
+    let answer = session
+        .stream
         .write_all(b"dump\n")
         .map_err(|e| format!("cannot ask: {e}"))
-        .and_then(|()| read_answer(&mut lines));
-    // Close the window either way (the process goes on as it was), and wait for the
-    // library to say so, so that the command ends after it.
-    let _ = stream.write_all(b"stop\n");
-    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-    for line in lines.lines() {
-        match line {
-            Ok(l) if l == "discarded" || l.starts_with("error ") => break,
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
+        .and_then(|()| read_answer(&mut session.lines));
+    // Closed either way: the process goes on as it was.
+    session.close();
     let answer = match answer {
         Ok(answer) => answer,
         Err(why) => {

@@ -429,21 +429,6 @@ fn ask(session: &mut Session) -> Result<Snapshot, String> {
     read_snapshot(&mut session.lines)
 }
 
-/// Closes the window (the process goes on as it was) and waits for the library to say so.
-fn close(mut session: Session) {
-    let _ = session.stream.write_all(b"stop\n");
-    let _ = session
-        .stream
-        .set_read_timeout(Some(Duration::from_secs(5)));
-    let mut line = String::new();
-    while session.lines.read_line(&mut line).unwrap_or(0) > 0 {
-        if line.starts_with("discarded") || line.starts_with("error") {
-            break;
-        }
-        line.clear();
-    }
-}
-
 /// The program's exit status, if `top` started it and it ended.
 fn program_ended(target: &mut Target) -> Option<u8> {
     use std::os::unix::process::ExitStatusExt;
@@ -481,7 +466,7 @@ fn batch(args: &Top, target: &Target, mut session: Session, n: u32) -> Result<()
         before = now;
         cpu_before = cpu;
     }
-    close(session);
+    session.close();
     Ok(())
 }
 
@@ -574,7 +559,7 @@ fn live(args: &Top, target: &mut Target, mut session: Session) -> Result<(), End
     if let Err(Ended::Program(code)) = &outcome {
         eprintln!("pyigprof top: the program ended (exit status {code})");
     } else {
-        close(session);
+        session.close();
     }
     outcome
 }

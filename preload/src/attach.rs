@@ -450,15 +450,7 @@ fn serve_dumps(settings: &str) {
     else {
         return;
     };
-    // The program's threads: this one is registered too (the preloaded library's
-    // `pthread_create` registers every thread).
-    // SAFETY: gettid has no preconditions.
-    let me = unsafe { libc::syscall(libc::SYS_gettid) } as libc::pid_t;
-    let threads = sampler
-        .sampled_threads()
-        .into_iter()
-        .filter(|&tid| tid != me)
-        .count();
+    let threads = sampler.sampled_threads().len();
     if socket
         .write_all(format!("started {threads}\n").as_bytes())
         .is_err()

@@ -78,19 +78,20 @@ pub struct ThreadNow {
 pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
     let deadline = Instant::now() + wait;
     // Other threads' Python frames are found through their key slots (as in wall mode);
-    // CPU mode has not looked for them.
-    crate::capture::python::find_key_slots();
-    // SAFETY: gettid and getpid have no preconditions.
-    let (me, pid) = unsafe { (libc::syscall(libc::SYS_gettid) as i32, libc::getpid()) };
+    // CPU mode has not looked for them. Once: each search creates two pthread keys.
+    static KEY_SLOTS: std::sync::Once = std::sync::Once::new();
+    KEY_SLOTS.call_once(crate::capture::python::find_key_slots);
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
     let mut found: Vec<ThreadNow> = Vec::new();
     loop {
         // SAFETY: a slot's scratch buffers are used only while it is held (CAPTURING).
         unsafe {
             sampler.slots.for_each_mut(|slot| {
                 let tid = slot.tid.load(Ordering::Relaxed);
-                // The thread answering (the preloaded library registers it) is not the
-                // program's.
-                if tid == 0 || tid == me || !slot.ready.load(Ordering::Acquire) {
+                // (The thread answering is not sampled: an attach window's control thread
+                // is never registered, and the preloaded library's leaves as it starts.)
+                if tid == 0 || !slot.ready.load(Ordering::Acquire) {
                     return;
                 }
                 if found
@@ -288,13 +289,7 @@ pub fn snapshot(sampler: &Sampler, namer: &mut Namer) -> String {
             }
         }
     }
-    // SAFETY: gettid has no preconditions.
-    let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
-    let threads = sampler
-        .sampled_threads()
-        .into_iter()
-        .filter(|&tid| tid != me)
-        .count();
+    let threads = sampler.sampled_threads().len();
     let mut out = format!(
         "totals\t{samples}\t{ticks}\t{}\t{threads}\n",
         sampler.period_ns
