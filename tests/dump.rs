@@ -70,6 +70,23 @@ fn start(python: &Path, preloaded: Option<&str>, dir: &Path) -> Killed {
     start_until_ready(&mut command)
 }
 
+/// For a failed command's message: whether `child` (the dumped program) still runs, and
+/// what it wrote to stderr (it is killed to read it: the test ends there).
+fn program_state(child: &mut std::process::Child) -> String {
+    let state = match child.try_wait() {
+        Ok(None) => "the program still ran".to_string(),
+        Ok(Some(status)) => format!("the program had ended ({status})"),
+        Err(e) => format!("the program's state is unknown ({e})"),
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut err = String::new();
+    if let Some(mut stderr) = child.stderr.take() {
+        let _ = stderr.read_to_string(&mut err);
+    }
+    format!("{state}; its stderr: {err:?}")
+}
+
 /// One thread of a JSON dump: its Python functions, its native frames' files and names,
 /// and the system call it waits in.
 struct Seen {
@@ -235,7 +252,9 @@ fn dump_shows_every_threads_place_on_a_hung_program_started_with_and_without_pyi
             let started = Instant::now();
             let out = pyigprof(&["dump", "--json", &pid], &dir);
             let took = started.elapsed();
-            assert!(out.status.success(), "{what}: {}", text(&out.stderr));
+            if !out.status.success() {
+                panic!("{what}: {}; {}", text(&out.stderr), program_state(child));
+            }
             let json: serde_json::Value = serde_json::from_slice(&out.stdout)
                 .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", text(&out.stdout)));
             assert_eq!(json["pid"].as_i64(), Some(child.id() as i64), "{what}");
@@ -243,7 +262,9 @@ fn dump_shows_every_threads_place_on_a_hung_program_started_with_and_without_pyi
             check(&threads, &what);
             // The text says the same, innermost frame first, for a person.
             let shown = pyigprof(&["dump", &pid], &dir);
-            assert!(shown.status.success(), "{what}: {}", text(&shown.stderr));
+            if !shown.status.success() {
+                panic!("{what}: {}; {}", text(&shown.stderr), program_state(child));
+            }
             let shown = text(&shown.stdout);
             let block = shown
                 .split("\nThread ")
@@ -262,7 +283,15 @@ fn dump_shows_every_threads_place_on_a_hung_program_started_with_and_without_pyi
                 block.contains(": waiting in futex (stack: now)\n"),
                 "{what}:\n{block}"
             );
-            let python_only = text(&pyigprof(&["dump", "--python", &pid], &dir).stdout);
+            let python_only = pyigprof(&["dump", "--python", &pid], &dir);
+            if !python_only.status.success() {
+                panic!(
+                    "{what}: {}; {}",
+                    text(&python_only.stderr),
+                    program_state(child)
+                );
+            }
+            let python_only = text(&python_only.stdout);
             assert!(
                 !python_only.contains("libc.so") && python_only.contains("wait_on_lock ("),
                 "{what}: --python leaves native frames out:\n{python_only}"

@@ -230,8 +230,21 @@ fn the_live_view_answers_its_keys_and_quits_leaving_the_program_running() {
         .into_iter()
         .next()
         .expect("an interpreter");
+    // Started under pyigprof (`w`: a fork child writes the snapshot) and attached (the live
+    // window's control thread writes it, to top's --output).
+    for preloaded in [Some("cpu"), None] {
+        let what = match preloaded {
+            Some(_) => "preloaded",
+            None => "attached",
+        };
+        live_view(&python, preloaded, what);
+    }
+}
+
+/// Drives `pyigprof top PID` in tmux on the program started as `preloaded` says.
+fn live_view(python: &Interpreter, preloaded: Option<&str>, what: &str) {
     let dir = scratch_dir("top-live");
-    let mut program = start(&python.path, Some("cpu"), &dir);
+    let mut program = start(&python.path, preloaded, &dir);
     let socket = format!("pyigprof-test-{}", std::process::id());
     let command = format!(
         "{} top {} --interval 0.5; sleep 30",
@@ -245,6 +258,8 @@ fn the_live_view_answers_its_keys_and_quits_leaving_the_program_running() {
             "-d",
             "-s",
             "top",
+            "-c",
+            &dir.to_string_lossy(),
             "-x",
             "150",
             "-y",
@@ -255,39 +270,48 @@ fn the_live_view_answers_its_keys_and_quits_leaving_the_program_running() {
     let screen = screen_with(&socket, "python_loop");
     let ended = |child: &mut Child| child.try_wait().unwrap().is_some();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        assert!(screen.contains("pyigprof top — process"), "{screen}");
+        assert!(
+            screen.contains("pyigprof top — process"),
+            "{what}: {screen}"
+        );
         assert!(
             screen.contains("view: all frames — sorted by self"),
-            "{screen}"
+            "{what}: {screen}"
         );
         assert!(
             screen.contains("%self") && screen.contains("%total"),
-            "{screen}"
+            "{what}: {screen}"
         );
         tmux(&socket, &["send-keys", "-t", "top", "v"]);
         let screen = screen_with(&socket, "view: Python frames");
-        assert!(screen.contains("view: Python frames"), "v: {screen}");
+        assert!(
+            screen.contains("view: Python frames"),
+            "{what}: v: {screen}"
+        );
         assert!(
             screen.contains("python_loop") && screen.contains("squeeze"),
-            "{screen}"
+            "{what}: {screen}"
         );
         tmux(&socket, &["send-keys", "-t", "top", "s"]);
         let screen = screen_with(&socket, "sorted by total");
-        assert!(screen.contains("sorted by total"), "s: {screen}");
+        assert!(screen.contains("sorted by total"), "{what}: s: {screen}");
         tmux(&socket, &["send-keys", "-t", "top", "w"]);
         let screen = screen_with(&socket, "wrote ");
-        assert!(screen.contains("wrote "), "w: {screen}");
+        assert!(screen.contains("wrote "), "{what}: w: {screen}");
         tmux(&socket, &["send-keys", "-t", "top", "q"]);
         let screen = screen_with(&socket, "$");
         assert!(
             !screen.contains("pyigprof top — process"),
-            "q leaves the view: {screen}"
+            "{what}: q leaves the view: {screen}"
         );
         // The program runs on: it goes on measuring.
         let before = std::fs::read_to_string(dir.join("measured")).unwrap_or_default();
         std::thread::sleep(Duration::from_millis(300));
         let after = std::fs::read_to_string(dir.join("measured")).unwrap_or_default();
-        assert!(before != after, "the program stopped working after q");
+        assert!(
+            before != after,
+            "{what}: the program stopped working after q"
+        );
     }));
     tmux(&socket, &["kill-server"]);
     let running = !ended(&mut program.0);
@@ -295,16 +319,27 @@ fn the_live_view_answers_its_keys_and_quits_leaving_the_program_running() {
     let written: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains("snapshot"))
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().contains("snapshot"))
         .collect();
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
-    assert!(running, "the program ended when top quit");
+    assert!(running, "{what}: the program ended when top quit");
     assert_eq!(
         written.len(),
         1,
-        "w wrote one snapshot profile: {written:?}"
+        "{what}: w wrote one snapshot profile: {written:?}"
     );
+    // The snapshot is a profile of the program so far: its two functions, by name.
+    let profile = igprof_analyse::read_profiles(&written)
+        .unwrap_or_else(|e| panic!("{what}: the snapshot: {e}"));
+    for name in ["python_loop", "squeeze"] {
+        assert!(
+            share(&profile, |s| s.has(name)) > 5.0,
+            "{what}: {name} in the snapshot {:?}",
+            written[0]
+        );
+    }
+    eprintln!("top live: {what}: w wrote {}", written[0].display());
 }

@@ -502,7 +502,7 @@ pub fn attach(args: &Attach) -> ExitCode {
 }
 
 /// `path` made absolute against this command's directory (the process has its own).
-fn absolute(path: PathBuf) -> PathBuf {
+pub(crate) fn absolute(path: PathBuf) -> PathBuf {
     if path.is_absolute() {
         path
     } else {

@@ -16,7 +16,8 @@
 //!
 //! Keys: `s` sorts by the next column (self, total, self since start, total since start),
 //! `v` switches between all frames and Python frames, `space` pauses, `w` writes the
-//! profile so far (a process started under pyigprof), `q` (or Esc, Ctrl-C) quits, leaving
+//! profile so far (`--output` tagged `snapshotN`; a fork child writes it in a process
+//! started under pyigprof, the live window's control thread in another), `q` (or Esc, Ctrl-C) quits, leaving
 //! the program running. `--batch N` prints N reports as text instead (no terminal needed).
 //!
 //! Exit status: 0; the program's with `--` when it ends while shown; 1 when the process
@@ -63,6 +64,13 @@ pub struct Top {
     /// Functions shown in each text report (`--batch`).
     #[arg(long, default_value_t = 20, value_name = "N")]
     pub rows: usize,
+
+    /// The profile's path (`%p`: the process id): `w` writes the profile so far to it
+    /// tagged `snapshotN` (`pyigprof.1234.snapshot1.gz`), and the program started with `--`
+    /// writes its whole profile there when it ends. Of a process given by PID nothing is
+    /// written when top leaves; one started under pyigprof keeps its own `PYIGPROF_OUTPUT`.
+    #[arg(short, long, value_name = "PATH", default_value = "pyigprof.%p.gz")]
+    pub output: PathBuf,
 
     /// The library. Default: `$PYIGPROF_LIB`, else `libpyigprof.so` next to this command
     /// (or in `../lib`, or the installed Python package's).
@@ -300,6 +308,7 @@ fn start_program(args: &Top, lib: &std::path::Path) -> Result<(Target, Session),
     command
         .args(&args.command[1..])
         .env("LD_PRELOAD", lib)
+        .env("PYIGPROF_OUTPUT", &args.output)
         .env("PYIGPROF_ONLY_CHILD_OF", std::process::id().to_string());
     if let Some(rate) = args.rate {
         command.env("PYIGPROF_HZ", rate.to_string());
@@ -331,7 +340,7 @@ fn start_program(args: &Top, lib: &std::path::Path) -> Result<(Target, Session),
     }
     let pid = child.id() as i32;
     let deadline = Instant::now() + Duration::from_secs(20);
-    let output = std::env::temp_dir().join("pyigprof-top-unused.%p.gz");
+    let output = crate::attach::absolute(args.output.clone());
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!(
@@ -375,7 +384,7 @@ pub fn top(args: &Top) -> ExitCode {
         let rate = args
             .rate
             .map_or(String::new(), |r| format!("PYIGPROF_HZ={r}\n"));
-        let output = std::env::temp_dir().join("pyigprof-top-unused.%p.gz");
+        let output = crate::attach::absolute(args.output.clone());
         match open_window(
             pid,
             &lib,

@@ -368,8 +368,9 @@ const DUMP_WAIT: Duration = Duration::from_millis(100);
 ///
 /// - `dump`: every sampled thread's call stack now;
 /// - `snapshot`: the ticks per function so far;
-/// - `write`: a snapshot profile written now (`written PATH`, or `error …` in an attach
-///   window, whose profile is written when it ends).
+/// - `write`: a snapshot profile written now (`written PATH`, or `error …`): by a fork
+///   child in a process the preloaded library samples, by the control thread in an attach
+///   window (its output path tagged `snapshotN`).
 struct Live {
     sampler: &'static Sampler,
     /// Names frames across snapshots; made again when objects are loaded or unloaded.
@@ -402,17 +403,34 @@ impl Live {
                 };
                 crate::output::live::snapshot(self.sampler, namer)
             }
-            "write" => match lifecycle::snapshot_now() {
-                Some(path) => format!("written {}\n", path.display()),
-                None => "error the profile of an attached process is written when the window \
-                         ends (pyigprof attach)\n"
-                    .into(),
+            "write" => match lifecycle::snapshot_now().map(Ok).or_else(window_snapshot) {
+                Some(Ok(path)) => format!("written {}\n", path.display()),
+                Some(Err(why)) => format!("error {}\n", why.replace('\n', " ")),
+                None => "error the profile has been written: the program is ending\n".into(),
             },
             _ => return Ok(false),
         };
         socket.write_all(text.as_bytes())?;
         Ok(true)
     }
+}
+
+/// Snapshots written from attach windows in this process (their `snapshotN` tags).
+static WINDOW_SNAPSHOTS: AtomicU32 = AtomicU32::new(0);
+
+/// In an open attach window: writes its profile so far
+/// ([`lifecycle::write_attached_snapshot`]) to its output path tagged `snapshotN`; `None`
+/// when no window is open (or it is ending).
+fn window_snapshot() -> Option<Result<std::path::PathBuf, String>> {
+    let sampler = sampler::get()?;
+    let window = WINDOW.lock().unwrap_or_else(|e| e.into_inner());
+    let window = window.as_ref()?;
+    let n = WINDOW_SNAPSHOTS.fetch_add(1, Ordering::Relaxed) + 1;
+    Some(lifecycle::write_attached_snapshot(
+        sampler,
+        &window.config,
+        n,
+    ))
 }
 
 /// `PYIGPROF_LIVE_MAIN_SYSCALL` of the settings: the system call the main thread was in

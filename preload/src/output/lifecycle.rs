@@ -278,6 +278,25 @@ pub(crate) fn write_attached(
     Ok((written, lines))
 }
 
+/// Writes the profile of an attach window so far, while it samples, from the calling
+/// thread (not a signal handler; the trace trees are read as threads insert, as a live
+/// snapshot reads them): to `config`'s output path tagged `snapshotN` (`n`), absolute.
+/// For `pyigprof top`'s `w` key on a process the preloaded library does not sample.
+///
+/// # Errors
+/// Why the file could not be written ([`dump::write_unique`]).
+pub(crate) fn write_attached_snapshot(
+    sampler: &sampler::Sampler,
+    config: &Config,
+    n: u32,
+) -> Result<PathBuf, String> {
+    let mut profile = dump::Profile::collect(sampler);
+    profile.pid = std::process::id();
+    let path = dump::tagged(&final_path(config, profile.pid), &format!("snapshot{n}"));
+    let written = dump::write_unique(&profile, &path)?;
+    Ok(std::path::absolute(&written).unwrap_or(written))
+}
+
 /// Says the summary lines of a profile written to `path` ([`summary_lines`]).
 fn summary(
     sampler: &sampler::Sampler,

@@ -140,7 +140,15 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
                         slot.busy.store(FREE, Ordering::Release);
                     }
                 }
-                if thread.taken == Taken::Unknown {
+                // The main thread was in a system call when the command stopped it: once
+                // let go it must be scheduled to go back in (the restart), which on busy
+                // CPUs takes milliseconds; until then it shows as running, and its latest
+                // sample may be from long before. It is looked at again, up to `wait`.
+                let resuming = tid == pid
+                    && thread.syscall.is_none()
+                    && MAIN_SYSCALL.load(Ordering::Relaxed) >= 0
+                    && Instant::now() < deadline;
+                if thread.taken == Taken::Unknown && !resuming {
                     let root = slot.root.load(Ordering::Acquire);
                     let leaf = slot.last_cpu_leaf.load(Ordering::Acquire);
                     if let Some(keys) = sampler.trees.path_to(root, leaf) {
