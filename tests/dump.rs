@@ -95,6 +95,8 @@ struct Seen {
     syscall: Option<String>,
     from: String,
     gil: Option<bool>,
+    /// What it waits for, when blocked (`lock`, `sleep`, `GIL`, …).
+    waiting: Option<String>,
 }
 
 fn threads_of(json: &serde_json::Value) -> Vec<Seen> {
@@ -123,6 +125,7 @@ fn threads_of(json: &serde_json::Value) -> Vec<Seen> {
                 syscall: t["syscall"].as_str().map(str::to_string),
                 from: t["stack_from"].as_str().unwrap().to_string(),
                 gil: t["gil"].as_bool(),
+                waiting: t["waiting"].as_str().map(str::to_string),
             }
         })
         .collect()
@@ -152,7 +155,8 @@ fn sleeps(call: Option<&str>) -> bool {
     )
 }
 
-fn check(threads: &[Seen], what: &str) {
+/// `gil_known`: the interpreter's GIL waits are told from other futex waits (3.7+).
+fn check(threads: &[Seen], what: &str, gil_known: bool) {
     assert_eq!(threads.len(), 7, "{what}: the main thread and six others");
     let spin = thread_in(threads, "spin", what);
     assert!(
@@ -160,6 +164,27 @@ fn check(threads: &[Seen], what: &str) {
         "{what}: spin runs (or waits for the GIL): {:?} {}",
         spin.syscall,
         spin.from
+    );
+    // What the blocked threads wait for: a lock, sleeping; the GIL for the Python loop.
+    if spin.syscall.is_some() && gil_known {
+        assert_eq!(spin.waiting.as_deref(), Some("GIL"), "{what}: spin");
+    }
+    for (name, reason) in [("wait_on_lock", "lock"), ("left", "lock")] {
+        let t = thread_in(threads, name, what);
+        assert_eq!(
+            t.waiting.as_deref(),
+            Some(reason),
+            "{what}: {name} waits for"
+        );
+    }
+    // The sleeper sleeps, or takes the GIL back after a signal cut its sleep short (attach
+    // adopts each thread by a signal): a lock's wait where the GIL is not told apart.
+    let sleeper = thread_in(threads, "sleeper", what);
+    let woken = if gil_known { "GIL" } else { "lock" };
+    assert!(
+        matches!(sleeper.waiting.as_deref(), Some(w) if w == "sleep" || w == woken),
+        "{what}: sleeper waits for {:?}",
+        sleeper.waiting
     );
     let locked = thread_in(threads, "wait_on_lock", what);
     assert_eq!(
@@ -259,7 +284,7 @@ fn dump_shows_every_threads_place_on_a_hung_program_started_with_and_without_pyi
                 .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", text(&out.stdout)));
             assert_eq!(json["pid"].as_i64(), Some(child.id() as i64), "{what}");
             let threads = threads_of(&json);
-            check(&threads, &what);
+            check(&threads, &what, python.version >= (3, 7));
             // The text says the same, innermost frame first, for a person.
             let shown = pyigprof(&["dump", &pid], &dir);
             if !shown.status.success() {
@@ -280,7 +305,7 @@ fn dump_shows_every_threads_place_on_a_hung_program_started_with_and_without_pyi
                 "{what}: innermost first\n{block}"
             );
             assert!(
-                block.contains(": waiting in futex (stack: now)\n"),
+                block.contains(": waiting for a lock in futex (stack: now)\n"),
                 "{what}:\n{block}"
             );
             let python_only = pyigprof(&["dump", "--python", &pid], &dir);

@@ -10,8 +10,8 @@
 //! captures a thread blocked in a system call as it is now, and gives a running thread
 //! its latest CPU sample (`preload/src/output/live.rs`).
 //!
-//! Output: per thread, its id, name, what it does (running, or waiting in which system
-//! call) and its frames, innermost first (the most recent call on top, as py-spy prints),
+//! Output: per thread, its id, name, what it does (running, or waiting — for the GIL, a
+//! lock, I/O, sleeping, … — in which system call) and its frames, innermost first (the most recent call on top, as py-spy prints),
 //! each `function (file:line)` for Python code, `function (object)` for native code;
 //! `--json` gives the same as one JSON object.
 //!
@@ -32,7 +32,8 @@ pub struct Dump {
     pub pid: i32,
 
     /// Prints one JSON object instead of text: `{"pid", "python", "command", "threads":
-    /// [{"tid", "name", "main", "state", "syscall", "stack_from", "gil", "frames": [{"name",
+    /// [{"tid", "name", "main", "state", "syscall", "stack_from", "gil", "waiting",
+    /// "frames": [{"name",
     /// "file", "line", "offset", "python"}]}]}`, frames innermost first.
     #[arg(long)]
     pub json: bool,
@@ -68,6 +69,9 @@ struct Thread {
     from: String,
     /// Whether it holds the GIL; `None` where the library cannot tell.
     gil: Option<bool>,
+    /// What it waits for when blocked: `GIL`, `lock`, `I/O`, `sleep`, `child process`,
+    /// `other system call` (wall mode's `<waiting: …>` words); `None` when not known.
+    waiting: Option<String>,
     name: String,
     frames: Vec<Frame>,
 }
@@ -100,20 +104,23 @@ fn read_answer(lines: &mut impl BufRead) -> Result<Answer, String> {
                 answer.python = python.to_string();
                 answer.command = command.to_string();
             }
-            ["thread", tid, main, state, syscall, from, gil, name] => answer.threads.push(Thread {
-                tid: tid.parse().map_err(|_| bad())?,
-                main: *main == "1",
-                state: state.chars().next().unwrap_or('?'),
-                syscall: (*syscall != "-").then(|| syscall.to_string()),
-                from: from.to_string(),
-                gil: match *gil {
-                    "1" => Some(true),
-                    "0" => Some(false),
-                    _ => None,
-                },
-                name: name.to_string(),
-                frames: Vec::new(),
-            }),
+            ["thread", tid, main, state, syscall, from, gil, waiting, name] => {
+                answer.threads.push(Thread {
+                    tid: tid.parse().map_err(|_| bad())?,
+                    main: *main == "1",
+                    state: state.chars().next().unwrap_or('?'),
+                    syscall: (*syscall != "-").then(|| syscall.to_string()),
+                    from: from.to_string(),
+                    gil: match *gil {
+                        "1" => Some(true),
+                        "0" => Some(false),
+                        _ => None,
+                    },
+                    waiting: (*waiting != "-").then(|| waiting.to_string()),
+                    name: name.to_string(),
+                    frames: Vec::new(),
+                })
+            }
             ["frame", python, line_no, offset, file, name] => {
                 let frame = Frame {
                     python: *python == "1",
@@ -137,10 +144,19 @@ fn read_answer(lines: &mut impl BufRead) -> Result<Answer, String> {
     Err("the library closed the connection before the end of its answer".into())
 }
 
-/// What a thread does, in words: `running`, `waiting in futex`, ….
+/// What a thread does, in words: `running`, `waiting for a lock in futex`, `sleeping in
+/// clock_nanosleep`, `waiting in futex` (what for not known), ….
 fn doing(thread: &Thread) -> String {
+    let what = match thread.waiting.as_deref() {
+        Some("GIL") => "waiting for the GIL",
+        Some("lock") => "waiting for a lock",
+        Some("I/O") => "waiting for I/O",
+        Some("sleep") => "sleeping",
+        Some("child process") => "waiting for a child process",
+        _ => "waiting",
+    };
     match (&thread.syscall, thread.state) {
-        (Some(call), _) => format!("waiting in {call}"),
+        (Some(call), _) => format!("{what} in {call}"),
         (None, 'R') => "running".into(),
         (None, 'S') | (None, 'D') => "waiting".into(),
         (None, 'T') | (None, 't') => "stopped".into(),
@@ -209,6 +225,7 @@ fn to_json(answer: &Answer, python_only: bool) -> serde_json::Value {
             "syscall": t.syscall,
             "stack_from": t.from,
             "gil": t.gil,
+            "waiting": t.waiting,
             "frames": t.frames.iter().filter(|f| f.python || !python_only).map(|f| json!({
                 "name": f.name,
                 "file": f.file,
@@ -277,17 +294,17 @@ mod tests {
     #[test]
     fn an_answer_is_read_and_printed_innermost_first() {
         let raw = "process\t42\t3.12.1\tpython app.py\n\
-                   thread\t42\t1\tS\tfutex\tnow\t0\tpython\n\
+                   thread\t42\t1\tS\tfutex\tnow\t0\tlock\tpython\n\
                    frame\t0\t-\t12\t/usr/lib/libc.so.6\t__futex_abstimed_wait_common\n\
                    frame\t1\t7\t0\tapp.py\twait_on_lock\n\
                    frame\t1\t20\t0\tapp.py\t<module>\n\
-                   thread\t43\t0\tR\t-\tsample\t1\tworker\n\
+                   thread\t43\t0\tR\t-\tsample\t1\t-\tworker\n\
                    frame\t1\t3\t0\tapp.py\tspin\n\
                    end\n";
         let answer = read_answer(&mut raw.as_bytes()).unwrap();
         assert_eq!(answer.threads.len(), 2);
         let shown = text(&answer, false);
-        assert!(shown.contains("Thread 42 \"python\" (main): waiting in futex (stack: now)\n    __futex_abstimed_wait_common (libc.so.6)\n    wait_on_lock (app.py:7)\n"), "{shown}");
+        assert!(shown.contains("Thread 42 \"python\" (main): waiting for a lock in futex (stack: now)\n    __futex_abstimed_wait_common (libc.so.6)\n    wait_on_lock (app.py:7)\n"), "{shown}");
         assert!(
             shown.contains(
                 "Thread 43 \"worker\", holds the GIL: running (stack: its latest sample)\n    spin (app.py:3)\n"
@@ -297,6 +314,8 @@ mod tests {
         assert!(!text(&answer, true).contains("libc"));
         let json = to_json(&answer, false);
         assert_eq!(json["threads"][0]["syscall"], "futex");
+        assert_eq!(json["threads"][0]["waiting"], "lock");
+        assert_eq!(json["threads"][1]["waiting"], serde_json::Value::Null);
         assert_eq!(json["threads"][0]["frames"][1]["line"], 7);
         assert_eq!(json["threads"][0]["gil"], false);
         assert_eq!(json["threads"][1]["gil"], true);

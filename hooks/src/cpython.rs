@@ -24,6 +24,35 @@ pub fn symbol(name: &CStr) -> usize {
     unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) as usize }
 }
 
+/// The address and size (bytes, its ELF `st_size`) of the exported variable `name`, from
+/// the dynamic symbol the loader resolves it to (`dladdr1` with `RTLD_DL_SYMENT`);
+/// `None` when it is not exported or its size is not recorded.
+pub fn variable_extent(name: &CStr) -> Option<(usize, usize)> {
+    const RTLD_DL_SYMENT: libc::c_int = 1;
+    let at = symbol(name);
+    if at == 0 {
+        return None;
+    }
+    // SAFETY: dladdr1 fills `info` and points `sym` at the loader's own symbol table entry
+    // (read-only, alive as long as the object is loaded: ours for the process's life).
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        let mut sym: *mut libc::c_void = std::ptr::null_mut();
+        if libc::dladdr1(
+            at as *const libc::c_void,
+            &mut info,
+            &mut sym,
+            RTLD_DL_SYMENT,
+        ) == 0
+            || sym.is_null()
+        {
+            return None;
+        }
+        let size = (*(sym as *const libc::Elf64_Sym)).st_size as usize;
+        (size > 0).then_some((at, size))
+    }
+}
+
 /// The CPython version of this process as `(major, minor, micro)`, read from
 /// `Py_GetVersion()` (callable before initialisation in every version, 2.7 included).
 /// `None` when the process has no Python runtime.

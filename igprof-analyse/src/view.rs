@@ -25,7 +25,8 @@
 //! start-up, `main`, `Py_RunMain`, and threads that never run Python code), frames of
 //! extension modules and other libraries are always shown, and so are the markers the
 //! profiler writes (file `[pyigprof]`: `<incomplete stack>`, `<truncated stack>`,
-//! `<unsampled thread time>`, `<garbage collection>`). The *all-frames view*
+//! `<unsampled thread time>`, `<garbage collection>`, wall mode's `<waiting: GIL>`,
+//! `<waiting: lock>`, …). The *all-frames view*
 //! ([`View::AllFrames`], `--all-frames`) shows the profile as written.
 
 use crate::profile::{FileId, FunctionId, NodeId, Profile};

@@ -165,9 +165,8 @@ impl Sampler {
             return (0, 0);
         }
         let weight = weight + slot.pending.swap(0, Ordering::Relaxed);
-        let recorded = self
-            .capture_and_record(slot, weight, regs, Thread::Current, || true)
-            .unwrap_or((0, 0));
+        let captured = self.capture(slot, regs, Thread::Current);
+        let recorded = self.record(slot, weight, Thread::Current, &captured);
         slot.busy.store(FREE, Ordering::Release);
         recorded
     }
@@ -220,7 +219,8 @@ impl Sampler {
     /// Captures the call stack of another thread, blocked in a system call, from the
     /// registers the kernel saved at its entry (`regs`: only the instruction and stack
     /// pointers are known), and counts it into that thread's trace tree with `weight`
-    /// ticks — unless `still_blocked()`, asked after the capture and before recording,
+    /// ticks, `why` (a wait marker's key, [`crate::capture::waits`]) as its innermost
+    /// frame — unless `still_blocked()`, asked after the capture and before recording,
     /// says the thread ran meanwhile (its stack may have changed under the reads). Called
     /// by the wall-clock source from its own thread, holding the slot ([`crate::record::threads::CAPTURING`]).
     /// Returns whether the sample was recorded.
@@ -229,16 +229,22 @@ impl Sampler {
         slot: &mut Slot,
         weight: u64,
         regs: Regs,
+        why: u64,
         still_blocked: impl FnOnce() -> bool,
     ) -> bool {
         let thread = slot.owner.load(Ordering::Relaxed) as u64;
-        let recorded = self
-            .capture_and_record(slot, weight, regs, Thread::Other(thread), still_blocked)
-            .is_some();
-        if recorded {
-            self.stats.blocked.fetch_add(1, Ordering::Relaxed);
+        let mut captured = self.capture(slot, regs, Thread::Other(thread));
+        if !still_blocked() {
+            return false;
         }
-        recorded
+        // The reason it waits, below the call that waits (when the stack leaves room).
+        if captured.len < slot.out.len() {
+            slot.out[captured.len] = why;
+            captured.len += 1;
+        }
+        self.record(slot, weight, Thread::Other(thread), &captured);
+        self.stats.blocked.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// The call stack of another thread blocked in a system call, captured from the
@@ -255,24 +261,6 @@ impl Sampler {
         let thread = slot.owner.load(Ordering::Relaxed) as u64;
         let captured = self.capture(slot, regs, Thread::Other(thread));
         still_blocked().then(|| slot.out[..captured.len].to_vec())
-    }
-
-    /// Captures the call stack of `slot`'s thread (`whose`) from `regs` and, if `verify()`
-    /// then holds, records it with `weight` ticks. `None` when `verify()` failed: nothing
-    /// is counted, in the trace tree or in the statistics.
-    fn capture_and_record(
-        &self,
-        slot: &mut Slot,
-        weight: u64,
-        regs: Regs,
-        whose: Thread,
-        verify: impl FnOnce() -> bool,
-    ) -> Option<(u64, u64)> {
-        let captured = self.capture(slot, regs, whose);
-        if !verify() {
-            return None;
-        }
-        Some(self.record(slot, weight, whose, &captured))
     }
 
     /// Captures the call stack of `slot`'s thread (`whose`) from `regs` into the slot's

@@ -33,6 +33,23 @@ pub enum Marker {
     /// innermost Python frame, whose work triggered the collection, or outermost when the
     /// stack has no Python frame (collections at shutdown).
     GarbageCollection = 4,
+    /// Wall mode: the thread was blocked waiting for the GIL (a `futex` on a word of the
+    /// GIL's condition variables or mutexes, [`crate::capture::waits`]). Wait markers are
+    /// the innermost frame of a blocked sample, below the call that waits.
+    WaitingGil = 5,
+    /// Wall mode: blocked on a lock or condition other than the GIL (`futex`: a
+    /// `threading.Lock`, a `queue.Queue`, a `join`; `flock`, semaphores).
+    WaitingLock = 6,
+    /// Wall mode: blocked on a file, pipe or socket (`read`, `write`, `recv*`, `send*`,
+    /// `accept`, `connect`, `poll`, `select` with descriptors, `epoll_wait`, …).
+    WaitingIo = 7,
+    /// Wall mode: sleeping (`nanosleep`, `clock_nanosleep`, `select` without descriptors
+    /// as `time.sleep` before 3.11 does it).
+    WaitingSleep = 8,
+    /// Wall mode: waiting for a child process to end (`wait4`, `waitid`).
+    WaitingChild = 9,
+    /// Wall mode: blocked in another system call.
+    WaitingOther = 10,
 }
 
 impl Marker {
@@ -43,6 +60,12 @@ impl Marker {
             Marker::Incomplete => "<incomplete stack>",
             Marker::Unsampled => "<unsampled thread time>",
             Marker::GarbageCollection => "<garbage collection>",
+            Marker::WaitingGil => "<waiting: GIL>",
+            Marker::WaitingLock => "<waiting: lock>",
+            Marker::WaitingIo => "<waiting: I/O>",
+            Marker::WaitingSleep => "<waiting: sleep>",
+            Marker::WaitingChild => "<waiting: child process>",
+            Marker::WaitingOther => "<waiting: other system call>",
         }
     }
 }
@@ -90,6 +113,12 @@ pub fn decode(key: u64) -> Frame {
             2 => Marker::Incomplete,
             3 => Marker::Unsampled,
             4 => Marker::GarbageCollection,
+            5 => Marker::WaitingGil,
+            6 => Marker::WaitingLock,
+            7 => Marker::WaitingIo,
+            8 => Marker::WaitingSleep,
+            9 => Marker::WaitingChild,
+            10 => Marker::WaitingOther,
             _ => Marker::Truncated,
         })
     } else {
@@ -100,6 +129,26 @@ pub fn decode(key: u64) -> Frame {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_marker_round_trips_with_a_name_of_its_own() {
+        let all = [
+            Marker::Truncated,
+            Marker::Incomplete,
+            Marker::Unsampled,
+            Marker::GarbageCollection,
+            Marker::WaitingGil,
+            Marker::WaitingLock,
+            Marker::WaitingIo,
+            Marker::WaitingSleep,
+            Marker::WaitingChild,
+            Marker::WaitingOther,
+        ];
+        for (i, &m) in all.iter().enumerate() {
+            assert_eq!(decode(marker_key(m)), Frame::Marker(m));
+            assert!(all[..i].iter().all(|o| o.name() != m.name()));
+        }
+    }
 
     #[test]
     fn keys_round_trip() {

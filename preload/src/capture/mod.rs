@@ -7,6 +7,7 @@
 //! - [`mixed`]: the splice of the Python frames into the native stack where the
 //!   interpreter's evaluator ran them;
 //! - [`frames`]: what a frame key (a `u64` trace-tree key) means;
+//! - [`waits`]: why a blocked thread waits (GIL, lock, I/O, sleep, …), from its system call;
 //! - [`probe`]: reads of the program's memory that fail instead of faulting;
 //! - [`symbols`]: ELF symbol tables of the loaded objects (start-up and writing only).
 
@@ -16,3 +17,4 @@ pub mod probe;
 pub mod python;
 pub mod symbols;
 pub mod unwind;
+pub mod waits;

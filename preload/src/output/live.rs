@@ -12,6 +12,7 @@
 //! The answer goes to the `pyigprof` command over its control socket, one line per item,
 //! fields separated by tabs ([`report`]); the command prints it as text or JSON.
 
+use crate::capture::waits::{reason, Call};
 use crate::output::dump::{name_frames, Named, Namer};
 use crate::record::threads::{CAPTURING, FREE};
 use crate::sampler::Sampler;
@@ -69,6 +70,10 @@ pub struct ThreadNow {
     /// Whether it holds its interpreter's GIL (read when it was looked at); `None` where
     /// that cannot be told (no Python frames read, no thread state, a failed read).
     pub gil: Option<bool>,
+    /// What it waits for when blocked (`GIL`, `lock`, `I/O`, `sleep`, `child process`,
+    /// `other system call`: [`crate::capture::waits::reason`]); `None` when running, or
+    /// when the call's arguments are not known (the main thread's restarted call).
+    pub waiting: Option<&'static str>,
     /// Its frame keys, outermost first (named by [`report`]).
     keys: Vec<u64>,
 }
@@ -113,15 +118,17 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
                     syscall: None,
                     taken: Taken::Unknown,
                     gil,
+                    waiting: None,
                     keys: Vec::new(),
                 };
-                if let Some((nr, sp, pc)) = syscall_of(tid) {
+                if let Some((call, sp, pc)) = syscall_of(tid) {
                     let before = MAIN_SYSCALL.load(Ordering::Relaxed);
-                    let shown = match tid == pid && nr == libc::SYS_restart_syscall as u64 {
-                        true if before >= 0 => before as u64,
-                        _ => nr,
-                    };
+                    let restarted =
+                        tid == pid && call.nr == libc::SYS_restart_syscall as u64 && before >= 0;
+                    let shown = if restarted { before as u64 } else { call.nr };
                     thread.syscall = Some(syscall_name(shown));
+                    // A restarted call's arguments are not shown: a futex's word unknown.
+                    thread.waiting = (!restarted).then(|| waiting_for(call, sampler));
                     if slot
                         .busy
                         .compare_exchange(FREE, CAPTURING, Ordering::AcqRel, Ordering::Acquire)
@@ -132,7 +139,7 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
                             sp,
                             crate::capture::unwind::UNKNOWN_BP,
                         );
-                        let still = || syscall_of(tid) == Some((nr, sp, pc));
+                        let still = || syscall_of(tid) == Some((call, sp, pc));
                         if let Some(keys) = sampler.stack_of_blocked(slot, regs, still) {
                             thread.keys = keys;
                             thread.taken = Taken::Now;
@@ -177,7 +184,7 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
 ///
 /// - `process <pid> <python version or -> <command line>`
 /// - `thread <tid> <main: 1|0> <state letter> <syscall or -> <now|sample|none>
-///   <holds the GIL: 1|0|-> <name>`
+///   <holds the GIL: 1|0|-> <waiting for: GIL|lock|I/O|sleep|…|-> <name>`
 /// - `frame <python: 1|0> <line or -> <offset> <file> <name>`
 pub fn report(sampler: &Sampler, threads: &[ThreadNow]) -> String {
     let stacks: Vec<Vec<u64>> = threads.iter().map(|t| t.keys.clone()).collect();
@@ -198,13 +205,14 @@ pub fn report(sampler: &Sampler, threads: &[ThreadNow]) -> String {
     let mut out = format!("process\t{pid}\t{version}\t{}\n", clean(&command));
     for (thread, frames) in threads.iter().zip(&named) {
         out.push_str(&format!(
-            "thread\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            "thread\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
             thread.tid,
             u8::from(thread.tid == pid),
             thread.state,
             thread.syscall.as_deref().unwrap_or("-"),
             thread.taken.word(),
             thread.gil.map_or("-", |g| if g { "1" } else { "0" }),
+            thread.waiting.unwrap_or("-"),
             clean(&thread.name)
         ));
         for frame in frames.iter().rev() {
@@ -355,15 +363,24 @@ fn stat_of(tid: i32) -> (char, String) {
 }
 
 /// The system call thread `tid` is blocked in, with the user stack and instruction
-/// pointers saved at its entry: `(number, sp, pc)`; `None` when it runs or is gone.
-fn syscall_of(tid: i32) -> Option<(u64, u64, u64)> {
+/// pointers saved at its entry: `(call, sp, pc)`; `None` when it runs or is gone.
+fn syscall_of(tid: i32) -> Option<(Call, u64, u64)> {
     let line = std::fs::read(format!("/proc/self/task/{tid}/syscall")).ok()?;
-    let (sp, pc) = crate::sources::wall::parse(&line)?;
-    let nr = line
-        .split(|&b| b == b' ')
-        .next()
-        .and_then(|f| std::str::from_utf8(f).ok()?.trim().parse().ok())?;
-    Some((nr, sp, pc))
+    crate::sources::wall::parse(&line)
+}
+
+/// What a blocked thread waits for, in the words of wall mode's markers (`GIL`, `lock`,
+/// `I/O`, `sleep`, `child process`, `other system call`).
+fn waiting_for(call: Call, sampler: &Sampler) -> &'static str {
+    let gil = sampler
+        .python
+        .as_ref()
+        .map(|rt| rt.gil_words)
+        .unwrap_or_default();
+    let name = reason(call, &gil).name();
+    name.strip_prefix("<waiting: ")
+        .and_then(|n| n.strip_suffix('>'))
+        .unwrap_or(name)
 }
 
 /// The name of x86-64 system call `nr` (those a thread waits in), else `syscall <nr>`.
@@ -450,8 +467,8 @@ mod tests {
         });
         let tid = rx.recv().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(200));
-        let (nr, sp, pc) = syscall_of(tid).expect("the sleeper is in a system call");
-        assert_eq!(syscall_name(nr), "clock_nanosleep");
+        let (call, sp, pc) = syscall_of(tid).expect("the sleeper is in a system call");
+        assert_eq!(syscall_name(call.nr), "clock_nanosleep");
         assert!(sp != 0 && pc != 0);
         assert_eq!(stat_of(tid).0, 'S');
         sleeper.join().unwrap();

@@ -26,7 +26,9 @@
 //! machine) are added to its latest sample (`count_waiting`). So a thread's ticks add up
 //! to its wall time, less a few periods of timer lag at its end.
 
+use crate::capture::frames::marker_key;
 use crate::capture::unwind::{Regs, UNKNOWN_BP};
+use crate::capture::waits::{reason, Call};
 use crate::record::threads::{Slot, CAPTURING, FREE};
 use crate::sampler::{Sampler, SAMPLING, STATE};
 use crate::signal_guard::InFlight;
@@ -100,7 +102,7 @@ fn visit(sampler: &Sampler, slot: &mut Slot, periods: u64, line: &mut [u8], agai
         return;
     }
     let captured = match state_of(tid, line) {
-        State::Blocked { len, sp, pc }
+        State::Blocked { len, call, sp, pc }
             if slot
                 .busy
                 .compare_exchange(FREE, CAPTURING, Ordering::AcqRel, Ordering::Acquire)
@@ -113,7 +115,13 @@ fn visit(sampler: &Sampler, slot: &mut Slot, periods: u64, line: &mut [u8], agai
             // The slot is ours (CAPTURING) until released: the thread's handler does not
             // use it, and no other capture runs.
             let regs = Regs::new(pc, sp, UNKNOWN_BP);
-            let captured = sampler.sample_blocked(slot, periods, regs, still_blocked);
+            let gil = sampler
+                .python
+                .as_ref()
+                .map(|rt| rt.gil_words)
+                .unwrap_or_default();
+            let why = marker_key(reason(call, &gil));
+            let captured = sampler.sample_blocked(slot, periods, regs, why, still_blocked);
             slot.busy.store(FREE, Ordering::Release);
             captured
         }
@@ -169,7 +177,12 @@ fn count_waiting(sampler: &Sampler, slot: &Slot) {
 enum State {
     /// In a system call: the line's length in the buffer, and the user stack and
     /// instruction pointers saved at its entry.
-    Blocked { len: usize, sp: u64, pc: u64 },
+    Blocked {
+        len: usize,
+        call: Call,
+        sp: u64,
+        pc: u64,
+    },
     /// Running, runnable, blocked outside a system call, or gone.
     Running,
 }
@@ -210,7 +223,12 @@ fn state_of(tid: libc::pid_t, buf: &mut [u8]) -> State {
         }
         got as usize
     };
-    parse(&buf[..len]).map_or(State::Running, |(sp, pc)| State::Blocked { len, sp, pc })
+    parse(&buf[..len]).map_or(State::Running, |(call, sp, pc)| State::Blocked {
+        len,
+        call,
+        sp,
+        pc,
+    })
 }
 
 /// `value` in decimal, written at the end of `out`.
@@ -226,18 +244,21 @@ fn decimal(mut value: u32, out: &mut [u8; 10]) -> &[u8] {
     }
 }
 
-/// The stack and instruction pointers of a `/proc/<pid>/task/<tid>/syscall` line of a
-/// thread in a system call (`<nr> <arg1> … <arg6> <sp> <pc>`, numbers after the first in
-/// `0x` hex: the kernel's `proc_pid_syscall`); `None` for `running`, for `-1 <sp> <pc>`
-/// (blocked, not in a system call) and for anything else.
-pub(crate) fn parse(line: &[u8]) -> Option<(u64, u64)> {
+/// The call, stack and instruction pointers of a `/proc/<pid>/task/<tid>/syscall` line of
+/// a thread in a system call (`<nr> <arg1> … <arg6> <sp> <pc>`, numbers after the first in
+/// `0x` hex: the kernel's `proc_pid_syscall`): `(call, sp, pc)`; `None` for `running`, for
+/// `-1 <sp> <pc>` (blocked, not in a system call) and for anything else.
+pub(crate) fn parse(line: &[u8]) -> Option<(Call, u64, u64)> {
     let mut fields = line
         .split(|&b| b == b' ' || b == b'\n')
         .filter(|f| !f.is_empty());
     let nr = fields.next()?;
-    if !nr.iter().all(u8::is_ascii_digit) {
+    if nr.is_empty() || !nr.iter().all(u8::is_ascii_digit) {
         return None;
     }
+    let nr = nr.iter().try_fold(0u64, |v, &c| {
+        v.checked_mul(10)?.checked_add(u64::from(c - b'0'))
+    })?;
     let mut words = [0u64; 8];
     for word in &mut words {
         let f = fields.next()?;
@@ -247,7 +268,9 @@ pub(crate) fn parse(line: &[u8]) -> Option<(u64, u64)> {
             v.checked_mul(16)?.checked_add(digit)
         })?;
     }
-    Some((words[6], words[7]))
+    let mut args = [0u64; 6];
+    args.copy_from_slice(&words[..6]);
+    Some((Call { nr, args }, words[6], words[7]))
 }
 
 /// Waits until the monotonic clock reads `deadline_ns`, meanwhile doing the work of the
@@ -285,7 +308,10 @@ mod tests {
     fn syscall_lines_give_the_saved_stack_and_instruction_pointers() {
         let blocked =
             b"230 0x1 0x1 0x7f4f15cadab0 0x0 0x0 0x7f4f1694e6e8 0x7f4f15cada70 0x7f4f162ed545\n";
-        assert_eq!(parse(blocked), Some((0x7f4f15cada70, 0x7f4f162ed545)));
+        let (call, sp, pc) = parse(blocked).unwrap();
+        assert_eq!((sp, pc), (0x7f4f15cada70, 0x7f4f162ed545));
+        assert_eq!(call.nr, 230);
+        assert_eq!(call.args, [1, 1, 0x7f4f15cadab0, 0, 0, 0x7f4f1694e6e8]);
         assert_eq!(parse(b"running\n"), None);
         assert_eq!(parse(b"-1 0x7ffd1234 0x55aa5678\n"), None);
         assert_eq!(parse(b"0 0x3 0x1 0x2000\n"), None);

@@ -48,6 +48,7 @@ pub fn runtime(version: (u8, u8, u8)) -> Option<Runtime> {
     let mut runtime = Runtime::new(layout, &evaluator, types, source);
     if let Some(runtime) = &mut runtime {
         runtime.gc = layout.gc.and_then(gc_probe);
+        runtime.gil_words = gil_words(major, minor);
     }
     if runtime.is_none() {
         crate::notice!(
@@ -276,6 +277,35 @@ pub fn decode_int_load(code: &[u8], at: u64, register: Register) -> Option<(u64,
 pub fn decode_flag_test(code: &[u8], at: u64) -> Option<u64> {
     let (flag, rest) = decode_int_load(code, at, Register::Eax)?;
     rest.starts_with(&[0x85, 0xc0]).then_some(flag)
+}
+
+/// The futex words of the GIL of CPython `major.minor` in this process
+/// ([`crate::capture::waits::GilWords`] says where they are and why): `_PyRuntime`'s
+/// range from 3.7, 3.6's four statics by symbol, none for 2.7.
+fn gil_words(major: u8, minor: u8) -> crate::capture::waits::GilWords {
+    // x86-64 glibc: sizeof(pthread_cond_t), sizeof(pthread_mutex_t).
+    const COND: u64 = 48;
+    const MUTEX: u64 = 40;
+    let mut words = crate::capture::waits::GilWords::default();
+    if (major, minor) >= (3, 7) {
+        // Its size from the loader's symbol (`_PyRuntime` is exported by every build,
+        // stripped or static), not the object list, which attach makes later.
+        if let Some((at, size)) = cpython::variable_extent(c"_PyRuntime") {
+            words.add(at as u64, size as u64);
+        }
+    } else if (major, minor) == (3, 6) {
+        for (name, size) in [
+            ("gil_cond", COND),
+            ("gil_mutex", MUTEX),
+            ("switch_cond", COND),
+            ("switch_mutex", MUTEX),
+        ] {
+            if let Some(at) = variable(name) {
+                words.add(at, size);
+            }
+        }
+    }
+    words
 }
 
 /// The garbage-collection check of `gc` at this process's addresses; `None` when a symbol

@@ -132,6 +132,9 @@ pub struct Runtime {
     /// How a sample tells that its thread collects garbage (set by `discover`); `None` when
     /// the places are unknown (stripped 2.7 and 3.6, free-threaded builds).
     pub gc: Option<GcProbe>,
+    /// The futex words a thread waiting for the GIL blocks on (set by `discover`; none
+    /// known for 2.7 and stripped 3.6): wall mode's `<waiting: GIL>`.
+    pub gil_words: crate::capture::waits::GilWords,
     tss_key: AtomicU32,
     attached: AtomicBool,
     /// 2.7: the `PyInterpreterState*` of the GIL holder last seen.
@@ -165,6 +168,7 @@ impl Runtime {
             evaluator_ranges: n,
             source,
             gc: None,
+            gil_words: Default::default(),
             tss_key: AtomicU32::new(0),
             attached: AtomicBool::new(false),
             interpreter: AtomicU64::new(0),

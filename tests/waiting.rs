@@ -1,0 +1,171 @@
+//! Wall mode says why blocked threads wait: each blocked sample ends in a marker frame —
+//! `<waiting: GIL>`, `<waiting: lock>`, `<waiting: I/O>`, `<waiting: sleep>` — below the
+//! call that waits (preload/src/capture/waits.rs). On a threaded program that measures its
+//! own waits (two threads contending for the GIL, one waiting on a lock another holds, one
+//! on a socket, sleepers, the main thread joining), each reason's share of the profile's
+//! wall time is the share the program measured, within 3 points, and each wait sits under
+//! the Python function that waits.
+
+use pyigprof_suite::*;
+
+/// Threads that wait for known reasons for `argv[1]` seconds, each timing its own waits
+/// with `time.perf_counter()`: first `spin_a` and `spin_b` run Python code at once, so that
+/// each waits for the GIL while the other holds it (the time it did not run: its wall time
+/// less its `time.thread_time()`); then `wait_for_lock` acquires a lock that `hold_lock`
+/// keeps while it sleeps, `wait_for_bytes` receives on a socket that `send_bytes` writes to
+/// after sleeping, and `nap` sleeps; the main thread joins them. Prints the seconds per
+/// reason and the threads' summed lifetimes.
+const PROGRAM: &str = r#"
+import json, socket, sys, threading, time
+start = time.perf_counter()
+duration = float(sys.argv[1])
+end = start + duration
+waits = {"GIL": 0.0, "lock": 0.0, "I/O": 0.0, "sleep": 0.0}
+lives = []
+guard = threading.Lock()
+
+def count(reason, seconds):
+    with guard:
+        waits[reason] += seconds
+
+def lived(t0):
+    with guard:
+        lives.append(time.perf_counter() - t0)
+
+def timed_sleep(seconds):
+    t = time.perf_counter()
+    time.sleep(seconds)
+    count("sleep", time.perf_counter() - t)
+
+def spin():
+    t0, c0 = time.perf_counter(), time.thread_time()
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
+    count("GIL", (time.perf_counter() - t0) - (time.thread_time() - c0))
+    lived(t0)
+
+def spin_a():
+    spin()
+
+def spin_b():
+    spin()
+
+held = threading.Lock()
+
+def hold_lock():
+    t0 = time.perf_counter()
+    while time.perf_counter() < end:
+        with held:
+            timed_sleep(0.05)
+        timed_sleep(0.002)
+    lived(t0)
+
+def wait_for_lock():
+    t0 = time.perf_counter()
+    time.sleep(0.01)
+    while time.perf_counter() < end:
+        t = time.perf_counter()
+        held.acquire()
+        count("lock", time.perf_counter() - t)
+        held.release()
+        timed_sleep(0.004)
+    lived(t0)
+
+ours, theirs = socket.socketpair()
+
+def send_bytes():
+    t0 = time.perf_counter()
+    while time.perf_counter() < end:
+        timed_sleep(0.03)
+        theirs.sendall(b"x")
+    theirs.sendall(b"q")
+    lived(t0)
+
+def wait_for_bytes():
+    t0 = time.perf_counter()
+    while True:
+        t = time.perf_counter()
+        got = ours.recv(1)
+        count("I/O", time.perf_counter() - t)
+        if got == b"q":
+            break
+    lived(t0)
+
+def nap():
+    t0 = time.perf_counter()
+    while time.perf_counter() < end:
+        timed_sleep(0.02)
+    lived(t0)
+
+# Two phases: a thread that wakes from a sleep, a lock or a socket while the spinners hold
+# the GIL waits for it before its call returns, which the program would count as the
+# call's and the profile (rightly) as the GIL's: 3 points of the sleeps' share when both
+# ran at once.
+def phase(functions):
+    global end
+    end = time.perf_counter() + duration
+    threads = [threading.Thread(target=f) for f in functions]
+    for t in threads:
+        t.start()
+    t = time.perf_counter()
+    for w in threads:
+        w.join()
+    count("lock", time.perf_counter() - t)
+
+phase((spin_a, spin_b))
+phase((hold_lock, wait_for_lock, send_bytes, wait_for_bytes, nap))
+lived(start)
+print(json.dumps({"waits": waits, "lives": sum(lives)}))
+"#;
+
+#[test]
+fn blocked_time_is_split_by_what_the_threads_wait_for() {
+    let wanted = |i: &Interpreter| i.version >= (3, 7);
+    for python in interpreters_for("waiting", "interpreters from 3.7", wanted) {
+        let (run, profile) = profiled_ok(
+            &python,
+            &["-c", PROGRAM, "1.5"],
+            &[("PYIGPROF_CLOCK", "wall"), ("PYIGPROF_HZ", "250")],
+        );
+        let out = run.stdout();
+        let lives = json_number(&out, "lives");
+        let (ticks, _) = totals(&profile);
+        let all = stacks(&profile);
+        let mut report = Vec::new();
+        for (reason, waiter) in [
+            ("GIL", "spin"),
+            ("lock", "wait_for_lock"),
+            ("I/O", "wait_for_bytes"),
+            ("sleep", "timed_sleep"),
+        ] {
+            let marker = format!("<waiting: {reason}>");
+            let measured = 100.0 * json_number(&out, reason) / lives;
+            let seen = share(&profile, |s| s.has(&marker));
+            report.push(format!(
+                "{reason} {seen:.1} % seen, {measured:.1} % measured"
+            ));
+            assert!(
+                (seen - measured).abs() <= 3.0,
+                "{}: <waiting: {reason}> is {seen:.1} % of the wall time, {measured:.1} % \
+                 measured ({ticks} ticks)\n{out}",
+                python.name
+            );
+            // The wait is the innermost frame, a good part of it under the function that
+            // waits (the main thread's join is a lock's wait too, and every thread waits
+            // for the GIL as it wakes).
+            let ticks_of = |keep: &dyn Fn(&Stack) -> bool| -> i64 {
+                all.iter().filter(|s| keep(s)).map(|s| s.ticks).sum()
+            };
+            let under = ticks_of(&|s| s.has(&marker));
+            let innermost = ticks_of(&|s| s.frames.last().is_some_and(|(n, _)| *n == marker));
+            let placed = ticks_of(&|s| s.has(&marker) && s.has(waiter));
+            assert!(
+                innermost == under && placed as f64 >= 0.3 * under as f64,
+                "{}: {marker}: {under} ticks, {innermost} innermost, {placed} under {waiter}",
+                python.name
+            );
+        }
+        eprintln!("waiting: {}: {}", python.name, report.join("; "));
+    }
+}
