@@ -119,6 +119,16 @@ lived(start)
 print(json.dumps({"waits": waits, "lives": sum(lives)}))
 "#;
 
+/// The share of `reason` in the summary line `pyigprof: blocked B% of the wall time,
+/// waiting for: sleep S%, lock L%, …` of `stderr`.
+fn said_share(stderr: &str, reason: &str) -> Option<f64> {
+    let line = stderr.lines().find(|l| l.starts_with("pyigprof: blocked "))?;
+    let (_, list) = line.split_once("waiting for: ")?;
+    list.split(", ")
+        .find_map(|item| item.strip_prefix(reason)?.strip_prefix(' ')?.strip_suffix('%'))
+        .and_then(|n| n.parse().ok())
+}
+
 #[test]
 fn blocked_time_is_split_by_what_the_threads_wait_for() {
     let wanted = |i: &Interpreter| i.version >= (3, 7);
@@ -142,6 +152,15 @@ fn blocked_time_is_split_by_what_the_threads_wait_for() {
             let marker = format!("<waiting: {reason}>");
             let measured = 100.0 * json_number(&out, reason) / lives;
             let seen = share(&profile, |s| s.has(&marker));
+            // The summary line at exit says the same shares.
+            let said = said_share(&run.stderr(), reason).unwrap_or_else(|| {
+                panic!("{}: no {reason} in the summary:\n{}", python.name, run.stderr())
+            });
+            assert!(
+                (said - seen).abs() <= 0.11,
+                "{}: the summary says {reason} {said} %, the profile {seen:.2} %",
+                python.name
+            );
             report.push(format!(
                 "{reason} {seen:.1} % seen, {measured:.1} % measured"
             ));

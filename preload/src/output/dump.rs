@@ -491,6 +491,27 @@ impl Profile {
         }
     }
 
+    /// Ticks per wall-mode wait marker (`<waiting: GIL>`, …; the name without the
+    /// brackets: `GIL`, `lock`, …), largest first; the markers are leaves, so a node's
+    /// ticks are its own. Empty when no sample was of a blocked thread.
+    pub fn waiting_ticks(&self) -> Vec<(String, u64)> {
+        let mut by_function: HashMap<u32, u64> = HashMap::new();
+        for node in self.nodes.iter().skip(1) {
+            *by_function.entry(node.function).or_default() += node.ticks;
+        }
+        let mut out: Vec<(String, u64)> = by_function
+            .into_iter()
+            .filter_map(|(function, ticks)| {
+                let f = &self.functions[function as usize];
+                let name = std::str::from_utf8(&f.name).ok()?;
+                let reason = name.strip_prefix("<waiting: ")?.strip_suffix('>')?;
+                (f.file == STATISTICS_FILE && ticks > 0).then(|| (reason.to_string(), ticks))
+            })
+            .collect();
+        out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        out
+    }
+
     /// Samples with a frame of JIT-compiled code ([`jit_function`]) in their stack: the
     /// samples under the outermost `<jit>` frames.
     pub fn jit_samples(&self) -> u64 {

@@ -408,6 +408,21 @@ fn summary_lines(
         seconds,
         period_ns as f64 / 1e6,
     ));
+    // Wall mode: what the blocked time waited for (the `<waiting: …>` frames).
+    let waiting = profile.waiting_ticks();
+    if config.clock == Clock::Wall && !waiting.is_empty() && ticks > 0 {
+        let share = |t: u64| 100.0 * t as f64 / ticks as f64;
+        let blocked: u64 = waiting.iter().map(|(_, t)| t).sum();
+        let each: Vec<String> = waiting
+            .iter()
+            .map(|(reason, t)| format!("{reason} {:.1}%", share(*t)))
+            .collect();
+        lines.push(format!(
+            "pyigprof: blocked {:.1}% of the wall time, waiting for: {}",
+            share(blocked),
+            each.join(", ")
+        ));
+    }
     lines
 }
 
