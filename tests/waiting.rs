@@ -9,9 +9,9 @@
 use pyigprof_suite::*;
 
 /// Threads that wait for known reasons for `argv[1]` seconds, each timing its own waits
-/// with `time.perf_counter()`: first `spin_a` and `spin_b` run Python code at once, so that
+/// with `time.perf_counter()` (less the time it then waited for a CPU): first `spin_a` and `spin_b` run Python code at once, so that
 /// each waits for the GIL while the other holds it (the time it did not run: its wall time
-/// less its `time.thread_time()`); then `wait_for_lock` acquires a lock that `hold_lock`
+/// less its `time.thread_time()` and its time runnable without a CPU); then `wait_for_lock` acquires a lock that `hold_lock`
 /// keeps while it sleeps, `wait_for_bytes` receives on a socket that `send_bytes` writes to
 /// after sleeping, and `nap` sleeps; the main thread joins them. Prints the seconds per
 /// reason and the threads' summed lifetimes.
@@ -32,17 +32,28 @@ def lived(t0):
     with guard:
         lives.append(time.perf_counter() - t0)
 
+# Seconds this thread has waited runnable for a CPU (the kernel's schedstat): a waiting
+# thread that wakes on a busy machine waits for a CPU too, which the profile counts as the
+# time of where it then runs, not of the wait; the waits measured here leave it out.
+def queued():
+    with open("/proc/thread-self/schedstat") as f:
+        return int(f.read().split()[1]) / 1e9
+
+def timed(reason, wait, *args):
+    t, q = time.perf_counter(), queued()
+    result = wait(*args)
+    count(reason, (time.perf_counter() - t) - (queued() - q))
+    return result
+
 def timed_sleep(seconds):
-    t = time.perf_counter()
-    time.sleep(seconds)
-    count("sleep", time.perf_counter() - t)
+    timed("sleep", time.sleep, seconds)
 
 def spin():
-    t0, c0 = time.perf_counter(), time.thread_time()
+    t0, c0, q0 = time.perf_counter(), time.thread_time(), queued()
     x = 0
     while time.perf_counter() < end:
         x += 1
-    count("GIL", (time.perf_counter() - t0) - (time.thread_time() - c0))
+    count("GIL", (time.perf_counter() - t0) - (time.thread_time() - c0) - (queued() - q0))
     lived(t0)
 
 def spin_a():
@@ -65,9 +76,7 @@ def wait_for_lock():
     t0 = time.perf_counter()
     time.sleep(0.01)
     while time.perf_counter() < end:
-        t = time.perf_counter()
-        held.acquire()
-        count("lock", time.perf_counter() - t)
+        timed("lock", held.acquire)
         held.release()
         timed_sleep(0.004)
     lived(t0)
@@ -85,9 +94,7 @@ def send_bytes():
 def wait_for_bytes():
     t0 = time.perf_counter()
     while True:
-        t = time.perf_counter()
-        got = ours.recv(1)
-        count("I/O", time.perf_counter() - t)
+        got = timed("I/O", ours.recv, 1)
         if got == b"q":
             break
     lived(t0)
@@ -108,10 +115,8 @@ def phase(functions):
     threads = [threading.Thread(target=f) for f in functions]
     for t in threads:
         t.start()
-    t = time.perf_counter()
     for w in threads:
-        w.join()
-    count("lock", time.perf_counter() - t)
+        timed("lock", w.join)
 
 phase((spin_a, spin_b))
 phase((hold_lock, wait_for_lock, send_bytes, wait_for_bytes, nap))
