@@ -259,15 +259,8 @@ fn check(threads: &[Seen], what: &str, gil_known: bool) {
 fn dump_shows_every_threads_place_on_a_hung_program_started_with_and_without_pyigprof() {
     let pythons = interpreters_with_python_frames("dump");
     for python in pythons {
-        for preloaded in [Some("cpu"), Some("wall"), None] {
-            let what = format!(
-                "{} {}",
-                python.name,
-                match preloaded {
-                    Some(clock) => format!("preloaded, {clock} mode"),
-                    None => "attached".into(),
-                }
-            );
+        for preloaded in LIVE_STARTS {
+            let what = live_label(&python.name, preloaded);
             let dir = scratch_dir("dump");
             let mut program = start(&python.path, preloaded, &dir);
             let child = &mut program.0;

@@ -147,15 +147,8 @@ fn top_reports_each_functions_share_in_a_started_an_attached_and_a_launched_prog
     let pythons = interpreters_for("top", "interpreters from 3.3", |i| i.version >= (3, 3));
     for python in pythons {
         // In wall mode the program's time is its CPU time too: it never blocks.
-        for preloaded in [Some("cpu"), Some("wall"), None] {
-            let what = format!(
-                "{} {}",
-                python.name,
-                match preloaded {
-                    Some(clock) => format!("preloaded, {clock} mode"),
-                    None => "attached".into(),
-                }
-            );
+        for preloaded in LIVE_STARTS {
+            let what = live_label(&python.name, preloaded);
             let dir = scratch_dir("top");
             let mut program = start(&python.path, preloaded, &dir);
             let pid = program.0.id().to_string();

@@ -127,10 +127,16 @@ print(json.dumps({"waits": waits, "lives": sum(lives)}))
 /// The share of `reason` in the summary line `pyigprof: blocked B% of the wall time,
 /// waiting for: sleep S%, lock L%, …` of `stderr`.
 fn said_share(stderr: &str, reason: &str) -> Option<f64> {
-    let line = stderr.lines().find(|l| l.starts_with("pyigprof: blocked "))?;
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("pyigprof: blocked "))?;
     let (_, list) = line.split_once("waiting for: ")?;
     list.split(", ")
-        .find_map(|item| item.strip_prefix(reason)?.strip_prefix(' ')?.strip_suffix('%'))
+        .find_map(|item| {
+            item.strip_prefix(reason)?
+                .strip_prefix(' ')?
+                .strip_suffix('%')
+        })
         .and_then(|n| n.parse().ok())
 }
 
@@ -159,7 +165,11 @@ fn blocked_time_is_split_by_what_the_threads_wait_for() {
             let seen = share(&profile, |s| s.has(&marker));
             // The summary line at exit says the same shares.
             let said = said_share(&run.stderr(), reason).unwrap_or_else(|| {
-                panic!("{}: no {reason} in the summary:\n{}", python.name, run.stderr())
+                panic!(
+                    "{}: no {reason} in the summary:\n{}",
+                    python.name,
+                    run.stderr()
+                )
             });
             assert!(
                 (said - seen).abs() <= 0.11,

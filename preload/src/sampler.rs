@@ -247,6 +247,14 @@ impl Sampler {
         true
     }
 
+    /// Why a thread blocked in `call` waits ([`crate::capture::waits::reason`], with this
+    /// runtime's GIL words: none without Python frames).
+    pub(crate) fn wait_reason(&self, call: crate::capture::waits::Call) -> Marker {
+        let none = crate::capture::waits::GilWords::default();
+        let gil = self.python.as_ref().map_or(&none, |rt| &rt.gil_words);
+        crate::capture::waits::reason(call, gil)
+    }
+
     /// The call stack of another thread blocked in a system call, captured from the
     /// registers the kernel saved at its entry as [`Sampler::sample_blocked`] does, but
     /// counted nowhere: the frame keys, outermost first, for `pyigprof dump`. `None` when

@@ -733,3 +733,16 @@ print("parent out", child.stdout, got)
 sys.stderr.write("parent err\n")
 sys.exit(3)
 "#;
+
+/// How the live commands' tests (`dump`, `top`) start their program: with the library
+/// preloaded in cpu or in wall mode, or without it (the command attaches).
+pub const LIVE_STARTS: [Option<&str>; 3] = [Some("cpu"), Some("wall"), None];
+
+/// `python`'s name and how its program was started (one of [`LIVE_STARTS`]), for a test's
+/// messages: `pyenv-3.12.1 preloaded, wall mode`, `pyenv-3.12.1 attached`.
+pub fn live_label(python: &str, preloaded: Option<&str>) -> String {
+    match preloaded {
+        Some(clock) => format!("{python} preloaded, {clock} mode"),
+        None => format!("{python} attached"),
+    }
+}

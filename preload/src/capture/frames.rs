@@ -68,7 +68,31 @@ impl Marker {
             Marker::WaitingOther => "<waiting: other system call>",
         }
     }
+
+    /// For a wait marker, what the thread waited for, as its name says it (`GIL`, `lock`,
+    /// `I/O`, `sleep`, `child process`, `other system call`); `None` for the others.
+    pub fn waiting_for(self) -> Option<&'static str> {
+        Some(match self {
+            Marker::WaitingGil => "GIL",
+            Marker::WaitingLock => "lock",
+            Marker::WaitingIo => "I/O",
+            Marker::WaitingSleep => "sleep",
+            Marker::WaitingChild => "child process",
+            Marker::WaitingOther => "other system call",
+            _ => return None,
+        })
+    }
 }
+
+/// The wall-mode wait markers, one per reason a blocked thread waits.
+pub const WAITS: [Marker; 6] = [
+    Marker::WaitingGil,
+    Marker::WaitingLock,
+    Marker::WaitingIo,
+    Marker::WaitingSleep,
+    Marker::WaitingChild,
+    Marker::WaitingOther,
+];
 
 /// The key of a Python frame running code record `record` at instruction index `instr`
 /// (`None` when the frame has not started).
@@ -147,6 +171,10 @@ mod tests {
         for (i, &m) in all.iter().enumerate() {
             assert_eq!(decode(marker_key(m)), Frame::Marker(m));
             assert!(all[..i].iter().all(|o| o.name() != m.name()));
+            assert_eq!(m.waiting_for().is_some(), WAITS.contains(&m));
+            if let Some(word) = m.waiting_for() {
+                assert_eq!(m.name(), format!("<waiting: {word}>"));
+            }
         }
     }
 

@@ -2,7 +2,7 @@
 //! written in IgProf's text format (docs/dump-format.md; IgProf `doc/dump-format`, `HEX`
 //! variant). Runs after sampling stopped (at exit), so it may allocate and read files.
 
-use crate::capture::frames::{decode, Frame};
+use crate::capture::frames::{decode, Frame, WAITS};
 use crate::capture::python::lines::line_for_offset;
 use crate::capture::symbols::table_for;
 use crate::capture::unwind::copies;
@@ -503,9 +503,11 @@ impl Profile {
             .into_iter()
             .filter_map(|(function, ticks)| {
                 let f = &self.functions[function as usize];
-                let name = std::str::from_utf8(&f.name).ok()?;
-                let reason = name.strip_prefix("<waiting: ")?.strip_suffix('>')?;
-                (f.file == STATISTICS_FILE && ticks > 0).then(|| (reason.to_string(), ticks))
+                let marker = WAITS
+                    .iter()
+                    .find(|m| f.file == STATISTICS_FILE && f.name == m.name().as_bytes())?;
+                let reason = marker.waiting_for()?;
+                (ticks > 0).then(|| (reason.to_string(), ticks))
             })
             .collect();
         out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));

@@ -409,8 +409,11 @@ fn summary_lines(
         period_ns as f64 / 1e6,
     ));
     // Wall mode: what the blocked time waited for (the `<waiting: …>` frames).
-    let waiting = profile.waiting_ticks();
-    if config.clock == Clock::Wall && !waiting.is_empty() && ticks > 0 {
+    let waiting = match config.clock {
+        Clock::Wall => profile.waiting_ticks(),
+        Clock::Cpu => Vec::new(),
+    };
+    if !waiting.is_empty() && ticks > 0 {
         let share = |t: u64| 100.0 * t as f64 / ticks as f64;
         let blocked: u64 = waiting.iter().map(|(_, t)| t).sum();
         let each: Vec<String> = waiting

@@ -12,7 +12,7 @@
 //! The answer goes to the `pyigprof` command over its control socket, one line per item,
 //! fields separated by tabs ([`report`]); the command prints it as text or JSON.
 
-use crate::capture::waits::{reason, Call};
+use crate::capture::waits::Call;
 use crate::output::dump::{name_frames, Named, Namer};
 use crate::record::threads::{CAPTURING, FREE};
 use crate::sampler::Sampler;
@@ -128,7 +128,9 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
                     let shown = if restarted { before as u64 } else { call.nr };
                     thread.syscall = Some(syscall_name(shown));
                     // A restarted call's arguments are not shown: a futex's word unknown.
-                    thread.waiting = (!restarted).then(|| waiting_for(call, sampler));
+                    thread.waiting = (!restarted)
+                        .then(|| sampler.wait_reason(call).waiting_for())
+                        .flatten();
                     if slot
                         .busy
                         .compare_exchange(FREE, CAPTURING, Ordering::AcqRel, Ordering::Acquire)
@@ -367,20 +369,6 @@ fn stat_of(tid: i32) -> (char, String) {
 fn syscall_of(tid: i32) -> Option<(Call, u64, u64)> {
     let line = std::fs::read(format!("/proc/self/task/{tid}/syscall")).ok()?;
     crate::sources::wall::parse(&line)
-}
-
-/// What a blocked thread waits for, in the words of wall mode's markers (`GIL`, `lock`,
-/// `I/O`, `sleep`, `child process`, `other system call`).
-fn waiting_for(call: Call, sampler: &Sampler) -> &'static str {
-    let gil = sampler
-        .python
-        .as_ref()
-        .map(|rt| rt.gil_words)
-        .unwrap_or_default();
-    let name = reason(call, &gil).name();
-    name.strip_prefix("<waiting: ")
-        .and_then(|n| n.strip_suffix('>'))
-        .unwrap_or(name)
 }
 
 /// The name of x86-64 system call `nr` (those a thread waits in), else `syscall <nr>`.

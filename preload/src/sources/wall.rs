@@ -28,7 +28,7 @@
 
 use crate::capture::frames::marker_key;
 use crate::capture::unwind::{Regs, UNKNOWN_BP};
-use crate::capture::waits::{reason, Call};
+use crate::capture::waits::Call;
 use crate::record::threads::{Slot, CAPTURING, FREE};
 use crate::sampler::{Sampler, SAMPLING, STATE};
 use crate::signal_guard::InFlight;
@@ -115,12 +115,7 @@ fn visit(sampler: &Sampler, slot: &mut Slot, periods: u64, line: &mut [u8], agai
             // The slot is ours (CAPTURING) until released: the thread's handler does not
             // use it, and no other capture runs.
             let regs = Regs::new(pc, sp, UNKNOWN_BP);
-            let gil = sampler
-                .python
-                .as_ref()
-                .map(|rt| rt.gil_words)
-                .unwrap_or_default();
-            let why = marker_key(reason(call, &gil));
+            let why = marker_key(sampler.wait_reason(call));
             let captured = sampler.sample_blocked(slot, periods, regs, why, still_blocked);
             slot.busy.store(FREE, Ordering::Release);
             captured
