@@ -205,12 +205,12 @@ fn tmux(socket: &str, args: &[&str]) -> String {
     text(&out.stdout)
 }
 
-/// The screen after waiting until it shows `wanted` (at most 10 s).
-fn screen_with(socket: &str, wanted: &str) -> String {
+/// The screen after waiting until it shows every string of `wanted` (at most 10 s).
+fn screen_with(socket: &str, wanted: &[&str]) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let screen = tmux(socket, &["capture-pane", "-p", "-t", "top"]);
-        if screen.contains(wanted) || Instant::now() > deadline {
+        if wanted.iter().all(|w| screen.contains(w)) || Instant::now() > deadline {
             return screen;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -260,7 +260,7 @@ fn live_view(python: &Interpreter, preloaded: Option<&str>, what: &str) {
             &command,
         ],
     );
-    let screen = screen_with(&socket, "python_loop");
+    let screen = screen_with(&socket, &["python_loop"]);
     let ended = |child: &mut Child| child.try_wait().unwrap().is_some();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         assert!(
@@ -276,7 +276,7 @@ fn live_view(python: &Interpreter, preloaded: Option<&str>, what: &str) {
             "{what}: {screen}"
         );
         tmux(&socket, &["send-keys", "-t", "top", "v"]);
-        let screen = screen_with(&socket, "view: Python frames");
+        let screen = screen_with(&socket, &["view: Python frames", "python_loop", "squeeze"]);
         assert!(
             screen.contains("view: Python frames"),
             "{what}: v: {screen}"
@@ -286,13 +286,13 @@ fn live_view(python: &Interpreter, preloaded: Option<&str>, what: &str) {
             "{what}: {screen}"
         );
         tmux(&socket, &["send-keys", "-t", "top", "s"]);
-        let screen = screen_with(&socket, "sorted by total");
+        let screen = screen_with(&socket, &["sorted by total"]);
         assert!(screen.contains("sorted by total"), "{what}: s: {screen}");
         tmux(&socket, &["send-keys", "-t", "top", "w"]);
-        let screen = screen_with(&socket, "wrote ");
+        let screen = screen_with(&socket, &["wrote "]);
         assert!(screen.contains("wrote "), "{what}: w: {screen}");
         tmux(&socket, &["send-keys", "-t", "top", "q"]);
-        let screen = screen_with(&socket, "$");
+        let screen = screen_with(&socket, &["$"]);
         assert!(
             !screen.contains("pyigprof top — process"),
             "{what}: q leaves the view: {screen}"
