@@ -286,11 +286,11 @@ pub fn unwind(
         // A copy of a template made at run time (CPython's perf trampolines) is recorded
         // and stepped out of as the template.
         let copied = if from_return {
-            copies::lookup(snapshot, pc + 1)
+            copies::lookup(snapshot, pc + 1).map(|(ret, rule)| (ret - 1, rule))
         } else {
-            None
+            copies::lookup_interrupted(snapshot, pc)
         };
-        out[n] = copied.map_or(pc, |(ret, _)| ret - 1);
+        out[n] = copied.map_or(pc, |(at, _)| at);
         let (sp, bp) = (regs.sp, regs.bp);
         sps[n] = sp;
         while next > 0 && memo.frames[next - 1].sp < sp {
