@@ -255,6 +255,9 @@ fn start(
         }
     };
     modules::rescan();
+    if let Some(rt) = &sampler.python {
+        crate::capture::python::tasks::discover(&rt.layout);
+    }
     if let Some(rt) = sampler.python.as_ref().filter(|rt| rt.needs_attachment()) {
         match key {
             Some(key) => rt.attach(key),

@@ -133,6 +133,9 @@ pub extern "C" fn init() {
     }
     let profile_cpu = config.profile_cpu;
     let memory = config.profile_memory;
+    // asyncio built into the executable or libpython (Debian's 3.15); an `_asyncio`
+    // extension module is found when it is loaded.
+    discover_tasks();
     lifecycle::start(config);
     pyigprof_hooks::install(Callbacks {
         thread_started: || {
@@ -140,6 +143,7 @@ pub extern "C" fn init() {
         },
         objects_added: || {
             modules::rescan();
+            discover_tasks();
             cpython::try_attach();
             // An extension module is being imported, with the GIL held: the interpreter
             // has chosen its allocators (3.6 resets them in Py_Main, after the
@@ -209,6 +213,16 @@ pub extern "C" fn init() {
             crate::notice!("pyigprof: {e}; not profiling");
         }
     }
+}
+
+/// Looks for asyncio's task offsets in the objects mapped now
+/// ([`capture::python::tasks::discover`]).
+fn discover_tasks() {
+    with_sampler(|s| {
+        if let Some(rt) = &s.python {
+            capture::python::tasks::discover(&rt.layout);
+        }
+    });
 }
 
 fn with_sampler(f: impl FnOnce(&'static sampler::Sampler)) {

@@ -22,11 +22,16 @@ use crate::capture::mixed::{
 };
 use crate::capture::python::code::Codes;
 use crate::capture::python::stack::{walk, PyStack};
+use crate::capture::python::tasks;
 use crate::capture::python::Runtime;
 use crate::capture::unwind::{modules, unwind, Frames, Regs};
 use crate::config::Clock;
 pub use crate::record::stats::Stats;
-use crate::record::threads::{Slot, Slots, FREE, HANDLING};
+use crate::record::threads::{Slot, Slots, CAPTURING, FREE, HANDLING};
+
+/// Most suspended asyncio tasks of one thread given a sample in one wall-mode pass
+/// ([`Sampler::sample_suspended_tasks`]).
+pub const MAX_TASK_SAMPLES: usize = 16;
 use crate::record::trace::Trees;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
@@ -47,6 +52,8 @@ pub struct Sampler {
     pub slots: Slots,
     /// Captured code objects.
     pub codes: Codes,
+    /// The names of the asyncio tasks in samples' await chains.
+    pub task_names: crate::capture::python::tasks::Names,
     /// The CPython runtime, when the process is Python.
     pub python: Option<Runtime>,
     /// Counters of the sampler's own work.
@@ -102,6 +109,7 @@ impl Sampler {
             trees: Trees::new(1 << 24)?,
             slots: Slots::new()?,
             codes: Codes::new(1 << 20, 256 << 20)?,
+            task_names: crate::capture::python::tasks::Names::new()?,
             python,
             stats: Stats::default(),
             restorer: AtomicU64::new(0),
@@ -247,6 +255,70 @@ impl Sampler {
         true
     }
 
+    /// Wall mode: counts `periods` ticks of wall time for each suspended asyncio task that
+    /// `slot`'s thread created ([`tasks`]: 3.14+, once `asyncio` is imported), each at its
+    /// own stack (`<task …>` frames, its coroutines, `<awaiting>`) in the thread's trace
+    /// tree. At most [`MAX_TASK_SAMPLES`] tasks get a sample per pass: with more, an evenly
+    /// spaced subset starting at `pass` (the pass's number) does, each weighted by the
+    /// share of the tasks it stands for, so the ticks still add up to `periods` per task.
+    /// Called by the wall-clock source from its own thread; takes the slot
+    /// ([`crate::record::threads::CAPTURING`]) and does nothing when the thread's handler
+    /// holds it. Returns the samples recorded.
+    pub(crate) fn sample_suspended_tasks(&self, slot: &mut Slot, periods: u64, pass: u64) -> u64 {
+        let (Some(asyncio), Some(rt)) = (tasks::published(), self.python.as_ref()) else {
+            return 0;
+        };
+        let thread = slot.owner.load(Ordering::Relaxed) as u64;
+        let tstate = rt.thread_state_of(thread, slot.thread_state);
+        if tstate == 0 {
+            return 0;
+        }
+        let mut listed = [0u64; tasks::MAX_TASKS_LISTED];
+        let n = asyncio.suspended_tasks(tstate, &mut listed);
+        if n == 0
+            || slot
+                .busy
+                .compare_exchange(FREE, CAPTURING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return 0;
+        }
+        let mut root = slot.root.load(Ordering::Relaxed);
+        if root == 0 {
+            root = self.trees.new_root().unwrap_or(0);
+            slot.root.store(root, Ordering::Release);
+        }
+        let chosen = n.min(MAX_TASK_SAMPLES);
+        let total = periods * n as u64;
+        let mut recorded = 0;
+        for i in 0..chosen {
+            let task = listed[(pass as usize % n + i * n / chosen) % n];
+            let weight = total / chosen as u64 + u64::from((i as u64) < total % chosen as u64);
+            let Some(len) = asyncio.suspended_stack(
+                task,
+                (&self.task_names, &self.codes),
+                (&rt.layout, &rt.types),
+                &mut slot.text,
+                &mut slot.out,
+            ) else {
+                continue;
+            };
+            if root != 0
+                && self
+                    .trees
+                    .record_from(&mut slot.path, root, &slot.out[..len], 1, weight)
+                    .is_some()
+            {
+                self.stats.ticks.fetch_add(weight, Ordering::Relaxed);
+                self.stats.task_ticks.fetch_add(weight, Ordering::Relaxed);
+                self.stats.task_samples.fetch_add(1, Ordering::Relaxed);
+                recorded += 1;
+            }
+        }
+        slot.busy.store(FREE, Ordering::Release);
+        recorded
+    }
+
     /// Why a thread blocked in `call` waits ([`crate::capture::waits::reason`], with this
     /// runtime's GIL words: none without Python frames).
     pub(crate) fn wait_reason(&self, call: crate::capture::waits::Call) -> Marker {
@@ -330,6 +402,10 @@ impl Sampler {
             };
             collecting = tstate != 0 && rt.gc.is_some_and(|gc| gc.collecting(tstate));
             if tstate != 0 && walk_python {
+                // The asyncio task the thread runs (3.14+), whose await chain goes outside
+                // its coroutine's frame.
+                let asyncio = tasks::published();
+                let running = asyncio.and_then(|a| a.running(tstate));
                 let out = PyStack {
                     keys: &mut slot.python,
                     group_ends: &mut slot.groups,
@@ -337,13 +413,35 @@ impl Sampler {
                 };
                 match walk(
                     tstate,
+                    running.map_or(0, |(_, frame)| frame),
                     &rt.layout,
                     &rt.types,
                     &self.codes,
                     out,
                     &mut slot.text,
                 ) {
-                    Ok(w) => python = Some(w),
+                    Ok(mut w) => {
+                        if let (Some(a), Some((task, _)), Some(after)) =
+                            (asyncio, running, w.anchor_at)
+                        {
+                            let mut chain = [0u64; tasks::MAX_CHAIN];
+                            let n = a.chain(
+                                task,
+                                &self.task_names,
+                                (&rt.layout, &rt.types),
+                                &mut slot.text,
+                                &mut chain,
+                            );
+                            w.frames = tasks::insert(
+                                &mut slot.python,
+                                w.frames,
+                                &mut slot.groups[..w.groups],
+                                after,
+                                &chain[..n],
+                            );
+                        }
+                        python = Some(w)
+                    }
                     Err(_) => python_abandoned = true,
                 }
             }

@@ -4,7 +4,8 @@
 //! |---|---|
 //! | bit 63 clear, bit 62 clear | a native frame: the instruction address. The interrupted frame keeps its exact address; a caller's return address is stored minus one, so that it points inside the call instruction (the right function and line even when the call is the last instruction of a function). |
 //! | bit 63 set | a Python frame: bits 32–62 the code record ([`crate::capture::python::code`]), bits 0–31 the instruction index plus one (0 = the frame has not started executing). |
-//! | bit 62 set, bit 63 clear | a marker frame ([`Marker`]), e.g. where a too-deep stack was cut. |
+//! | bit 62 set, bit 63 clear, bit 61 clear | a marker frame ([`Marker`]), e.g. where a too-deep stack was cut. |
+//! | bits 62 and 61 set, bit 63 clear | an asyncio task ([`crate::capture::python::tasks`]): bits 0–31 its name's index in the task names. |
 //!
 //! User-space addresses on x86-64 are below 2^47, so the three never collide.
 
@@ -12,6 +13,8 @@
 pub const PYTHON_BIT: u64 = 1 << 63;
 /// Bit that marks a marker frame key.
 pub const MARKER_BIT: u64 = 1 << 62;
+/// Bit that, with [`MARKER_BIT`], marks an asyncio task's frame key.
+pub const TASK_BIT: u64 = 1 << 61;
 
 /// Frames that stand for something other than code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +53,10 @@ pub enum Marker {
     WaitingChild = 9,
     /// Wall mode: blocked in another system call.
     WaitingOther = 10,
+    /// Wall mode: an asyncio task suspended in an `await` (or not started yet), sampled
+    /// from outside ([`crate::capture::python::tasks`]): the innermost frame of its stack,
+    /// below its await chain's `<task …>` frames and its coroutines' frames.
+    Awaiting = 11,
 }
 
 impl Marker {
@@ -66,6 +73,7 @@ impl Marker {
             Marker::WaitingSleep => "<waiting: sleep>",
             Marker::WaitingChild => "<waiting: child process>",
             Marker::WaitingOther => "<waiting: other system call>",
+            Marker::Awaiting => "<awaiting>",
         }
     }
 
@@ -113,6 +121,13 @@ pub fn marker_key(marker: Marker) -> u64 {
     MARKER_BIT | marker as u64
 }
 
+/// The key of the frame of an asyncio task whose name is `name` in the task names
+/// ([`crate::capture::python::tasks::Names`]).
+#[inline(always)]
+pub fn task_key(name: u32) -> u64 {
+    MARKER_BIT | TASK_BIT | u64::from(name)
+}
+
 /// A decoded key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Frame {
@@ -122,6 +137,8 @@ pub enum Frame {
     Python { record: u32, instr: Option<u32> },
     /// A marker.
     Marker(Marker),
+    /// An asyncio task: its name's index in the task names.
+    Task(u32),
 }
 
 /// Decodes a key written by this module.
@@ -132,6 +149,8 @@ pub fn decode(key: u64) -> Frame {
             record: ((key >> 32) & 0x7fff_ffff) as u32,
             instr: pos.checked_sub(1),
         }
+    } else if key & (MARKER_BIT | TASK_BIT) == MARKER_BIT | TASK_BIT {
+        Frame::Task(key as u32)
     } else if key & MARKER_BIT != 0 {
         Frame::Marker(match key & !MARKER_BIT {
             2 => Marker::Incomplete,
@@ -143,6 +162,7 @@ pub fn decode(key: u64) -> Frame {
             8 => Marker::WaitingSleep,
             9 => Marker::WaitingChild,
             10 => Marker::WaitingOther,
+            11 => Marker::Awaiting,
             _ => Marker::Truncated,
         })
     } else {
@@ -167,6 +187,7 @@ mod tests {
             Marker::WaitingSleep,
             Marker::WaitingChild,
             Marker::WaitingOther,
+            Marker::Awaiting,
         ];
         for (i, &m) in all.iter().enumerate() {
             assert_eq!(decode(marker_key(m)), Frame::Marker(m));
@@ -218,6 +239,9 @@ mod tests {
             decode(marker_key(Marker::GarbageCollection)),
             Frame::Marker(Marker::GarbageCollection)
         );
+        assert_eq!(decode(task_key(0)), Frame::Task(0));
+        assert_eq!(decode(task_key(u32::MAX)), Frame::Task(u32::MAX));
+        assert!(!is_python(task_key(7)));
         assert!(is_python(python_key(1, None)));
         assert!(!is_python(marker_key(Marker::GarbageCollection)));
         assert!(!is_python(0x7fff_1234_5678));

@@ -116,6 +116,15 @@ struct Resolver<'a> {
     python: std::collections::HashSet<u32>,
 }
 
+/// The name of an asyncio task's frame: `<task NAME>` ([`crate::capture::python::tasks`]);
+/// `<task>` for a name not stored.
+fn task_frame_name(name: Option<&[u8]>) -> Vec<u8> {
+    match name {
+        Some(name) => [&b"<task "[..], name, b">"].concat(),
+        None => b"<task>".to_vec(),
+    }
+}
+
 /// The file of code outside every object ([`Resolver::anonymous`]).
 const UNKNOWN_FILE: &[u8] = b"[unknown]";
 
@@ -180,6 +189,14 @@ impl<'a> Resolver<'a> {
                     file: STATISTICS_FILE.to_vec(),
                     start: 0,
                     name: m.name().into(),
+                },
+                0,
+            ),
+            Frame::Task(name) => (
+                Function {
+                    file: STATISTICS_FILE.to_vec(),
+                    start: 0,
+                    name: task_frame_name(self.sampler.task_names.get(name)),
                 },
                 0,
             ),

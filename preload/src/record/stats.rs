@@ -55,13 +55,19 @@ pub struct Stats {
     /// Wall mode: ticks of periods in which a thread was runnable but got no CPU (found not
     /// blocked, with no CPU-timer tick for the period), added to its latest sample.
     pub waiting_ticks: AtomicU64,
+    /// Wall mode: samples of suspended asyncio tasks (each a stack ending in
+    /// `<awaiting>`, [`crate::capture::python::tasks`]), and their ticks (in `ticks` too;
+    /// not in `samples`, which counts the threads' samples).
+    pub task_samples: AtomicU64,
+    /// See `task_samples`.
+    pub task_ticks: AtomicU64,
     /// Time spent in the handler.
     pub handler: HandlerTimes,
 }
 
 impl Stats {
     /// The counters by their names in the profile, in the order written.
-    fn counters(&self) -> [(&'static str, &AtomicU64); 18] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 20] {
         [
             ("samples", &self.samples),
             ("ticks", &self.ticks),
@@ -80,6 +86,8 @@ impl Stats {
             ("threads", &self.threads),
             ("blocked", &self.blocked),
             ("waiting_ticks", &self.waiting_ticks),
+            ("task_samples", &self.task_samples),
+            ("task_ticks", &self.task_ticks),
             ("faulted_reads", &crate::capture::probe::FAULTED_READS),
         ]
     }

@@ -63,6 +63,7 @@ pub(crate) fn run(sampler: &Sampler) {
     let mut last = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
     let mut next = last + crate::sources::random::interval(&mut state, period, 1);
     let mut carry = 0;
+    let mut pass = 0u64;
     let mut line = [0u8; 256];
     let mut again = [0u8; 256];
     loop {
@@ -78,13 +79,16 @@ pub(crate) fn run(sampler: &Sampler) {
         if periods == 0 {
             continue;
         }
+        pass += 1;
         let in_flight = InFlight::enter();
         if STATE.load(Ordering::SeqCst) == SAMPLING {
-            // SAFETY: visit uses a slot's scratch only while it holds it (CAPTURING).
+            // SAFETY: visit and sample_suspended_tasks use a slot's scratch only while they
+            // hold it (CAPTURING).
             unsafe {
                 sampler.slots.for_each_mut(|slot| {
                     if crate::sources::timer::sampled(slot) {
                         visit(sampler, slot, periods, &mut line, &mut again);
+                        sampler.sample_suspended_tasks(slot, periods, pass);
                     }
                 })
             };

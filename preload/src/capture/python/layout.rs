@@ -252,6 +252,9 @@ pub struct Layout {
     pub thread_state: ThreadStateLookup,
     /// How a sample tells that its thread is collecting garbage; `None` when unknown.
     pub gc: Option<GcLayout>,
+    /// Where a coroutine keeps its frame and names (3.14+, from `_Py_DebugOffsets`' gen
+    /// section: asyncio task stacks); `None` before.
+    pub coroutine: Option<CoroutineLayout>,
 }
 
 impl Layout {
@@ -296,6 +299,7 @@ impl Layout {
             },
             thread_state: ThreadStateLookup::AttachedKey,
             gc: GcLayout::for_version(major, minor),
+            coroutine: None,
         };
         let interpreter_frame = |thread_frame: u16, cframe_current: Option<u16>| Layout {
             version: (major, minor),
@@ -326,6 +330,7 @@ impl Layout {
             },
             thread_state: ThreadStateLookup::AttachedKey,
             gc: GcLayout::for_version(major, minor),
+            coroutine: None,
         };
         match (major, minor) {
             (2, 7) => Some(Layout {
@@ -450,6 +455,7 @@ impl Layout {
             },
             thread_state: ThreadStateLookup::AttachedKey,
             gc: None,
+            coroutine: None,
         };
         // Self-consistency: the sizes the struct gives agree with the interpreter's own type
         // objects (a struct read with the wrong revision gives other numbers), every frame
@@ -502,6 +508,14 @@ impl Layout {
         )?;
         Ok(Layout {
             gc: gc_from_debug_offsets(words, &map),
+            coroutine: map.gen_object.and_then(|gen| {
+                coroutine_from_debug_offsets(
+                    words,
+                    (gen, map.frame_size + 6),
+                    frame_size,
+                    &constants,
+                )
+            }),
             ..layout
         })
     }
@@ -545,6 +559,170 @@ fn gc_from_debug_offsets(words: &[u64], map: &DebugOffsetsMap) -> Option<GcLayou
         }),
     })
 }
+
+/// Where a coroutine object keeps its embedded frame, names and state, and how a
+/// suspended one's frame says what it awaits: `PyGenObject`'s `gi_iframe`, `gi_name`,
+/// `gi_qualname`, `gi_frame_state` (`Include/internal/pycore_interpframe_structs.h`,
+/// `_PyGenObject_HEAD`), the frame's `stackpointer`. Offsets in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoroutineLayout {
+    /// `gi_iframe`: the coroutine's `_PyInterpreterFrame`, embedded in the object; the
+    /// thread's frame chain goes through it while the coroutine runs.
+    pub frame: u16,
+    /// `gi_qualname`, a str.
+    pub qualname: u16,
+    /// `gi_frame_state`, an `int8_t`.
+    pub state: u16,
+    /// `_PyInterpreterFrame.stackpointer`: one past the top of the frame's value stack.
+    pub stackpointer: u16,
+    /// `gi_frame_state` values (`PyFrameState`, `Include/internal/pycore_frame.h`): not
+    /// started, suspended at a `yield`, suspended in an `await` (`yield from`).
+    pub created: i8,
+    pub suspended: i8,
+    pub suspended_yield_from: i8,
+    /// Where a coroutine suspended in an `await` keeps the object it awaits: this many
+    /// words below its frame's `stackpointer` (a tagged stack reference, low two bits
+    /// flags): 1 in 3.14, 2 in 3.15 (measured on Debian's 3.14.10 and 3.15.2; CPython's own
+    /// reader, `Modules/_remote_debugging/asyncio.c`, uses 2 from 3.15).
+    pub awaited_below: u8,
+}
+
+/// The gen section of `_Py_DebugOffsets` (3.14+), at word `gen`: `size, gi_name, gi_iframe,
+/// gi_frame_state`; the frame's `stackpointer` at word `stackpointer`. `gi_qualname` is
+/// not published: it follows `gi_name` in every version that has the section
+/// (`_PyGenObject_HEAD`: `weakreflist, name, qualname, …`). `None` when the values do not
+/// fit (the frame's header must fit in the object after `gi_iframe`).
+fn coroutine_from_debug_offsets(
+    words: &[u64],
+    (gen, stackpointer): (usize, usize),
+    frame_size: u64,
+    constants: &DebugConstants,
+) -> Option<CoroutineLayout> {
+    let (size, name, iframe, state) = (
+        *words.get(gen)?,
+        *words.get(gen + 1)?,
+        *words.get(gen + 2)?,
+        *words.get(gen + 3)?,
+    );
+    let stackpointer = *words.get(stackpointer)?;
+    // The object ends with the frame's header (its `localsplus` is allocated past `size`).
+    let fits = name % 8 == 0
+        && name + 16 <= iframe
+        && iframe % 8 == 0
+        && iframe + frame_size.min(64) <= size
+        && state < iframe
+        && stackpointer % 8 == 0
+        && stackpointer + 8 <= frame_size
+        && size < 4096;
+    let (created, suspended, suspended_yield_from, awaited_below) = constants.coroutine;
+    fits.then_some(CoroutineLayout {
+        frame: u16::try_from(iframe).ok()?,
+        qualname: u16::try_from(name + 8).ok()?,
+        state: u16::try_from(state).ok()?,
+        stackpointer: u16::try_from(stackpointer).ok()?,
+        created,
+        suspended,
+        suspended_yield_from,
+        awaited_below,
+    })
+}
+
+/// What asyncio tells profilers about its tasks (3.14+): the `_asyncio` module's
+/// `_Py_AsyncioModuleDebugOffsets`, in its ELF section `.AsyncioDebug`
+/// (`Modules/_asynciomodule.c`; read the same way by CPython's own
+/// `Modules/_remote_debugging/asyncio.c`). Offsets in bytes into a C `TaskObj` (which
+/// starts with a `FutureObj`'s fields: a future has the same `awaited_by` fields) and into
+/// the thread state. Measured: Debian's 3.14.10 and 3.15.2 give task size 168, name 136,
+/// awaited_by 96, is_task 108, awaited_by_is_set 109, coro 128; running task 872 (3.14) and
+/// 1032 (3.15) into the thread state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AsyncioLayout {
+    /// `task_name`: a str the program gave, or an int (asyncio numbers unnamed tasks,
+    /// `Task-<n>`, only when asked for the name).
+    pub task_name: u16,
+    /// `task_awaited_by` (a future's too): the one future or task that awaits it, or a set
+    /// of them when `task_awaited_by_is_set`; NULL when nothing does.
+    pub awaited_by: u16,
+    /// `task_is_task`: a `char`, 1 for a task, 0 for a plain future.
+    pub is_task: u16,
+    /// `task_awaited_by_is_set`: a `char`.
+    pub awaited_by_is_set: u16,
+    /// `task_coro`: the task's coroutine.
+    pub coro: u16,
+    /// The thread state's `asyncio_running_task`: the task whose step the thread runs
+    /// (NULL between steps).
+    pub running_task: u16,
+    /// `task_node`: the task's `struct llist_node` (`next`, `prev`) in the list of the
+    /// tasks its thread created.
+    pub task_node: u16,
+    /// The thread state's `asyncio_tasks_head`: the head node of that list (circular; a
+    /// task's node points into the next task).
+    pub thread_tasks: u16,
+}
+
+/// Words of `_Py_AsyncioModuleDebugOffsets` in 3.14 and 3.15: the task section (7: size,
+/// task_name, task_awaited_by, task_is_task, task_awaited_by_is_set, task_coro,
+/// task_node), the interpreter section (2: size, asyncio_tasks_head) and the thread
+/// section (4: size, asyncio_running_loop, asyncio_running_task, asyncio_tasks_head).
+pub const ASYNCIO_DEBUG_WORDS: usize = 13;
+
+impl AsyncioLayout {
+    /// Reads `_Py_AsyncioModuleDebugOffsets` (`words`, the whole section) of CPython
+    /// `major.minor` (3.14+; a newer one with 3.15's revision). An error says what does not
+    /// fit (a section of another size, offsets outside their structs).
+    pub fn from_debug_section(words: &[u64], major: u8, minor: u8) -> Result<Self, &'static str> {
+        if (major, minor) < (3, 14) {
+            return Err("asyncio publishes its task offsets from 3.14");
+        }
+        if words.len() != ASYNCIO_DEBUG_WORDS {
+            return Err("the section is not 13 words (another revision of the struct)");
+        }
+        let (task_size, thread_size) = (words[0], words[9]);
+        let field = |index: usize, size: u64, len: u64| -> Result<u16, &'static str> {
+            let offset = words[index];
+            if offset + len > size || offset >= 1 << 16 {
+                return Err("an offset outside its struct");
+            }
+            Ok(offset as u16)
+        };
+        if !(64..4096).contains(&task_size) || !(64..65536).contains(&thread_size) {
+            return Err("a struct size out of range");
+        }
+        let layout = AsyncioLayout {
+            task_name: field(1, task_size, 8)?,
+            awaited_by: field(2, task_size, 8)?,
+            is_task: field(3, task_size, 1)?,
+            awaited_by_is_set: field(4, task_size, 1)?,
+            coro: field(5, task_size, 8)?,
+            running_task: field(11, thread_size, 8)?,
+            task_node: field(6, task_size, 16)?,
+            thread_tasks: field(12, thread_size, 16)?,
+        };
+        let aligned = [
+            layout.task_name,
+            layout.awaited_by,
+            layout.coro,
+            layout.running_task,
+            layout.task_node,
+            layout.thread_tasks,
+        ]
+        .iter()
+        .all(|o| o % 8 == 0);
+        if !aligned {
+            return Err("a pointer field misaligned");
+        }
+        Ok(layout)
+    }
+}
+
+/// `PySetObject` (`Include/cpython/setobject.h`, the same from 3.5 to 3.15): `mask` at 32,
+/// `table` at 40, a table of `mask + 1` entries of 16 bytes whose first word is the key
+/// (NULL: empty; `_PySet_Dummy`: deleted).
+pub const SET_MASK: u16 = 32;
+/// See [`SET_MASK`].
+pub const SET_TABLE: u16 = 40;
+/// Bytes of one `setentry` (`key`, `hash`).
+pub const SET_ENTRY: u64 = 16;
 
 /// Why `_Py_DebugOffsets` could not be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -643,6 +821,8 @@ struct DebugOffsetsMap {
     bytes_sval: usize,
     unicode_size: usize,
     ascii_size: usize,
+    /// The gen section (`size, gi_name, gi_iframe, gi_frame_state`; 3.14+).
+    gen_object: Option<usize>,
 }
 
 impl DebugOffsetsMap {
@@ -698,6 +878,12 @@ impl DebugOffsetsMap {
             bytes_sval: bytes,
             unicode_size: unicode,
             ascii_size: unicode + 3,
+            // 3.14: after gc (2 words); 3.15: after gc (3 words) and before llist_node.
+            gen_object: match (major, minor) {
+                (3, 13) => None,
+                (3, 14) => Some(gc + 2),
+                _ => Some(gc + 5),
+            },
         }
     }
 }
@@ -717,6 +903,9 @@ struct DebugConstants {
     /// The `co_flags` bit of interpreter shim code (`_Py_InitCleanup`,
     /// `CO_NO_MONITORING_EVENTS`).
     shim_flag: u32,
+    /// [`CoroutineLayout`]'s `created`, `suspended`, `suspended_yield_from` and
+    /// `awaited_below` (3.14+; measured with `ctypes` on a coroutine at each point).
+    coroutine: (i8, i8, i8, u8),
 }
 
 impl DebugConstants {
@@ -731,6 +920,13 @@ impl DebugConstants {
             },
             co_flags: 48,
             shim_flag: 0x0200_0000,
+            // 3.14: FRAME_CREATED -3, FRAME_SUSPENDED -2, FRAME_SUSPENDED_YIELD_FROM -1;
+            // 3.15 renumbered them from 0.
+            coroutine: if (major, minor) <= (3, 14) {
+                (-3, -2, -1, 1)
+            } else {
+                (0, 1, 2, 2)
+            },
         }
     }
 }
@@ -925,7 +1121,70 @@ mod tests {
                 }),
                 "{major}.{minor}"
             );
+            // The coroutine's frame, qualname and state (measured with ctypes on a
+            // coroutine suspended in an await: its frame state byte at 67, the awaited
+            // coroutine 1 word (3.14) or 2 words (3.15) below the frame's stack pointer).
+            let coroutine = match (major, minor) {
+                (3, 13) => None,
+                (3, 14) => Some((-3, -2, -1, 1)),
+                _ => Some((0, 1, 2, 2)),
+            };
+            assert_eq!(
+                l.coroutine,
+                coroutine.map(
+                    |(created, suspended, suspended_yield_from, awaited_below)| {
+                        CoroutineLayout {
+                            frame: 72,
+                            qualname: 32,
+                            state: 67,
+                            stackpointer: 64,
+                            created,
+                            suspended,
+                            suspended_yield_from,
+                            awaited_below,
+                        }
+                    }
+                ),
+                "{major}.{minor}"
+            );
         }
+    }
+
+    #[test]
+    fn asyncio_debug_sections_give_the_measured_task_offsets() {
+        // `.AsyncioDebug` of Debian's 3.14.10 (`_asyncio` extension module) and 3.15.2
+        // (built into the executable), read with ctypes.
+        let s314 = [
+            168, 136, 96, 108, 109, 128, 152, 225864, 10880, 936, 864, 872, 880,
+        ];
+        let s315 = [
+            168, 136, 96, 108, 109, 128, 152, 226240, 10856, 1104, 1024, 1032, 1048,
+        ];
+        for (minor, words, running, tasks) in [(14, s314, 872, 880), (15, s315, 1032, 1048)] {
+            assert_eq!(
+                AsyncioLayout::from_debug_section(&words, 3, minor),
+                Ok(AsyncioLayout {
+                    task_name: 136,
+                    awaited_by: 96,
+                    is_task: 108,
+                    awaited_by_is_set: 109,
+                    coro: 128,
+                    running_task: running,
+                    task_node: 152,
+                    thread_tasks: tasks,
+                })
+            );
+        }
+        // Before 3.14, another revision (3.14's alphas had 9 words), an offset past its
+        // struct, a misaligned pointer.
+        assert!(AsyncioLayout::from_debug_section(&s314, 3, 13).is_err());
+        assert!(AsyncioLayout::from_debug_section(&s314[..9], 3, 14).is_err());
+        let mut past = s314;
+        past[11] = 936;
+        assert!(AsyncioLayout::from_debug_section(&past, 3, 14).is_err());
+        let mut odd = s314;
+        odd[5] = 130;
+        assert!(AsyncioLayout::from_debug_section(&odd, 3, 14).is_err());
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! - [`read`]: checked reads of interpreter memory;
 //! - [`code`]: code records captured in the handler's own memory;
 //! - [`stack`]: walking one thread's frame chain;
-//! - [`lines`]: line tables, decoded when the profile is written.
+//! - [`lines`]: line tables, decoded when the profile is written;
+//! - [`tasks`]: asyncio's task await chains (3.14+).
 
 pub mod code;
 pub mod discover;
@@ -13,6 +14,7 @@ pub mod layout;
 pub mod lines;
 pub mod read;
 pub mod stack;
+pub mod tasks;
 
 use layout::Layout;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};

@@ -31,6 +31,8 @@ pub struct Walked {
     /// The chain was longer than `keys` (or had more groups than `group_ends`): only the
     /// innermost part was read.
     pub truncated: bool,
+    /// The index in `keys` of the frame at the walk's `anchor` address, when met.
+    pub anchor_at: Option<usize>,
 }
 
 /// Why a thread's Python stack could not be read; the sample keeps its native frames.
@@ -42,9 +44,12 @@ pub enum WalkError {
     Full,
 }
 
-/// Walks the frame chain that starts at thread state `tstate`. Async-signal-safe.
+/// Walks the frame chain that starts at thread state `tstate`. `anchor` is the address of
+/// a frame whose key's index the caller wants ([`Walked::anchor_at`]: the running asyncio
+/// task's coroutine, [`super::tasks`]), 0 for none. Async-signal-safe.
 pub fn walk(
     tstate: u64,
+    anchor: u64,
     layout: &Layout,
     types: &Types,
     codes: &Codes,
@@ -75,6 +80,7 @@ pub fn walk(
         true
     };
     let mut last_end = 0;
+    let mut anchor_at = None;
     while frame != 0 {
         if !read::plausible(frame, 80, 8) {
             return Err(WalkError::BadRead);
@@ -110,6 +116,9 @@ pub fn walk(
                     CodeError::NotCode | CodeError::BadField => WalkError::BadRead,
                 })?;
             out.keys[frames] = python_key(record, position(frame, code, layout));
+            if frame == anchor {
+                anchor_at = Some(frames);
+            }
             frames += 1;
         }
         let ends_group = match layout.frame {
@@ -146,6 +155,7 @@ pub fn walk(
         frames,
         groups,
         truncated,
+        anchor_at,
     })
 }
 
@@ -161,7 +171,7 @@ fn current_frame(tstate: u64, layout: &Layout) -> Option<u64> {
 
 /// The byte offset of the frame's current instruction in its code's bytecode; `None`
 /// before the first instruction.
-fn position(frame: u64, code: u64, layout: &Layout) -> Option<u32> {
+pub(crate) fn position(frame: u64, code: u64, layout: &Layout) -> Option<u32> {
     let bytes: i64 = match layout.position {
         Position::LastiBytes { offset } => i64::from(read::int(frame + u64::from(offset))?),
         Position::LastiCodeUnits { offset } => 2 * i64::from(read::int(frame + u64::from(offset))?),

@@ -1,0 +1,500 @@
+//! asyncio task stacks (CPython 3.14+): which task a sample's coroutine runs for, and
+//! which tasks await it.
+//!
+//! A thread running an event loop has, in its frame chain, `run_forever → _run_once →
+//! Handle._run` and then the coroutine of the task whose step it runs: the chain of
+//! tasks that await that task is not on any stack (they are suspended). asyncio describes
+//! its C tasks for profilers from 3.14 (`_Py_AsyncioModuleDebugOffsets`,
+//! [`AsyncioLayout`]): the thread state's running task, each task's name, coroutine and
+//! `awaited_by`. A sample whose thread runs a task gets, directly outside the frame of the
+//! task's coroutine, one frame per task of its await chain, `<task NAME>` (the running
+//! task innermost, the task nobody awaits outermost): so the time of `fetch_user` is found
+//! under `<task handler> → <task fetch_user>` whichever connection's loop step ran it.
+//!
+//! A task's name is the one the program gave it (`create_task(…, name=…)`,
+//! `TaskGroup.create_task(…, name=…)`); tasks asyncio numbers itself (`Task-<n>`, kept as
+//! an int until asked for) are named by their coroutine's qualified name instead, so that a
+//! server's thousand unnamed `handle_client` tasks are one node, not a thousand.
+//!
+//! Everything here that runs in the signal handler ([`Asyncio::running`],
+//! [`Asyncio::chain`], [`Names::intern`], [`insert`]) reads through checked reads, writes
+//! only pre-mapped memory, and is bounded ([`MAX_CHAIN`] tasks, [`MAX_SET_ENTRIES`]).
+
+use super::code::Codes;
+use super::code::{read_text, Types};
+use super::layout::{
+    AsyncioLayout, CoroutineLayout, Layout, ASYNCIO_DEBUG_WORDS, SET_ENTRY, SET_MASK, SET_TABLE,
+};
+use super::read;
+use super::stack::position;
+use crate::capture::frames::{marker_key, python_key, task_key, Marker};
+use crate::capture::unwind::modules;
+use crate::mem::{Bytes, ZeroedArray};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+/// Most tasks of one await chain given frames; the outer ones past it are left out.
+pub const MAX_CHAIN: usize = 16;
+/// Most futures (awaited by, not tasks: a `gather`'s) followed between two tasks.
+const MAX_HOPS: usize = 4 * MAX_CHAIN;
+/// Most entries of an `awaited_by` set looked at for a task that awaits.
+pub const MAX_SET_ENTRIES: u64 = 1024;
+/// Most tasks of a thread's task list looked at in one wall-mode pass.
+pub const MAX_TASKS_LISTED: usize = 4096;
+/// Most coroutines of one suspended task's stack (a coroutine awaiting a coroutine …).
+const MAX_COROUTINES: usize = 64;
+
+/// What the handler needs to read tasks: asyncio's offsets, the coroutine's, and the set
+/// dummy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Asyncio {
+    /// asyncio's offsets (from its `.AsyncioDebug` section).
+    pub layout: AsyncioLayout,
+    /// Where a coroutine keeps its frame and qualified name.
+    pub coroutine: CoroutineLayout,
+    /// `_PySet_Dummy`'s value: the key of a deleted set entry (0 when unknown).
+    pub set_dummy: u64,
+}
+
+/// The published [`Asyncio`] (null: none; `_asyncio` not imported yet, or before 3.14).
+static ASYNCIO: AtomicPtr<Asyncio> = AtomicPtr::new(std::ptr::null_mut());
+
+/// What [`discover`] knows, once published. Async-signal-safe.
+#[inline]
+pub fn published() -> Option<&'static Asyncio> {
+    // SAFETY: published values are leaked boxes, never freed.
+    unsafe { ASYNCIO.load(Ordering::Acquire).as_ref() }
+}
+
+/// Looks for asyncio's `.AsyncioDebug` section in the objects mapped now (the `_asyncio`
+/// extension module, loaded by `import asyncio`, or the executable or libpython that has
+/// it built in, as Debian's 3.15) and publishes what it says, once. Reads the objects'
+/// section headers from their files: not for the signal handler (after `dlopen`, at
+/// start-up). Says on stderr (one line) when the section is there but cannot be used.
+pub fn discover(layout: &Layout) {
+    static CHECKED: std::sync::Mutex<Vec<(std::path::PathBuf, u64)>> =
+        std::sync::Mutex::new(Vec::new());
+    if published().is_some() || layout.version < (3, 14) {
+        return;
+    }
+    let (Some(coroutine), Some(snapshot)) = (layout.coroutine, modules::current()) else {
+        return;
+    };
+    let Ok(mut checked) = CHECKED.lock() else {
+        return;
+    };
+    for (index, object) in snapshot.objects.iter().enumerate() {
+        let base = object
+            .path
+            .file_name()
+            .map(|n| n.as_encoded_bytes())
+            .unwrap_or(b"");
+        let candidate =
+            index == 0 || base.starts_with(b"_asyncio") || base.starts_with(b"libpython");
+        let key = (object.path.clone(), object.bias);
+        if !candidate || object.in_memory || checked.contains(&key) {
+            continue;
+        }
+        checked.push(key);
+        let Some((address, size)) = section(&object.path, ".AsyncioDebug") else {
+            continue;
+        };
+        let (major, minor) = layout.version;
+        let at = object.bias.wrapping_add(address);
+        let words: Option<Vec<u64>> = (size == 8 * ASYNCIO_DEBUG_WORDS as u64
+            && object.range.0 <= at
+            && at + size <= object.range.1)
+            .then(|| {
+                (0..ASYNCIO_DEBUG_WORDS as u64)
+                    .map(|i| read::word(at + 8 * i))
+                    .collect()
+            })
+            .flatten();
+        let parsed = match words {
+            Some(words) => AsyncioLayout::from_debug_section(&words, major, minor),
+            None => Err("the section is not 13 words (another revision of the struct)"),
+        };
+        match parsed {
+            Ok(asyncio) => {
+                let dummy = pyigprof_hooks::cpython::symbol(c"_PySet_Dummy") as u64;
+                let found = Asyncio {
+                    layout: asyncio,
+                    coroutine,
+                    set_dummy: if dummy == 0 {
+                        0
+                    } else {
+                        read::word(dummy).unwrap_or(0)
+                    },
+                };
+                ASYNCIO.store(Box::into_raw(Box::new(found)), Ordering::Release);
+                return;
+            }
+            Err(why) => crate::notice!(
+                "pyigprof: cannot read asyncio's tasks in {}: {why}; no task frames",
+                object.path.display()
+            ),
+        }
+    }
+}
+
+/// The ELF virtual address and size of section `name` of the object file at `path`.
+fn section(path: &std::path::Path, name: &str) -> Option<(u64, u64)> {
+    use object::{Object, ObjectSection};
+    let file = std::fs::File::open(path).ok()?;
+    // SAFETY: a read-only private mapping of the file; only its headers are read.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let elf = object::File::parse(&*map).ok()?;
+    let section = elf.section_by_name(name)?;
+    Some((section.address(), section.size()))
+}
+
+impl Asyncio {
+    /// The task whose step the thread with state `tstate` runs, and the address of its
+    /// coroutine's frame (embedded in the coroutine object), which the thread's frame chain
+    /// goes through while the task's code runs; `None` between steps. Async-signal-safe.
+    #[inline]
+    pub fn running(&self, tstate: u64) -> Option<(u64, u64)> {
+        let task = read::word(tstate + u64::from(self.layout.running_task))?;
+        if task == 0 {
+            return None;
+        }
+        let coro = read::word(task + u64::from(self.layout.coro))?;
+        (coro != 0).then(|| (task, coro + u64::from(self.coroutine.frame)))
+    }
+
+    /// Writes into `out` the frame keys of the await chain of `task`: the task itself
+    /// first, then the task that awaits it, and so on out to the task nothing awaits
+    /// (futures between them, such as a `gather`'s, are followed but have no frame).
+    /// Stops at a task whose name cannot be read or interned, after [`MAX_CHAIN`] tasks, or
+    /// when `out` is full. `scratch` holds a name ([`super::code::MAX_TEXT`] bytes). Returns
+    /// the number of keys written. Async-signal-safe.
+    pub fn chain(
+        &self,
+        task: u64,
+        names: &Names,
+        (layout, types): (&Layout, &Types),
+        scratch: &mut [u8],
+        out: &mut [u64],
+    ) -> usize {
+        let mut n = 0;
+        let mut at = task;
+        for _ in 0..MAX_HOPS {
+            if at == 0 || n >= out.len().min(MAX_CHAIN) {
+                break;
+            }
+            if read::byte(at + u64::from(self.layout.is_task)) == Some(1) {
+                let Some(name) = self.name(at, names, layout, types, scratch) else {
+                    break;
+                };
+                out[n] = task_key(name);
+                n += 1;
+            }
+            at = self.awaiter(at).unwrap_or(0);
+        }
+        n
+    }
+
+    /// Writes into `out` the addresses of the suspended tasks (their coroutine suspended,
+    /// or not started) that the thread with state `tstate` created, but the one it runs now,
+    /// from its task list (at most [`MAX_TASKS_LISTED`] looked at, and `out.len()`
+    /// written). Returns how many were written. The thread may run meanwhile: every read
+    /// is checked, and a list that changes under the walk gives a few tasks more or
+    /// fewer. Async-signal-safe.
+    pub fn suspended_tasks(&self, tstate: u64, out: &mut [u64]) -> usize {
+        let head = tstate + u64::from(self.layout.thread_tasks);
+        let running = read::word(tstate + u64::from(self.layout.running_task)).unwrap_or(0);
+        let mut node = read::word(head).unwrap_or(head);
+        let mut n = 0;
+        for _ in 0..MAX_TASKS_LISTED {
+            if node == head || node == 0 || n == out.len() {
+                break;
+            }
+            let task = node.wrapping_sub(u64::from(self.layout.task_node));
+            if task != running
+                && read::byte(task + u64::from(self.layout.is_task)) == Some(1)
+                && read::word(task + u64::from(self.layout.coro))
+                    .and_then(|coro| self.state(coro))
+                    .is_some()
+            {
+                out[n] = task;
+                n += 1;
+            }
+            node = read::word(node).unwrap_or(0);
+        }
+        n
+    }
+
+    /// The state of the coroutine at `coro` when it is suspended or not started (its frame
+    /// can be read), `None` otherwise (running, finished, or not readable).
+    fn state(&self, coro: u64) -> Option<i8> {
+        let state = read::byte(coro + u64::from(self.coroutine.state))? as i8;
+        let c = &self.coroutine;
+        [c.created, c.suspended, c.suspended_yield_from]
+            .contains(&state)
+            .then_some(state)
+    }
+
+    /// Writes into `out` the call stack of the suspended task `task`, outermost first: its
+    /// await chain's `<task …>` frames (the task nobody awaits first), the frames of its
+    /// coroutine and of each coroutine that one awaits in turn (at their `await` lines),
+    /// and `<awaiting>`. `scratch` holds a name ([`super::code::MAX_TEXT`] bytes). `None`
+    /// when the task's coroutine is no longer suspended or a read fails. Async-signal-safe.
+    pub fn suspended_stack(
+        &self,
+        task: u64,
+        (names, codes): (&Names, &Codes),
+        (layout, types): (&Layout, &Types),
+        scratch: &mut [u8],
+        out: &mut [u64],
+    ) -> Option<usize> {
+        let chain_len = self.chain(task, names, (layout, types), scratch, out);
+        if chain_len == 0 {
+            return None;
+        }
+        out[..chain_len].reverse();
+        let mut n = chain_len;
+        let mut coro = read::word(task + u64::from(self.layout.coro))?;
+        let kind = read::word(coro + 8)?;
+        for _ in 0..MAX_COROUTINES {
+            let Some(state) = self.state(coro) else {
+                break;
+            };
+            if n + 1 >= out.len() {
+                break;
+            }
+            let frame = coro + u64::from(self.coroutine.frame);
+            let code = read::word(frame + u64::from(layout.frame_code))? & layout.frame_code_mask;
+            let record = codes.record_for(code, layout, types, scratch).ok()?;
+            out[n] = python_key(record, position(frame, code, layout));
+            n += 1;
+            if state != self.coroutine.suspended_yield_from {
+                break;
+            }
+            // What it awaits: a coroutine of the same type goes on the stack; anything
+            // else (a future, an iterator) ends it.
+            let top = read::word(frame + u64::from(self.coroutine.stackpointer))?;
+            let below = 8 * u64::from(self.coroutine.awaited_below);
+            let awaited = read::word(top.checked_sub(below)?)? & !3;
+            if awaited == 0 || read::word(awaited + 8) != Some(kind) {
+                break;
+            }
+            coro = awaited;
+        }
+        if n == chain_len {
+            return None;
+        }
+        out[n] = marker_key(Marker::Awaiting);
+        Some(n + 1)
+    }
+
+    /// The future or task that awaits `future` (a task or a future): its `awaited_by`,
+    /// or the first live entry of it when it is a set.
+    fn awaiter(&self, future: u64) -> Option<u64> {
+        let by = read::word(future + u64::from(self.layout.awaited_by))?;
+        if by == 0 {
+            return None;
+        }
+        if read::byte(future + u64::from(self.layout.awaited_by_is_set))? == 0 {
+            return Some(by);
+        }
+        let mask = read::word(by + u64::from(SET_MASK))?;
+        let table = read::word(by + u64::from(SET_TABLE))?;
+        (0..=mask.min(MAX_SET_ENTRIES - 1)).find_map(|i| {
+            let key = read::word(table.checked_add(i * SET_ENTRY)?)?;
+            (key != 0 && key != self.set_dummy).then_some(key)
+        })
+    }
+
+    /// The index in `names` of `task`'s name: the str the program gave, else its
+    /// coroutine's qualified name.
+    fn name(
+        &self,
+        task: u64,
+        names: &Names,
+        layout: &Layout,
+        types: &Types,
+        scratch: &mut [u8],
+    ) -> Option<u32> {
+        let given = read::word(task + u64::from(self.layout.task_name))?;
+        let len = match read_text(given, layout, types, scratch) {
+            Some(len) => len,
+            None => {
+                let coro = read::word(task + u64::from(self.layout.coro))?;
+                let qualname = read::word(coro + u64::from(self.coroutine.qualname))?;
+                read_text(qualname, layout, types, scratch)?
+            }
+        };
+        names.intern(&scratch[..len])
+    }
+}
+
+/// Inserts `chain` (task frame keys, innermost first) into a thread's Python frame keys
+/// `keys[..frames]` (innermost first, grouped by `ends`, see `stack::PyStack`) directly
+/// outside the frame at index `after` (the running task's coroutine), in that frame's
+/// group. Outer keys that no longer fit in `keys` are dropped (the walk's own cap).
+/// Returns the new number of keys. Async-signal-safe.
+pub fn insert(
+    keys: &mut [u64],
+    frames: usize,
+    ends: &mut [u16],
+    after: usize,
+    chain: &[u64],
+) -> usize {
+    let frames = frames.min(keys.len());
+    if after >= frames {
+        return frames;
+    }
+    let at = after + 1;
+    let k = chain.len().min(keys.len() - at);
+    let total = (frames + k).min(keys.len());
+    keys.copy_within(at..total - k, at + k);
+    keys[at..at + k].copy_from_slice(&chain[..k]);
+    for end in ends.iter_mut() {
+        if usize::from(*end) > after {
+            *end = (usize::from(*end) + k).min(total) as u16;
+        }
+    }
+    total
+}
+
+/// Slots of the task-name table (a power of two; 16 bytes each).
+const NAME_SLOTS: usize = 1 << 14;
+/// Slots probed for a name before giving up.
+const NAME_PROBES: usize = 32;
+/// Bytes reserved for task names' text.
+const NAME_TEXT: usize = 4 << 20;
+/// `NameSlot::text`'s flag: the text is written.
+const READY: u64 = 1 << 63;
+
+/// One slot of the task-name table. All-zero is empty.
+#[repr(C, align(16))]
+struct NameSlot {
+    /// The name's hash, never 0 (0 = empty).
+    hash: AtomicU64,
+    /// `READY | len << 32 | offset` of its text once written; 0 while being written.
+    text: AtomicU64,
+}
+
+/// Task names, each stored once, by content: a task's frame key holds its name's index
+/// here (the slot), so the same name from any task, thread or loop step is the same frame,
+/// and the names outlive the tasks. Filled from signal handlers, lock-free; read when the
+/// profile is written.
+pub struct Names {
+    slots: ZeroedArray<NameSlot>,
+    text: Bytes,
+}
+
+impl Names {
+    /// Maps the table ([`NAME_SLOTS`] names, [`NAME_TEXT`] bytes of text).
+    pub fn new() -> Option<Names> {
+        Some(Names {
+            slots: ZeroedArray::new(NAME_SLOTS)?,
+            text: Bytes::new(NAME_TEXT)?,
+        })
+    }
+
+    /// The index of `name`, stored if new; `None` when the table or its text is full, or
+    /// another thread is storing a name in the slot this one needs. Async-signal-safe.
+    pub fn intern(&self, name: &[u8]) -> Option<u32> {
+        let hash = fnv1a(name) | 1;
+        for probe in 0..NAME_PROBES {
+            let index = (hash as usize).wrapping_add(probe) & (NAME_SLOTS - 1);
+            let slot = &self.slots[index];
+            let mut seen = slot.hash.load(Ordering::Acquire);
+            if seen == 0 {
+                match slot
+                    .hash
+                    .compare_exchange(0, hash, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => {
+                        let offset = self.text.alloc(name.len())?;
+                        self.text
+                            .slice_mut(offset, name.len())
+                            .copy_from_slice(name);
+                        slot.text.store(
+                            READY | (name.len() as u64) << 32 | u64::from(offset),
+                            Ordering::Release,
+                        );
+                        return Some(index as u32);
+                    }
+                    Err(now) => seen = now,
+                }
+            }
+            if seen == hash {
+                match self.text_of(slot) {
+                    Some(text) if text == name => return Some(index as u32),
+                    Some(_) => {}
+                    None => return None,
+                }
+            }
+        }
+        None
+    }
+
+    /// The name at `index` (from [`Names::intern`]); `None` for an index never stored.
+    pub fn get(&self, index: u32) -> Option<&[u8]> {
+        self.text_of(self.slots.get(index as usize)?)
+    }
+
+    fn text_of(&self, slot: &NameSlot) -> Option<&[u8]> {
+        let text = slot.text.load(Ordering::Acquire);
+        (text & READY != 0).then(|| {
+            self.text.slice(
+                (text & 0xffff_ffff) as u32,
+                ((text >> 32) & 0x7fff_ffff) as usize,
+            )
+        })
+    }
+}
+
+/// FNV-1a, 64 bits.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_stored_once_and_read_back() {
+        let names = Names::new().unwrap();
+        let a = names.intern(b"fetch_user").unwrap();
+        let b = names.intern(b"handler").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(names.intern(b"fetch_user"), Some(a));
+        assert_eq!(names.get(a), Some(&b"fetch_user"[..]));
+        assert_eq!(names.get(b), Some(&b"handler"[..]));
+        let empty = names.intern(b"").unwrap();
+        assert_eq!(names.intern(b""), Some(empty));
+        // Never stored, or out of range.
+        let unused = (0..NAME_SLOTS as u32)
+            .find(|i| ![a, b, empty].contains(i))
+            .unwrap();
+        assert_eq!(names.get(unused), None);
+        assert_eq!(names.get(u32::MAX), None);
+    }
+
+    #[test]
+    fn a_chain_goes_directly_outside_the_coroutine_frame_in_its_group() {
+        // Keys innermost first: query, fetch_user (the task's coroutine, index 1) | the
+        // loop's group: Handle._run, _run_once.
+        let mut keys = [11, 12, 21, 22, 0, 0, 0];
+        let mut ends = [2u16, 4];
+        let n = insert(&mut keys, 4, &mut ends, 1, &[900, 901]);
+        assert_eq!(&keys[..n], &[11, 12, 900, 901, 21, 22]);
+        assert_eq!(ends, [4, 6]);
+        // Not enough room: the outermost keys are dropped, the ends stay inside.
+        let mut keys = [11, 12, 21, 22];
+        let mut ends = [2u16, 4];
+        let n = insert(&mut keys, 4, &mut ends, 1, &[900, 901]);
+        assert_eq!(&keys[..n], &[11, 12, 900, 901]);
+        assert_eq!(ends, [4, 4]);
+        // An anchor past the frames changes nothing.
+        let mut keys = [11, 12, 0];
+        let mut ends = [2u16];
+        assert_eq!(insert(&mut keys, 2, &mut ends, 5, &[900]), 2);
+        assert_eq!(ends, [2]);
+    }
+}
