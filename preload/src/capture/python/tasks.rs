@@ -12,9 +12,11 @@
 //! under `<task handler> → <task fetch_user>` whichever connection's loop step ran it.
 //!
 //! A task's name is the one the program gave it (`create_task(…, name=…)`,
-//! `TaskGroup.create_task(…, name=…)`); tasks asyncio numbers itself (`Task-<n>`, kept as
-//! an int until asked for) are named by their coroutine's qualified name instead, so that a
-//! server's thousand unnamed `handle_client` tasks are one node, not a thousand.
+//! `TaskGroup.create_task(…, name=…)`); tasks asyncio numbers itself (`Task-<n>`, an int
+//! until something asks for the name, then that str) are named by their coroutine's
+//! qualified name instead, so that a server's thousand unnamed `handle_client` tasks are
+//! one node, not a thousand, and a task keeps one name whether or not its name was asked
+//! for.
 //!
 //! Everything here that runs in the signal handler ([`Asyncio::running`],
 //! [`Asyncio::chain`], [`Names::intern`], [`insert`]) reads through checked reads, writes
@@ -316,8 +318,8 @@ impl Asyncio {
     ) -> Option<u32> {
         let given = read::word(task + u64::from(self.layout.task_name))?;
         let len = match read_text(given, layout, types, scratch) {
-            Some(len) => len,
-            None => {
+            Some(len) if !is_numbered(&scratch[..len]) => len,
+            _ => {
                 let coro = read::word(task + u64::from(self.layout.coro))?;
                 let qualname = read::word(coro + u64::from(self.coroutine.qualname))?;
                 read_text(qualname, layout, types, scratch)?
@@ -446,6 +448,14 @@ impl Names {
     }
 }
 
+/// Whether `name` is one asyncio gives a task the program did not name, `Task-<n>` (kept
+/// as the int `n` until something asks for the name, `Task.get_name()`, `repr`, then as
+/// that str).
+fn is_numbered(name: &[u8]) -> bool {
+    name.strip_prefix(b"Task-")
+        .is_some_and(|n| !n.is_empty() && n.iter().all(u8::is_ascii_digit))
+}
+
 /// FNV-1a, 64 bits.
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
@@ -474,6 +484,21 @@ mod tests {
             .unwrap();
         assert_eq!(names.get(unused), None);
         assert_eq!(names.get(u32::MAX), None);
+    }
+
+    #[test]
+    fn only_asyncio_s_own_numbering_is_not_a_name() {
+        assert!(is_numbered(b"Task-1"));
+        assert!(is_numbered(b"Task-123456"));
+        for given in [
+            &b"Task-"[..],
+            b"Task-1a",
+            b"task-1",
+            b"fetch_user-1",
+            b"Task-1 ",
+        ] {
+            assert!(!is_numbered(given), "{given:?}");
+        }
     }
 
     #[test]

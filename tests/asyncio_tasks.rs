@@ -1,0 +1,234 @@
+//! asyncio task stacks (CPython 3.14+, preload/src/capture/python/tasks.rs): a sample of
+//! a thread running a task's step has the task's await chain outside the task's coroutine,
+//! one `<task NAME>` frame per task (the task nobody awaits outermost); in wall mode each
+//! suspended task gets samples of its own, its await chain, its coroutines at their await
+//! lines and `<awaiting>`. On a program with named tasks (a `TaskGroup`, `gather`, a task
+//! awaiting another) that measures each task's own CPU time and the time it spends
+//! suspended, each task's share of the CPU profile and of the wall profile's suspended
+//! time is the share the program measured, within 3 points.
+
+use pyigprof_suite::*;
+
+/// A `TaskGroup` in `main` (unnamed: `<task main>`) runs `handler-1` and `handler-2`; each
+/// gathers `fetch_user-N` and `fetch_orders-N` (which burn CPU in `query` between sleeps),
+/// then awaits the task `audit-N`, then burns. Every task adds up its own CPU time
+/// (`time.thread_time()` around its burns) and the time it spends suspended (from its
+/// creation to its first step, and around each await), by the name its profile frame
+/// has (the coroutine's qualified name for a task without one). `argv[1]` scales the
+/// times. Prints `{"cpu:NAME": s, …, "awaited:NAME": s, …}`.
+const PROGRAM: &str = r#"
+import asyncio, json, sys, time
+scale = float(sys.argv[1])
+cpu, awaited = {}, {}
+
+def key():
+    task = asyncio.current_task()
+    name = task.get_name()
+    return task.get_coro().__qualname__ if name.startswith("Task-") else name
+
+def add(table, seconds):
+    k = key()
+    table[k] = table.get(k, 0.0) + seconds
+
+def burn(seconds):
+    t0 = time.thread_time()
+    end = t0 + seconds * scale
+    x = 0
+    while time.thread_time() < end:
+        x += 1
+    add(cpu, time.thread_time() - t0)
+
+async def waited(awaitable):
+    t = time.perf_counter()
+    result = await awaitable
+    add(awaited, time.perf_counter() - t)
+    return result
+
+def started(created):
+    add(awaited, time.perf_counter() - created)
+
+async def query(seconds):
+    burn(seconds)
+    await waited(asyncio.sleep(0.01 * scale))
+
+async def fetch_user(created):
+    started(created)
+    for _ in range(10):
+        await query(0.006)
+
+async def fetch_orders(created):
+    started(created)
+    for _ in range(10):
+        await query(0.015)
+
+async def audit(created):
+    started(created)
+    burn(0.02)
+    await waited(asyncio.sleep(0.05 * scale))
+
+async def handler(n, created):
+    started(created)
+    now = time.perf_counter
+    await waited(asyncio.gather(
+        asyncio.create_task(fetch_user(now()), name=f"fetch_user-{n}"),
+        asyncio.create_task(fetch_orders(now()), name=f"fetch_orders-{n}"),
+    ))
+    await waited(asyncio.create_task(audit(now()), name=f"audit-{n}"))
+    burn(0.05 * n)
+
+async def main():
+    t = time.perf_counter()
+    async with asyncio.TaskGroup() as tg:
+        for n in (1, 2):
+            tg.create_task(handler(n, time.perf_counter()), name=f"handler-{n}")
+    add(awaited, time.perf_counter() - t)
+    burn(0.03)
+
+asyncio.run(main())
+out = {"cpu:" + k: v for k, v in cpu.items()}
+out.update({"awaited:" + k: v for k, v in awaited.items()})
+print(json.dumps(out))
+"#;
+
+/// The tasks of [`PROGRAM`] and the await chain each sample of theirs has, outermost first.
+fn tasks() -> Vec<(String, Vec<String>)> {
+    let mut out = vec![("main".to_string(), vec!["main".to_string()])];
+    for n in [1, 2] {
+        let handler = format!("handler-{n}");
+        out.push((handler.clone(), vec!["main".into(), handler.clone()]));
+        for child in ["fetch_user", "fetch_orders", "audit"] {
+            let name = format!("{child}-{n}");
+            out.push((name.clone(), vec!["main".into(), handler.clone(), name]));
+        }
+    }
+    out
+}
+
+/// The `<task …>` frames of `stack`, outermost first, without the brackets.
+fn chain(stack: &Stack) -> Vec<String> {
+    stack
+        .frames
+        .iter()
+        .filter_map(|(name, _)| name.strip_prefix("<task ")?.strip_suffix('>'))
+        .map(str::to_string)
+        .collect()
+}
+
+fn asyncio_interpreters() -> Vec<Interpreter> {
+    interpreters_for("asyncio_tasks", "interpreters from 3.14", |i| {
+        i.version >= (3, 14)
+    })
+}
+
+#[test]
+fn cpu_time_is_split_by_task_under_each_task_s_await_chain() {
+    for python in asyncio_interpreters() {
+        let (run, profile) =
+            profiled_ok(&python, &["-c", PROGRAM, "1"], &[("PYIGPROF_HZ", "1000")]);
+        let out = run.stdout();
+        let total = seconds(&profile);
+        let all = stacks(&profile);
+        let mut report = Vec::new();
+        for (task, wanted_chain) in tasks() {
+            // The samples whose innermost task is this one: each under its whole chain.
+            let own: Vec<&Stack> = all
+                .iter()
+                .filter(|s| chain(s).last() == Some(&task))
+                .collect();
+            for s in &own {
+                assert_eq!(
+                    chain(s),
+                    wanted_chain,
+                    "{}: a sample of {task} under another chain: {:?}",
+                    python.name,
+                    s.frames
+                );
+            }
+            let seen = share(&profile, |s| chain(s).last() == Some(&task));
+            let measured = 100.0 * json_number(&out, &format!("cpu:{task}")) / total;
+            report.push(format!("{task} {seen:.1}/{measured:.1}"));
+            assert!(
+                (seen - measured).abs() <= 3.0,
+                "{}: task {task} has {seen:.1} % of the CPU profile, {measured:.1} % measured \
+                 ({total:.3} s)\n{out}",
+                python.name
+            );
+        }
+        // The coroutine that burns is inside its task's frame, native frames below it.
+        let burns = share(&profile, |s| {
+            s.position("<task fetch_orders-1>")
+                .zip(s.position("burn"))
+                .is_some_and(|(task, burn)| task < burn && s.position("query") > Some(task))
+        });
+        assert!(
+            burns > 5.0,
+            "{}: {burns:.1} % in query → burn under fetch_orders-1",
+            python.name
+        );
+        eprintln!(
+            "asyncio_tasks cpu: {}: % seen/measured: {}",
+            python.name,
+            report.join(", ")
+        );
+    }
+}
+
+#[test]
+fn suspended_tasks_have_their_await_time_in_wall_mode() {
+    for python in asyncio_interpreters() {
+        let (run, profile) = profiled_ok(
+            &python,
+            &["-c", PROGRAM, "1"],
+            &[("PYIGPROF_CLOCK", "wall"), ("PYIGPROF_HZ", "250")],
+        );
+        let out = run.stdout();
+        let total = seconds(&profile);
+        let all = stacks(&profile);
+        let mut report = Vec::new();
+        for (task, wanted_chain) in tasks() {
+            let suspended = |s: &Stack| {
+                chain(s).last() == Some(&task)
+                    && s.frames
+                        .last()
+                        .is_some_and(|(name, _)| name == "<awaiting>")
+            };
+            for s in all.iter().filter(|s| suspended(s)) {
+                assert_eq!(chain(s), wanted_chain, "{}: {:?}", python.name, s.frames);
+                // Rooted at the chain: a suspended task is no thread's stack.
+                assert!(
+                    s.frames[0].0.starts_with("<task "),
+                    "{}: {:?}",
+                    python.name,
+                    s.frames
+                );
+            }
+            let seen = share(&profile, suspended);
+            let measured = 100.0 * json_number(&out, &format!("awaited:{task}")) / total;
+            report.push(format!("{task} {seen:.1}/{measured:.1}"));
+            assert!(
+                (seen - measured).abs() <= 3.0,
+                "{}: task {task} suspended {seen:.1} % of the wall profile, {measured:.1} % \
+                 measured ({total:.3} s)\n{out}",
+                python.name
+            );
+        }
+        // Each task waits at its own await: the fetches in asyncio's sleep under query.
+        let in_sleep = share(&profile, |s| {
+            s.has("<task fetch_user-2>")
+                && s.position("query")
+                    .zip(s.position("sleep"))
+                    .is_some_and(|(query, sleep)| query < sleep)
+                && s.has("<awaiting>")
+        });
+        assert!(
+            in_sleep > 3.0,
+            "{}: {in_sleep:.1} % of fetch_user-2 in sleep",
+            python.name
+        );
+        eprintln!(
+            "asyncio_tasks wall: {}: % suspended seen/measured: {}",
+            python.name,
+            report.join(", ")
+        );
+    }
+}
