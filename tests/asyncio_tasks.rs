@@ -11,15 +11,16 @@ use pyigprof_suite::*;
 
 /// A `TaskGroup` in `main` (unnamed: `<task main>`) runs `handler-1` and `handler-2`; each
 /// gathers `fetch_user-N` and `fetch_orders-N` (which burn CPU in `query` between sleeps),
-/// then awaits the task `audit-N`, then burns. Every task adds up its own CPU time
-/// (`time.thread_time()` around its burns) and the time it spends suspended (from its
-/// creation to its first step, and around each await), by the name its profile frame
-/// has (the coroutine's qualified name for a task without one). `argv[1]` scales the
-/// times. Prints `{"cpu:NAME": s, …, "awaited:NAME": s, …}`.
+/// then awaits the task `audit-N`, then burns. Every task adds up the CPU time of its own
+/// steps (`time.thread_time()` from where it starts or resumes to where it awaits or
+/// ends) and the time it spends suspended (from its creation to its first step, and
+/// around each await), by the name its profile frame has (the coroutine's qualified name
+/// for a task without one). `argv[1]` scales the times. Prints `{"cpu:NAME": s, …,
+/// "awaited:NAME": s, …}`.
 const PROGRAM: &str = r#"
 import asyncio, json, sys, time
 scale = float(sys.argv[1])
-cpu, awaited = {}, {}
+cpu, awaited, resumed = {}, {}, {}
 
 def key():
     task = asyncio.current_task()
@@ -31,21 +32,25 @@ def add(table, seconds):
     table[k] = table.get(k, 0.0) + seconds
 
 def burn(seconds):
-    t0 = time.thread_time()
-    end = t0 + seconds * scale
+    end = time.thread_time() + seconds * scale
     x = 0
     while time.thread_time() < end:
         x += 1
-    add(cpu, time.thread_time() - t0)
-
-async def waited(awaitable):
-    t = time.perf_counter()
-    result = await awaitable
-    add(awaited, time.perf_counter() - t)
-    return result
 
 def started(created):
     add(awaited, time.perf_counter() - created)
+    resumed[key()] = time.thread_time()
+
+def suspending():
+    add(cpu, time.thread_time() - resumed[key()])
+
+async def waited(awaitable):
+    suspending()
+    t = time.perf_counter()
+    result = await awaitable
+    add(awaited, time.perf_counter() - t)
+    resumed[key()] = time.thread_time()
+    return result
 
 async def query(seconds):
     burn(seconds)
@@ -55,16 +60,19 @@ async def fetch_user(created):
     started(created)
     for _ in range(10):
         await query(0.006)
+    suspending()
 
 async def fetch_orders(created):
     started(created)
     for _ in range(10):
         await query(0.015)
+    suspending()
 
 async def audit(created):
     started(created)
     burn(0.02)
     await waited(asyncio.sleep(0.05 * scale))
+    suspending()
 
 async def handler(n, created):
     started(created)
@@ -75,14 +83,19 @@ async def handler(n, created):
     ))
     await waited(asyncio.create_task(audit(now()), name=f"audit-{n}"))
     burn(0.05 * n)
+    suspending()
 
 async def main():
+    started(time.perf_counter())
+    suspending()
     t = time.perf_counter()
     async with asyncio.TaskGroup() as tg:
         for n in (1, 2):
             tg.create_task(handler(n, time.perf_counter()), name=f"handler-{n}")
     add(awaited, time.perf_counter() - t)
+    resumed[key()] = time.thread_time()
     burn(0.03)
+    suspending()
 
 asyncio.run(main())
 out = {"cpu:" + k: v for k, v in cpu.items()}
@@ -124,7 +137,7 @@ fn asyncio_interpreters() -> Vec<Interpreter> {
 fn cpu_time_is_split_by_task_under_each_task_s_await_chain() {
     for python in asyncio_interpreters() {
         let (run, profile) =
-            profiled_ok(&python, &["-c", PROGRAM, "1"], &[("PYIGPROF_HZ", "1000")]);
+            profiled_ok(&python, &["-c", PROGRAM, "1"], &[("PYIGPROF_HZ", "4000")]);
         let out = run.stdout();
         let total = seconds(&profile);
         let all = stacks(&profile);

@@ -424,20 +424,21 @@ impl Sampler {
                         if let (Some(a), Some((task, _)), Some(after)) =
                             (asyncio, running, w.anchor_at)
                         {
-                            let mut chain = [0u64; tasks::MAX_CHAIN];
+                            // The chain's keys in `slot.out`, which the stack is
+                            // composed into only afterwards.
                             let n = a.chain(
                                 task,
-                                &self.task_names,
+                                (&self.task_names, &self.codes),
                                 (&rt.layout, &rt.types),
                                 &mut slot.text,
-                                &mut chain,
+                                &mut slot.out,
                             );
                             w.frames = tasks::insert(
                                 &mut slot.python,
                                 w.frames,
                                 &mut slot.groups[..w.groups],
                                 after,
-                                &chain[..n],
+                                &slot.out[..n],
                             );
                         }
                         python = Some(w)

@@ -163,34 +163,107 @@ impl Asyncio {
         (coro != 0).then(|| (task, coro + u64::from(self.coroutine.frame)))
     }
 
-    /// Writes into `out` the frame keys of the await chain of `task`: the task itself
-    /// first, then the task that awaits it, and so on out to the task nothing awaits
-    /// (futures between them, such as a `gather`'s, are followed but have no frame).
-    /// Stops at a task whose name cannot be read or interned, after [`MAX_CHAIN`] tasks, or
-    /// when `out` is full. `scratch` holds a name ([`super::code::MAX_TEXT`] bytes). Returns
-    /// the number of keys written. Async-signal-safe.
+    /// Writes into `out`, innermost first, the frame keys of the await chain of `task`:
+    /// `<task T>` for the task itself; then for the task that awaits it, the frames of its
+    /// suspended coroutines (innermost first: the coroutine that awaits, then the one that
+    /// awaits that coroutine, …, the task's own) and its `<task P>`; and so on out to the
+    /// task nothing awaits (futures between them, such as a `gather`'s, are followed but
+    /// have no frame). Stops at a task whose name cannot be read or interned, after
+    /// [`MAX_CHAIN`] tasks, or when `out` is full. `scratch` holds a name
+    /// ([`super::code::MAX_TEXT`] bytes). Returns the number of keys written.
+    /// Async-signal-safe.
     pub fn chain(
         &self,
         task: u64,
-        names: &Names,
+        (names, codes): (&Names, &Codes),
         (layout, types): (&Layout, &Types),
         scratch: &mut [u8],
         out: &mut [u64],
     ) -> usize {
         let mut n = 0;
+        let mut tasks = 0;
         let mut at = task;
         for _ in 0..MAX_HOPS {
-            if at == 0 || n >= out.len().min(MAX_CHAIN) {
+            if at == 0 || n >= out.len() || tasks == MAX_CHAIN {
                 break;
             }
             if read::byte(at + u64::from(self.layout.is_task)) == Some(1) {
                 let Some(name) = self.name(at, names, layout, types, scratch) else {
                     break;
                 };
+                if tasks > 0 {
+                    // An awaiting task: where its coroutines wait, above the task it awaits.
+                    let room = out.len() - n - 1;
+                    let frames = read::word(at + u64::from(self.layout.coro)).map_or(0, |coro| {
+                        self.coroutine_frames(
+                            coro,
+                            codes,
+                            (layout, types),
+                            scratch,
+                            &mut out[n..n + room],
+                        )
+                    });
+                    out[n..n + frames].reverse();
+                    n += frames;
+                }
                 out[n] = task_key(name);
                 n += 1;
+                tasks += 1;
             }
             at = self.awaiter(at).unwrap_or(0);
+        }
+        n
+    }
+
+    /// Writes into `out`, outermost first, the frames of the suspended coroutine at `coro`
+    /// (at the line where it awaits, or its first line when not started) and of each
+    /// coroutine it awaits in turn, down to the one that awaits something else (a future);
+    /// nothing when `coro` is not suspended. At most [`MAX_COROUTINES`] and `out.len()`.
+    /// Returns the number written. Async-signal-safe.
+    fn coroutine_frames(
+        &self,
+        coro: u64,
+        codes: &Codes,
+        (layout, types): (&Layout, &Types),
+        scratch: &mut [u8],
+        out: &mut [u64],
+    ) -> usize {
+        let mut n = 0;
+        let mut coro = coro;
+        let Some(kind) = read::word(coro + 8) else {
+            return 0;
+        };
+        for _ in 0..MAX_COROUTINES {
+            let Some(state) = self.state(coro) else {
+                break;
+            };
+            if n == out.len() {
+                break;
+            }
+            let frame = coro + u64::from(self.coroutine.frame);
+            let Some(code) = read::word(frame + u64::from(layout.frame_code)) else {
+                break;
+            };
+            let code = code & layout.frame_code_mask;
+            let Ok(record) = codes.record_for(code, layout, types, scratch) else {
+                break;
+            };
+            out[n] = python_key(record, position(frame, code, layout));
+            n += 1;
+            if state != self.coroutine.suspended_yield_from {
+                break;
+            }
+            // What it awaits: a coroutine of the same type goes on the stack; anything
+            // else (a future, an iterator) ends it.
+            let below = 8 * u64::from(self.coroutine.awaited_below);
+            let awaited = read::word(frame + u64::from(self.coroutine.stackpointer))
+                .and_then(|top| top.checked_sub(below))
+                .and_then(read::word)
+                .map_or(0, |word| word & !3);
+            if awaited == 0 || read::word(awaited + 8) != Some(kind) {
+                break;
+            }
+            coro = awaited;
         }
         n
     }
@@ -248,42 +321,24 @@ impl Asyncio {
         scratch: &mut [u8],
         out: &mut [u64],
     ) -> Option<usize> {
-        let chain_len = self.chain(task, names, (layout, types), scratch, out);
-        if chain_len == 0 {
+        let chain_len = self.chain(task, (names, codes), (layout, types), scratch, out);
+        if chain_len == 0 || chain_len + 1 >= out.len() {
             return None;
         }
         out[..chain_len].reverse();
-        let mut n = chain_len;
-        let mut coro = read::word(task + u64::from(self.layout.coro))?;
-        let kind = read::word(coro + 8)?;
-        for _ in 0..MAX_COROUTINES {
-            let Some(state) = self.state(coro) else {
-                break;
-            };
-            if n + 1 >= out.len() {
-                break;
-            }
-            let frame = coro + u64::from(self.coroutine.frame);
-            let code = read::word(frame + u64::from(layout.frame_code))? & layout.frame_code_mask;
-            let record = codes.record_for(code, layout, types, scratch).ok()?;
-            out[n] = python_key(record, position(frame, code, layout));
-            n += 1;
-            if state != self.coroutine.suspended_yield_from {
-                break;
-            }
-            // What it awaits: a coroutine of the same type goes on the stack; anything
-            // else (a future, an iterator) ends it.
-            let top = read::word(frame + u64::from(self.coroutine.stackpointer))?;
-            let below = 8 * u64::from(self.coroutine.awaited_below);
-            let awaited = read::word(top.checked_sub(below)?)? & !3;
-            if awaited == 0 || read::word(awaited + 8) != Some(kind) {
-                break;
-            }
-            coro = awaited;
-        }
-        if n == chain_len {
+        let coro = read::word(task + u64::from(self.layout.coro))?;
+        let room = out.len() - chain_len - 1;
+        let frames = self.coroutine_frames(
+            coro,
+            codes,
+            (layout, types),
+            scratch,
+            &mut out[chain_len..chain_len + room],
+        );
+        if frames == 0 {
             return None;
         }
+        let n = chain_len + frames;
         out[n] = marker_key(Marker::Awaiting);
         Some(n + 1)
     }
