@@ -8,6 +8,11 @@
 
 use pyigprof_suite::*;
 
+/// Held by each test of this file for its whole run: wall time's shares are right only on
+/// a machine the program has to itself (a thread runnable without a CPU is not waiting
+/// for what it waits for), and the GIL test keeps both CPUs busy.
+static MACHINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Threads that wait for known reasons for `argv[1]` seconds, each timing its own waits
 /// with `time.perf_counter()` (less the time it then waited for a CPU): first `spin_a` and `spin_b` run Python code at once, so that
 /// each waits for the GIL while the other holds it (the time it did not run: its wall time
@@ -142,6 +147,7 @@ fn said_share(stderr: &str, reason: &str) -> Option<f64> {
 
 #[test]
 fn blocked_time_is_split_by_what_the_threads_wait_for() {
+    let _machine = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
     let wanted = |i: &Interpreter| i.version >= (3, 7);
     for python in interpreters_for("waiting", "interpreters from 3.7", wanted) {
         let (run, profile) = profiled_ok(
@@ -201,5 +207,93 @@ fn blocked_time_is_split_by_what_the_threads_wait_for() {
             );
         }
         eprintln!("waiting: {}: {}", python.name, report.join("; "));
+    }
+}
+
+/// `spin` runs Python code (holding the GIL but when it lets `digest` have it) while
+/// `digest` hashes 4 MiB buffers, which `hashlib` does with the GIL released, for
+/// `argv[1]` seconds each.
+const GIL_PROGRAM: &str = r#"
+import hashlib, sys, threading, time
+duration = float(sys.argv[1])
+data = b"x" * (4 << 20)
+def spin():
+    end = time.perf_counter() + duration
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
+def digest():
+    end = time.perf_counter() + duration
+    while time.perf_counter() < end:
+        hashlib.sha256(data).digest()
+threads = [threading.Thread(target=spin), threading.Thread(target=digest)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"#;
+
+#[test]
+fn gil_only_keeps_the_samples_of_the_thread_holding_the_gil() {
+    let _machine = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
+    // PYIGPROF_GIL=1 (py-spy's --gil): the hashing thread, which holds the GIL only between
+    // buffers, all but disappears; the Python loop, which holds it the rest of the time,
+    // is nearly the whole profile; the summary says what was left out. Without it, both
+    // threads' CPU time is there.
+    let wanted = |i: &Interpreter| i.version >= (3, 7);
+    for python in interpreters_for("gil_only", "interpreters from 3.7", wanted) {
+        let run = |env: &[(&str, &str)]| profiled_ok(&python, &["-c", GIL_PROGRAM, "0.8"], env);
+        let (_, all) = run(&[]);
+        let (gil_run, gil) = run(&[("PYIGPROF_GIL", "1")]);
+        let digest_all = share(&all, |s| s.has("digest"));
+        let digest_gil = share(&gil, |s| s.has("digest"));
+        let spin_gil = share(&gil, |s| s.has("spin"));
+        eprintln!(
+            "gil_only: {}: digest {digest_all:.1} % of every sample, {digest_gil:.1} % with \
+             PYIGPROF_GIL=1 (spin {spin_gil:.1} %)",
+            python.name
+        );
+        assert!(
+            digest_all > 15.0,
+            "{}: digest {digest_all:.1} %",
+            python.name
+        );
+        assert!(
+            digest_gil < 5.0 && spin_gil > 85.0,
+            "{}: with PYIGPROF_GIL=1, digest {digest_gil:.1} %, spin {spin_gil:.1} %",
+            python.name
+        );
+        let stderr = gil_run.stderr();
+        let said = stderr.lines().find(|l| {
+            l.starts_with("pyigprof: PYIGPROF_GIL=1: kept the samples of threads holding the GIL")
+        });
+        assert!(
+            said.is_some_and(|l| !l.ends_with("left out 0 ticks")),
+            "{}: {stderr}",
+            python.name
+        );
+        // The command's option is the same setting.
+        let dir = scratch_dir("gil_only");
+        let python_path = python.path.to_str().unwrap();
+        let out = pyigprof(
+            &[
+                "record",
+                "--gil",
+                "-o",
+                "g.%p.gz",
+                "--",
+                python_path,
+                "-c",
+                GIL_PROGRAM,
+                "0.2",
+            ],
+            &dir,
+        );
+        let stderr = text(&out.stderr);
+        assert!(
+            out.status.success() && stderr.contains("PYIGPROF_GIL=1: kept the samples"),
+            "{}: pyigprof record --gil: {stderr}",
+            python.name
+        );
     }
 }

@@ -74,6 +74,7 @@ pub fn igprof_style(args: &[OsString]) -> Result<Record, String> {
         // IgProf profiles the children it starts: -pp covers them too.
         subprocesses: true,
         all_processes: false,
+        gil: false,
         quiet: false,
         lib: None,
         command,

@@ -122,6 +122,11 @@ struct Record {
     #[arg(long)]
     all_processes: bool,
 
+    /// Keeps only the samples of threads that hold the GIL (`PYIGPROF_GIL=1`, py-spy's
+    /// `--gil`).
+    #[arg(long)]
+    gil: bool,
+
     /// Prints nothing but the program's own output (`PYIGPROF_QUIET`).
     #[arg(short, long)]
     quiet: bool,
@@ -166,6 +171,9 @@ impl Record {
         }
         if self.all_processes {
             settings.push(("PYIGPROF_ALL_PROCESSES", "1".into()));
+        }
+        if self.gil {
+            settings.push(("PYIGPROF_GIL", "1".into()));
         }
         if self.quiet {
             settings.push(("PYIGPROF_QUIET", "1".into()));

@@ -53,6 +53,9 @@ pub struct Config {
     /// Nothing said anywhere, neither the summary at exit nor warnings (`PYIGPROF_QUIET` set
     /// to anything but `0` or empty).
     pub quiet: bool,
+    /// Keep only the samples of threads that hold the GIL (`PYIGPROF_GIL=1`, py-spy's
+    /// `--gil`): what the interpreter does while others wait for it.
+    pub gil_only: bool,
     /// Where pyigprof's lines go (`PYIGPROF_LOG`: `tty`, the default, `stderr`, or a file
     /// appended to); [`crate::messages`].
     pub log: crate::messages::Destination,
@@ -201,6 +204,20 @@ impl Config {
             },
         };
         let quiet = lookup("PYIGPROF_QUIET").is_some_and(|v| !v.is_empty() && v != "0");
+        let gil_only = match lookup("PYIGPROF_GIL") {
+            None => false,
+            Some(raw) => match raw.to_str().map(str::trim) {
+                Some("1") => true,
+                Some("0") | Some("") => false,
+                _ => {
+                    complaints.push(format!(
+                        "pyigprof: PYIGPROF_GIL={raw:?} is not 1 (only the samples of threads \
+                         holding the GIL) or 0; keeping every sample"
+                    ));
+                    false
+                }
+            },
+        };
         let log = lookup("PYIGPROF_LOG").map_or(crate::messages::Destination::Terminal, |raw| {
             crate::messages::Destination::parse(&raw)
         });
@@ -329,6 +346,7 @@ impl Config {
                 output,
                 clock,
                 quiet,
+                gil_only,
                 log,
                 dump_signal,
                 dump_interval_s,
@@ -394,9 +412,23 @@ mod tests {
         assert_eq!(c.hz, DEFAULT_HZ);
         assert_eq!(c.output, DEFAULT_OUTPUT);
         assert!(!c.quiet);
+        assert!(!c.gil_only);
         assert_eq!(c.clock, Clock::Cpu);
         assert!(complaints.is_empty());
         assert_eq!(c.period_ns(), 4_000_000);
+    }
+
+    #[test]
+    fn gil_only_is_1_or_0_and_anything_else_is_said() {
+        assert!(parse(&[("PYIGPROF_GIL", "1")]).0.gil_only);
+        assert!(!parse(&[("PYIGPROF_GIL", "0")]).0.gil_only);
+        let (c, complaints) = parse(&[("PYIGPROF_GIL", "yes")]);
+        assert!(!c.gil_only);
+        assert_eq!(complaints.len(), 1);
+        assert!(
+            complaints[0].contains("PYIGPROF_GIL=\"yes\""),
+            "{complaints:?}"
+        );
     }
 
     #[test]

@@ -102,6 +102,13 @@ pub extern "C" fn init() {
         return;
     };
     sampler.cpu = config.profile_cpu;
+    sampler.gil_only = config.gil_only;
+    if config.gil_only && sampler.python.as_ref().is_some_and(|rt| rt.gc.is_none()) {
+        crate::notice!(
+            "pyigprof: PYIGPROF_GIL=1: cannot tell which thread holds the GIL in this \
+             interpreter; keeping every sample"
+        );
+    }
     if config.profile_cpu {
         sampler.trigger = sources::Trigger::choose(&config);
     }

@@ -46,6 +46,9 @@ pub struct Sampler {
     /// Whether threads get sampling timers (`PYIGPROF_PROFILE` names `cpu`); false when
     /// only allocations are sampled.
     pub cpu: bool,
+    /// Only samples of threads holding the GIL are recorded (`PYIGPROF_GIL=1`); where the
+    /// runtime cannot tell ([`crate::capture::python::Runtime::gc`] unknown), every sample.
+    pub gil_only: bool,
     /// All trace trees.
     pub trees: Trees,
     /// Per-thread state.
@@ -106,6 +109,7 @@ impl Sampler {
                 why: "not chosen yet",
             },
             cpu: true,
+            gil_only: false,
             trees: Trees::new(1 << 24)?,
             slots: Slots::new()?,
             codes: Codes::new(1 << 20, 256 << 20)?,
@@ -386,6 +390,8 @@ impl Sampler {
         let mut python = None;
         let mut python_abandoned = false;
         let mut collecting = false;
+        // Without a runtime (or without --gil) every sample is kept.
+        let mut holds_gil = true;
         if let Some(rt) = &self.python {
             // Without markers, a whole stack without evaluator frames has no Python frames
             // to place: skip the walk. (An incomplete one places them above what was
@@ -395,12 +401,18 @@ impl Sampler {
                 || slot.native[..native_len]
                     .iter()
                     .any(|&pc| rt.is_evaluator(pc));
-            let tstate = match (walk_python || rt.gc.is_some(), whose) {
+            let tstate = match (walk_python || rt.gc.is_some() || self.gil_only, whose) {
                 (false, _) => 0,
                 (true, Thread::Current) => rt.current_thread_state(&mut slot.thread_state),
                 (true, Thread::Other(thread)) => rt.thread_state_of(thread, slot.thread_state),
             };
             collecting = tstate != 0 && rt.gc.is_some_and(|gc| gc.collecting(tstate));
+            if self.gil_only {
+                holds_gil = match rt.gc {
+                    Some(gc) => tstate != 0 && gc.holds_gil(tstate) == Some(true),
+                    None => true,
+                };
+            }
             if tstate != 0 && walk_python {
                 // The asyncio task the thread runs (3.14+), whose await chain goes outside
                 // its coroutine's frame.
@@ -490,6 +502,7 @@ impl Sampler {
             with_python,
             python_abandoned,
             python_unplaced,
+            holds_gil,
         }
     }
 
@@ -520,6 +533,13 @@ impl Sampler {
             if counted {
                 counter.fetch_add(1, Ordering::Relaxed);
             }
+        }
+        if !captured.holds_gil {
+            // `PYIGPROF_GIL=1`: counted, not recorded; the kernel time that follows goes
+            // with the next sample, not to this thread's earlier stack.
+            stats.gil_free_ticks.fetch_add(weight, Ordering::Relaxed);
+            slot.last_cpu_leaf.store(0, Ordering::Relaxed);
+            return (0, 0);
         }
         let dropped = || {
             stats.dropped_tree_full.fetch_add(1, Ordering::Relaxed);
@@ -572,4 +592,6 @@ struct Captured {
     python_abandoned: bool,
     /// A group of Python frames found no native evaluator frame to sit under (left out).
     python_unplaced: bool,
+    /// The thread held the GIL, or `PYIGPROF_GIL=1` is not asked for (or cannot be told).
+    holds_gil: bool,
 }

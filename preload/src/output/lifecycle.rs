@@ -329,8 +329,12 @@ fn summary_lines(
         }
     };
     let (recorded, ticks) = profile.totals();
+    let task_ticks = stats.task_ticks.load(Ordering::Relaxed);
     let time = match config.clock {
         Clock::Cpu => "CPU time",
+        Clock::Wall if task_ticks > 0 => {
+            "wall time summed over threads and suspended asyncio tasks"
+        }
         Clock::Wall => "wall time summed over threads",
     };
     let dropped = stats.dropped_no_slot.load(Ordering::Relaxed)
@@ -413,8 +417,10 @@ fn summary_lines(
         Clock::Wall => profile.waiting_ticks(),
         Clock::Cpu => Vec::new(),
     };
-    if !waiting.is_empty() && ticks > 0 {
-        let share = |t: u64| 100.0 * t as f64 / ticks as f64;
+    // Of the threads' wall time: the suspended tasks' samples are not a thread's.
+    let threads_ticks = ticks.saturating_sub(task_ticks);
+    if !waiting.is_empty() && threads_ticks > 0 {
+        let share = |t: u64| 100.0 * t as f64 / threads_ticks as f64;
         let blocked: u64 = waiting.iter().map(|(_, t)| t).sum();
         let each: Vec<String> = waiting
             .iter()
@@ -424,6 +430,20 @@ fn summary_lines(
             "pyigprof: blocked {:.1}% of the wall time, waiting for: {}",
             share(blocked),
             each.join(", ")
+        ));
+    }
+    if sampler.gil_only {
+        let left_out = stats.gil_free_ticks.load(Ordering::Relaxed);
+        let all = ticks + left_out;
+        lines.push(format!(
+            "pyigprof: PYIGPROF_GIL=1: kept the samples of threads holding the GIL, {:.1}% of \
+             the {}; left out {left_out} ticks",
+            if all == 0 {
+                0.0
+            } else {
+                100.0 * ticks as f64 / all as f64
+            },
+            time
         ));
     }
     lines

@@ -61,13 +61,16 @@ pub struct Stats {
     pub task_samples: AtomicU64,
     /// See `task_samples`.
     pub task_ticks: AtomicU64,
+    /// `PYIGPROF_GIL=1`: ticks of samples left out because their thread did not hold the
+    /// GIL (in `ticks` too, not in the trace trees).
+    pub gil_free_ticks: AtomicU64,
     /// Time spent in the handler.
     pub handler: HandlerTimes,
 }
 
 impl Stats {
     /// The counters by their names in the profile, in the order written.
-    fn counters(&self) -> [(&'static str, &AtomicU64); 20] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 21] {
         [
             ("samples", &self.samples),
             ("ticks", &self.ticks),
@@ -88,6 +91,7 @@ impl Stats {
             ("waiting_ticks", &self.waiting_ticks),
             ("task_samples", &self.task_samples),
             ("task_ticks", &self.task_ticks),
+            ("gil_free_ticks", &self.gil_free_ticks),
             ("faulted_reads", &crate::capture::probe::FAULTED_READS),
         ]
     }
