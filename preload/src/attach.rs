@@ -255,7 +255,7 @@ fn start(
         }
     };
     modules::rescan();
-    if let Some(rt) = &sampler.python {
+    if let Some(rt) = sampler.python.as_ref().filter(|_| config.asyncio) {
         crate::capture::python::tasks::discover(&rt.layout);
     }
     if let Some(rt) = sampler.python.as_ref().filter(|rt| rt.needs_attachment()) {

@@ -56,6 +56,9 @@ pub struct Config {
     /// Keep only the samples of threads that hold the GIL (`PYIGPROF_GIL=1`, py-spy's
     /// `--gil`): what the interpreter does while others wait for it.
     pub gil_only: bool,
+    /// Read asyncio's tasks (CPython 3.14+): `<task …>` frames, suspended tasks in wall
+    /// mode (`PYIGPROF_ASYNCIO=0` turns it off; default on).
+    pub asyncio: bool,
     /// Where pyigprof's lines go (`PYIGPROF_LOG`: `tty`, the default, `stderr`, or a file
     /// appended to); [`crate::messages`].
     pub log: crate::messages::Destination,
@@ -218,6 +221,20 @@ impl Config {
                 }
             },
         };
+        let asyncio = match lookup("PYIGPROF_ASYNCIO") {
+            None => true,
+            Some(raw) => match raw.to_str().map(str::trim) {
+                Some("1") | Some("") => true,
+                Some("0") => false,
+                _ => {
+                    complaints.push(format!(
+                        "pyigprof: PYIGPROF_ASYNCIO={raw:?} is not 1 (asyncio's tasks read, the \
+                         default) or 0; reading them"
+                    ));
+                    true
+                }
+            },
+        };
         let log = lookup("PYIGPROF_LOG").map_or(crate::messages::Destination::Terminal, |raw| {
             crate::messages::Destination::parse(&raw)
         });
@@ -347,6 +364,7 @@ impl Config {
                 clock,
                 quiet,
                 gil_only,
+                asyncio,
                 log,
                 dump_signal,
                 dump_interval_s,
@@ -413,6 +431,7 @@ mod tests {
         assert_eq!(c.output, DEFAULT_OUTPUT);
         assert!(!c.quiet);
         assert!(!c.gil_only);
+        assert!(c.asyncio);
         assert_eq!(c.clock, Clock::Cpu);
         assert!(complaints.is_empty());
         assert_eq!(c.period_ns(), 4_000_000);
@@ -424,6 +443,7 @@ mod tests {
         assert!(!parse(&[("PYIGPROF_GIL", "0")]).0.gil_only);
         let (c, complaints) = parse(&[("PYIGPROF_GIL", "yes")]);
         assert!(!c.gil_only);
+        assert!(c.asyncio);
         assert_eq!(complaints.len(), 1);
         assert!(
             complaints[0].contains("PYIGPROF_GIL=\"yes\""),

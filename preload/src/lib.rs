@@ -142,7 +142,10 @@ pub extern "C" fn init() {
     let memory = config.profile_memory;
     // asyncio built into the executable or libpython (Debian's 3.15); an `_asyncio`
     // extension module is found when it is loaded.
-    discover_tasks();
+    if config.asyncio {
+        ASYNCIO.store(true, std::sync::atomic::Ordering::Relaxed);
+        discover_tasks();
+    }
     lifecycle::start(config);
     pyigprof_hooks::install(Callbacks {
         thread_started: || {
@@ -222,9 +225,15 @@ pub extern "C" fn init() {
     }
 }
 
+/// Whether asyncio's tasks are read (`PYIGPROF_ASYNCIO`, default on).
+static ASYNCIO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Looks for asyncio's task offsets in the objects mapped now
-/// ([`capture::python::tasks::discover`]).
+/// ([`capture::python::tasks::discover`]), unless `PYIGPROF_ASYNCIO=0`.
 fn discover_tasks() {
+    if !ASYNCIO.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     with_sampler(|s| {
         if let Some(rt) = &s.python {
             capture::python::tasks::discover(&rt.layout);
