@@ -10,8 +10,10 @@ then counts it. The helper process ends with the program (`PR_SET_PDEATHSIG`), s
 whole CPU time, start-up to exit, is in `orphan_cpu_s` and in `cpu_s`."""
 
 import ctypes
+import math
 import os
 import signal
+import statistics
 import subprocess
 import threading
 import time
@@ -103,3 +105,12 @@ def run_once(argv, env, rundir, timeout_s):
     else:
         res["ok"] = True
     return res
+
+
+def median_interval(values):
+    """Median of `values` and a 95 % interval for it from order statistics (the
+    binomial(n, 1/2) quantiles), distribution-free."""
+    xs = sorted(values)
+    n = len(xs)
+    k = max(0, int(math.floor(n / 2 - 1.96 * math.sqrt(n) / 2)))
+    return statistics.median(xs), xs[k], xs[min(n - 1, n - 1 - k)]

@@ -21,7 +21,6 @@ Standard library only.
 import argparse
 import glob
 import gzip
-import math
 import os
 import re
 import statistics
@@ -30,7 +29,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from measure import run_once  # noqa: E402  (bench/measure.py)
+from measure import median_interval, run_once  # noqa: E402  (bench/measure.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -49,15 +48,6 @@ CONFIGS = [
 # The configuration each one's task stacks are compared with.
 OFF = {"cpu 1 kHz, task stacks": "cpu 1 kHz, no task stacks",
        "wall 250 Hz, task stacks": "wall 250 Hz, no task stacks"}
-
-
-def median_interval(values):
-    """Median of `values` and a 95 % interval for it from order statistics (the
-    binomial(n, 1/2) quantiles), distribution-free."""
-    xs = sorted(values)
-    n = len(xs)
-    k = max(0, int(math.floor(n / 2 - 1.96 * math.sqrt(n) / 2)))
-    return statistics.median(xs), xs[k], xs[min(n - 1, n - 1 - k)]
 
 
 def profile_stats(directory):

@@ -18,7 +18,6 @@ process's included) and +1 MB RSS.
 Standard library only.
 """
 import argparse
-import math
 import os
 import statistics
 import subprocess
@@ -26,7 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from measure import run_once  # noqa: E402  (bench/measure.py)
+from measure import median_interval, run_once  # noqa: E402  (bench/measure.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -41,15 +40,6 @@ def interpreter(version):
         if name == version or name.startswith(version + "."):
             return os.path.join(PYENV_VERSIONS, name, "bin", "python")
     sys.exit("bench/startup: no interpreter %s under %s" % (version, PYENV_VERSIONS))
-
-
-def median_interval(values):
-    """Median of `values` and a 95 % interval for it from order statistics (the
-    binomial(n, 1/2) quantiles), distribution-free."""
-    xs = sorted(values)
-    n = len(xs)
-    k = max(0, int(math.floor(n / 2 - 1.96 * math.sqrt(n) / 2)))
-    return statistics.median(xs), xs[k], xs[min(n - 1, n - 1 - k)]
 
 
 def main():

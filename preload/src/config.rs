@@ -117,6 +117,35 @@ fn parse_bytes(text: &str) -> Option<u64> {
     number.checked_mul(scale).filter(|&n| n > 0)
 }
 
+/// A setting `name` that is `1` (on: `meaning.0`) or `0` (off: `meaning.1`), `default`
+/// when unset or empty; anything else is said in `complaints` (naming both meanings) and
+/// gives `default`.
+fn switch(
+    lookup: &impl Fn(&str) -> Option<OsString>,
+    name: &str,
+    meaning: (&str, &str),
+    default: bool,
+    complaints: &mut Vec<String>,
+) -> bool {
+    let Some(raw) = lookup(name) else {
+        return default;
+    };
+    match raw.to_str().map(str::trim) {
+        Some("1") => true,
+        Some("0") => false,
+        Some("") => default,
+        _ => {
+            complaints.push(format!(
+                "pyigprof: {name}={raw:?} is not 1 ({}) or 0 ({}); using {}",
+                meaning.0,
+                meaning.1,
+                u8::from(default)
+            ));
+            default
+        }
+    }
+}
+
 /// Signals `PYIGPROF_DUMP_SIGNAL` may name: those whose default action the program is
 /// unlikely to rely on.
 const DUMP_SIGNALS: [(&str, libc::c_int); 4] = [
@@ -207,34 +236,23 @@ impl Config {
             },
         };
         let quiet = lookup("PYIGPROF_QUIET").is_some_and(|v| !v.is_empty() && v != "0");
-        let gil_only = match lookup("PYIGPROF_GIL") {
-            None => false,
-            Some(raw) => match raw.to_str().map(str::trim) {
-                Some("1") => true,
-                Some("0") | Some("") => false,
-                _ => {
-                    complaints.push(format!(
-                        "pyigprof: PYIGPROF_GIL={raw:?} is not 1 (only the samples of threads \
-                         holding the GIL) or 0; keeping every sample"
-                    ));
-                    false
-                }
-            },
-        };
-        let asyncio = match lookup("PYIGPROF_ASYNCIO") {
-            None => true,
-            Some(raw) => match raw.to_str().map(str::trim) {
-                Some("1") | Some("") => true,
-                Some("0") => false,
-                _ => {
-                    complaints.push(format!(
-                        "pyigprof: PYIGPROF_ASYNCIO={raw:?} is not 1 (asyncio's tasks read, the \
-                         default) or 0; reading them"
-                    ));
-                    true
-                }
-            },
-        };
+        let gil_only = switch(
+            &lookup,
+            "PYIGPROF_GIL",
+            (
+                "only the samples of threads holding the GIL",
+                "every sample",
+            ),
+            false,
+            &mut complaints,
+        );
+        let asyncio = switch(
+            &lookup,
+            "PYIGPROF_ASYNCIO",
+            ("asyncio's tasks read", "not read"),
+            true,
+            &mut complaints,
+        );
         let log = lookup("PYIGPROF_LOG").map_or(crate::messages::Destination::Terminal, |raw| {
             crate::messages::Destination::parse(&raw)
         });
@@ -327,20 +345,16 @@ impl Config {
         };
         // Perf events unless turned off (the helper process holds their descriptors, out of
         // the program's sight).
-        let perf_events = match lookup("PYIGPROF_PERF_EVENTS") {
-            None => true,
-            Some(raw) => match raw.to_str().map(str::trim) {
-                Some("1") | Some("") => true,
-                Some("0") => false,
-                _ => {
-                    complaints.push(format!(
-                        "pyigprof: PYIGPROF_PERF_EVENTS={raw:?} is not 0 (POSIX CPU timers) or 1 \
-                         (perf events where the kernel allows them); using 1"
-                    ));
-                    true
-                }
-            },
-        };
+        let perf_events = switch(
+            &lookup,
+            "PYIGPROF_PERF_EVENTS",
+            (
+                "perf events where the kernel allows them",
+                "POSIX CPU timers",
+            ),
+            true,
+            &mut complaints,
+        );
         // The user's cache directory is used only where it exists: a program (a test suite)
         // that runs Python with HOME set to a fresh directory finds nothing added there.
         let symbol_cache = match lookup("PYIGPROF_SYMBOL_CACHE") {

@@ -300,8 +300,7 @@ impl Sampler {
             let weight = total / chosen as u64 + u64::from((i as u64) < total % chosen as u64);
             let Some(len) = asyncio.suspended_stack(
                 task,
-                (&self.task_names, &self.codes),
-                (&rt.layout, &rt.types),
+                &self.task_readers(rt),
                 &mut slot.text,
                 &mut slot.out,
             ) else {
@@ -321,6 +320,16 @@ impl Sampler {
         }
         slot.busy.store(FREE, Ordering::Release);
         recorded
+    }
+
+    /// What reading asyncio's tasks needs of this sampler and runtime `rt`.
+    fn task_readers<'a>(&'a self, rt: &'a Runtime) -> tasks::Readers<'a> {
+        tasks::Readers {
+            names: &self.task_names,
+            codes: &self.codes,
+            layout: &rt.layout,
+            types: &rt.types,
+        }
     }
 
     /// Why a thread blocked in `call` waits ([`crate::capture::waits::reason`], with this
@@ -440,8 +449,7 @@ impl Sampler {
                             // composed into only afterwards.
                             let n = a.chain(
                                 task,
-                                (&self.task_names, &self.codes),
-                                (&rt.layout, &rt.types),
+                                &self.task_readers(rt),
                                 &mut slot.text,
                                 &mut slot.out,
                             );

@@ -149,6 +149,19 @@ fn section(path: &std::path::Path, name: &str) -> Option<(u64, u64)> {
     Some((section.address(), section.size()))
 }
 
+/// What reading a task's frames needs besides asyncio's offsets: where task names and code
+/// records are stored, and how this CPython lays out its objects.
+pub struct Readers<'a> {
+    /// The task names.
+    pub names: &'a Names,
+    /// The code records of coroutine frames.
+    pub codes: &'a Codes,
+    /// The interpreter's layout.
+    pub layout: &'a Layout,
+    /// Its type objects.
+    pub types: &'a Types,
+}
+
 impl Asyncio {
     /// The task whose step the thread with state `tstate` runs, and the address of its
     /// coroutine's frame (embedded in the coroutine object), which the thread's frame chain
@@ -175,8 +188,7 @@ impl Asyncio {
     pub fn chain(
         &self,
         task: u64,
-        (names, codes): (&Names, &Codes),
-        (layout, types): (&Layout, &Types),
+        with: &Readers<'_>,
         scratch: &mut [u8],
         out: &mut [u64],
     ) -> usize {
@@ -188,20 +200,14 @@ impl Asyncio {
                 break;
             }
             if read::byte(at + u64::from(self.layout.is_task)) == Some(1) {
-                let Some(name) = self.name(at, names, layout, types, scratch) else {
+                let Some(name) = self.name(at, with, scratch) else {
                     break;
                 };
                 if tasks > 0 {
                     // An awaiting task: where its coroutines wait, above the task it awaits.
                     let room = out.len() - n - 1;
                     let frames = read::word(at + u64::from(self.layout.coro)).map_or(0, |coro| {
-                        self.coroutine_frames(
-                            coro,
-                            codes,
-                            (layout, types),
-                            scratch,
-                            &mut out[n..n + room],
-                        )
+                        self.coroutine_frames(coro, with, scratch, &mut out[n..n + room])
                     });
                     out[n..n + frames].reverse();
                     n += frames;
@@ -223,11 +229,11 @@ impl Asyncio {
     fn coroutine_frames(
         &self,
         coro: u64,
-        codes: &Codes,
-        (layout, types): (&Layout, &Types),
+        with: &Readers<'_>,
         scratch: &mut [u8],
         out: &mut [u64],
     ) -> usize {
+        let (layout, types) = (with.layout, with.types);
         let mut n = 0;
         let mut coro = coro;
         let Some(kind) = read::word(coro + 8) else {
@@ -245,7 +251,7 @@ impl Asyncio {
                 break;
             };
             let code = code & layout.frame_code_mask;
-            let Ok(record) = codes.record_for(code, layout, types, scratch) else {
+            let Ok(record) = with.codes.record_for(code, layout, types, scratch) else {
                 break;
             };
             out[n] = python_key(record, position(frame, code, layout));
@@ -316,25 +322,19 @@ impl Asyncio {
     pub fn suspended_stack(
         &self,
         task: u64,
-        (names, codes): (&Names, &Codes),
-        (layout, types): (&Layout, &Types),
+        with: &Readers<'_>,
         scratch: &mut [u8],
         out: &mut [u64],
     ) -> Option<usize> {
-        let chain_len = self.chain(task, (names, codes), (layout, types), scratch, out);
+        let chain_len = self.chain(task, with, scratch, out);
         if chain_len == 0 || chain_len + 1 >= out.len() {
             return None;
         }
         out[..chain_len].reverse();
         let coro = read::word(task + u64::from(self.layout.coro))?;
         let room = out.len() - chain_len - 1;
-        let frames = self.coroutine_frames(
-            coro,
-            codes,
-            (layout, types),
-            scratch,
-            &mut out[chain_len..chain_len + room],
-        );
+        let frames =
+            self.coroutine_frames(coro, with, scratch, &mut out[chain_len..chain_len + room]);
         if frames == 0 {
             return None;
         }
@@ -363,14 +363,8 @@ impl Asyncio {
 
     /// The index in `names` of `task`'s name: the str the program gave, else its
     /// coroutine's qualified name.
-    fn name(
-        &self,
-        task: u64,
-        names: &Names,
-        layout: &Layout,
-        types: &Types,
-        scratch: &mut [u8],
-    ) -> Option<u32> {
+    fn name(&self, task: u64, with: &Readers<'_>, scratch: &mut [u8]) -> Option<u32> {
+        let (layout, types) = (with.layout, with.types);
         let given = read::word(task + u64::from(self.layout.task_name))?;
         let len = match read_text(given, layout, types, scratch) {
             Some(len) if !is_numbered(&scratch[..len]) => len,
@@ -380,7 +374,7 @@ impl Asyncio {
                 read_text(qualname, layout, types, scratch)?
             }
         };
-        names.intern(&scratch[..len])
+        with.names.intern(&scratch[..len])
     }
 }
 
