@@ -1105,8 +1105,9 @@ mod tests {
         // The event counts what the thread's CPU clock counts: the handler weighs samples
         // by the clock, the helper process holding the event. Time the hypervisor takes
         // from a running vCPU (steal) is in the event's count and not in the clock: on a
-        // loaded host one 20 ms window of the full matrix counted 23.7 ms. The closest of
-        // three windows is compared.
+        // loaded host one 20 ms window of the full matrix counted 23.7 ms, and in a
+        // clean-clone CI three windows in a row were 11 % over. The first window within 5 %
+        // is taken, of up to ten (the closest when none is).
         let window = || {
             let (start, cpu_start) = (read_count(fd), cpu());
             while cpu() - cpu_start < 20_000_000 {
@@ -1114,8 +1115,16 @@ mod tests {
             }
             (read_count(fd) - start, cpu() - cpu_start)
         };
-        let (counted, used) = (0..3)
-            .map(|_| window())
+        let close = |(counted, used): &(u64, u64)| counted.abs_diff(*used) < used / 20;
+        let mut windows = Vec::new();
+        for _ in 0..10 {
+            windows.push(window());
+            if windows.last().is_some_and(close) {
+                break;
+            }
+        }
+        let (counted, used) = windows
+            .into_iter()
             .min_by_key(|(counted, used)| counted.abs_diff(*used))
             .unwrap();
         assert!(
