@@ -255,9 +255,8 @@ fn start(
         }
     };
     modules::rescan();
-    if let Some(rt) = sampler.python.as_ref().filter(|_| config.asyncio) {
-        crate::capture::python::tasks::discover(&rt.layout);
-    }
+    sampler.asyncio.store(config.asyncio, Ordering::Relaxed);
+    sampler.discover_tasks();
     if let Some(rt) = sampler.python.as_ref().filter(|rt| rt.needs_attachment()) {
         match key {
             Some(key) => rt.attach(key),

@@ -103,6 +103,7 @@ pub extern "C" fn init() {
     };
     sampler.cpu = config.profile_cpu;
     sampler.gil_only = config.gil_only;
+    sampler.asyncio = config.asyncio.into();
     if config.gil_only && sampler.python.as_ref().is_some_and(|rt| rt.gc.is_none()) {
         crate::notice!(
             "pyigprof: PYIGPROF_GIL=1: cannot tell which thread holds the GIL in this \
@@ -142,10 +143,7 @@ pub extern "C" fn init() {
     let memory = config.profile_memory;
     // asyncio built into the executable or libpython (Debian's 3.15); an `_asyncio`
     // extension module is found when it is loaded.
-    if config.asyncio {
-        ASYNCIO.store(true, std::sync::atomic::Ordering::Relaxed);
-        discover_tasks();
-    }
+    sampler.discover_tasks();
     lifecycle::start(config);
     pyigprof_hooks::install(Callbacks {
         thread_started: || {
@@ -153,7 +151,7 @@ pub extern "C" fn init() {
         },
         objects_added: || {
             modules::rescan();
-            discover_tasks();
+            with_sampler(|s| s.discover_tasks());
             cpython::try_attach();
             // An extension module is being imported, with the GIL held: the interpreter
             // has chosen its allocators (3.6 resets them in Py_Main, after the
@@ -223,22 +221,6 @@ pub extern "C" fn init() {
             crate::notice!("pyigprof: {e}; not profiling");
         }
     }
-}
-
-/// Whether asyncio's tasks are read (`PYIGPROF_ASYNCIO`, default on).
-static ASYNCIO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Looks for asyncio's task offsets in the objects mapped now
-/// ([`capture::python::tasks::discover`]), unless `PYIGPROF_ASYNCIO=0`.
-fn discover_tasks() {
-    if !ASYNCIO.load(std::sync::atomic::Ordering::Relaxed) {
-        return;
-    }
-    with_sampler(|s| {
-        if let Some(rt) = &s.python {
-            capture::python::tasks::discover(&rt.layout);
-        }
-    });
 }
 
 fn with_sampler(f: impl FnOnce(&'static sampler::Sampler)) {

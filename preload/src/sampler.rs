@@ -28,12 +28,12 @@ use crate::capture::unwind::{modules, unwind, Frames, Regs};
 use crate::config::Clock;
 pub use crate::record::stats::Stats;
 use crate::record::threads::{Slot, Slots, CAPTURING, FREE, HANDLING};
+use crate::record::trace::Trees;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Most suspended asyncio tasks of one thread given a sample in one wall-mode pass
 /// ([`Sampler::sample_suspended_tasks`]).
 pub const MAX_TASK_SAMPLES: usize = 16;
-use crate::record::trace::Trees;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Everything the handler uses, built by the constructor before the timer starts.
 pub struct Sampler {
@@ -49,6 +49,9 @@ pub struct Sampler {
     /// Only samples of threads holding the GIL are recorded (`PYIGPROF_GIL=1`); where the
     /// runtime cannot tell ([`crate::capture::python::Runtime::gc`] unknown), every sample.
     pub gil_only: bool,
+    /// asyncio's tasks are read (`PYIGPROF_ASYNCIO`, default on; [`Sampler::discover_tasks`]);
+    /// each attach sets it anew.
+    pub asyncio: std::sync::atomic::AtomicBool,
     /// All trace trees.
     pub trees: Trees,
     /// Per-thread state.
@@ -110,6 +113,7 @@ impl Sampler {
             },
             cpu: true,
             gil_only: false,
+            asyncio: std::sync::atomic::AtomicBool::new(false),
             trees: Trees::new(1 << 24)?,
             slots: Slots::new()?,
             codes: Codes::new(1 << 20, 256 << 20)?,
@@ -216,14 +220,9 @@ impl Sampler {
             slot.out[len] = entry;
             len += 1;
         }
-        let mut root = slot.root.load(Ordering::Relaxed);
-        if root == 0 {
-            root = self.trees.new_root().unwrap_or(0);
-            slot.root.store(root, Ordering::Release);
-        }
-        let node = (root != 0)
-            .then(|| self.trees.find_from(&mut slot.path, root, &slot.out[..len]))
-            .flatten();
+        let node = self
+            .tree_root(slot)
+            .and_then(|root| self.trees.find_from(&mut slot.path, root, &slot.out[..len]));
         slot.busy.store(FREE, Ordering::Release);
         node
     }
@@ -287,30 +286,25 @@ impl Sampler {
         {
             return 0;
         }
-        let mut root = slot.root.load(Ordering::Relaxed);
-        if root == 0 {
-            root = self.trees.new_root().unwrap_or(0);
-            slot.root.store(root, Ordering::Release);
-        }
+        let Some(root) = self.tree_root(slot) else {
+            slot.busy.store(FREE, Ordering::Release);
+            return 0;
+        };
+        let readers = self.task_readers(rt);
         let chosen = n.min(MAX_TASK_SAMPLES);
         let total = periods * n as u64;
         let mut recorded = 0;
         for i in 0..chosen {
             let task = listed[(pass as usize % n + i * n / chosen) % n];
             let weight = total / chosen as u64 + u64::from((i as u64) < total % chosen as u64);
-            let Some(len) = asyncio.suspended_stack(
-                task,
-                &self.task_readers(rt),
-                &mut slot.text,
-                &mut slot.out,
-            ) else {
+            let Some(len) = asyncio.suspended_stack(task, &readers, &mut slot.text, &mut slot.out)
+            else {
                 continue;
             };
-            if root != 0
-                && self
-                    .trees
-                    .record_from(&mut slot.path, root, &slot.out[..len], 1, weight)
-                    .is_some()
+            if self
+                .trees
+                .record_from(&mut slot.path, root, &slot.out[..len], 1, weight)
+                .is_some()
             {
                 self.stats.ticks.fetch_add(weight, Ordering::Relaxed);
                 self.stats.task_ticks.fetch_add(weight, Ordering::Relaxed);
@@ -320,6 +314,29 @@ impl Sampler {
         }
         slot.busy.store(FREE, Ordering::Release);
         recorded
+    }
+
+    /// The root of `slot`'s thread's trace tree, made on its first use; `None` when the
+    /// trees have no room for it. From whoever holds the slot.
+    fn tree_root(&self, slot: &Slot) -> Option<u32> {
+        match slot.root.load(Ordering::Relaxed) {
+            0 => {
+                let fresh = self.trees.new_root()?;
+                slot.root.store(fresh, Ordering::Release);
+                Some(fresh)
+            }
+            root => Some(root),
+        }
+    }
+
+    /// Looks for asyncio's task offsets in the objects mapped now
+    /// ([`tasks::discover`]), unless `PYIGPROF_ASYNCIO=0` or the process is not Python.
+    /// Not from a signal handler (reads files).
+    pub(crate) fn discover_tasks(&self) {
+        let asyncio = self.asyncio.load(Ordering::Relaxed);
+        if let Some(rt) = self.python.as_ref().filter(|_| asyncio) {
+            tasks::discover(&rt.layout);
+        }
     }
 
     /// What reading asyncio's tasks needs of this sampler and runtime `rt`.
@@ -554,14 +571,9 @@ impl Sampler {
             stats.dropped_ticks.fetch_add(weight, Ordering::Relaxed);
             (0, 0)
         };
-        let mut root = slot.root.load(Ordering::Relaxed);
-        if root == 0 {
-            let Some(fresh) = self.trees.new_root() else {
-                return dropped();
-            };
-            slot.root.store(fresh, Ordering::Release);
-            root = fresh;
-        }
+        let Some(root) = self.tree_root(slot) else {
+            return dropped();
+        };
         stats
             .deepest
             .fetch_max(captured.len as u64, Ordering::Relaxed);
