@@ -834,19 +834,38 @@ fn collect_functions(data: &[u8], image: usize, strings: &[Strings], records: &m
 /// `static` variables are listed; or a separate debug file found by build-id), or `None`
 /// when the object is stripped of it.
 pub fn data_symbol(object: &ObjectInfo, name: &str) -> Option<u64> {
-    let file = std::fs::File::open(&object.path).ok()?;
-    // SAFETY: as in `load`.
-    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    let elf = object::File::parse(&*map).ok()?;
     let find = |file: &object::File<'_>| {
         file.symbols()
             .find(|s| s.kind() == SymbolKind::Data && !s.is_undefined() && s.name() == Ok(name))
             .map(|s| s.address() + object.bias)
     };
-    find(&elf).or_else(|| {
-        let debug = debug_file_for(elf.build_id().ok().flatten()?)?;
-        find(&object::File::parse(&*debug).ok()?)
+    with_file(object, |elf| {
+        find(elf).or_else(|| {
+            let debug = debug_file_for(elf.build_id().ok().flatten()?)?;
+            find(&object::File::parse(&*debug).ok()?)
+        })
     })
+}
+
+/// The run-time address and size (bytes) of section `name` of `object` (asyncio's
+/// `.AsyncioDebug`), from its file's section headers, which the loaded image does not
+/// keep; `None` when the object has no such section.
+pub fn section(object: &ObjectInfo, name: &str) -> Option<(u64, u64)> {
+    with_file(object, |elf| {
+        let section = elf.section_by_name(name)?;
+        Some((object.bias.wrapping_add(section.address()), section.size()))
+    })
+}
+
+/// `read` of the ELF file of `object` (by its path), mapped read-only.
+fn with_file<T>(
+    object: &ObjectInfo,
+    read: impl FnOnce(&object::File<'_>) -> Option<T>,
+) -> Option<T> {
+    let file = std::fs::File::open(&object.path).ok()?;
+    // SAFETY: as in `load`.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    read(&object::File::parse(&*map).ok()?)
 }
 
 /// `bytes` in lower-case hexadecimal, two digits each (how build-ids name files).

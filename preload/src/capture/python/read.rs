@@ -66,9 +66,15 @@ pub fn bytes(addr: u64, len: usize, out: &mut [u8]) -> Option<()> {
     probe::copy(addr, &mut out[..len]).then_some(())
 }
 
-/// Whether the object at `obj` has type `type_addr` (reads `ob_type`, at offset 8 in every
+/// The type object address of the object at `obj` (its `ob_type`, at offset 8 in every
 /// CPython build without `Py_TRACE_REFS`).
 #[inline(always)]
+pub fn type_of(obj: u64) -> Option<u64> {
+    word(obj + 8)
+}
+
+/// Whether the object at `obj` has type `type_addr` ([`type_of`]).
+#[inline(always)]
 pub fn has_type(obj: u64, type_addr: u64) -> bool {
-    type_addr != 0 && word(obj + 8) == Some(type_addr)
+    type_addr != 0 && type_of(obj) == Some(type_addr)
 }

@@ -97,11 +97,10 @@ pub fn discover(layout: &Layout) {
             continue;
         }
         checked.push(key);
-        let Some((address, size)) = section(&object.path, ".AsyncioDebug") else {
+        let Some((at, size)) = crate::capture::symbols::section(object, ".AsyncioDebug") else {
             continue;
         };
         let (major, minor) = layout.version;
-        let at = object.bias.wrapping_add(address);
         let words: Option<Vec<u64>> = (size == 8 * ASYNCIO_DEBUG_WORDS as u64
             && object.range.0 <= at
             && at + size <= object.range.1)
@@ -136,17 +135,6 @@ pub fn discover(layout: &Layout) {
             ),
         }
     }
-}
-
-/// The ELF virtual address and size of section `name` of the object file at `path`.
-fn section(path: &std::path::Path, name: &str) -> Option<(u64, u64)> {
-    use object::{Object, ObjectSection};
-    let file = std::fs::File::open(path).ok()?;
-    // SAFETY: a read-only private mapping of the file; only its headers are read.
-    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    let elf = object::File::parse(&*map).ok()?;
-    let section = elf.section_by_name(name)?;
-    Some((section.address(), section.size()))
 }
 
 /// What reading a task's frames needs besides asyncio's offsets: where task names and code
@@ -236,7 +224,7 @@ impl Asyncio {
         let (layout, types) = (with.layout, with.types);
         let mut n = 0;
         let mut coro = coro;
-        let Some(kind) = read::word(coro + 8) else {
+        let Some(kind) = read::type_of(coro) else {
             return 0;
         };
         for _ in 0..MAX_COROUTINES {
@@ -266,7 +254,7 @@ impl Asyncio {
                 .and_then(|top| top.checked_sub(below))
                 .and_then(read::word)
                 .map_or(0, |word| word & !3);
-            if awaited == 0 || read::word(awaited + 8) != Some(kind) {
+            if awaited == 0 || !read::has_type(awaited, kind) {
                 break;
             }
             coro = awaited;
