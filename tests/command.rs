@@ -31,12 +31,8 @@ fn record_profiles_a_program_and_report_reads_it() {
             .map(|p| measured(p))
             .sum();
         // The command says where the profile is and how to read it.
-        let written: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("pyigprof.") && n.ends_with(".gz"))
-            .collect();
+        let mut written = file_names_in(&dir);
+        written.retain(|n| n.starts_with("pyigprof.") && n.ends_with(".gz"));
         assert_eq!(written.len(), 1, "{}: {written:?}", python.name);
         let name = &written[0];
         assert!(
@@ -196,11 +192,7 @@ fn only_the_commands_process_unless_subprocesses() {
         args.extend(["--", py, "-c", program]);
         let out = pyigprof(&args, &dir);
         assert!(out.status.success(), "{}", text(&out.stderr));
-        let written: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
+        let written = file_names_in(&dir);
         assert!(
             text(&out.stderr).contains(&format!("pyigprof: {} profile", written.len())),
             "{}",
@@ -252,12 +244,7 @@ fn record_leaves_the_programs_streams_alone_and_lists_every_profile() {
             "the program's stderr changed: {stderr}"
         );
         let ours = text(&out.stderr[plain.stderr.len()..]);
-        let mut written: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        written.sort();
+        let written = file_names_in(&dir);
         assert_eq!(written.len(), expected, "{ours}");
         assert_eq!(
             ours.lines()

@@ -343,11 +343,7 @@ fn dump_shows_every_threads_place_on_a_hung_program_started_with_and_without_pyi
                 .unwrap();
             assert_eq!(rest, "", "{what}: the program's stdout after ready");
             assert_eq!(err, "", "{what}: the program's stderr");
-            let written: Vec<_> = std::fs::read_dir(&dir)
-                .unwrap()
-                .flatten()
-                .map(|e| e.file_name())
-                .collect();
+            let written = file_names_in(&dir);
             assert!(written.is_empty(), "{what}: files written: {written:?}");
         }
     }

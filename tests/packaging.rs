@@ -212,11 +212,7 @@ fn pip_install_and_the_wheel_on_another_python() {
 
 /// The one file in `dir`.
 fn only_file(dir: &Path) -> PathBuf {
-    let files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+    let files = files_in(dir);
     assert_eq!(files.len(), 1, "{files:?}");
     files[0].clone()
 }

@@ -282,11 +282,7 @@ fn settings_output_rate_and_malformed_values() {
         &[("PYIGPROF_OUTPUT", "plain-%p.txt"), ("PYIGPROF_HZ", "500")],
     );
     assert!(run.output.status.success());
-    let entries: Vec<_> = std::fs::read_dir(&run.dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+    let entries = files_in(&run.dir);
     assert_eq!(entries.len(), 1, "{entries:?}");
     let name = entries[0]
         .file_name()
@@ -994,12 +990,10 @@ fn the_programs_streams_are_byte_identical_in_every_process() {
         .map(|rest| rest[..rest.find(": ").unwrap()].to_string())
         .collect();
     named.sort();
-    let mut written: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path().to_string_lossy().into_owned())
+    let written: Vec<String> = files_in(&dir)
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
         .collect();
-    written.sort();
     assert_eq!(named, written, "{said}");
     assert_eq!(
         said.lines()
@@ -1061,10 +1055,9 @@ print(repr(seen))
             .expect("run the driver");
         assert!(out.status.success(), "{mode}: {}", text(&out.stderr));
         let terminal = text(&out.stdout);
-        let profiles = std::fs::read_dir(&dir)
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".gz"))
+        let profiles = file_names_in(&dir)
+            .iter()
+            .filter(|n| n.ends_with(".gz"))
             .count();
         assert_eq!(profiles, 1, "{mode}: {terminal}");
         if mode == "child" {

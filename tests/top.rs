@@ -309,12 +309,8 @@ fn live_view(python: &Interpreter, preloaded: Option<&str>, what: &str) {
     tmux(&socket, &["kill-server"]);
     let running = !ended(&mut program.0);
     drop(program);
-    let written: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().contains("snapshot"))
-        .collect();
+    let mut written = files_in(&dir);
+    written.retain(|p| p.to_string_lossy().contains("snapshot"));
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }

@@ -123,6 +123,30 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// The files in `dir` (a test's scratch directory: what the program and the profiler wrote
+/// there), as paths sorted by name. Panics when `dir` cannot be read.
+pub fn files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .collect();
+    files.sort();
+    files
+}
+
+/// The names of the files in `dir`, sorted (see [`files_in`]).
+pub fn file_names_in(dir: &Path) -> Vec<String> {
+    files_in(dir)
+        .iter()
+        .map(|p| {
+            p.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
 /// Waits for `child` at most `limit`; on the limit it is killed and reaped, and `None`
 /// returned (it hung).
 pub fn wait_at_most(
@@ -164,14 +188,11 @@ impl Run {
 
     /// Profiles written into the run's directory (`pyigprof.*`), sorted.
     pub fn profiles(&self) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(&self.dir)
-            .map(|d| d.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
+        let mut v = files_in(&self.dir);
         v.retain(|p| {
             p.file_name()
                 .is_some_and(|n| n.to_string_lossy().starts_with("pyigprof."))
         });
-        v.sort();
         v
     }
 

@@ -67,8 +67,10 @@ pub struct ThreadNow {
     pub syscall: Option<String>,
     /// Where [`ThreadNow::keys`] come from.
     pub taken: Taken,
-    /// Whether it holds its interpreter's GIL (read when it was looked at); `None` where
-    /// that cannot be told (no Python frames read, no thread state, a failed read).
+    /// Whether it holds its interpreter's GIL: the holder read once per interpreter after
+    /// every thread was looked at (read per thread, the GIL could pass from one thread to
+    /// another between two reads, and two threads showed as holding it). `None` where that
+    /// cannot be told (no Python frames read, no thread state, a failed read).
     pub gil: Option<bool>,
     /// What it waits for when blocked (`GIL`, `lock`, `I/O`, `sleep`, `child process`,
     /// `other system call`: [`crate::capture::waits::reason`]); `None` when running, or
@@ -76,6 +78,8 @@ pub struct ThreadNow {
     pub waiting: Option<&'static str>,
     /// Its frame keys, outermost first (named by [`report`]).
     keys: Vec<u64>,
+    /// Its `PyThreadState*`, 0 when not known.
+    tstate: u64,
 }
 
 /// Every sampled thread's call stack (see the module documentation), waiting up to `wait`
@@ -106,10 +110,9 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
                     return;
                 }
                 let (state, name) = stat_of(tid);
-                let gil = sampler.python.as_ref().and_then(|rt| {
+                let tstate = sampler.python.as_ref().map_or(0, |rt| {
                     let owner = slot.owner.load(Ordering::Relaxed) as u64;
-                    let tstate = rt.thread_state_of(owner, slot.thread_state);
-                    (tstate != 0).then(|| rt.gc?.holds_gil(tstate)).flatten()
+                    rt.thread_state_of(owner, slot.thread_state)
                 });
                 let mut thread = ThreadNow {
                     tid,
@@ -117,9 +120,10 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
                     state,
                     syscall: None,
                     taken: Taken::Unknown,
-                    gil,
+                    gil: None,
                     waiting: None,
                     keys: Vec::new(),
+                    tstate,
                 };
                 if let Some((call, sp, pc)) = syscall_of(tid) {
                     let before = MAIN_SYSCALL.load(Ordering::Relaxed);
@@ -175,6 +179,24 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
             break;
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+    if let Some(gc) = sampler.python.as_ref().and_then(|rt| rt.gc) {
+        // Each interpreter's holder, read once: (interpreter, holder).
+        let mut holders: Vec<(u64, Option<u64>)> = Vec::new();
+        for thread in found.iter_mut().filter(|t| t.tstate != 0) {
+            let Some(interp) = gc.interpreter_of(thread.tstate) else {
+                continue;
+            };
+            let holder = match holders.iter().find(|(i, _)| *i == interp) {
+                Some(&(_, holder)) => holder,
+                None => {
+                    let holder = gc.gil_holder(interp);
+                    holders.push((interp, holder));
+                    holder
+                }
+            };
+            thread.gil = holder.map(|holder| holder == thread.tstate);
+        }
     }
     found.sort_by_key(|t| t.tid);
     found

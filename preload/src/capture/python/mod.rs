@@ -81,16 +81,34 @@ impl GcProbe {
 
     /// Whether the thread whose state is `tstate` holds its interpreter's GIL: the GIL's
     /// holder is `tstate` (and the GIL is locked, where the holder keeps its value after a
-    /// release: `gil->last_holder`). `None` when a read fails (checked reads, no fault);
-    /// for `pyigprof dump`, of threads blocked or sampled. Async-signal-safe.
+    /// release: `gil->last_holder`). `None` when a read fails (checked reads, no fault).
+    /// Async-signal-safe.
     pub fn holds_gil(&self, tstate: u64) -> Option<bool> {
-        let interp = read::word(tstate + u64::from(self.thread_interp))?;
-        if read::word(self.address(interp, self.holder)?)? != tstate {
-            return Some(false);
-        }
+        let holder = self.gil_holder(self.interpreter_of(tstate)?)?;
+        Some(holder == tstate)
+    }
+
+    /// The interpreter state (`PyInterpreterState*`) of the thread whose state is
+    /// `tstate`. `None` when the read fails. Async-signal-safe.
+    pub fn interpreter_of(&self, tstate: u64) -> Option<u64> {
+        read::word(tstate + u64::from(self.thread_interp))
+    }
+
+    /// The `PyThreadState*` that holds the GIL of interpreter `interp`, 0 when the GIL is
+    /// free (`gil->locked` is 0, where the holder keeps its value after a release). `None`
+    /// when a read fails. For `pyigprof dump`, read once per interpreter so that one
+    /// thread at most is shown holding it. Async-signal-safe.
+    pub fn gil_holder(&self, interp: u64) -> Option<u64> {
+        let holder = read::word(self.address(interp, self.holder)?)?;
         match self.locked {
-            Some(locked) => Some(read::int(self.address(interp, locked)?)? != 0),
-            None => Some(true),
+            Some(locked) if holder != 0 => {
+                Some(if read::int(self.address(interp, locked)?)? != 0 {
+                    holder
+                } else {
+                    0
+                })
+            }
+            _ => Some(holder),
         }
     }
 

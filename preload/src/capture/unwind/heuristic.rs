@@ -315,32 +315,30 @@ mod tests {
                 .then(|| stack[((addr - low) / 8) as usize])
                 .ok_or(())
         };
-        let mut regs = Regs::new(kernel + 2, low, 0);
-        regs.set(3, low + 8 * entry as u64);
-        let mut hint = ScanHint::default();
-        let got = step(
-            &snapshot,
-            range,
-            &mut hint,
-            &mut regs,
-            &mut read,
-            &mut |caller, _| caller.ip == real,
-        );
+        // One step from the kernel's first instructions, with a fresh hint, RBX as given.
+        let mut step_out = |rbx: Option<u64>| {
+            let mut regs = Regs::new(kernel + 2, low, 0);
+            if let Some(rbx) = rbx {
+                regs.set(3, rbx);
+            }
+            let mut hint = ScanHint::default();
+            let got = step(
+                &snapshot,
+                range,
+                &mut hint,
+                &mut regs,
+                &mut read,
+                &mut |caller, _| caller.ip == real,
+            );
+            (got, regs.sp)
+        };
+        let (got, sp) = step_out(Some(low + 8 * entry as u64));
         assert_eq!(got, Ok(Some(real)));
-        assert_eq!(regs.sp, low + 8 * (entry as u64 + 13));
+        assert_eq!(sp, low + 8 * (entry as u64 + 13));
 
         // Without a register pointing below the return address, the scan from RSP stops
         // at its first plausible word: it does not go on into stale stack.
-        let (mut regs, mut hint) = (Regs::new(kernel + 2, low, 0), ScanHint::default());
-        let got = step(
-            &snapshot,
-            range,
-            &mut hint,
-            &mut regs,
-            &mut read,
-            &mut |caller, _| caller.ip == real,
-        );
-        assert_eq!(got, Err(Failed));
+        assert_eq!(step_out(None).0, Err(Failed));
     }
 
     #[test]
