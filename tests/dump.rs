@@ -3,7 +3,10 @@
 //! zlib, two deadlocked on each other's lock and the main thread joining one of them (the
 //! program hangs): each thread's stack names its function and what it waits in, as text
 //! and as JSON, both on a program started under pyigprof and, through attach, on one that
-//! was not; the program's output and life go on unchanged, and nothing is written.
+//! was not; the program's output and life go on unchanged, and nothing is written. Each
+//! thread is named as `threading` names it (`Thread.name`, read from the interpreter's
+//! memory): the main thread `MainThread`, the others after their function, one renamed
+//! after it started, one with a name longer than the system's 15 bytes and not ASCII.
 
 use pyigprof_suite::*;
 use std::io::Read;
@@ -12,6 +15,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Threads in known places; prints `ready` once they are there, then hangs on a deadlock.
+/// Each is named after its function but `renamed`, renamed to [`RENAMED`] once started, and
+/// `long_named`, named [`LONG_NAME`] (written with escapes: 3.6 decodes `-c` by the
+/// locale, and 2.7's names are bytes, UTF-8 here).
 const PLACES: &str = r#"
 import os, sys, threading, time, zlib
 held = threading.Lock()
@@ -40,34 +46,37 @@ def right():
         time.sleep(0.2)
         with a:
             pass
-threads = [threading.Thread(target=f, name=f.__name__) for f in
-           (spin, wait_on_lock, sleeper, squeeze, left, right)]
+def renamed():
+    while True:
+        time.sleep(10)
+def long_named():
+    while True:
+        time.sleep(10)
+LONG = u"\u0437\u0430\u043f\u0440\u043e\u0441-\u043e\u0431\u0440\u0430\u0431\u043e\u0442\u0447\u0438\u043a-1"
+if sys.version_info[0] == 2:
+    LONG = LONG.encode("utf-8")
+threads = [threading.Thread(target=f, name=LONG if f is long_named else f.__name__) for f in
+           (spin, wait_on_lock, sleeper, squeeze, left, right, renamed, long_named)]
 for t in threads:
     t.daemon = True
     t.start()
+threads[6].name = "renamed-after-start"
 time.sleep(0.6)
 sys.stdout.write("ready\n")
 sys.stdout.flush()
 threads[4].join()
 "#;
 
+/// The name `renamed` is given once its thread runs.
+const RENAMED: &str = "renamed-after-start";
+/// `long_named`'s thread's name: 37 bytes of UTF-8, the system's names keep 15.
+const LONG_NAME: &str = "запрос-обработчик-1";
+
 /// The program, started with or without the library preloaded (killed when dropped);
 /// its first line read.
 fn start(python: &Path, preloaded: Option<&str>, dir: &Path) -> Killed {
-    let mut command = Command::new(python);
-    command
-        .args(["-c", PLACES])
-        .current_dir(dir)
-        .env_remove("LD_PRELOAD")
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped());
-    if let Some(clock) = preloaded {
-        command
-            .env("LD_PRELOAD", &artifacts().preload)
-            .env("PYIGPROF_CLOCK", clock)
-            .env("PYIGPROF_OUTPUT", dir.join("places.%p.gz"));
-    }
-    start_until_ready(&mut command)
+    let mut command = live_program(python, PLACES, dir, preloaded, "places.%p.gz", &[]);
+    start_until_ready(command.stderr(Stdio::piped()))
 }
 
 /// For a failed command's message: whether `child` (the dumped program) still runs, and
@@ -90,6 +99,10 @@ fn program_state(child: &mut std::process::Child) -> String {
 /// One thread of a JSON dump: its Python functions, its native frames' files and names,
 /// and the system call it waits in.
 struct Seen {
+    tid: i64,
+    /// The name shown: `threading`'s when read, else the system's.
+    name: String,
+    main: bool,
     python: Vec<String>,
     native: Vec<(String, String)>,
     syscall: Option<String>,
@@ -107,6 +120,9 @@ fn threads_of(json: &serde_json::Value) -> Vec<Seen> {
         .map(|t| {
             let frames = t["frames"].as_array().expect("a frames array");
             Seen {
+                tid: t["tid"].as_i64().expect("a tid"),
+                name: t["name"].as_str().expect("a name").to_string(),
+                main: t["main"] == true,
                 python: frames
                     .iter()
                     .filter(|f| f["python"] == true)
@@ -146,6 +162,36 @@ fn thread_in<'a>(threads: &'a [Seen], name: &str, what: &str) -> &'a Seen {
     found[0]
 }
 
+/// Each thread's innermost Python function and the name `threading` gives it.
+const NAMES: [(&str, &str); 8] = [
+    ("spin", "spin"),
+    ("wait_on_lock", "wait_on_lock"),
+    ("sleeper", "sleeper"),
+    ("squeeze", "squeeze"),
+    ("left", "left"),
+    ("right", "right"),
+    ("renamed", RENAMED),
+    ("long_named", LONG_NAME),
+];
+
+/// Every thread is named as `threading` names it (JSON `name`), the main thread
+/// `MainThread`: each thread's id and name, for the text dump.
+fn check_names(threads: &[Seen], what: &str) -> Vec<(i64, &'static str)> {
+    let mut named: Vec<(i64, &'static str)> = NAMES
+        .iter()
+        .map(|&(function, name)| {
+            let t = thread_in(threads, function, what);
+            assert_eq!(t.name, name, "{what}: the name of the thread in {function}");
+            (t.tid, name)
+        })
+        .collect();
+    let main: Vec<&Seen> = threads.iter().filter(|t| t.main).collect();
+    assert_eq!(main.len(), 1, "{what}: one main thread");
+    assert_eq!(main[0].name, "MainThread", "{what}: the main thread's name");
+    named.push((main[0].tid, "MainThread"));
+    named
+}
+
 /// A blocked thread's wait: a sleep's system call, or the GIL's futex (a signal of the
 /// attach's roll call interrupts the sleep, and CPython takes the GIL before sleeping on).
 fn sleeps(call: Option<&str>) -> bool {
@@ -157,7 +203,7 @@ fn sleeps(call: Option<&str>) -> bool {
 
 /// `gil_known`: the interpreter's GIL waits are told from other futex waits (3.7+).
 fn check(threads: &[Seen], what: &str, gil_known: bool) {
-    assert_eq!(threads.len(), 7, "{what}: the main thread and six others");
+    assert_eq!(threads.len(), 9, "{what}: the main thread and eight others");
     let spin = thread_in(threads, "spin", what);
     assert!(
         spin.from == "sample" || spin.syscall.as_deref() == Some("futex"),
@@ -236,7 +282,15 @@ fn check(threads: &[Seen], what: &str, gil_known: bool) {
         .iter()
         .filter(|t| t.python.last().map(String::as_str) == Some("<module>"))
         .collect();
-    assert_eq!(main.len(), 1, "{what}: one thread runs <module>");
+    assert_eq!(
+        main.len(),
+        1,
+        "{what}: one thread runs <module>; Python frames: {:?}",
+        threads
+            .iter()
+            .map(|t| (t.tid, &t.python))
+            .collect::<Vec<_>>()
+    );
     assert!(
         main[0].python.iter().any(|f| f.ends_with("join"))
             && main[0].syscall.as_deref() == Some("futex"),
@@ -278,12 +332,17 @@ fn dump_shows_every_threads_place_on_a_hung_program_started_with_and_without_pyi
             assert_eq!(json["pid"].as_i64(), Some(child.id() as i64), "{what}");
             let threads = threads_of(&json);
             check(&threads, &what, python.version >= (3, 7));
+            let named = check_names(&threads, &what);
             // The text says the same, innermost frame first, for a person.
             let shown = pyigprof(&["dump", &pid], &dir);
             if !shown.status.success() {
                 panic!("{what}: {}; {}", text(&shown.stderr), program_state(child));
             }
             let shown = text(&shown.stdout);
+            for (tid, name) in named {
+                let line = format!("\nThread {tid} \"{name}\"");
+                assert!(shown.contains(&line), "{what}: no {line:?} in\n{shown}");
+            }
             let block = shown
                 .split("\nThread ")
                 .find(|b| b.contains("wait_on_lock ("))

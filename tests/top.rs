@@ -58,22 +58,9 @@ impl Drop for ProgramIn<'_> {
 
 /// The program, with the library preloaded in `clock` mode (`None`: without it).
 fn start(python: &Path, preloaded: Option<&str>, dir: &Path) -> Killed {
-    let mut command = Command::new(python);
-    command
-        .args(["-c", TWO_PARTS])
-        .current_dir(dir)
-        .env_remove("LD_PRELOAD")
-        .stdin(Stdio::null())
-        .stderr(Stdio::null());
-    if let Some(clock) = preloaded {
-        command
-            .env("LD_PRELOAD", &artifacts().preload)
-            .env("PYIGPROF_CLOCK", clock)
-            .env("PYIGPROF_HZ", "1000")
-            .env("PYIGPROF_QUIET", "1")
-            .env("PYIGPROF_OUTPUT", dir.join("two.%p.gz"));
-    }
-    start_until_ready(&mut command)
+    let env = [("PYIGPROF_HZ", "1000"), ("PYIGPROF_QUIET", "1")];
+    let mut command = live_program(python, TWO_PARTS, dir, preloaded, "two.%p.gz", &env);
+    start_until_ready(command.stderr(Stdio::null()))
 }
 
 /// The program's own shares of its CPU time, %: (python_loop, squeeze).

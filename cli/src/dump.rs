@@ -32,8 +32,8 @@ pub struct Dump {
     pub pid: i32,
 
     /// Prints one JSON object instead of text: `{"pid", "python", "command", "threads":
-    /// [{"tid", "name", "main", "state", "syscall", "stack_from", "gil", "waiting",
-    /// "frames": [{"name",
+    /// [{"tid", "name", "system_name", "main", "state", "syscall", "stack_from", "gil",
+    /// "waiting", "frames": [{"name",
     /// "file", "line", "offset", "python"}]}]}`, frames innermost first.
     #[arg(long)]
     pub json: bool,
@@ -72,8 +72,19 @@ struct Thread {
     /// What it waits for when blocked: `GIL`, `lock`, `I/O`, `sleep`, `child process`,
     /// `other system call` (wall mode's `<waiting: …>` words); `None` when not known.
     waiting: Option<String>,
-    name: String,
+    /// The system's name of the thread (`comm`).
+    system_name: String,
+    /// The name `threading` gave it, when read.
+    python_name: Option<String>,
     frames: Vec<Frame>,
+}
+
+impl Thread {
+    /// The name shown: `threading`'s (`Thread.name`, as py-spy shows it) when known, else
+    /// the system's.
+    fn name(&self) -> &str {
+        self.python_name.as_deref().unwrap_or(&self.system_name)
+    }
 }
 
 /// The library's answer (`preload/src/output/live.rs`, `report`).
@@ -104,7 +115,7 @@ fn read_answer(lines: &mut impl BufRead) -> Result<Answer, String> {
                 answer.python = python.to_string();
                 answer.command = command.to_string();
             }
-            ["thread", tid, main, state, syscall, from, gil, waiting, name] => {
+            ["thread", tid, main, state, syscall, from, gil, waiting, name, python_name] => {
                 answer.threads.push(Thread {
                     tid: tid.parse().map_err(|_| bad())?,
                     main: *main == "1",
@@ -117,7 +128,8 @@ fn read_answer(lines: &mut impl BufRead) -> Result<Answer, String> {
                         _ => None,
                     },
                     waiting: (*waiting != "-").then(|| waiting.to_string()),
-                    name: name.to_string(),
+                    system_name: name.to_string(),
+                    python_name: (*python_name != "-").then(|| python_name.to_string()),
                     frames: Vec::new(),
                 })
             }
@@ -169,6 +181,7 @@ fn from_words(from: &str) -> &'static str {
     match from {
         "now" => "now",
         "sample" => "its latest sample",
+        "unsampled" => "not sampled",
         _ => "no sample yet",
     }
 }
@@ -195,7 +208,7 @@ fn text(answer: &Answer, python_only: bool) -> String {
         out.push_str(&format!(
             "\nThread {} \"{}\"{}{}: {} (stack: {})\n",
             thread.tid,
-            thread.name,
+            thread.name(),
             if thread.main { " (main)" } else { "" },
             if thread.gil == Some(true) {
                 ", holds the GIL"
@@ -219,7 +232,8 @@ fn to_json(answer: &Answer, python_only: bool) -> serde_json::Value {
         "command": answer.command,
         "threads": answer.threads.iter().map(|t| json!({
             "tid": t.tid,
-            "name": t.name,
+            "name": t.name(),
+            "system_name": t.system_name,
             "main": t.main,
             "state": doing(t),
             "syscall": t.syscall,
@@ -258,6 +272,19 @@ pub fn dump(args: &Dump) -> ExitCode {
         }
     };
     let mut session = session;
+    if std::env::var_os("PYIGPROF_LIVE_FAULT_CHECK").is_some() {
+        // For the tests: the library's answering thread reads an unmapped address first
+        // (its answer, or why there is none, on stderr).
+        let mut line = String::new();
+        let asked = session
+            .stream
+            .write_all(b"fault-check\n")
+            .and_then(|()| session.lines.read_line(&mut line));
+        match asked {
+            Ok(n) if n > 0 => eprint!("pyigprof dump: {line}"),
+            _ => eprintln!("pyigprof dump: fault-check: no answer"),
+        }
+    }
     let answer = session
         .stream
         .write_all(b"dump\n")
@@ -294,17 +321,19 @@ mod tests {
     #[test]
     fn an_answer_is_read_and_printed_innermost_first() {
         let raw = "process\t42\t3.12.1\tpython app.py\n\
-                   thread\t42\t1\tS\tfutex\tnow\t0\tlock\tpython\n\
+                   thread\t42\t1\tS\tfutex\tnow\t0\tlock\tpython\tMainThread\n\
                    frame\t0\t-\t12\t/usr/lib/libc.so.6\t__futex_abstimed_wait_common\n\
                    frame\t1\t7\t0\tapp.py\twait_on_lock\n\
                    frame\t1\t20\t0\tapp.py\t<module>\n\
-                   thread\t43\t0\tR\t-\tsample\t1\t-\tworker\n\
+                   thread\t43\t0\tR\t-\tsample\t1\t-\tworker\t-\n\
                    frame\t1\t3\t0\tapp.py\tspin\n\
+                   thread\t44\t0\tS\tfutex\tunsampled\t-\t-\tblas\t-\n\
                    end\n";
         let answer = read_answer(&mut raw.as_bytes()).unwrap();
-        assert_eq!(answer.threads.len(), 2);
+        assert_eq!(answer.threads.len(), 3);
         let shown = text(&answer, false);
-        assert!(shown.contains("Thread 42 \"python\" (main): waiting for a lock in futex (stack: now)\n    __futex_abstimed_wait_common (libc.so.6)\n    wait_on_lock (app.py:7)\n"), "{shown}");
+        assert!(shown.contains("Thread 44 \"blas\": waiting in futex (stack: not sampled)\n"), "{shown}");
+        assert!(shown.contains("Thread 42 \"MainThread\" (main): waiting for a lock in futex (stack: now)\n    __futex_abstimed_wait_common (libc.so.6)\n    wait_on_lock (app.py:7)\n"), "{shown}");
         assert!(
             shown.contains(
                 "Thread 43 \"worker\", holds the GIL: running (stack: its latest sample)\n    spin (app.py:3)\n"
@@ -319,6 +348,9 @@ mod tests {
         assert_eq!(json["threads"][0]["frames"][1]["line"], 7);
         assert_eq!(json["threads"][0]["gil"], false);
         assert_eq!(json["threads"][1]["gil"], true);
+        assert_eq!(json["threads"][0]["name"], "MainThread");
+        assert_eq!(json["threads"][0]["system_name"], "python");
+        assert_eq!(json["threads"][1]["name"], "worker");
     }
 
     #[test]

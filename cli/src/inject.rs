@@ -12,6 +12,15 @@
 //! on top of the call, as for any signal): keeping it for later would have the kernel make
 //! up a `siginfo` for it, and pyigprof's own `SIGPROF` handler tells its signals apart by
 //! theirs (the roll call of `sources::adopt` reaches the main thread while it calls).
+//!
+//! During the calls the thread's signal mask is its own less `SIGSEGV` and `SIGBUS`
+//! (`PTRACE_SETSIGMASK`; its own mask is put back with its registers). The return to 0
+//! raises a `SIGSEGV` as a fault, and a fault the kernel raises while its signal is blocked
+//! resets that signal's action to the default *for the whole process* before the tracer
+//! sees it: a thread stopped in `clone3` inside `pthread_create` (which blocks every
+//! signal around it: what a server that starts a thread per request does all the time)
+//! lost pyigprof's `SIGSEGV` handler that way, and the next fault of a checked read, which
+//! that handler recovers, ended the program (issue 52).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -27,6 +36,9 @@ pub struct Tracee {
     /// AVX-512 — `NT_X86_XSTATE`), put back too: code stopped outside a system call may
     /// hold live values in them, which the calls made meanwhile overwrite.
     saved_xstate: Vec<u8>,
+    /// Its signal mask when it was stopped (signals 1–64, bit n − 1), put back by
+    /// [`Tracee::release`].
+    saved_mask: u64,
     /// `/proc/TID/mem`, for writing the arguments.
     mem: File,
     released: bool,
@@ -129,6 +141,7 @@ impl Tracee {
             // SAFETY: all-zero is a valid register set (replaced before use).
             saved: unsafe { std::mem::zeroed() },
             saved_xstate: Vec::new(),
+            saved_mask: 0,
             mem,
             released: false,
         };
@@ -154,7 +167,32 @@ impl Tracee {
         }
         self.saved = self.regs()?;
         self.saved_xstate = self.xstate()?;
+        self.saved_mask = self.mask()?;
         Ok(())
+    }
+
+    /// The thread's blocked signals (`PTRACE_GETSIGMASK`: the kernel's 8-byte set).
+    fn mask(&self) -> Result<u64, String> {
+        let mut mask = 0u64;
+        ptrace(
+            libc::PTRACE_GETSIGMASK,
+            self.tid,
+            8,
+            &mut mask as *mut u64 as usize,
+        )
+        .map_err(|e| format!("PTRACE_GETSIGMASK: {}", errno_text(e)))?;
+        Ok(mask)
+    }
+
+    fn set_mask(&self, mask: u64) -> Result<(), String> {
+        ptrace(
+            libc::PTRACE_SETSIGMASK,
+            self.tid,
+            8,
+            &mask as *const u64 as usize,
+        )
+        .map(|_| ())
+        .map_err(|e| format!("PTRACE_SETSIGMASK: {}", errno_text(e)))
     }
 
     /// The thread's `XSAVE` area (`PTRACE_GETREGSET`, `NT_X86_XSTATE`), as long as the
@@ -295,6 +333,9 @@ impl Tracee {
         for (slot, &arg) in slots.into_iter().zip(args) {
             *slot = arg;
         }
+        // Faults must not meet a blocked SIGSEGV/SIGBUS (see the module documentation).
+        let faults = (1u64 << (libc::SIGSEGV - 1)) | (1u64 << (libc::SIGBUS - 1));
+        self.set_mask(self.saved_mask & !faults)?;
         self.set_regs(&regs)?;
         ptrace(libc::PTRACE_CONT, self.tid, 0, 0)
             .map_err(|e| format!("PTRACE_CONT: {}", errno_text(e)))?;
@@ -360,6 +401,7 @@ impl Tracee {
     fn let_go(&mut self) -> Result<(), String> {
         self.set_regs(&self.saved.clone())?;
         self.set_xstate(&self.saved_xstate.clone())?;
+        self.set_mask(self.saved_mask)?;
         ptrace(libc::PTRACE_DETACH, self.tid, 0, 0)
             .map(|_| ())
             .map_err(|e| format!("PTRACE_DETACH: {}", errno_text(e)))

@@ -147,13 +147,9 @@ pub unsafe extern "C" fn pyigprof_attach(settings: *const c_char) -> c_int {
 
 /// The control thread (see the module documentation).
 fn control(settings: &str, version: (u8, u8, u8), key: Option<libc::pthread_key_t>) {
-    // No signal of the program's is delivered here, and the roll call skips this thread.
-    // SAFETY: blocking every signal in this thread.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
-    }
+    // No signal of the program's is delivered here, and the roll call skips this thread;
+    // the faults of its checked reads are (recovered).
+    crate::signal_guard::block_all_but_faults();
     let vars: Vec<(String, String)> = settings
         .lines()
         .filter_map(|line| line.split_once('='))
@@ -372,7 +368,13 @@ const DUMP_WAIT: Duration = Duration::from_millis(100);
 /// - `snapshot`: the ticks per function so far;
 /// - `write`: a snapshot profile written now (`written PATH`, or `error …`): by a fork
 ///   child in a process the preloaded library samples, by the control thread in an attach
-///   window (its output path tagged `snapshotN`).
+///   window (its output path tagged `snapshotN`);
+/// - `fault-check`: a checked read, on the answering thread, of an address known unmapped
+///   (a page mapped and unmapped again): `fault-check recovered N` when it faulted and the
+///   fault was recovered (N: reads recovered in this process so far), `fault-check
+///   mapped` if something mapped the page meanwhile. What `pyigprof dump` asks first with
+///   `PYIGPROF_LIVE_FAULT_CHECK=1` set: the tests' proof that a fault of the control
+///   thread's reads cannot end the program.
 struct Live {
     sampler: &'static Sampler,
     /// Names frames across snapshots; made again when objects are loaded or unloaded.
@@ -410,10 +412,38 @@ impl Live {
                 Some(Err(why)) => format!("error {}\n", why.replace('\n', " ")),
                 None => "error the profile has been written: the program is ending\n".into(),
             },
+            "fault-check" => fault_check(),
             _ => return Ok(false),
         };
         socket.write_all(text.as_bytes())?;
         Ok(true)
+    }
+}
+
+/// The `fault-check` request of [`Live`]: a checked read of a page just unmapped.
+fn fault_check() -> String {
+    // SAFETY: a fresh anonymous mapping of one page, unmapped again; nothing else uses it.
+    let page = unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return "error cannot map a page\n".into();
+        }
+        libc::munmap(p, 4096);
+        p as u64
+    };
+    match crate::capture::probe::u64_at(page) {
+        None => format!(
+            "fault-check recovered {}\n",
+            crate::capture::probe::FAULTED_READS.load(Ordering::Relaxed)
+        ),
+        Some(_) => "fault-check mapped\n".into(),
     }
 }
 
@@ -448,12 +478,8 @@ fn main_syscall<'a>(mut settings: impl Iterator<Item = (&'a str, &'a str)>) -> i
 /// connects to the command's socket, says `started N` (the threads sampled), answers
 /// each `dump`, and says `discarded` and ends at anything else or when the socket closes.
 fn serve_dumps(settings: &str) {
-    // SAFETY: blocking every signal in this thread only.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
-    }
+    // Every signal blocked in this thread but the faults of its checked reads.
+    crate::signal_guard::block_all_but_faults();
     let Some(sampler) = sampler::get() else {
         return;
     };

@@ -759,6 +759,34 @@ sys.exit(3)
 /// preloaded in cpu or in wall mode, or without it (the command attaches).
 pub const LIVE_STARTS: [Option<&str>; 3] = [Some("cpu"), Some("wall"), None];
 
+/// `python -c script` in `dir` for the live commands' tests, stdin closed and without an
+/// inherited `LD_PRELOAD`; with `preloaded` (a clock) under the library in that mode,
+/// writing its profile to `dir/<output>`, with the settings `env` too. Start it with
+/// [`start_until_ready`].
+pub fn live_program(
+    python: &Path,
+    script: &str,
+    dir: &Path,
+    preloaded: Option<&str>,
+    output: &str,
+    env: &[(&str, &str)],
+) -> Command {
+    let mut command = Command::new(python);
+    command
+        .args(["-c", script])
+        .current_dir(dir)
+        .env_remove("LD_PRELOAD")
+        .stdin(std::process::Stdio::null());
+    if let Some(clock) = preloaded {
+        command
+            .env("LD_PRELOAD", &artifacts().preload)
+            .env("PYIGPROF_CLOCK", clock)
+            .env("PYIGPROF_OUTPUT", dir.join(output))
+            .envs(env.iter().copied());
+    }
+    command
+}
+
 /// `python`'s name and how its program was started (one of [`LIVE_STARTS`]), for a test's
 /// messages: `pyenv-3.12.1 preloaded, wall mode`, `pyenv-3.12.1 attached`.
 pub fn live_label(python: &str, preloaded: Option<&str>) -> String {

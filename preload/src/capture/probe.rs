@@ -167,6 +167,23 @@ pub unsafe fn fix_up(info: *const libc::siginfo_t, uc: *mut libc::c_void) -> boo
     true
 }
 
+/// A `SIGSEGV`/`SIGBUS` handler for a process of pyigprof's own that shares nothing the
+/// program would see (the helper process, a child writing a profile): a fault of a checked
+/// read is recovered; any other ends that process at once (`exit_group(1)`: not the profiled
+/// one, and without running the program's fault handler in a copy of it, which would print
+/// into the program's stderr). Async-signal-safe: direct system calls only.
+pub extern "C" fn recover_or_exit(
+    _signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    uc: *mut libc::c_void,
+) {
+    // SAFETY: what the kernel passed to the handler.
+    if !unsafe { fix_up(info, uc) } {
+        // SAFETY: ends the calling process (its own thread group) only.
+        unsafe { libc::syscall(libc::SYS_exit_group, 1) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -740,9 +740,15 @@ fn write_from_child(snapshot: Option<u32>) {
             libc::syscall(libc::SYS_fork) as libc::pid_t
         };
         if child == 0 {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+            // The child's checked reads (naming frames) recover from faults; any other
+            // fault ends the child, not the program's handler in a copy of the program.
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = crate::capture::probe::recover_or_exit as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+            for signal in [libc::SIGSEGV, libc::SIGBUS] {
+                signals::real_sigaction(signal, &action, std::ptr::null_mut());
+            }
+            crate::signal_guard::block_all_but_faults();
             let ok = write(sampler, config, parent as u32, snapshot).is_some();
             libc::syscall(libc::SYS_exit_group, if ok { 0 } else { 1 });
         }

@@ -40,6 +40,9 @@ pub enum Taken {
     LatestSample,
     /// Neither: no sample yet, and not blocked when looked at.
     Unknown,
+    /// Not a thread the sampler knows (it started before pyigprof and did not answer the
+    /// roll call, it blocks `SIGPROF`, or every slot is taken): listed without frames.
+    NotSampled,
 }
 
 impl Taken {
@@ -48,6 +51,7 @@ impl Taken {
             Taken::Now => "now",
             Taken::LatestSample => "sample",
             Taken::Unknown => "none",
+            Taken::NotSampled => "unsampled",
         }
     }
 }
@@ -59,6 +63,9 @@ pub struct ThreadNow {
     pub tid: i32,
     /// Its name (`/proc/self/task/<tid>/comm`).
     pub name: String,
+    /// The name `threading` gave it (`Thread.name`), when it is a Python thread whose
+    /// name could be read ([`crate::capture::python::Runtime::python_thread_name`]).
+    pub python_name: Option<String>,
     /// The scheduler's state letter (`/proc/self/task/<tid>/stat`: R running, S sleeping,
     /// D uninterruptible, …).
     pub state: char,
@@ -80,6 +87,8 @@ pub struct ThreadNow {
     keys: Vec<u64>,
     /// Its `PyThreadState*`, 0 when not known.
     tstate: u64,
+    /// Its `pthread_t`, which `tstate` must still name ([`crate::capture::python::Runtime::belongs_to`]).
+    owner: u64,
 }
 
 /// Every sampled thread's call stack (see the module documentation), waiting up to `wait`
@@ -110,13 +119,15 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
                     return;
                 }
                 let (state, name) = stat_of(tid);
-                let tstate = sampler.python.as_ref().map_or(0, |rt| {
-                    let owner = slot.owner.load(Ordering::Relaxed) as u64;
-                    rt.thread_state_of(owner, slot.thread_state)
-                });
+                let owner = slot.owner.load(Ordering::Relaxed) as u64;
+                let tstate = sampler
+                    .python
+                    .as_ref()
+                    .map_or(0, |rt| rt.thread_state_of(owner, slot.thread_state));
                 let mut thread = ThreadNow {
                     tid,
                     name,
+                    python_name: None,
                     state,
                     syscall: None,
                     taken: Taken::Unknown,
@@ -124,6 +135,7 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
                     waiting: None,
                     keys: Vec::new(),
                     tstate,
+                    owner,
                 };
                 if let Some((call, sp, pc)) = syscall_of(tid) {
                     let before = MAIN_SYSCALL.load(Ordering::Relaxed);
@@ -180,11 +192,23 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    if let Some(gc) = sampler.python.as_ref().and_then(|rt| rt.gc) {
+    if let Some((rt, gc)) = sampler
+        .python
+        .as_ref()
+        .and_then(|rt| Some((rt, rt.gc?)))
+    {
         // Each interpreter's holder, read once: (interpreter, holder).
         let mut holders: Vec<(u64, Option<u64>)> = Vec::new();
         for thread in found.iter_mut().filter(|t| t.tstate != 0) {
-            let Some(interp) = gc.interpreter_of(thread.tstate) else {
+            // The thread may have ended since it was looked at, and its state been freed:
+            // the interpreter is read only from a state that names the thread before and
+            // after the read (a state freed but not yet reused still holds its values).
+            let still = |t: &ThreadNow| rt.belongs_to(t.tstate, t.owner);
+            if !still(thread) {
+                thread.tstate = 0;
+                continue;
+            }
+            let Some(interp) = gc.interpreter_of(thread.tstate).filter(|_| still(thread)) else {
                 continue;
             };
             let holder = match holders.iter().find(|(i, _)| *i == interp) {
@@ -198,6 +222,41 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
             thread.gil = holder.map(|holder| holder == thread.tstate);
         }
     }
+    if let Some(rt) = sampler.python.as_ref() {
+        for thread in found.iter_mut().filter(|t| t.tstate != 0) {
+            // As for the GIL: kept only when the state still names the thread after.
+            thread.python_name = rt
+                .python_thread_name(thread.tstate)
+                .filter(|_| rt.belongs_to(thread.tstate, thread.owner));
+        }
+    }
+    // Every thread of the process is listed, those the sampler does not know too (not the
+    // one answering: this thread of pyigprof's).
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() };
+    for tid in crate::sources::adopt::other_threads() {
+        if tid == me || found.iter().any(|t| t.tid == tid) {
+            continue;
+        }
+        let (state, name) = stat_of(tid);
+        if state == '?' {
+            continue; // ended meanwhile
+        }
+        let syscall = syscall_of(tid).map(|(call, _, _)| syscall_name(call.nr));
+        found.push(ThreadNow {
+            tid,
+            name,
+            python_name: None,
+            state,
+            syscall,
+            taken: Taken::NotSampled,
+            gil: None,
+            waiting: None,
+            keys: Vec::new(),
+            tstate: 0,
+            owner: 0,
+        });
+    }
     found.sort_by_key(|t| t.tid);
     found
 }
@@ -207,8 +266,8 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
 /// tabs (tabs and newlines in names become spaces):
 ///
 /// - `process <pid> <python version or -> <command line>`
-/// - `thread <tid> <main: 1|0> <state letter> <syscall or -> <now|sample|none>
-///   <holds the GIL: 1|0|-> <waiting for: GIL|lock|I/O|sleep|…|-> <name>`
+/// - `thread <tid> <main: 1|0> <state letter> <syscall or -> <now|sample|none|unsampled>
+///   <holds the GIL: 1|0|-> <waiting for: GIL|lock|I/O|sleep|…|-> <name> <Python name or ->`
 /// - `frame <python: 1|0> <line or -> <offset> <file> <name>`
 pub fn report(sampler: &Sampler, threads: &[ThreadNow]) -> String {
     let stacks: Vec<Vec<u64>> = threads.iter().map(|t| t.keys.clone()).collect();
@@ -229,7 +288,7 @@ pub fn report(sampler: &Sampler, threads: &[ThreadNow]) -> String {
     let mut out = format!("process\t{pid}\t{version}\t{}\n", clean(&command));
     for (thread, frames) in threads.iter().zip(&named) {
         out.push_str(&format!(
-            "thread\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            "thread\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
             thread.tid,
             u8::from(thread.tid == pid),
             thread.state,
@@ -237,7 +296,8 @@ pub fn report(sampler: &Sampler, threads: &[ThreadNow]) -> String {
             thread.taken.word(),
             thread.gil.map_or("-", |g| if g { "1" } else { "0" }),
             thread.waiting.unwrap_or("-"),
-            clean(&thread.name)
+            clean(&thread.name),
+            thread.python_name.as_deref().map_or("-".into(), clean)
         ));
         for frame in frames.iter().rev() {
             out.push_str(&frame_line(frame));

@@ -15,7 +15,7 @@ use crate::sampler::Sampler;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Most threads adopted at start-up.
+/// Most threads asked in one roll call; more are asked in further calls of as many.
 pub const MAX_ADOPTED: usize = 256;
 /// How long the constructor waits for the answers.
 pub const WAIT: Duration = Duration::from_millis(200);
@@ -91,13 +91,31 @@ pub fn other_threads() -> Vec<libc::pid_t> {
         .collect()
 }
 
-/// Registers and starts sampling the threads `tids` (at most [`MAX_ADOPTED`] of them; not
-/// the caller), by the roll call of the module documentation. Returns how many were
-/// adopted, and messages for those that could not be.
+/// Registers and starts sampling the threads `tids` (not the caller), by the roll call of
+/// the module documentation, [`MAX_ADOPTED`] at a time (a process attached to with 500
+/// threads had its first 256 adopted and the rest left out). Returns how many were adopted,
+/// and messages for those that could not be (a thread that ended meanwhile is not one).
 pub fn adopt(sampler: &Sampler, tids: &[libc::pid_t]) -> (usize, Vec<String>) {
+    let mut adopted = 0;
+    let mut problems = Vec::new();
+    for batch in tids.chunks(MAX_ADOPTED) {
+        let (n, mut more) = roll_call(sampler, batch);
+        adopted += n;
+        problems.append(&mut more);
+    }
+    (adopted, problems)
+}
+
+/// Whether thread `tid` of this process still exists.
+fn alive(tid: libc::pid_t) -> bool {
+    std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
+}
+
+/// [`adopt`] for at most [`MAX_ADOPTED`] threads.
+fn roll_call(sampler: &Sampler, tids: &[libc::pid_t]) -> (usize, Vec<String>) {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
-    let tids = &tids[..tids.len().min(MAX_ADOPTED)];
+    debug_assert!(tids.len() <= MAX_ADOPTED);
     if tids.is_empty() {
         return (0, Vec::new());
     }
@@ -126,7 +144,11 @@ pub fn adopt(sampler: &Sampler, tids: &[libc::pid_t]) -> (usize, Vec<String>) {
     }
     let asked = &ANSWERS[..tids.len()];
     let deadline = Instant::now() + WAIT;
-    while asked.iter().any(|a| a.thread.load(Ordering::Acquire) == 0) && Instant::now() < deadline {
+    // A thread that ended since it was listed never answers: not waited for.
+    let waiting = |a: &Answer| {
+        a.thread.load(Ordering::Acquire) == 0 && alive(a.tid.load(Ordering::Relaxed))
+    };
+    while asked.iter().any(waiting) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
     }
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
@@ -135,23 +157,27 @@ pub fn adopt(sampler: &Sampler, tids: &[libc::pid_t]) -> (usize, Vec<String>) {
     for a in asked {
         let tid = a.tid.load(Ordering::Relaxed);
         let thread = a.thread.load(Ordering::Acquire);
-        if thread == 0 {
-            problems.push(format!(
-                "thread {tid} (started before pyigprof) did not answer; it is not sampled"
-            ));
-            continue;
-        }
-        let Some(bounds) = modules::mapping_containing(&maps, a.sp.load(Ordering::Relaxed)) else {
-            problems.push(format!(
-                "thread {tid} (started before pyigprof): no stack mapping found; it is not sampled"
-            ));
-            continue;
+        let problem = if thread == 0 {
+            "did not answer".to_string()
+        } else if let Some(bounds) =
+            modules::mapping_containing(&maps, a.sp.load(Ordering::Relaxed))
+        {
+            match sampler.register_existing_thread(thread, tid, bounds) {
+                Ok(()) => {
+                    adopted += 1;
+                    continue;
+                }
+                Err(e) => e,
+            }
+        } else {
+            "no stack mapping found".to_string()
         };
-        match sampler.register_existing_thread(thread, tid, bounds) {
-            Ok(()) => adopted += 1,
-            Err(e) => problems.push(format!(
-                "thread {tid} (started before pyigprof): {e}; it is not sampled"
-            )),
+        // A thread that ended meanwhile (a thread per request comes and goes in
+        // milliseconds) is nothing to tell.
+        if alive(tid) {
+            problems.push(format!(
+                "thread {tid} (started before pyigprof): {problem}; it is not sampled"
+            ));
         }
     }
     (adopted, problems)

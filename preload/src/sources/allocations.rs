@@ -327,6 +327,8 @@ fn record(
 ) -> Option<*mut c_void> {
     let sampler = crate::sampler::get()?;
     ACTIVITY.sampled.fetch_add(1, Ordering::Relaxed);
+    // The stack is read with checked reads, whose faults must reach the fault handler.
+    let _faults = crate::signal_guard::FaultsUnblocked::new();
     let node = sampler
         .allocation_site(regs, entry as u64)
         .unwrap_or_else(|| {

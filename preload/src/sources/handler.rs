@@ -190,6 +190,8 @@ pub extern "C" fn on_sigprof(
 /// and times the handler from `start` (ns of `CLOCK_MONOTONIC`).
 fn sample_here(sampler: &Sampler, weight: u64, uc: *mut libc::c_void, start: u64) {
     // SAFETY: the kernel passes a valid ucontext to SA_SIGINFO handlers.
+    unsafe { let_faults_through(uc.cast()) };
+    // SAFETY: as above.
     let regs = unsafe { Regs::from_ucontext(uc.cast()) };
     let (native, python) = sampler.sample(weight, regs);
     let end = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(start);
@@ -197,4 +199,27 @@ fn sample_here(sampler: &Sampler, weight: u64, uc: *mut libc::c_void, start: u64
         .stats
         .handler
         .record(end.saturating_sub(start), native, python);
+}
+
+/// A thread that blocks `SIGSEGV` or `SIGBUS` (some libraries' worker threads block every
+/// signal but a few) would be killed by a fault of the handler's checked reads: a fault
+/// raised while its signal is blocked is forced through with the default action. The
+/// handler unblocks them in that case (one system call, only in such threads); returning
+/// from the handler restores the interrupted mask (`uc_sigmask`) as it was.
+/// Async-signal-safe.
+///
+/// # Safety
+/// `uc` is the ucontext the kernel passed to the handler.
+unsafe fn let_faults_through(uc: *const libc::ucontext_t) {
+    // SAFETY: the kernel's ucontext; plain signal-set calls.
+    unsafe {
+        let mask = &(*uc).uc_sigmask;
+        if libc::sigismember(mask, libc::SIGSEGV) == 1 || libc::sigismember(mask, libc::SIGBUS) == 1 {
+            let mut faults: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut faults);
+            libc::sigaddset(&mut faults, libc::SIGSEGV);
+            libc::sigaddset(&mut faults, libc::SIGBUS);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &faults, std::ptr::null_mut());
+        }
+    }
 }

@@ -309,7 +309,7 @@ extern "C" fn helper_process(arg: *mut libc::c_void) -> libc::c_int {
             ],
         );
         let recover: [u64; 4] = [
-            on_fault as *const () as u64,
+            crate::capture::probe::recover_or_exit as *const () as u64,
             (libc::SA_SIGINFO | libc::SA_NODEFER) as u64 | SA_RESTORER,
             restorer,
             0,
@@ -339,15 +339,6 @@ extern "C" fn helper_process(arg: *mut libc::c_void) -> libc::c_int {
     0
 }
 
-/// The sampler process's `SIGSEGV`/`SIGBUS` handler: a fault of a checked read is
-/// recovered; any other ends the sampler process (not the profiled one).
-extern "C" fn on_fault(_signal: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
-    // SAFETY: what the kernel passed to the handler.
-    if !unsafe { crate::capture::probe::fix_up(info, uc) } {
-        // SAFETY: ends this process only (it is not a thread of the profiled one).
-        unsafe { raw(libc::SYS_exit, [1, 0, 0, 0]) };
-    }
-}
 
 /// A system call made directly (no `errno`, no cancellation point: nothing of the C
 /// library's thread-local state, which the sampler process shares with the thread that

@@ -250,11 +250,23 @@ pub struct Layout {
     pub strings: StrModel,
     /// How the interrupted thread's thread state is found.
     pub thread_state: ThreadStateLookup,
+    /// `PyThreadState.thread_id`: the `pthread_t` of the thread the state belongs to
+    /// (`PyThread_get_thread_ident()`, set when the state is bound to its thread). A state
+    /// read for *another* thread (wall mode, `pyigprof dump`) is used only while this still
+    /// names that thread: a state freed by a thread that ended, and its memory reused, no
+    /// longer does. Measured with `ctypes` on every interpreter here (the value of
+    /// `threading.get_ident()` in the calling thread's state): 2.7 144, 3.6 152,
+    /// 3.7–3.10 176, 3.11 152, 3.12 136; 3.13+ from `_Py_DebugOffsets` (3.13 and 3.14 152,
+    /// 3.15 176).
+    pub thread_id: u16,
     /// How a sample tells that its thread is collecting garbage; `None` when unknown.
     pub gc: Option<GcLayout>,
     /// Where a coroutine keeps its frame and names (3.14+, from `_Py_DebugOffsets`' gen
     /// section: asyncio task stacks); `None` before.
     pub coroutine: Option<CoroutineLayout>,
+    /// Where `threading`'s thread names are read (`pyigprof dump`, names.rs); `None` when
+    /// `_Py_DebugOffsets` disagrees with the table.
+    pub objects: Option<ObjectLayout>,
 }
 
 impl Layout {
@@ -298,8 +310,14 @@ impl Layout {
                 compact_data: 72,
             },
             thread_state: ThreadStateLookup::AttachedKey,
+            thread_id: match (major, minor) {
+                (2, 7) => 144,
+                (3, 6) => 152,
+                _ => 176,
+            },
             gc: GcLayout::for_version(major, minor),
             coroutine: None,
+            objects: ObjectLayout::for_version(major, minor),
         };
         let interpreter_frame = |thread_frame: u16, cframe_current: Option<u16>| Layout {
             version: (major, minor),
@@ -329,8 +347,10 @@ impl Layout {
                 compact_data: 56,
             },
             thread_state: ThreadStateLookup::AttachedKey,
+            thread_id: if minor == 11 { 152 } else { 136 },
             gc: GcLayout::for_version(major, minor),
             coroutine: None,
+            objects: ObjectLayout::for_version(major, minor),
         };
         match (major, minor) {
             (2, 7) => Some(Layout {
@@ -454,8 +474,10 @@ impl Layout {
                 compact_data: w(map.ascii_size)? + 16,
             },
             thread_state: ThreadStateLookup::AttachedKey,
+            thread_id: w(map.thread_id)?,
             gc: None,
             coroutine: None,
+            objects: None,
         };
         // Self-consistency: the sizes the struct gives agree with the interpreter's own type
         // objects (a struct read with the wrong revision gives other numbers), every frame
@@ -506,8 +528,15 @@ impl Layout {
                 && layout.thread_frame.is_multiple_of(8),
             "a code field outside the code object or misaligned",
         )?;
+        check(
+            layout.thread_id.is_multiple_of(8)
+                && layout.thread_id != layout.thread_frame
+                && u64::from(layout.thread_id) + 8 <= words[map.thread_size],
+            "the thread id outside the thread state or misaligned",
+        )?;
         Ok(Layout {
             gc: gc_from_debug_offsets(words, &map),
+            objects: ObjectLayout::from_debug_offsets(words, &map, major, minor),
             coroutine: map.gen_object.and_then(|gen| {
                 coroutine_from_debug_offsets(
                     words,
@@ -803,6 +832,10 @@ struct DebugOffsetsMap {
     gil_locked: usize,
     gil_holder: usize,
     thread_interp: usize,
+    /// `thread_state.size`.
+    thread_size: usize,
+    /// `thread_state.thread_id`.
+    thread_id: usize,
     gc_size: usize,
     gc_collecting: usize,
     current_frame: usize,
@@ -823,6 +856,15 @@ struct DebugOffsetsMap {
     ascii_size: usize,
     /// The gen section (`size, gi_name, gi_iframe, gi_frame_state`; 3.14+).
     gen_object: Option<usize>,
+    /// `interpreter_state.imports_modules` (`sys.modules`).
+    imports_modules: usize,
+    /// The first words (`size`) of the sections `type_object` (`size, tp_name, tp_repr,
+    /// tp_flags`), `tuple_object` (`size, ob_item, ob_size`), `dict_object` (`size, ma_keys,
+    /// ma_values`) and `long_object` (`size, lv_tag, ob_digit`).
+    type_object: usize,
+    tuple_object: usize,
+    dict_object: usize,
+    long_object: usize,
 }
 
 impl DebugOffsetsMap {
@@ -850,6 +892,16 @@ impl DebugOffsetsMap {
         };
         // The interpreter_state section: 3.14 inserted threads_main before gc.
         let gc_field = if (major, minor) == (3, 13) { 10 } else { 11 };
+        // After the code object: pyobject (2 words), type_object (4; 8 in 3.15, whose four
+        // more read 32, 288, 944 and 888 on Debian's 3.15.2: the measured tp_basicsize,
+        // tp_dictoffset, sizeof(PyHeapTypeObject) and ht_cached_keys), tuple_object (3),
+        // list_object (3), set_object (4, 3.14+), dict_object (3), float_object (2),
+        // long_object (3), then bytes_object.
+        let (type_object, tuple_object, dict_object, long_object) = match (major, minor) {
+            (3, 13) => (46, 50, 56, 61),
+            (3, 14) => (52, 56, 66, 71),
+            _ => (60, 68, 78, 83),
+        };
         let (code_size, filename, name, qualname, linetable, firstlineno, code_adaptive) =
             code(code_at);
         DebugOffsetsMap {
@@ -860,6 +912,15 @@ impl DebugOffsetsMap {
             gil_locked: gc_field + 7,
             gil_holder: gc_field + 8,
             thread_interp: thread - 1,
+            // thread_state: size, prev, next, interp, current_frame, then (3.13, 3.14)
+            // thread_id; 3.15 inserts three words before it (base_frame and
+            // last_profiled_frame among them: thread_id measured at 176 with ctypes).
+            thread_size: thread - 4,
+            thread_id: if (major, minor) <= (3, 14) {
+                thread + 1
+            } else {
+                thread + 4
+            },
             gc_size: gc,
             gc_collecting: gc + 1,
             current_frame: thread,
@@ -884,6 +945,11 @@ impl DebugOffsetsMap {
                 (3, 14) => Some(gc + 2),
                 _ => Some(gc + 5),
             },
+            imports_modules: gc_field + 1,
+            type_object,
+            tuple_object,
+            dict_object,
+            long_object,
         }
     }
 }
@@ -928,6 +994,355 @@ impl DebugConstants {
                 (0, 1, 2, 2)
             },
         }
+    }
+}
+
+/// What `pyigprof dump` reads to name a thread as `threading` does (`Thread.name`; names.rs):
+/// the interpreter's modules (`sys.modules`), dicts and their keys, the instance attributes
+/// of a `Thread`, ints, tuples and type objects. Offsets in bytes on x86-64; every one was
+/// measured on the 13 interpreters here (pyenv's 2.7.18, 3.6.15, 3.7.16, 3.8.18, 3.9.18,
+/// 3.10.13, 3.11.7, 3.12.1, 3.13.0; Debian's 3.11.2, 3.13.5, 3.14.10, 3.15.2) with `ctypes`
+/// (an object's fields read at `id(obj) + offset` and compared with what Python says of
+/// them), and for pyenv's builds also with `offsetof` compiled against their `include/`
+/// (but 3.6–3.10's keys objects: `Objects/dict-common.h` is not installed); both agree.
+/// From 3.13 the fields `_Py_DebugOffsets` publishes are taken from it
+/// ([`ObjectLayout::from_debug_offsets`]); the table gives the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectLayout {
+    /// `PyThreadState.interp` (`Include/pystate.h`, `cpython/pystate.h`): 2.7 8, 3.x 16
+    /// (3.13+ `thread_state.interp`).
+    pub thread_interp: u16,
+    /// The interpreter's modules dict (`sys.modules`): `PyInterpreterState.modules`
+    /// (`Include/pystate.h`; 3.8 `internal/pycore_pystate.h`; 3.9+ `pycore_interp.h`),
+    /// 3.12+ `imports.modules`: 2.7 16, 3.6 16, 3.7 40, 3.8 56, 3.9 856, 3.10 856, 3.11
+    /// 888 (Debian's 3.11.2 too), 3.12 944; 3.13+ `interpreter_state.imports_modules`: 3.13
+    /// 7656 (pyenv's 3.13.0 and Debian's 3.13.5), 3.14 7688, 3.15 7592.
+    pub interp_modules: u16,
+    /// `PyTypeObject.tp_name`, a C string: 24 (3.13+ `type_object.tp_name`).
+    pub type_name: u16,
+    /// `PyTypeObject.tp_flags`, an `unsigned long`: 168 (3.13+ `type_object.tp_flags`).
+    pub type_flags: u16,
+    /// `PyTupleObject.ob_item`, the first item: 24; 32 from 3.14, which added `ob_hash`
+    /// (3.13+ `tuple_object.ob_item`).
+    pub tuple_items: u16,
+    /// How a dict finds its entries.
+    pub dict: DictLayout,
+    /// How the values of a split table are kept.
+    pub values: SplitValues,
+    /// Where an instance keeps its attributes.
+    pub instance: InstanceDict,
+    /// How an int is stored.
+    pub int: IntLayout,
+    /// The instance attribute of a `threading.Thread` that holds its name (`Lib/threading.py`):
+    /// `_name`; 2.7's `self.__name`, mangled to `_Thread__name`.
+    pub thread_name: &'static str,
+}
+
+/// Where a dict's entries are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DictLayout {
+    /// 2.7 (`Include/dictobject.h`): `ma_mask` at `mask` and the table `ma_table` at `table`
+    /// (32, 40), `ma_mask + 1` [`DICT_ENTRY`]s; an entry is used when its value is not NULL.
+    Open { mask: u16, table: u16 },
+    /// 3.6+: `ma_keys` (the keys object, entries included) at `keys` and `ma_values` at
+    /// `values` (32, 40; 3.13+ `dict_object.ma_keys`, `ma_values`): NULL, or the values
+    /// of a split table, whose keys object is shared by the instances of a class.
+    Compact {
+        keys: u16,
+        values: u16,
+        table: KeysLayout,
+    },
+}
+
+/// `PyDictKeysObject`: a hash index, then the entries in insertion order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeysLayout {
+    /// 3.6–3.10 (`Objects/dict-common.h`): `Py_ssize_t dk_size` at `size` (8),
+    /// `dk_nentries` at `nentries` (32), `dk_indices` at `indices` (40): `dk_size` indexes
+    /// of 1, 2, 4 or 8 bytes (`DK_IXSIZE`: up to 0xff entries, 0xffff, 0xffffffff, more),
+    /// then [`DICT_ENTRY`]s.
+    Sized {
+        size: u16,
+        nentries: u16,
+        indices: u16,
+    },
+    /// 3.11+ (`Include/internal/pycore_dict.h`): `uint8_t dk_log2_size` at `log2_size`
+    /// (8), `dk_log2_index_bytes` (9), `dk_kind` (10), `Py_ssize_t dk_nentries` (24), the
+    /// index at `indices` (32, `1 << dk_log2_index_bytes` bytes), then [`DICT_ENTRY`]s
+    /// when `dk_kind` is [`DICT_KEYS_GENERAL`], else (str keys only, or split)
+    /// [`DICT_UNICODE_ENTRY`]s.
+    Log2 {
+        log2_size: u16,
+        log2_index_bytes: u16,
+        kind: u16,
+        nentries: u16,
+        indices: u16,
+    },
+}
+
+/// The shape of one dict entry: its size and where its key and value pointers are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DictEntry {
+    pub size: u64,
+    pub key: u64,
+    pub value: u64,
+}
+
+/// `PyDictKeyEntry` (2.7 `PyDictEntry`): `{me_hash, me_key, me_value}`, in every version.
+pub const DICT_ENTRY: DictEntry = DictEntry {
+    size: 24,
+    key: 8,
+    value: 16,
+};
+/// 3.11+ `PyDictUnicodeEntry`: `{me_key, me_value}`.
+pub const DICT_UNICODE_ENTRY: DictEntry = DictEntry {
+    size: 16,
+    key: 0,
+    value: 8,
+};
+/// `dk_kind` of a table whose keys may be anything (3.11+ `DictKeysKind`); 1 is str keys
+/// only, [`DICT_KEYS_SPLIT`] the keys shared by the instances of a class.
+pub const DICT_KEYS_GENERAL: u8 = 0;
+/// `dk_kind` of a split table (`DICT_KEYS_SPLIT`).
+pub const DICT_KEYS_SPLIT: u8 = 2;
+
+/// How the values of a split table (`ma_values`, or an instance's own) are kept; the value
+/// of the key at entry `ix` of the shared keys is the `ix`-th.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SplitValues {
+    /// 3.6–3.10: `PyObject **`, as many as the keys' usable entries (`new_values`), so
+    /// every entry of the shared keys has its slot.
+    Array,
+    /// 3.11, 3.12 (`pycore_dict.h` `_PyDictValues_AddToInsertionOrder`): `PyObject *values[]`
+    /// preceded by bytes: at -1 the size of that prefix, at -2 how many values are set,
+    /// below it their entry indexes. The array is only as long as the keys were when it
+    /// was made (other instances may add keys since): an index not among those is not
+    /// this object's.
+    Ordered,
+    /// 3.13+ (`struct _dictvalues`): `uint8_t capacity` at `capacity` (0), `valid` at
+    /// `valid` (3: 0 once a dict took over an object's inline values), the values at
+    /// `values` (8), `capacity` of them.
+    Sized {
+        capacity: u16,
+        valid: u16,
+        values: u16,
+    },
+}
+
+/// Where an instance of a class keeps its attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InstanceDict {
+    /// ≤ 3.10, and types without a managed dict: its `__dict__` at `tp_dictoffset`
+    /// ([`TP_DICTOFFSET`]) bytes into it (16 for a `Thread`; a negative offset, counted
+    /// from the end of a variable-size object, is not read).
+    Offset,
+    /// 3.11+: a type with `Py_TPFLAGS_MANAGED_DICT` (`flag`, 1 << 4, `Include/object.h`)
+    /// keeps the object's dict pointer `dict_before` bytes before it (24:
+    /// `_PyObject_ManagedDictPointer`, 3.13 `MANAGED_DICT_OFFSET`), and, until a dict
+    /// takes them, its values without a dict as `values` says, indexed by the keys in its
+    /// class's `PyHeapTypeObject.ht_cached_keys` (`cached_keys`: 3.11 872, 3.12–3.14 880,
+    /// 3.15 888).
+    Managed {
+        flag: u64,
+        dict_before: u16,
+        values: ManagedValues,
+        cached_keys: u16,
+    },
+}
+
+/// Where an object with a managed dict keeps its values while it has no dict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ManagedValues {
+    /// 3.11: a `PyDictValues *` `before` bytes before the object (32,
+    /// `_PyObject_ValuesPointer`), NULL once a dict took them.
+    Pointer { before: u16 },
+    /// 3.12 (`PyDictOrValues`, `pycore_object.h`): the dict pointer's word holds, tagged by
+    /// its low bit, the values' address less 1.
+    Tagged,
+    /// 3.13+: inline, `tp_basicsize` bytes into the object (`_PyObject_InlineValues`),
+    /// when its type has `Py_TPFLAGS_INLINE_VALUES` (`flag`, 1 << 2) and the values are
+    /// `valid`.
+    Inline { flag: u64 },
+}
+
+/// How an int is stored (a thread's ident, the key of `threading._active`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntLayout {
+    /// 2.7 `PyIntObject` (`Include/intobject.h`): a C `long` at `value` (16).
+    Small { value: u16 },
+    /// 3.x `PyLongObject`: [`LONG_DIGIT_BITS`]-bit digits (`uint32_t`) from `digits` (24)
+    /// and their count in the word at `size` (16): ≤ 3.11 `ob_size`, negative for a
+    /// negative number; when `tagged` (3.12+, `long_value.lv_tag`, `pycore_long.h`) the
+    /// count shifted left by 3 (`NON_SIZE_BITS`) over the sign in the low 2 bits
+    /// (`SIGN_MASK`: 0 positive). 3.13+ `long_object.lv_tag`, `ob_digit`.
+    Digits {
+        size: u16,
+        digits: u16,
+        tagged: bool,
+    },
+}
+
+/// Bits per digit of an int (`PYLONG_BITS_IN_DIGIT`): 30 in every build here
+/// (`sys.int_info.bits_per_digit`; 2.7 `sys.long_info`).
+pub const LONG_DIGIT_BITS: u64 = 30;
+/// `PyTypeObject.tp_dictoffset`, a `Py_ssize_t`: 288 in every version (not in
+/// `_Py_DebugOffsets`' 3.13 and 3.14 revisions).
+pub const TP_DICTOFFSET: u64 = 288;
+/// `PyTypeObject.tp_mro`, the tuple of the type and its bases in method resolution
+/// order: 344 in every version.
+pub const TP_MRO: u64 = 344;
+/// `PyVarObject.ob_size` (a tuple's length) and a str's length (`PyASCIIObject.length`,
+/// 2.7 `PyStringObject.ob_size`): 16 in every version.
+pub const OB_SIZE: u64 = 16;
+/// `PyModuleObject.md_dict`, the module's globals (`Objects/moduleobject.c`, 3.11+
+/// `pycore_moduleobject.h`): 16 in every version.
+pub const MODULE_DICT: u64 = 16;
+/// `Py_TPFLAGS_HEAPTYPE` (`Include/object.h`): a type made at run time (a class
+/// statement), not a static one of C; the same bit in every version.
+pub const TPFLAGS_HEAPTYPE: u64 = 1 << 9;
+
+impl ObjectLayout {
+    /// The table of CPython `major.minor` (2.7, 3.6+; a version newer than 3.15 gets
+    /// 3.15's). From 3.13 [`ObjectLayout::from_debug_offsets`] replaces what the
+    /// interpreter publishes.
+    pub fn for_version(major: u8, minor: u8) -> Option<ObjectLayout> {
+        let version = (major, minor);
+        if !matches!(version, (2, 7) | (3, 6..)) {
+            return None;
+        }
+        let managed = |values: ManagedValues, cached_keys: u16| InstanceDict::Managed {
+            flag: 1 << 4,
+            dict_before: 24,
+            values,
+            cached_keys,
+        };
+        let compact = |table: KeysLayout| DictLayout::Compact {
+            keys: 32,
+            values: 40,
+            table,
+        };
+        let log2 = KeysLayout::Log2 {
+            log2_size: 8,
+            log2_index_bytes: 9,
+            kind: 10,
+            nentries: 24,
+            indices: 32,
+        };
+        let table = ObjectLayout {
+            thread_interp: 16,
+            interp_modules: match version {
+                (2, 7) | (3, 6) => 16,
+                (3, 7) => 40,
+                (3, 8) => 56,
+                (3, 9) | (3, 10) => 856,
+                (3, 11) => 888,
+                (3, 12) => 944,
+                (3, 13) => 7656,
+                (3, 14) => 7688,
+                _ => 7592,
+            },
+            type_name: 24,
+            type_flags: 168,
+            tuple_items: if version >= (3, 14) { 32 } else { 24 },
+            dict: compact(KeysLayout::Sized {
+                size: 8,
+                nentries: 32,
+                indices: 40,
+            }),
+            values: SplitValues::Array,
+            instance: InstanceDict::Offset,
+            int: IntLayout::Digits {
+                size: 16,
+                digits: 24,
+                tagged: version >= (3, 12),
+            },
+            thread_name: "_name",
+        };
+        Some(match version {
+            (2, 7) => ObjectLayout {
+                thread_interp: 8,
+                dict: DictLayout::Open {
+                    mask: 32,
+                    table: 40,
+                },
+                int: IntLayout::Small { value: 16 },
+                thread_name: "_Thread__name",
+                ..table
+            },
+            (3, 6..=10) => table,
+            (3, 11) | (3, 12) => ObjectLayout {
+                dict: compact(log2),
+                values: SplitValues::Ordered,
+                instance: if minor == 11 {
+                    managed(ManagedValues::Pointer { before: 32 }, 872)
+                } else {
+                    managed(ManagedValues::Tagged, 880)
+                },
+                ..table
+            },
+            _ => ObjectLayout {
+                dict: compact(log2),
+                values: SplitValues::Sized {
+                    capacity: 0,
+                    valid: 3,
+                    values: 8,
+                },
+                instance: managed(
+                    ManagedValues::Inline { flag: 1 << 2 },
+                    if version >= (3, 15) { 888 } else { 880 },
+                ),
+                ..table
+            },
+        })
+    }
+
+    /// 3.13+: the table with what `_Py_DebugOffsets` (`words`, read with `map`) publishes
+    /// in its place: `thread_state.interp`, `interpreter_state.imports_modules`,
+    /// `type_object.tp_name` and `tp_flags`, `tuple_object.ob_item`, `dict_object.ma_keys`
+    /// and `ma_values`, `long_object.lv_tag` and `ob_digit`. `None` when one of them does
+    /// not fit its struct (size, alignment): names are then not read, frames still are.
+    fn from_debug_offsets(
+        words: &[u64],
+        map: &DebugOffsetsMap,
+        major: u8,
+        minor: u8,
+    ) -> Option<ObjectLayout> {
+        let table = ObjectLayout::for_version(major, minor)?;
+        // The offset at word `at`, of a field `len` bytes long aligned to `align`, inside
+        // the struct whose size is at word `size`.
+        let field = |at: usize, size: usize, len: u64, align: u64| {
+            let offset = *words.get(at)?;
+            (offset % align == 0 && offset + len <= *words.get(size)?)
+                .then(|| u16::try_from(offset).ok())
+                .flatten()
+        };
+        let (dict, long) = (map.dict_object, map.long_object);
+        let (keys, values) = (field(dict + 1, dict, 8, 8)?, field(dict + 2, dict, 8, 8)?);
+        let (size, digits) = (field(long + 1, long, 8, 8)?, field(long + 2, long, 4, 4)?);
+        let DictLayout::Compact {
+            table: keys_table, ..
+        } = table.dict
+        else {
+            return None;
+        };
+        (keys != values && size < digits).then_some(ObjectLayout {
+            thread_interp: field(map.thread_interp, map.thread_size, 8, 8)?,
+            interp_modules: field(map.imports_modules, map.interp_size, 8, 8)?,
+            type_name: field(map.type_object + 1, map.type_object, 8, 8)?,
+            type_flags: field(map.type_object + 3, map.type_object, 8, 8)?,
+            tuple_items: field(map.tuple_object + 1, map.tuple_object, 8, 8)?,
+            dict: DictLayout::Compact {
+                keys,
+                values,
+                table: keys_table,
+            },
+            int: IntLayout::Digits {
+                size,
+                digits,
+                tagged: true,
+            },
+            ..table
+        })
     }
 }
 
@@ -1185,6 +1600,94 @@ mod tests {
         let mut odd = s314;
         odd[5] = 130;
         assert!(AsyncioLayout::from_debug_section(&odd, 3, 14).is_err());
+    }
+
+    #[test]
+    fn object_layouts_match_the_measured_table() {
+        let o = |major: u8, minor: u8| ObjectLayout::for_version(major, minor).unwrap();
+        let l = o(2, 7);
+        assert_eq!(
+            (l.thread_interp, l.interp_modules, l.thread_name),
+            (8, 16, "_Thread__name")
+        );
+        assert_eq!(
+            (l.dict, l.int),
+            (
+                DictLayout::Open {
+                    mask: 32,
+                    table: 40
+                },
+                IntLayout::Small { value: 16 }
+            )
+        );
+        // sys.modules in the interpreter state (ctypes: its word equal to id(sys.modules)).
+        for (minor, modules) in [
+            (6, 16),
+            (7, 40),
+            (8, 56),
+            (9, 856),
+            (10, 856),
+            (11, 888),
+            (12, 944),
+            (13, 7656),
+            (14, 7688),
+            (15, 7592),
+        ] {
+            assert_eq!(o(3, minor).interp_modules, modules, "3.{minor}");
+            assert_eq!(o(3, minor).thread_interp, 16, "3.{minor}");
+        }
+        assert_eq!(
+            (o(3, 10).instance, o(3, 10).values),
+            (InstanceDict::Offset, SplitValues::Array)
+        );
+        // Where managed values are, and the class's shared keys (ht_cached_keys).
+        let managed = |minor: u8| match o(3, minor).instance {
+            InstanceDict::Managed {
+                values,
+                cached_keys,
+                dict_before: 24,
+                flag: 16,
+            } => (values, cached_keys),
+            other => panic!("3.{minor}: {other:?}"),
+        };
+        assert_eq!(managed(11), (ManagedValues::Pointer { before: 32 }, 872));
+        assert_eq!(managed(12), (ManagedValues::Tagged, 880));
+        assert_eq!(managed(14), (ManagedValues::Inline { flag: 4 }, 880));
+        assert_eq!(managed(15).1, 888);
+        assert_eq!((o(3, 13).tuple_items, o(3, 14).tuple_items), (24, 32));
+        assert_eq!(
+            o(3, 12).int,
+            IntLayout::Digits {
+                size: 16,
+                digits: 24,
+                tagged: true
+            }
+        );
+        assert_eq!(Layout::for_version(3, 9).unwrap().objects, Some(o(3, 9)));
+        for (major, minor) in [(2, 6), (3, 5), (4, 0)] {
+            assert_eq!(ObjectLayout::for_version(major, minor), None);
+        }
+    }
+
+    #[test]
+    fn debug_offsets_give_the_object_offsets_of_the_table() {
+        let cases = [
+            (13, 0x030d_00f0, STRUCT_3_13_0, SIZES_3_13),
+            (14, 0x030e_0af0, STRUCT_3_14_10, SIZES_3_14),
+            (15, 0x030f_02f0, STRUCT_3_15_2, SIZES_3_14),
+        ];
+        for (minor, hex, words, sizes) in cases {
+            let l = Layout::from_debug_offsets(&runtime(hex, words), 3, minor, &sizes).unwrap();
+            assert_eq!(l.objects, ObjectLayout::for_version(3, minor), "3.{minor}");
+            // The long section ends where the bytes section (whose ob_sval is known) starts.
+            let map = DebugOffsetsMap::for_version(3, minor);
+            assert_eq!(map.long_object + 5, map.bytes_sval, "3.{minor}");
+        }
+        // A dict section whose ma_keys is past its size: no names, the frames still.
+        let mut words = runtime(0x030d_00f0, STRUCT_3_13_0);
+        words[DebugOffsetsMap::for_version(3, 13).dict_object + 1] = 48;
+        let l = Layout::from_debug_offsets(&words, 3, 13, &SIZES_3_13).expect("frames");
+        assert_eq!(l.objects, None);
     }
 
     #[test]

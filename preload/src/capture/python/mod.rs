@@ -6,12 +6,14 @@
 //! - [`code`]: code records captured in the handler's own memory;
 //! - [`stack`]: walking one thread's frame chain;
 //! - [`lines`]: line tables, decoded when the profile is written;
-//! - [`tasks`]: asyncio's task await chains (3.14+).
+//! - [`tasks`]: asyncio's task await chains (3.14+);
+//! - [`names`]: the names `threading` gives threads, for `pyigprof dump`.
 
 pub mod code;
 pub mod discover;
 pub mod layout;
 pub mod lines;
+pub mod names;
 pub mod read;
 pub mod stack;
 pub mod tasks;
@@ -260,9 +262,15 @@ impl Runtime {
     /// state last found for it by its own samples, the answer where the thread's key slots
     /// cannot be read (a key ≥ 32, glibc's descriptor layout not found); 2.7 (no key)
     /// looks for the state whose `thread_id` is `thread` in the interpreter's list, as for
-    /// the calling thread. Reads are checked and cannot fault. Async-signal-safe.
+    /// the calling thread. Reads are checked and cannot fault.
+    ///
+    /// The state is returned only while its `thread_id` is `thread`
+    /// ([`Runtime::belongs_to`]): the other thread may end at any instant, and CPython frees
+    /// its state (3.8–3.11 before clearing its key); a state found so, freed and its memory
+    /// reused, is 0 here, not garbage to read through. A caller that reads through it for a
+    /// while checks again after (`pyigprof dump`). Async-signal-safe.
     pub fn thread_state_of(&self, thread: u64, seen: u64) -> u64 {
-        match self.source {
+        let tstate = match self.source {
             // x86-64 glibc: a thread's pthread_t is its thread pointer (`%fs:0`).
             ThreadStateSource::ThreadLocal { offset } => {
                 read::word(thread.wrapping_add(offset as u64)).unwrap_or(0)
@@ -278,7 +286,21 @@ impl Runtime {
             _ => self
                 .thread_state_key()
                 .map_or(0, |key| key_value_of(thread, key).unwrap_or(seen)),
+        };
+        if self.belongs_to(tstate, thread) {
+            tstate
+        } else {
+            0
         }
+    }
+
+    /// Whether `tstate` is (still) the thread state of `thread` (its `pthread_t`): its
+    /// `thread_id` ([`Layout::thread_id`]) reads as `thread`. False for 0 and for a failed
+    /// read. Async-signal-safe.
+    pub fn belongs_to(&self, tstate: u64, thread: u64) -> bool {
+        tstate != 0
+            && thread != 0
+            && read::word(tstate.wrapping_add(u64::from(self.layout.thread_id))) == Some(thread)
     }
 
     /// The pthread key under which threads keep their `PyThreadState*` (3.6–3.14), `None`
