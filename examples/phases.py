@@ -1,12 +1,16 @@
 """A loop that repeats with a fixed period: 75 % of each period in phase_a, 25 % in
 phase_b, measured by the program itself.
 
-    python3 examples/phases.py PERIOD_S DURATION_S [cpu|wall] [THREADS]
+    python3 examples/phases.py PERIOD_S DURATION_S [cpu|pure|wall] [THREADS]
 
-`cpu` (the default): both phases spin on the CPU, timed with time.thread_time(). `wall`:
-both block in time.sleep, timed with time.perf_counter(). THREADS (default 1) threads run
+`cpu` (the default): both phases spin on the CPU, timed with time.thread_time() (a system
+call, so a third of the time is the kernel's). `pure`: both spin on the CPU timed with
+time.perf_counter() (the vDSO: no system call; on an otherwise idle machine the wall time
+of a spinning thread is its CPU time). `wall`: both block in time.sleep, timed with
+time.perf_counter(). THREADS (default 1) threads run
 the loop at once. Prints {"a": seconds in phase_a, "b": seconds in phase_b}, summed over
-the threads. A profiler whose samples come at fixed instants can see such a loop at one
+the threads, and "process": the process's CPU time at the end (its whole profile's). A
+profiler whose samples come at fixed instants can see such a loop at one
 phase every time (bench/aliasing, tests/perf_events.rs).
 """
 import json, sys, threading, time
@@ -19,7 +23,13 @@ def spin(seconds):
 period, duration = float(sys.argv[1]), float(sys.argv[2])
 mode = sys.argv[3] if len(sys.argv) > 3 else "cpu"
 threads = int(sys.argv[4]) if len(sys.argv) > 4 else 1
-wait, clock = {"cpu": (spin, time.thread_time), "wall": (time.sleep, time.perf_counter)}[mode]
+def spin_pure(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+wait, clock = {"cpu": (spin, time.thread_time), "pure": (spin_pure, time.perf_counter),
+               "wall": (time.sleep, time.perf_counter)}[mode]
 
 def phase_a(seconds):
     wait(seconds)
@@ -49,4 +59,5 @@ else:
         w.start()
     for w in workers:
         w.join()
-print(json.dumps({"a": sum(x[0] for x in out), "b": sum(x[1] for x in out)}))
+print(json.dumps({"a": sum(x[0] for x in out), "b": sum(x[1] for x in out),
+                  "process": time.process_time()}))

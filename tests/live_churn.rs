@@ -177,9 +177,10 @@ fn check_json(json: &str) -> Result<(), String> {
         .iter()
         .find(|t| t["main"] == true)
         .ok_or_else(|| format!("no main thread in {json}"))?;
-    let serving = main["frames"]
-        .as_array()
-        .is_some_and(|f| f.iter().any(|f| f["name"] == "BaseServer.serve_forever" || f["name"] == "serve_forever"));
+    let serving = main["frames"].as_array().is_some_and(|f| {
+        f.iter()
+            .any(|f| f["name"] == "BaseServer.serve_forever" || f["name"] == "serve_forever")
+    });
     if serving {
         Ok(())
     } else {
@@ -242,7 +243,14 @@ fn churn(python: &Interpreter, preloaded: Option<&str>) -> String {
             Kind::Attach => {
                 let output = dir.join("attached.%p.gz");
                 let out = pyigprof(
-                    &["attach", &pid_text, "-d", "0.5", "-o", output.to_str().unwrap()],
+                    &[
+                        "attach",
+                        &pid_text,
+                        "-d",
+                        "0.5",
+                        "-o",
+                        output.to_str().unwrap(),
+                    ],
                     &dir,
                 );
                 // A process under the preloaded library is profiled already: one line.
@@ -273,14 +281,27 @@ fn churn(python: &Interpreter, preloaded: Option<&str>) -> String {
         .iter()
         .filter_map(|r| r.problem.as_ref().map(|p| format!("{:?}: {p}", r.kind)))
         .collect();
-    assert!(problems.is_empty(), "{what}: {} commands failed: {problems:#?}", problems.len());
+    assert!(
+        problems.is_empty(),
+        "{what}: {} commands failed: {problems:#?}",
+        problems.len()
+    );
     // The load ends; the server is asked to quit and must exit 0 having answered all.
     std::fs::write(dir.join("stop"), "").unwrap();
     let mut load = String::new();
     let client_done = wait_at_most(&mut client.0, Duration::from_secs(60));
     assert!(client_done.is_some(), "{what}: the client did not end");
-    client.0.stdout.take().unwrap().read_to_string(&mut load).unwrap();
-    let port: u16 = std::fs::read_to_string(dir.join("port")).unwrap().parse().unwrap();
+    client
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut load)
+        .unwrap();
+    let port: u16 = std::fs::read_to_string(dir.join("port"))
+        .unwrap()
+        .parse()
+        .unwrap();
     let mut quit = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to quit");
     quit.write_all(b"GET /quit HTTP/1.0\r\n\r\n").unwrap();
     let mut bye = String::new();
@@ -291,7 +312,10 @@ fn churn(python: &Interpreter, preloaded: Option<&str>) -> String {
     let _ = std::io::BufReader::new(server.0.stdout.take().unwrap()).read_line(&mut said);
     let mut err = String::new();
     let _ = server.0.stderr.take().unwrap().read_to_string(&mut err);
-    assert!(status.success(), "{what}: the server exited {status}; stderr: {err}");
+    assert!(
+        status.success(),
+        "{what}: the server exited {status}; stderr: {err}"
+    );
     let number = |text: &str, key: &str| -> u64 {
         text.split_whitespace()
             .skip_while(|w| *w != key)
@@ -303,15 +327,29 @@ fn churn(python: &Interpreter, preloaded: Option<&str>) -> String {
     let failed = number(&load, "failed");
     let served = number(&said, "served");
     assert_eq!(failed, 0, "{what}: requests failed: {load}");
-    assert!(answered > 100, "{what}: only {answered} requests answered: {load}");
-    assert_eq!(served, answered, "{what}: the server served {served}, the client got {answered}");
+    assert!(
+        answered > 100,
+        "{what}: only {answered} requests answered: {load}"
+    );
+    assert_eq!(
+        served, answered,
+        "{what}: the server served {served}, the client got {answered}"
+    );
     // Nothing of pyigprof's in the program's stderr.
-    assert!(!err.contains("pyigprof") || preloaded.is_some(), "{what}: stderr: {err}");
+    assert!(
+        !err.contains("pyigprof") || preloaded.is_some(),
+        "{what}: stderr: {err}"
+    );
     if preloaded.is_some() {
         // The snapshots and the final profile read.
         let profiles = files_in(&dir)
             .into_iter()
-            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("server."))
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("server.")
+            })
             .collect::<Vec<_>>();
         let snapshots = profiles
             .iter()
@@ -320,17 +358,30 @@ fn churn(python: &Interpreter, preloaded: Option<&str>) -> String {
         assert!(snapshots >= 1, "{what}: no snapshot written: {profiles:?}");
         for profile in &profiles {
             let out = analyse(&["--top", profile.to_str().unwrap()]);
-            assert!(out.status.success(), "{what}: {} does not read: {}", profile.display(), text(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{what}: {} does not read: {}",
+                profile.display(),
+                text(&out.stderr)
+            );
         }
         let last = profiles
             .iter()
             .find(|p| !p.to_string_lossy().contains("snapshot"))
             .unwrap_or_else(|| panic!("{what}: no final profile: {profiles:?}"));
         let out = analyse(&["--top", last.to_str().unwrap()]);
-        assert!(text(&out.stdout).contains("do_GET"), "{what}: no do_GET in the final profile:\n{}", text(&out.stdout));
+        assert!(
+            text(&out.stdout).contains("do_GET"),
+            "{what}: no do_GET in the final profile:\n{}",
+            text(&out.stdout)
+        );
     }
     let figures = |kind: Kind| {
-        let took: Vec<Duration> = ran.iter().filter(|r| r.kind == kind).map(|r| r.took).collect();
+        let took: Vec<Duration> = ran
+            .iter()
+            .filter(|r| r.kind == kind)
+            .map(|r| r.took)
+            .collect();
         let n = took.len();
         let (median, max) = median_max(took);
         format!("{kind:?} ×{n} median {median} ms max {max} ms")
@@ -350,12 +401,10 @@ fn churn(python: &Interpreter, preloaded: Option<&str>) -> String {
 #[test]
 fn every_live_request_on_a_server_whose_threads_come_and_go_leaves_it_serving() {
     let pythons = match tier() {
-        Tier::Fast => every_interpreter_for("live_churn", "3.12", |i| {
-            i.version == (3, 12)
-        }),
-        Tier::Full => every_interpreter_for("live_churn", "3.7+ interpreters", |i| {
-            i.version >= (3, 7)
-        }),
+        Tier::Fast => every_interpreter_for("live_churn", "3.12", |i| i.version == (3, 12)),
+        Tier::Full => {
+            every_interpreter_for("live_churn", "3.7+ interpreters", |i| i.version >= (3, 7))
+        }
     };
     assert!(!pythons.is_empty(), "no interpreter to run the server on");
     for python in &pythons {
@@ -368,7 +417,8 @@ fn every_live_request_on_a_server_whose_threads_come_and_go_leaves_it_serving() 
 
 /// Starts a program that only sleeps, preloaded (cpu mode) or not, says `ready`.
 fn sleeper(python: &Path, preloaded: bool, dir: &Path) -> Killed {
-    const SLEEPER: &str = "import sys, time\nsys.stdout.write('ready\\n'); sys.stdout.flush()\ntime.sleep(60)";
+    const SLEEPER: &str =
+        "import sys, time\nsys.stdout.write('ready\\n'); sys.stdout.flush()\ntime.sleep(60)";
     let clock = preloaded.then_some("cpu");
     let mut command = live_program(python, SLEEPER, dir, clock, "sleeper.%p.gz", &[]);
     start_until_ready(command.stderr(Stdio::piped()))
@@ -404,9 +454,17 @@ fn a_fault_of_a_checked_read_on_the_answering_thread_is_recovered() {
                     err.contains("pyigprof dump: fault-check recovered "),
                     "{what}, round {round}: {err}"
                 );
-                assert!(text(&out.stdout).contains("time.sleep") || text(&out.stdout).contains("<module>"), "{what}: {}", text(&out.stdout));
+                assert!(
+                    text(&out.stdout).contains("time.sleep")
+                        || text(&out.stdout).contains("<module>"),
+                    "{what}: {}",
+                    text(&out.stdout)
+                );
             }
-            assert!(program.0.try_wait().unwrap().is_none(), "{what}: the program ended");
+            assert!(
+                program.0.try_wait().unwrap().is_none(),
+                "{what}: the program ended"
+            );
         }
     }
 }
@@ -444,16 +502,38 @@ fn dump_lists_every_thread_of_a_process_with_501_threads() {
             let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
             let threads = json["threads"].as_array().unwrap();
             assert_eq!(threads.len(), 501, "{what}: threads listed");
-            let unsampled = threads.iter().filter(|t| t["stack_from"] == "unsampled").count();
+            let unsampled = threads
+                .iter()
+                .filter(|t| t["stack_from"] == "unsampled")
+                .count();
             assert_eq!(unsampled, 0, "{what}: every thread sampled");
             let waiting = |reason: &str| threads.iter().filter(|t| t["waiting"] == reason).count();
             // Event.wait is a lock's wait; the sleepers sleep (or run between two sleeps).
-            assert!(waiting("lock") >= 250, "{what}: {} waiting for a lock", waiting("lock"));
-            assert!(waiting("sleep") >= 200, "{what}: {} sleeping", waiting("sleep"));
+            assert!(
+                waiting("lock") >= 250,
+                "{what}: {} waiting for a lock",
+                waiting("lock")
+            );
+            assert!(
+                waiting("sleep") >= 200,
+                "{what}: {} sleeping",
+                waiting("sleep")
+            );
             let shown = pyigprof(&["dump", &pid], &dir);
             assert!(shown.status.success(), "{what}: {}", text(&shown.stderr));
-            assert!(text(&shown.stdout).contains("; 501 threads;"), "{what}: {}", text(&shown.stdout).lines().take(3).collect::<Vec<_>>().join("\n"));
-            assert!(program.0.try_wait().unwrap().is_none(), "{what}: the program ended");
+            assert!(
+                text(&shown.stdout).contains("; 501 threads;"),
+                "{what}: {}",
+                text(&shown.stdout)
+                    .lines()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            assert!(
+                program.0.try_wait().unwrap().is_none(),
+                "{what}: the program ended"
+            );
         }
     }
 }

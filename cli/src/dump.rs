@@ -332,7 +332,10 @@ mod tests {
         let answer = read_answer(&mut raw.as_bytes()).unwrap();
         assert_eq!(answer.threads.len(), 3);
         let shown = text(&answer, false);
-        assert!(shown.contains("Thread 44 \"blas\": waiting in futex (stack: not sampled)\n"), "{shown}");
+        assert!(
+            shown.contains("Thread 44 \"blas\": waiting in futex (stack: not sampled)\n"),
+            "{shown}"
+        );
         assert!(shown.contains("Thread 42 \"MainThread\" (main): waiting for a lock in futex (stack: now)\n    __futex_abstimed_wait_common (libc.so.6)\n    wait_on_lock (app.py:7)\n"), "{shown}");
         assert!(
             shown.contains(

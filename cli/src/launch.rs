@@ -75,6 +75,7 @@ pub fn igprof_style(args: &[OsString]) -> Result<Record, String> {
         subprocesses: true,
         all_processes: false,
         gil: false,
+        window: None,
         quiet: false,
         lib: None,
         command,
@@ -224,7 +225,26 @@ pub fn record(record: &Record) -> ExitCode {
             eprintln!("{line}");
         }
         let written = profiles_written(&lines);
+        let windows = windows_written(&lines);
         match written.len() {
+            _ if !windows.is_empty() => {
+                for (count, first, last) in &windows {
+                    eprintln!(
+                        "pyigprof: {count} windows: {} … {}",
+                        shown(first),
+                        shown(last)
+                    );
+                }
+                let globs: Vec<String> = windows
+                    .iter()
+                    .map(|(_, first, last)| glob_of(&shown(first), &shown(last)))
+                    .collect();
+                eprintln!(
+                    "pyigprof: read with: pyigprof report --top {} (the whole run; one window: pyigprof report --top {})",
+                    globs.join(" "),
+                    shown(&windows[0].2)
+                );
+            }
             0 => eprintln!(
                 "pyigprof: no profile was written to {} (a program that runs no Python writes none unless --all-processes)",
                 pattern.display()
@@ -311,6 +331,48 @@ fn profiles_written(lines: &[String]) -> Vec<PathBuf> {
         }
     }
     found
+}
+
+/// The windows that the summary lines among `lines` name (`pyigprof: wrote N windows of S
+/// s: FIRST … LAST`, from `PYIGPROF_WINDOW`): (N, FIRST, LAST) per process.
+fn windows_written(lines: &[String]) -> Vec<(u32, PathBuf, PathBuf)> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("pyigprof: wrote "))
+        .filter_map(|rest| {
+            let (count, rest) = rest.split_once(" windows of ")?;
+            let (_, paths) = rest.split_once(" s: ")?;
+            let (first, last) = paths.split_once(" … ")?;
+            let last = last.split(" (").next().unwrap_or(last);
+            Some((
+                count.parse().ok()?,
+                PathBuf::from(first),
+                PathBuf::from(last),
+            ))
+        })
+        .collect()
+}
+
+/// A shell pattern for the windows from `first` to `last`: their common beginning and end
+/// around `*` (`pyigprof.1234.w*.gz`).
+fn glob_of(first: &str, last: &str) -> String {
+    let head = first
+        .chars()
+        .zip(last.chars())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let tail = first[head..]
+        .chars()
+        .rev()
+        .zip(last[head..].chars().rev())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let first: Vec<char> = first.chars().collect();
+    let start: String = first[..head].iter().collect();
+    let end: String = first[first.len() - tail..].iter().collect();
+    // Digits shared at the start of the number (w1 … w19) are part of what varies.
+    let start = start.trim_end_matches(|c: char| c.is_ascii_digit());
+    format!("{start}*{end}")
 }
 
 /// `path` as a user in this command's directory would type it: relative when it is under

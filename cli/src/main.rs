@@ -127,6 +127,13 @@ struct Record {
     #[arg(long)]
     gil: bool,
 
+    /// Continuous profiling (`PYIGPROF_WINDOW`): every SECONDS of wall time the samples of
+    /// that window are written as a profile of their own (`%n` in --output is the window's
+    /// number; without it `.w<n>` is added: `pyigprof.1234.w0.gz`), the last one when the
+    /// process ends. `pyigprof-analyse p.*.gz` merges them into the whole run.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_window)]
+    window: Option<f64>,
+
     /// Prints nothing but the program's own output (`PYIGPROF_QUIET`).
     #[arg(short, long)]
     quiet: bool,
@@ -175,10 +182,23 @@ impl Record {
         if self.gil {
             settings.push(("PYIGPROF_GIL", "1".into()));
         }
+        if let Some(seconds) = self.window {
+            settings.push(("PYIGPROF_WINDOW", seconds.to_string().into()));
+        }
         if self.quiet {
             settings.push(("PYIGPROF_QUIET", "1".into()));
         }
         settings
+    }
+}
+
+/// `--window`'s value: seconds from 0.05 to 86,400 (what the library takes).
+fn parse_window(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if (0.05..=86_400.0).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "{text:?} is not a number of seconds from 0.05 to 86400"
+        )),
     }
 }
 

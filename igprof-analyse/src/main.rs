@@ -114,24 +114,36 @@ struct Cli {
     #[arg(long, value_name = "FILE.pb.gz", conflicts_with = "comparison")]
     pprof: Option<PathBuf>,
 
-    /// Compare profile NEW with profile BASE: per function, the self and cumulative
-    /// shares in both, their changes in percentage points and whether each is larger
-    /// than sampling noise (two-proportion z-tests on samples, corrected for the number
-    /// of tests). Event counters (PERF_PAGE_FAULTS, ...) are tested on their samples,
-    /// as ticks are. Memory counters (MEM_*) are tested on their bytes divided by the
-    /// mean bytes between recorded allocations; exact ones by --min-change.
-    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with = "profiles")]
+    /// --diff BASE NEW: compare profile NEW with profile BASE: per function, the self and
+    /// cumulative shares in both, their changes in percentage points and whether each is
+    /// larger than noise (two-proportion z-tests on samples, corrected for the number of
+    /// tests). --diff B1 B2 B3 -- N1 N2 N3: several runs per side, each file one run;
+    /// the shares are those of each side's runs merged, and each function's own
+    /// run-to-run variation, measured between the runs, is allowed for (with one run per
+    /// side a common one is estimated from the comparison). Event counters
+    /// (PERF_PAGE_FAULTS, ...) are tested on their samples, as ticks are. Memory
+    /// counters (MEM_*) are tested on their bytes divided by the mean bytes between
+    /// recorded allocations; exact ones by --min-change.
+    #[arg(long, num_args = 0.., value_name = "PROFILE", conflicts_with = "profiles")]
     diff: Option<Vec<PathBuf>>,
 
-    /// IgProf's spelling of --diff: with --diff-mode, compare the PROFILEs (merged)
-    /// with the baseline BASE.
+    /// The new side of --diff B1 B2 -- N1 N2: the command line's `--` right after
+    /// --diff's profiles becomes this option ([`igprof_spellings`]), so that options may
+    /// follow the new profiles.
+    #[arg(long, num_args = 0.., value_name = "NEW", requires = "diff", hide = true)]
+    diff_new: Option<Vec<PathBuf>>,
+
+    /// IgProf's spelling of --diff: with --diff-mode, compare the PROFILEs with the
+    /// baseline BASE. Repeatable: each BASE and each PROFILE is one run, as with --diff
+    /// B1 B2 -- N1 N2.
     #[arg(
         short = 'b',
         long = "baseline",
         value_name = "BASE",
-        requires = "diff_mode"
+        requires = "diff_mode",
+        action = clap::ArgAction::Append
     )]
-    baseline: Option<PathBuf>,
+    baseline: Vec<PathBuf>,
 
     /// With -b BASE: compare with the baseline (IgProf's --diff-mode, -D).
     #[arg(short = 'D', long, requires = "baseline")]
@@ -146,6 +158,13 @@ struct Cli {
     /// (Benjamini-Hochberg, false discovery rate at most ALPHA).
     #[arg(long, value_enum, default_value_t = CorrectionArg::Bonferroni, requires = "comparison")]
     correction: CorrectionArg,
+
+    /// With several runs on a side of a comparison: the weight, in degrees of freedom, of
+    /// the dispersion pooled over all shares in each share's own moderated one
+    /// (docs/analyser.md; 3, chosen on bench/diff-calibration). 0: each share's own
+    /// run-to-run variation alone; a large weight: the pooled one alone.
+    #[arg(long, value_name = "D0", default_value_t = diff::DEFAULT_PRIOR_WEIGHT, value_parser = parse_weight, requires = "comparison")]
+    prior_weight: f64,
 
     /// With a comparison: exit with status 1 when some function's self or cumulative
     /// share grew by more than PCT percentage points and the growth is significant.
@@ -389,6 +408,16 @@ fn parse_points(text: &str) -> Result<f64, String> {
     }
 }
 
+/// A prior weight in degrees of freedom: a finite number from 0.
+fn parse_weight(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(weight) if weight >= 0.0 && weight.is_finite() => Ok(weight),
+        _ => Err(format!(
+            "expected a number of degrees of freedom from 0, found {text:?}"
+        )),
+    }
+}
+
 /// What the command prints on stdout, and its exit status.
 struct Done {
     stdout: Vec<u8>,
@@ -419,13 +448,13 @@ const TAKES_VALUES: &[(&str, usize)] = &[
     ("-o", 1),
     ("-tn", 1),
     ("--top-stacks", 1),
-    ("--diff", 2),
     ("-b", 1),
     ("--baseline", 1),
     ("--alpha", 1),
     ("--correction", 1),
     ("--fail-on-regression", 1),
     ("--min-change", 1),
+    ("--prior-weight", 1),
     ("--format", 1),
     ("--flamegraph", 1),
     ("--speedscope", 1),
@@ -453,7 +482,10 @@ const TAKES_VALUES: &[(&str, usize)] = &[
 /// The command line with IgProf's two-letter options ([`IGPROF_SPELLINGS`]) replaced by
 /// their long names, which clap understands, and IgProf's `--top N` (a number as the next
 /// argument) by `--top-stacks N`; values of options and everything after `--` are left
-/// as they are.
+/// as they are. The `--` of `--diff B1 B2 -- N1 N2`, right after --diff's profiles (the
+/// arguments after it that do not start with `-`), becomes `--diff-new`: the new side's
+/// profiles are then that option's values, and options may follow them (after a plain
+/// `--` clap would take them as profiles).
 fn igprof_spellings(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     let mut out = Vec::new();
     let mut values = 0usize;
@@ -466,6 +498,19 @@ fn igprof_spellings(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
             continue;
         }
         let text = arg.to_str().unwrap_or("");
+        if text == "--diff" {
+            out.push(arg);
+            while let Some(profile) = args.next_if(|next| {
+                next.to_str()
+                    .is_none_or(|next| !next.starts_with('-') || next == "-")
+            }) {
+                out.push(profile);
+            }
+            if args.next_if(|next| next == "--").is_some() {
+                out.push(OsString::from("--diff-new"));
+            }
+            continue;
+        }
         if text == "--" {
             rest = true;
         }
@@ -498,19 +543,21 @@ fn main() -> ExitCode {
     } else {
         View::Python
     };
-    let done = unsupported(&cli)
-        .and_then(|()| transforms(&cli))
-        .and_then(|transform| match (&cli.diff, &cli.baseline) {
-            (Some(paths), _) => compare(&cli, view, &transform, &paths[..1], &paths[1..]),
-            (None, Some(base)) => compare(
-                &cli,
-                view,
-                &transform,
-                std::slice::from_ref(base),
-                &cli.profiles,
-            ),
-            (None, None) => reports(&cli, view, &transform),
-        });
+    let sides = match diff_sides(&cli) {
+        Ok(sides) => sides,
+        Err(message) => {
+            // A command-line mistake, said as clap says its own.
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let done =
+        unsupported(&cli)
+            .and_then(|()| transforms(&cli))
+            .and_then(|transform| match &sides {
+                Some((base, new)) => compare(&cli, view, &transform, base, new),
+                None => reports(&cli, view, &transform),
+            });
     let done = match done {
         Ok(done) => done,
         Err(error) => {
@@ -530,6 +577,41 @@ fn main() -> ExitCode {
             );
             ExitCode::from(2)
         }
+    }
+}
+
+/// The profiles of a comparison's two sides, base and new: one file per run.
+type Sides = (Vec<PathBuf>, Vec<PathBuf>);
+
+/// The base and new runs of a comparison: `--diff BASE NEW`, `--diff B1 B2 -- N1 N2`
+/// (its `--` made `--diff-new` by [`igprof_spellings`]) or `-b BASE… --diff-mode NEW…`;
+/// `None` without a comparison.
+///
+/// # Errors
+/// One line saying which side is missing, or that several profiles were given without
+/// `--` between the sides.
+fn diff_sides(cli: &Cli) -> Result<Option<Sides>, String> {
+    const FORM: &str = "--diff BASE NEW, or several runs per side: --diff B1 B2 B3 -- N1 N2 N3";
+    let Some(base) = &cli.diff else {
+        return Ok((!cli.baseline.is_empty()).then(|| (cli.baseline.clone(), cli.profiles.clone())));
+    };
+    match (base.len(), &cli.diff_new) {
+        (0, None) => Err(format!("--diff: no profiles to compare ({FORM})")),
+        (0, Some(_)) => Err(format!(
+            "--diff: the base side is missing: no profiles before `--` ({FORM})"
+        )),
+        (_, Some(new)) if new.is_empty() => Err(format!(
+            "--diff: the new side is missing: no profiles after `--` ({FORM})"
+        )),
+        (_, Some(new)) => Ok(Some((base.clone(), new.clone()))),
+        (1, None) => Err(format!(
+            "--diff: the new side is missing: only {} given ({FORM})",
+            base[0].display()
+        )),
+        (2, None) => Ok(Some((vec![base[0].clone()], vec![base[1].clone()]))),
+        (count, None) => Err(format!(
+            "--diff: {count} profiles without `--` between the sides: which are the new ones? ({FORM})"
+        )),
     }
 }
 
@@ -633,8 +715,34 @@ fn read(
     transform: &transform::Options,
     counter: Option<&str>,
 ) -> Result<(Profile, String), Error> {
+    read_with_notes(cli, paths, view, transform, counter, true)
+}
+
+/// [`read`] of `paths` on counter `counter` without its notes on stderr (warnings, -v):
+/// for the runs of a comparison's side, read on their own after [`read`] read them
+/// merged and said them.
+fn read_quietly(
+    cli: &Cli,
+    paths: &[PathBuf],
+    view: View,
+    transform: &transform::Options,
+    counter: &str,
+) -> Result<Profile, Error> {
+    read_with_notes(cli, paths, view, transform, Some(counter), false).map(|(profile, _)| profile)
+}
+
+/// [`read`], its notes on stderr (cut-short dumps, resolving's warnings, -v) written
+/// when `notes` says so.
+fn read_with_notes(
+    cli: &Cli,
+    paths: &[PathBuf],
+    view: View,
+    transform: &transform::Options,
+    counter: Option<&str>,
+    notes: bool,
+) -> Result<(Profile, String), Error> {
     let mut profile = igprof_analyse::progress::read_profiles(paths, cli.read_cut_short)?;
-    for source in &profile.sources {
+    for source in profile.sources.iter().filter(|_| notes) {
         if let Some(what) = source.cut_short {
             eprintln!(
                 "{}: {}: cut short: {what}; reading what there is (--read-cut-short)",
@@ -649,7 +757,7 @@ fn read(
         .or(first)
         .unwrap_or(report::DEFAULT_COUNTER)
         .to_string();
-    if cli.verbose {
+    if cli.verbose && notes {
         let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         eprintln!(
             "{}: read {}: {} call-tree nodes, {} functions, {} files, counters: {}; reporting {counter}{}",
@@ -672,7 +780,7 @@ fn read(
             options.debug_dirs = cli.debug_dir.clone();
         }
         let resolved = resolve::resolve(profile, &options);
-        for warning in &resolved.warnings {
+        for warning in resolved.warnings.iter().filter(|_| notes) {
             eprintln!("{warning}");
         }
         profile = resolved.profile;
@@ -681,7 +789,7 @@ fn read(
     if !cli.no_filter {
         let before = profile.nodes().len();
         profile = transform::igprof_filters(profile, &counter);
-        if cli.verbose {
+        if cli.verbose && notes {
             eprintln!(
                 "{}: IgProf's default filters for {counter} (--no-filter turns them off): {} call-tree nodes merged or dropped",
                 igprof_analyse::error::PROGRAM,
@@ -696,7 +804,11 @@ fn read(
     Ok((transform.apply(view.apply(profile)), counter))
 }
 
-/// `--diff BASE NEW` or `-b BASE --diff-mode NEW…`.
+/// `--diff BASE NEW`, `--diff B1 B2 -- N1 N2` or `-b BASE… --diff-mode NEW…`: each side's
+/// runs merged and, where a side has several, each run read on its own as well (the
+/// same view, filters and transforms; its notes on stderr said once, by the merged
+/// read) and its samples per function kept, to measure how much each share varies
+/// between them.
 fn compare(
     cli: &Cli,
     view: View,
@@ -704,8 +816,22 @@ fn compare(
     base: &[PathBuf],
     new: &[PathBuf],
 ) -> Result<Done, Error> {
-    let (base, counter) = read(cli, base, view, transform, cli.counter.as_deref())?;
-    let (new, _) = read(cli, new, view, transform, Some(&counter))?;
+    let (base_merged, counter) = read(cli, base, view, transform, cli.counter.as_deref())?;
+    let (new_merged, _) = read(cli, new, view, transform, Some(&counter))?;
+    // Each run's samples per function, its profile dropped once they are counted.
+    let each = |paths: &[PathBuf]| -> Result<Vec<diff::RunSamples>, Error> {
+        if paths.len() < 2 {
+            return Ok(Vec::new());
+        }
+        paths
+            .iter()
+            .map(|path| {
+                let run = read_quietly(cli, std::slice::from_ref(path), view, transform, &counter)?;
+                diff::RunSamples::of(&run, &counter)
+            })
+            .collect()
+    };
+    let (base_each, new_each) = (each(base)?, each(new)?);
     let options = diff::Options {
         counter,
         alpha: cli.alpha,
@@ -714,8 +840,19 @@ fn compare(
             CorrectionArg::Bh => Correction::BenjaminiHochberg,
         },
         min_change: cli.min_change,
+        prior_weight: cli.prior_weight,
     };
-    let compared = diff::compute(&base, &new, &options)?;
+    let compared = diff::compute_runs(
+        diff::Runs {
+            merged: &base_merged,
+            each: &base_each,
+        },
+        diff::Runs {
+            merged: &new_merged,
+            each: &new_each,
+        },
+        &options,
+    )?;
     let output = diff::Output {
         limit: cli.top.unwrap_or(report::Options::default().limit),
         fail_on: cli.fail_on_regression,
@@ -883,9 +1020,29 @@ mod tests {
             spelled(&["x", "--hide", "-mc", "-mr", "-ml", "--", "-Mc"]),
             ["x", "--hide", "-mc", "--merge-regexp", "-ml", "--", "-Mc"]
         );
+        // --diff's profiles are left alone; its `--` (right after them) becomes
+        // --diff-new, after which options are read again; a later `--` is the usual one.
         assert_eq!(
-            spelled(&["x", "--diff", "-ml", "-mr", "-ma"]),
-            ["x", "--diff", "-ml", "-mr", "--merge-ancestors"]
+            spelled(&["x", "--diff", "b1", "b2", "--", "n1", "-ml", "--", "-mr"]),
+            [
+                "x",
+                "--diff",
+                "b1",
+                "b2",
+                "--diff-new",
+                "n1",
+                "--merge-libraries",
+                "--",
+                "-mr"
+            ]
+        );
+        assert_eq!(
+            spelled(&["x", "--diff", "b", "n", "-ml", "--", "-mr"]),
+            ["x", "--diff", "b", "n", "--merge-libraries", "--", "-mr"]
+        );
+        assert_eq!(
+            spelled(&["x", "--diff", "--", "n"]),
+            ["x", "--diff", "--diff-new", "n"]
         );
         // IgProf's other spellings, and its --top N (a number follows) as --top-stacks.
         assert_eq!(

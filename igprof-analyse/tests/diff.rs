@@ -215,24 +215,44 @@ fn repeated_runs_are_not_flagged() {
     }
 }
 
+/// The dispersion the test line gives: with one run per side the one every z was divided
+/// by the root of, with several the pooled one.
+fn dispersion(text: &str) -> f64 {
+    let test = line_with(text, "test: ");
+    let after = test
+        .split("dispersion ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no dispersion in {test}"));
+    let number: String = after
+        .chars()
+        .take_while(|c| *c == '.' || c.is_ascii_digit())
+        .collect();
+    number.parse().unwrap_or_else(|_| panic!("{test}"))
+}
+
+/// The runs of the base side, each mixed.py as it is.
+const BASE_RUNS: [&str; 2] = ["mixed-base-1.gz", "mixed-base-2.gz"];
+
 #[test]
 fn slowed_function_is_flagged() {
-    for base in ["mixed-base-1.gz", "mixed-base-2.gz"] {
+    // One run per side: the comparison's own z-scores give its dispersion (λ). Here they
+    // hold real changes (python_work's interpreter work, hashing's share), so λ is about
+    // 3: python_work's cumulative growth, significant on its samples alone, is not
+    // beyond it.
+    for base in BASE_RUNS {
         // The options a user gives: none.
         let output = run(&["--diff", base, "mixed-slow.gz"], &data());
         assert_status(&output, 0);
         let text = stdout(&output);
         assert!(text.contains("\nPython view: "), "{text}");
+        assert!(
+            line_with(&text, "test: ").contains(", one run per side: run-to-run variation estimated from the comparison's own z-scores (dispersion "),
+            "{text}"
+        );
+        let lambda = dispersion(&text);
+        assert!(lambda > 2.5 && lambda < 3.5, "{text}");
         let rows = rows(&text);
         let work = row(&rows, "python_work");
-        // python_work's extra time is interpreter work (`%` on integers, allocating
-        // them) that the Python view shows as its children: its cumulative share grew
-        // significantly, not its self share.
-        assert_eq!(work.cells[SIGNIFICANT], "cum", "{text}");
-        assert!(work.number(CUM_Z) > critical(&text), "{text}");
-        assert!(work.number(Z).abs() < critical(&text), "{text}");
-        // Listed first: the largest significant change.
-        assert!(rows[0].function.starts_with("python_work "), "{text}");
 
         // The figures are those of the call tree, counted here.
         let (self1, x1, ticks1, n1, total1) = python_work_samples(base);
@@ -245,20 +265,25 @@ fn slowed_function_is_flagged() {
             "{work:?}"
         );
         assert!(work.number(CUM_CHANGE) > 4.0, "{work:?}");
+        // z: the samples' z over √λ (λ printed to 2 decimals).
         let cumulative_z = z(x1, n1, x2, n2);
+        assert!(cumulative_z > critical(&text), "{text}");
         assert!(
-            (work.number(CUM_Z) - cumulative_z).abs() <= 0.005,
+            (work.number(CUM_Z) - cumulative_z / lambda.sqrt()).abs() <= 0.01,
             "{work:?}"
         );
         assert!(
-            (work.number(Z) - z(self1, n1, self2, n2)).abs() <= 0.005,
+            (work.number(Z) - z(self1, n1, self2, n2) / lambda.sqrt()).abs() <= 0.01,
             "{work:?}"
         );
-        // Bonferroni: p × m, printed with 2 significant digits.
-        let p = igprof_analyse::stats::two_sided_p(cumulative_z) * tests_made(&text);
-        let printed = work.number(CUM_P_ADJUSTED);
-        assert!((printed - p).abs() <= p * 0.03, "{printed} vs {p}");
-        assert!(printed <= 0.01, "{work:?}");
+        assert!(work.number(CUM_Z) < critical(&text), "{text}");
+        assert_eq!(work.cells[SIGNIFICANT], "no", "{text}");
+        // Bonferroni: p × m, printed with 3 decimals (here ≥ 0.001).
+        let p = igprof_analyse::stats::two_sided_p(work.number(CUM_Z)) * tests_made(&text);
+        assert!(
+            (work.number(CUM_P_ADJUSTED) - p.min(1.0)).abs() <= 0.01,
+            "{p} {work:?}"
+        );
         // The cumulative shares agree with what the program measured itself (±1.5
         // points): python_work's CPU time, with everything it calls.
         let share = |name: &str| {
@@ -267,36 +292,97 @@ fn slowed_function_is_flagged() {
         };
         assert!((share1 - share(base)).abs() < 1.5, "{share1}");
         assert!((share2 - share("mixed-slow.gz")).abs() < 1.5, "{share2}");
-
-        // The program runs for a fixed CPU time: hashing got the smaller share, in
-        // libcrypto's own code (self and cumulative) and its callers (cumulative).
-        let hashing = row(&rows, "@?0x29c240");
-        assert_eq!(hashing.cells[SIGNIFICANT], "both", "{hashing:?}");
-        assert!(hashing.number(CHANGE) < -4.0, "{hashing:?}");
-        assert_eq!(row(&rows, "digest").cells[SIGNIFICANT], "cum");
-        let result = line_with(&text, "result: ");
-        assert!(
-            result
-                .contains(" significant change(s): python_work (/tmp/pyigprof-diff/mixed.py:22) +"),
-            "{result}"
-        );
-        assert!(
-            result.contains(&format!(
-                "python_work (/tmp/pyigprof-diff/mixed.py:22) {} points cumulative; ",
-                work.cells[CUM_CHANGE]
-            )),
-            "{result}"
-        );
     }
+
+    // Both runs of the program as it is against the slowed one: how much each share
+    // varies between runs is measured on the base side (1 degree of freedom per share),
+    // and python_work's cumulative growth is significant.
+    let output = run(
+        &["--diff", BASE_RUNS[0], BASE_RUNS[1], "--", "mixed-slow.gz"],
+        &data(),
+    );
+    assert_status(&output, 0);
+    let text = stdout(&output);
+    assert!(
+        line_with(&text, "test: ").contains(
+            "(n = all samples of each side's runs merged), run-to-run variation measured between 2 base runs and 1 new run: typical dispersion "
+        ),
+        "{text}"
+    );
+    // The two runs differ by about their samples' noise: the typical dispersion is near
+    // 1 (at least 1 is used).
+    let pooled = dispersion(&text);
+    assert!(pooled > 0.5 && pooled < 1.5, "{text}");
+    let rows = rows(&text);
+    let work = row(&rows, "python_work");
+    // python_work's extra time is interpreter work (`%` on integers, allocating them)
+    // that the Python view shows as its children: its cumulative share grew
+    // significantly, not its self share.
+    assert_eq!(work.cells[SIGNIFICANT], "cum", "{text}");
+    assert!(work.number(CUM_Z) > critical(&text), "{text}");
+    assert!(work.number(Z).abs() < critical(&text), "{text}");
+    // Listed first: the largest significant change.
+    assert!(rows[0].function.starts_with("python_work "), "{text}");
+    // The shares are those of the base runs merged.
+    let runs = BASE_RUNS.map(python_work_samples);
+    let merged = |pick: fn(&(f64, f64, f64, f64, f64)) -> f64| runs.iter().map(pick).sum::<f64>();
+    let (x1, ticks1, n1, total1) = (
+        merged(|r| r.1),
+        merged(|r| r.2),
+        merged(|r| r.3),
+        merged(|r| r.4),
+    );
+    let (_, x2, ticks2, n2, total2) = python_work_samples("mixed-slow.gz");
+    assert!(
+        (work.number(BASE_CUM) - ticks1 / total1 * 100.0).abs() <= 0.005,
+        "{work:?}"
+    );
+    assert!((work.number(NEW_CUM) - ticks2 / total2 * 100.0).abs() <= 0.005);
+    // Its z: the samples' z over the root of its moderated dispersion, (d0 φ̂ + X²) / (d0
+    // + 1), X² the Pearson statistic of its cumulative samples in the two base runs.
+    let p = x1 / n1;
+    let chi_square: f64 = runs
+        .iter()
+        .map(|r| (r.1 - r.3 * p).powi(2) / (r.3 * p * (1.0 - p)))
+        .sum();
+    let d0 = igprof_analyse::report::diff::DEFAULT_PRIOR_WEIGHT;
+    let moderated = ((d0 * pooled.max(1.0) + chi_square) / (d0 + 1.0)).max(1.0);
+    assert!(
+        (work.number(CUM_Z) - z(x1, n1, x2, n2) / moderated.sqrt()).abs() <= 0.02,
+        "{work:?} {chi_square} {moderated}"
+    );
+
+    // The program runs for a fixed CPU time: hashing got the smaller share, in
+    // libcrypto's own code (self and cumulative) and its callers (cumulative).
+    let hashing = row(&rows, "@?0x29c240");
+    assert_eq!(hashing.cells[SIGNIFICANT], "both", "{hashing:?}");
+    assert!(hashing.number(CHANGE) < -4.0, "{hashing:?}");
+    assert_eq!(row(&rows, "digest").cells[SIGNIFICANT], "cum");
+    let result = line_with(&text, "result: ");
+    assert!(
+        result.contains(" significant change(s): python_work (/tmp/pyigprof-diff/mixed.py:22) +"),
+        "{result}"
+    );
+    assert!(
+        result.contains(&format!(
+            "python_work (/tmp/pyigprof-diff/mixed.py:22) {} points cumulative; ",
+            work.cells[CUM_CHANGE]
+        )),
+        "{result}"
+    );
 }
 
 #[test]
 fn fail_on_regression_exit_status() {
+    // Two runs of the program as it is against the slowed one (one run per side does not
+    // tell python_work's growth from the comparison's own variation: above).
     let dir = data();
     let slow = run(
         &[
             "--diff",
-            "mixed-base-1.gz",
+            BASE_RUNS[0],
+            BASE_RUNS[1],
+            "--",
             "mixed-slow.gz",
             "--fail-on-regression",
             "2",
@@ -315,7 +401,9 @@ fn fail_on_regression_exit_status() {
     let output = run(
         &[
             "--diff",
-            "mixed-base-1.gz",
+            BASE_RUNS[0],
+            BASE_RUNS[1],
+            "--",
             "mixed-slow.gz",
             "--fail-on-regression",
             "10",
@@ -333,7 +421,9 @@ fn fail_on_regression_exit_status() {
         &[
             "--diff",
             "mixed-slow.gz",
-            "mixed-base-1.gz",
+            "--",
+            BASE_RUNS[0],
+            BASE_RUNS[1],
             "--fail-on-regression",
             "0",
         ],
@@ -344,18 +434,20 @@ fn fail_on_regression_exit_status() {
     assert!(result.starts_with("result: REGRESSION: "), "{result}");
     assert!(!result.contains("python_work"), "{result}");
     assert!(
-        result.contains("; @?0x29c240  (/lib/x86_64-linux-gnu/libcrypto.so.3) +4.97 points self and cumulative; "),
+        result.contains("; @?0x29c240  (/lib/x86_64-linux-gnu/libcrypto.so.3) +5.36 points self and cumulative; "),
         "{result}"
     );
     assert!(
-        result.contains("digest (/tmp/pyigprof-diff/mixed.py:38) +4.97 points cumulative"),
+        result.contains("digest (/tmp/pyigprof-diff/mixed.py:38) +5.35 points cumulative"),
         "{result}"
     );
-    // IgProf's spelling gives the same report.
+    // IgProf's spelling, -b once per base run, gives the same report.
     let igprof = run(
         &[
             "-b",
-            "mixed-base-1.gz",
+            BASE_RUNS[0],
+            "-b",
+            BASE_RUNS[1],
             "--diff-mode",
             "mixed-slow.gz",
             "--fail-on-regression",
@@ -376,7 +468,14 @@ fn cumulative_test_finds_interpreter_work() {
     for view in [&[][..], &["--all-frames"]] {
         let output = run(
             &[
-                &["--diff", "mixed-base-1.gz", "mixed-slow.gz", "--top=0"][..],
+                &[
+                    "--diff",
+                    BASE_RUNS[0],
+                    BASE_RUNS[1],
+                    "--",
+                    "mixed-slow.gz",
+                    "--top=0",
+                ][..],
                 view,
             ]
             .concat(),
@@ -410,7 +509,9 @@ fn cumulative_test_finds_interpreter_work() {
     let output = run(
         &[
             "--diff",
-            "mixed-base-1.gz",
+            BASE_RUNS[0],
+            BASE_RUNS[1],
+            "--",
             "mixed-slow.gz",
             "--hide",
             "libpython",
@@ -688,7 +789,9 @@ fn markdown_for_pull_requests() {
     let dir = data();
     let args = [
         "--diff",
-        "mixed-base-1.gz",
+        BASE_RUNS[0],
+        BASE_RUNS[1],
+        "--",
         "mixed-slow.gz",
         "--fail-on-regression",
         "2",
@@ -732,6 +835,22 @@ fn markdown_for_pull_requests() {
         assert_eq!(cells(line).len(), 16, "{line}");
     }
     assert_eq!(table.len() - 2, 20);
+    // Several runs on a side: each listed function's dispersions follow, in a table of
+    // their own; python_work's own, on the 1 degree of freedom of the two base runs.
+    let dispersions: Vec<&str> = text
+        .lines()
+        .skip_while(|line| !line.starts_with("| function | own dispersion |"))
+        .take_while(|line| line.starts_with('|'))
+        .collect();
+    assert_eq!(
+        dispersions[0],
+        "| function | own dispersion | dispersion used | own cum dispersion | cum dispersion used |"
+    );
+    assert_eq!(dispersions.len() - 2, 20, "{text}");
+    let work = cells(dispersions[2]);
+    assert_eq!(work[0], first[0]);
+    assert!(work[3].ends_with(" (1 df)"), "{work:?}");
+    assert!(work[4].parse::<f64>().unwrap() >= 1.0, "{work:?}");
     // Names with `<…>` stay in code spans.
     let all = stdout(&run(
         &[&args[..], &["--markdown", "--top=0"]].concat(),

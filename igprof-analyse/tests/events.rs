@@ -514,12 +514,16 @@ const CRITICAL_Z: f64 = 3.42;
 #[test]
 fn diff_flags_tripled_faults_and_not_jitter() {
     let dir = dumps("diff_flags_tripled_faults_and_not_jitter");
-    // memmove: 80 of 400 samples (24,000 of 123,450 faults) → 240 of 560 (72,000 of
-    // 171,450).
+    // Two runs of the base (base.txt and its second run, jitter.txt), one of the grown
+    // program: memmove 80 + 86 of 800 samples (49,370 of 249,200 faults) → 240 of 560
+    // (72,000 of 171,450). The base runs differ by less than sampling noise (typical
+    // dispersion 0.71: 1 is used).
     let output = run(
         &[
             "--diff",
             "base.txt",
+            "jitter.txt",
+            "--",
             "grown.txt",
             "-r",
             "PERF_PAGE_FAULTS",
@@ -535,9 +539,9 @@ fn diff_flags_tripled_faults_and_not_jitter() {
         lines[..4],
         [
             "pyigprof-analyse: PERF_PAGE_FAULTS self and cumulative shares per function, base -> new",
-            "base: base.txt: python3 app.py (pid 9001): PERF_PAGE_FAULTS: 400 samples, 123,450 events; a 10 % share is 7.4-13.3 % (95 %)",
+            "base: base.txt, jitter.txt: python3 app.py (pids 9001, 9003): PERF_PAGE_FAULTS: 800 samples, 249,200 events; a 10 % share is 8.1-12.3 % (95 %)",
             "new: grown.txt: python3 app.py (pid 9002): PERF_PAGE_FAULTS: 560 samples, 171,450 events; a 10 % share is 7.8-12.8 % (95 %)",
-            "test: two-proportion z-test (pooled) on each function's self samples and on its cumulative samples (n = all samples of each profile), Bonferroni correction over 16 tests of 11 functions, alpha 0.01: significant when |z| >= 3.42",
+            "test: two-proportion z-test (pooled) on each function's self samples and on its cumulative samples (n = all samples of each side's runs merged), run-to-run variation measured between 2 base runs and 1 new run: typical dispersion 0.71 (of 16 tests, 16 df; at least 1 is used), each function's own moderated by it (prior weight 3), Bonferroni correction over 16 tests of 11 functions, alpha 0.01: significant when |z| >= 3.42",
         ]
     );
     assert_eq!(
@@ -545,8 +549,8 @@ fn diff_flags_tripled_faults_and_not_jitter() {
         "  base %  new %  change  base events  new events      z  p (adj.)  base cum %  new cum %  cum change  base cum events  new cum events  cum z  cum p (adj.)  signif.  function  (file)"
     );
     let rows = diff_rows(&text);
-    // The first row: the largest significant change. Shares of faults: 24000 / 123450
-    // = 19.44 %, 72000 / 171450 = 41.99 %; z on the samples.
+    // The first row: the largest significant change. Shares of faults: 49370 / 249200
+    // = 19.81 %, 72000 / 171450 = 41.99 %; z on the samples.
     assert!(
         rows[0].1.starts_with("__memmove_avx_unaligned_erms"),
         "{text}"
@@ -555,28 +559,49 @@ fn diff_flags_tripled_faults_and_not_jitter() {
     assert_eq!(
         memmove,
         [
-            "19.44", "41.99", "+22.55", "24,000", "72,000", "+7.41", "2.1e-12", "19.44", "41.99",
-            "+22.55", "24,000", "72,000", "+7.41", "2.1e-12", "both"
+            "19.81", "41.99", "+22.18", "49,370", "72,000", "+8.77", "2.9e-17", "19.81", "41.99",
+            "+22.18", "49,370", "72,000", "+8.77", "2.9e-17", "both"
         ]
     );
     assert_eq!(
-        format!("{:+.2}", z(80.0, 400.0, 240.0, 560.0)),
+        format!("{:+.2}", z(166.0, 800.0, 240.0, 560.0)),
         memmove[5],
         "z on the samples"
     );
-    // load: its own 40 samples, and memmove's: 120 of 400 → 280 of 560.
+    // load: its own 40 + 37 samples, and memmove's: 243 of 800 → 280 of 560.
     let load = cells(&rows, "load");
     assert_eq!(
         [&load[9], &load[10], &load[11], &load[12], &load[14]],
-        ["+19.83", "36,000", "84,000", "+6.20", "cum"]
+        ["+19.76", "72,840", "84,000", "+7.32", "cum"]
     );
-    assert_eq!(format!("{:+.2}", z(120.0, 400.0, 280.0, 560.0)), load[12]);
+    assert_eq!(format!("{:+.2}", z(243.0, 800.0, 280.0, 560.0)), load[12]);
     // worker_main's faults did not change: its share fell by less than noise.
     assert_eq!(cells(&rows, "worker_main")[14], "no");
+    // The events of each side are its runs' summed (two base runs, one new).
     assert!(
-        text.ends_with("\nresult: REGRESSION: 2 function(s) grew significantly by more than 5.00 points: __memmove_avx_unaligned_erms  (/usr/lib/x86_64-linux-gnu/libc.so.6) +22.55 points self and cumulative (+48,000 events); load (/work/app.py:10) +19.83 points cumulative (+48,000 events)\n"),
+        text.ends_with("\nresult: REGRESSION: 2 function(s) grew significantly by more than 5.00 points: __memmove_avx_unaligned_erms  (/usr/lib/x86_64-linux-gnu/libc.so.6) +22.18 points self and cumulative (+22,630 events); load (/work/app.py:10) +19.76 points cumulative (+11,160 events)\n"),
         "{text}"
     );
+
+    // One run per side: the tripling moves every share (16 tests, z from −4.3 to +7.4),
+    // and the dispersion estimated from those z-scores (λ = 8.61) takes it for
+    // run-to-run variation: z = 7.41 / √8.61 = 2.52, not significant.
+    let output = run(
+        &["--diff", "base.txt", "grown.txt", "-r", "PERF_PAGE_FAULTS"],
+        &dir.0,
+    );
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}{}", stderr(&output));
+    assert!(
+        text.contains(", one run per side: run-to-run variation estimated from the comparison's own z-scores (dispersion 8.61, the median z² of the 16 tests with at least 10 samples on each side / 0.455); give several runs per side (--diff B1 B2 B3 -- N1 N2 N3) to measure each function's own, "),
+        "{text}"
+    );
+    let memmove = cells(&diff_rows(&text), "__memmove_avx_unaligned_erms").to_vec();
+    assert_eq!(
+        format!("{:+.2}", z(80.0, 400.0, 240.0, 560.0) / 8.61f64.sqrt()),
+        memmove[5]
+    );
+    assert_eq!(memmove[14], "no");
 
     // A second run: a few samples more or fewer here and there, and faults that differ
     // by more (the mean period changed). Nothing is significant on the samples

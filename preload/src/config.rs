@@ -67,6 +67,12 @@ pub struct Config {
     pub dump_signal: Option<libc::c_int>,
     /// Seconds between periodic snapshot profiles (`PYIGPROF_DUMP_INTERVAL`); `None` = off.
     pub dump_interval_s: Option<u32>,
+    /// Continuous profiling (`PYIGPROF_WINDOW=SECONDS`, a decimal number from 0.05 to
+    /// 86,400): every so many seconds of wall time the samples of the window are written
+    /// as a profile of their own and the next window starts empty
+    /// ([`crate::output::windows`]); `%n` in the output path is the window's number.
+    /// Milliseconds; `None` = one profile for the whole run.
+    pub window_ms: Option<u64>,
     /// Profile processes that are not Python too, native frames only
     /// (`PYIGPROF_ALL_PROCESSES=1`); by default they are left alone.
     pub all_processes: bool,
@@ -280,6 +286,20 @@ impl Config {
                     }
                 },
             );
+        let window_ms = lookup("PYIGPROF_WINDOW")
+            .filter(|v| !v.is_empty())
+            .and_then(
+                |raw| match raw.to_str().and_then(|s| s.trim().parse::<f64>().ok()) {
+                    Some(s) if (0.05..=86_400.0).contains(&s) => Some((s * 1000.0).round() as u64),
+                    _ => {
+                        complaints.push(format!(
+                            "pyigprof: PYIGPROF_WINDOW={raw:?} is not a number of seconds from \
+                             0.05 to 86400; one profile for the whole run"
+                        ));
+                        None
+                    }
+                },
+            );
         let all_processes =
             lookup("PYIGPROF_ALL_PROCESSES").is_some_and(|v| !v.is_empty() && v != "0");
         let only_child_of = match lookup("PYIGPROF_ONLY_CHILD_OF") {
@@ -382,6 +402,7 @@ impl Config {
                 log,
                 dump_signal,
                 dump_interval_s,
+                window_ms,
                 all_processes,
                 only_child_of,
                 profile_cpu,
@@ -400,8 +421,30 @@ impl Config {
         1_000_000_000 / u64::from(self.hz)
     }
 
-    /// The profile path for process `pid`: `%p` replaced by the pid, `%%` by `%`.
+    /// The profile path for process `pid`: `%p` replaced by the pid, `%%` by `%` (and a
+    /// `%n` left out: see [`Config::window_path`]).
     pub fn output_path(&self, pid: u32) -> OsString {
+        self.expand(pid, None)
+    }
+
+    /// The path of window `n` of process `pid` ([`Config::window_ms`]): `%n` replaced by
+    /// `n`; an output path without `%n` gets `.w<n>` before its extension
+    /// (`pyigprof.1234.w0.gz`).
+    pub fn window_path(&self, pid: u32, n: u32) -> OsString {
+        use std::os::unix::ffi::OsStrExt;
+        if self.output.as_bytes().windows(2).any(|w| w == b"%n") {
+            return self.expand(pid, Some(n));
+        }
+        crate::output::dump::tagged(
+            std::path::Path::new(&self.expand(pid, None)),
+            &format!("w{n}"),
+        )
+        .into_os_string()
+    }
+
+    /// The output path with `%p` (the pid), `%n` (`window`, or nothing) and `%%`
+    /// replaced.
+    fn expand(&self, pid: u32, window: Option<u32>) -> OsString {
         use std::os::unix::ffi::{OsStrExt, OsStringExt};
         let raw = self.output.as_bytes();
         let mut out = Vec::with_capacity(raw.len() + 8);
@@ -410,6 +453,12 @@ impl Config {
             match (raw[i], raw.get(i + 1)) {
                 (b'%', Some(b'p')) => {
                     out.extend_from_slice(pid.to_string().as_bytes());
+                    i += 2;
+                }
+                (b'%', Some(b'n')) => {
+                    if let Some(n) = window {
+                        out.extend_from_slice(n.to_string().as_bytes());
+                    }
                     i += 2;
                 }
                 (b'%', Some(b'%')) => {

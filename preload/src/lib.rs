@@ -221,6 +221,11 @@ pub extern "C" fn init() {
             crate::notice!("pyigprof: {e}; not profiling");
         }
     }
+    // Continuous profiling's writer, a thread of pyigprof's, once the program's threads are
+    // adopted (it does not answer the roll call: it blocks SIGPROF).
+    if let Some(config) = lifecycle::config() {
+        output::windows::start(config);
+    }
 }
 
 fn with_sampler(f: impl FnOnce(&'static sampler::Sampler)) {

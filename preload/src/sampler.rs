@@ -582,6 +582,11 @@ impl Sampler {
             .record_from(&mut slot.path, root, &slot.out[..captured.len], 1, weight)
         {
             Some(leaf) => {
+                stats.recorded_samples.fetch_add(1, Ordering::Relaxed);
+                stats.recorded_ticks.fetch_add(weight, Ordering::Relaxed);
+                stats
+                    .recorded_ticks_squared
+                    .fetch_add(weight.saturating_mul(weight), Ordering::Relaxed);
                 slot.last_leaf.store(leaf, Ordering::Relaxed);
                 if let Thread::Current = whose {
                     slot.last_cpu_leaf.store(leaf, Ordering::Relaxed);

@@ -80,12 +80,15 @@ pub struct FaultsUnblocked {
 
 impl FaultsUnblocked {
     /// Unblocks `SIGSEGV` and `SIGBUS` if the calling thread blocks them.
+    #[allow(clippy::new_without_default)] // a guard that changes the thread's mask: made on purpose
     pub fn new() -> FaultsUnblocked {
         // SAFETY: plain signal-mask calls on initialised sets, for the calling thread.
         unsafe {
             let mut old: libc::sigset_t = std::mem::zeroed();
             libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut old);
-            if libc::sigismember(&old, libc::SIGSEGV) != 1 && libc::sigismember(&old, libc::SIGBUS) != 1 {
+            if libc::sigismember(&old, libc::SIGSEGV) != 1
+                && libc::sigismember(&old, libc::SIGBUS) != 1
+            {
                 return FaultsUnblocked { old: None };
             }
             let mut faults: libc::sigset_t = std::mem::zeroed();

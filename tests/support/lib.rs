@@ -549,25 +549,9 @@ pub struct NumpyVenv {
 
 /// The venv `venvs_dir()/<base name>-numpy` with numpy installed from PyPI (binary wheels
 /// only: an interpreter without a numpy wheel is refused rather than compiled for), made
-/// the first time it is asked for and reused after. Made under an exclusive lock
-/// (`<base name>-numpy.lock` beside it), so that parallel tests and test processes wait for
-/// one another, and marked complete (`.complete`, holding the base interpreter's path and
-/// `sys.version`) only once numpy imports; a venv without the marker, or made from another
-/// build of the interpreter, is made anew. `python -m venv` where it works; where it does
-/// not (no `ensurepip`), `--without-pip` and pip from PyPI (see `pip_wheel`). Returns why
-/// not when it cannot be made.
+/// the first time it is asked for and reused after ([`package_venv`]). Returns why not
+/// when it cannot be made.
 pub fn numpy_venv(base: &Interpreter) -> Result<NumpyVenv, String> {
-    let root = venvs_dir();
-    std::fs::create_dir_all(&root).map_err(|e| format!("create {}: {e}", root.display()))?;
-    let dir = root.join(format!("{}-numpy", base.name));
-    let _lock = lock_file(&root.join(format!("{}-numpy.lock", base.name)))?;
-    let python = dir.join("bin/python");
-    let marker = dir.join(".complete");
-    let identity = format!(
-        "{}\n{}",
-        base.path.display(),
-        run_for_text(&base.path, &["-c", "import sys; print(sys.version)"])?.trim()
-    );
     let probe = |python: &Path| -> Result<(String, Option<PathBuf>), String> {
         let text = run_for_text(
             python,
@@ -584,18 +568,48 @@ pub fn numpy_venv(base: &Interpreter) -> Result<NumpyVenv, String> {
         let openblas = lines.next().filter(|l| !l.is_empty()).map(PathBuf::from);
         Ok((version, openblas))
     };
-    let venv = |(numpy, openblas)| NumpyVenv {
-        python: Interpreter {
-            name: base.name.clone(),
-            path: python.clone(),
-            version: base.version,
-        },
+    let (python, (numpy, openblas)) = package_venv(base, "numpy", &["numpy"], probe)?;
+    Ok(NumpyVenv {
+        python,
         numpy,
         openblas,
+    })
+}
+
+/// The venv `venvs_dir()/<base name>-<tag>` with `packages` installed from PyPI (binary
+/// wheels only), made the first time it is asked for and reused after: its interpreter
+/// (named as `base` is) and what `probe` says of it. Made under an exclusive lock
+/// (`<base name>-<tag>.lock` beside it), so that parallel tests and test processes wait for
+/// one another, and marked complete (`.complete`, holding the base interpreter's path and
+/// `sys.version`) only once `probe` succeeds; a venv without the marker, or made from
+/// another build of the interpreter, is made anew. `python -m venv` where it works; where
+/// it does not (no `ensurepip`), `--without-pip` and pip from PyPI (see `pip_wheel`).
+/// Returns why not when it cannot be made.
+pub fn package_venv<T>(
+    base: &Interpreter,
+    tag: &str,
+    packages: &[&str],
+    probe: impl Fn(&Path) -> Result<T, String>,
+) -> Result<(Interpreter, T), String> {
+    let root = venvs_dir();
+    std::fs::create_dir_all(&root).map_err(|e| format!("create {}: {e}", root.display()))?;
+    let dir = root.join(format!("{}-{tag}", base.name));
+    let _lock = lock_file(&root.join(format!("{}-{tag}.lock", base.name)))?;
+    let python = dir.join("bin/python");
+    let marker = dir.join(".complete");
+    let identity = format!(
+        "{}\n{}",
+        base.path.display(),
+        run_for_text(&base.path, &["-c", "import sys; print(sys.version)"])?.trim()
+    );
+    let interpreter = Interpreter {
+        name: base.name.clone(),
+        path: python.clone(),
+        version: base.version,
     };
     if std::fs::read_to_string(&marker).is_ok_and(|m| m == identity) {
         if let Ok(found) = probe(&python) {
-            return Ok(venv(found));
+            return Ok((interpreter, found));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -616,13 +630,12 @@ pub fn numpy_venv(base: &Interpreter) -> Result<NumpyVenv, String> {
             ],
         )?;
     }
-    run_for_text(
-        &python,
-        &["-m", "pip", "install", "-q", "--only-binary=:all:", "numpy"],
-    )?;
+    let mut install = vec!["-m", "pip", "install", "-q", "--only-binary=:all:"];
+    install.extend_from_slice(packages);
+    run_for_text(&python, &install)?;
     let found = probe(&python)?;
     std::fs::write(&marker, &identity).map_err(|e| format!("write {}: {e}", marker.display()))?;
-    Ok(venv(found))
+    Ok((interpreter, found))
 }
 
 /// The numpy venvs ([`numpy_venv`]) of the present interpreters of 3.11 and newer (numpy's

@@ -1,6 +1,8 @@
-//! The `--diff BASE NEW` report: per function, how its self and cumulative shares of
-//! the samples (or of the bytes, for memory counters) changed between two profiles, and
-//! whether each change is larger than sampling noise.
+//! The `--diff BASE NEW` report (`--diff B1 B2 B3 -- N1 N2 N3` with several runs per
+//! side): per function, how its self and cumulative shares of the samples (or of the
+//! bytes, for memory counters) changed between two profiles, and whether each change is
+//! larger than noise: its samples' and, for sampled counters, the share's variation
+//! from run to run ([below](#run-to-run-variation)).
 //!
 //! Functions are matched by name and file (a Python function that moved to another line
 //! of the same file is the same function). Each function is tested twice:
@@ -61,6 +63,38 @@
 //! (`+2,400 events`).
 //!
 //! Other counters, neither ticks, memory nor events, cannot be compared.
+//!
+//! # Run-to-run variation
+//!
+//! The z-test supposes that a share varies between two runs of the same program only by
+//! its samples' binomial noise. Programs vary more: CPython 3.12's specializing
+//! interpreter attributes the same work to a Python function or to `_PyLong_Add`
+//! differently from one run to the next (a self share moving by 7 points where its
+//! samples' noise is 0.6), while the cumulative share of the same function stays put. So
+//! for ticks and sampled events ([`Method::Samples`]) each side may be several runs
+//! ([`Runs`], `--diff B1 B2 B3 -- N1 N2 N3`), and that variation is measured per function
+//! and per share:
+//!
+//! - on each side of R_s runs, the function's samples x_r of each run's n_r give Pearson's
+//!   X²_s on R_s − 1 degrees of freedom ([`crate::stats::heterogeneity`]); a side of one
+//!   run gives none;
+//! - its own dispersion D = (X²_base + X²_new) / (df_base + df_new) (1: sampling noise
+//!   alone) is shrunk towards φ̂, the typical dispersion of the comparison's shares whose
+//!   runs have enough samples (the sides with min_r n_r p̂ (1 − p̂) ≥
+//!   [`MIN_POOLED_VARIANCE`]): their bias-corrected geometric mean
+//!   ([`crate::stats::typical_dispersion`]), at least 1, as limma shrinks a gene's
+//!   variance: D̃ = (d0 φ̂ + df D) / (d0 + df), at least 1, with the prior weight d0 =
+//!   [`Options::prior_weight`] ([`crate::stats::moderated_dispersion`]);
+//! - the z of the runs merged is divided by √D̃ ([`Test::dispersion`]); its p-value, the
+//!   correction and the rest are as above.
+//!
+//! With one run per side nothing can be measured per function: every z is divided by
+//! the square root of one dispersion, max(1, λ), λ being the median z² over the tests with
+//! at least [`MIN_INFLATION_SAMPLES`] samples on each side / 0.4549 ("genomic control",
+//! [`crate::stats::inflation`]; 1 with fewer than [`MIN_INFLATION_TESTS`] such tests): it
+//! absorbs variation common to all shares, not that of one function that varies more than
+//! the others ([`Noise`]). Memory counters are compared as they were, on their
+//! sample-equivalents alone.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -68,7 +102,10 @@ use std::io::{self, Write};
 use super::{describe, memory, percent, table_line, FunctionAmounts, Measure, Unit, VIEW_NOTE};
 use crate::error::Error;
 use crate::profile::{Combine, FunctionId, Profile};
-use crate::stats::{critical_z, two_proportion, Correction};
+use crate::stats::{
+    critical_z, heterogeneity, inflation, moderated_dispersion, two_proportion, two_sided_p,
+    typical_dispersion, Correction, Heterogeneity, MEDIAN_CHI_SQUARE_1,
+};
 use crate::symbol::Label;
 
 /// The significance level used when none is given.
@@ -77,6 +114,30 @@ pub const DEFAULT_ALPHA: f64 = 0.01;
 /// The change of a share, in percentage points, from which a change is significant when
 /// there is nothing to test ([`Method::Threshold`]) and none is given.
 pub const DEFAULT_MIN_CHANGE: f64 = 1.0;
+
+/// The prior weight d0 of the pooled dispersion in each share's moderated one
+/// ([`Options::prior_weight`]), in degrees of freedom. Chosen on bench/diff-calibration
+/// (docs/analyser.md, results-2026-12-05.md): with three runs per side (4 degrees of
+/// freedom per share), d0 from 1 to 3 kept the false alarms between runs of the same
+/// program at 1 % or less and found the 60 % heavier function in 99–100 % of the pairs
+/// in every program and rate measured; heavier weights give every function more of the
+/// pooled dispersion, which a few functions that vary far more than the others (a run
+/// where `_PyObject_Free` takes 48 % instead of 37 %) inflate, and lost power (`periodic`
+/// at 250 Hz: 94 % at d0 = 5, 90 % at 10).
+pub const DEFAULT_PRIOR_WEIGHT: f64 = 3.0;
+
+/// The smallest binomial variance of a run's count, n_r p̂ (1 − p̂) (counts²), from which
+/// a side's X² of a share enters the pooled dispersion φ̂: below it X² is far from its χ²
+/// distribution (a share of a few samples per run).
+pub const MIN_POOLED_VARIANCE: f64 = 5.0;
+
+/// With one run per side: the samples a test needs on each side to enter the median of
+/// z² that estimates the dispersion (λ): tests of a few samples have z² far from χ².
+pub const MIN_INFLATION_SAMPLES: i64 = 10;
+
+/// With one run per side: the number of tests with [`MIN_INFLATION_SAMPLES`] on each side
+/// from which λ is estimated; with fewer the dispersion is 1 (sampling noise only).
+pub const MIN_INFLATION_TESTS: usize = 10;
 
 /// What to compare.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,6 +152,10 @@ pub struct Options {
     /// For [`Method::Threshold`] (exact figures on both sides, or a maximum): the change
     /// of a share, in percentage points, from which it is significant.
     pub min_change: f64,
+    /// With several runs on a side: the weight d0 of the pooled dispersion in each share's
+    /// moderated one, in degrees of freedom ([`crate::stats::moderated_dispersion`];
+    /// [`DEFAULT_PRIOR_WEIGHT`]). 0: each share's own alone.
+    pub prior_weight: f64,
 }
 
 impl Default for Options {
@@ -100,6 +165,7 @@ impl Default for Options {
             alpha: DEFAULT_ALPHA,
             correction: Correction::default(),
             min_change: DEFAULT_MIN_CHANGE,
+            prior_weight: DEFAULT_PRIOR_WEIGHT,
         }
     }
 }
@@ -151,16 +217,91 @@ pub struct Amounts {
 }
 
 /// One test of a function's share: the pooled two-proportion z-test of its samples
-/// among all samples of each profile, and its p-value corrected for the number of tests.
+/// among all samples of each side, its z divided by the root of the share's run-to-run
+/// dispersion, and its p-value corrected for the number of tests.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Test {
     /// The standardised difference of the proportions, new minus base (no unit):
-    /// positive when the share grew.
+    /// positive when the share grew. `sampling_z / √dispersion`.
     pub z: f64,
     /// The two-sided p-value of `z`, before the correction (probability, 0 to 1).
     pub p: f64,
     /// `p` after the correction for the number of tests (probability, 0 to 1).
     pub p_adjusted: f64,
+    /// The z of the samples alone ([`two_proportion`] of each side's runs merged): what
+    /// `z` would be if the share varied between runs by binomial noise only.
+    pub sampling_z: f64,
+    /// The variance of the share between runs over its binomial variance that `z`
+    /// allows for, at least 1 ([`Noise`]): the moderated dispersion of this share with
+    /// several runs on a side, the comparison's λ with one run per side, 1 for memory
+    /// counters.
+    pub dispersion: f64,
+    /// The share's own run-to-run variation: Pearson's X² of its samples between the runs
+    /// of each side and their degrees of freedom, summed over the sides
+    /// ([`crate::stats::heterogeneity`]; `smallest_variance` the smaller side's). `None`
+    /// where no side has two runs with it (one run per side, or a share that is 0 or
+    /// 100 % in every run of each side that has several).
+    pub own: Option<Heterogeneity>,
+}
+
+impl Test {
+    /// The test of `sampling_z` (its p-value not yet corrected) with sampling noise only.
+    fn of_samples(sampling_z: f64) -> Test {
+        Test {
+            z: sampling_z,
+            p: two_sided_p(sampling_z),
+            p_adjusted: 1.0,
+            sampling_z,
+            dispersion: 1.0,
+            own: None,
+        }
+    }
+
+    /// Allows for a run-to-run `dispersion` (at least 1): z divided by its root.
+    fn with_dispersion(&mut self, dispersion: f64) {
+        self.dispersion = dispersion;
+        self.z = self.sampling_z / dispersion.sqrt();
+        self.p = two_sided_p(self.z);
+    }
+}
+
+/// How the run-to-run variation of the shares was allowed for: what each test's
+/// [`Test::dispersion`] is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Noise {
+    /// None: the shares' sampling noise only. Memory counters (their sample-equivalents
+    /// are tested as they were) and comparisons without a test ([`Method::Threshold`]).
+    Sampling,
+    /// One run per side: no share's own variation can be measured; every test has the
+    /// same dispersion, from the comparison's own z-scores (genomic control,
+    /// [`crate::stats::inflation`]).
+    Estimated {
+        /// λ = median z² / [`MEDIAN_CHI_SQUARE_1`] over the tests with at least
+        /// [`MIN_INFLATION_SAMPLES`] samples on each side; `None` with fewer than
+        /// [`MIN_INFLATION_TESTS`] of them.
+        inflation: Option<f64>,
+        /// The number of those tests.
+        tests: usize,
+        /// Every test's dispersion: max(1, λ), 1 without λ.
+        dispersion: f64,
+    },
+    /// Several runs on at least one side: each share's own variation measured between
+    /// the runs of each side, moderated by the pooled one
+    /// ([`crate::stats::moderated_dispersion`]).
+    Measured {
+        /// φ̂ as measured: the typical dispersion of the tests whose sides' measurements
+        /// have [`MIN_POOLED_VARIANCE`] ([`crate::stats::typical_dispersion`] of their X²
+        /// and df, summed over those sides); `None` when none has.
+        pooled: Option<f64>,
+        /// φ̂ as used: `pooled`, at least 1.
+        dispersion: f64,
+        /// The number of tests (shares) whose measurement entered `pooled`.
+        tests: usize,
+        /// Σdf of those tests' measurements.
+        df: usize,
+        /// d0 ([`Options::prior_weight`]).
+        prior_weight: f64,
+    },
 }
 
 /// Which of a function's two tests, self and cumulative, is significant; also, for
@@ -262,8 +403,82 @@ pub struct Regression<'a> {
 pub struct Side {
     /// Its files, program and pid ([`describe`]).
     pub description: String,
-    /// The counter and its total.
+    /// The counter and its total (of its runs merged).
     pub measure: Measure,
+    /// The number of runs ([`Runs`]): 1 for one profile.
+    pub runs: usize,
+}
+
+/// One side of a comparison as given: its runs' profiles merged and, when there are
+/// several runs, each run's samples per function, to measure how much each share varies
+/// between them ([`compute_runs`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Runs<'a> {
+    /// The side's runs merged into one profile (for one run, its profile): the side's
+    /// shares, amounts, totals and description are this profile's.
+    pub merged: &'a Profile,
+    /// Each run's samples ([`RunSamples::of`] its own profile, read and reshaped as
+    /// `merged` was: the same view, filters and transforms, so that its samples are
+    /// `merged`'s of that run). Empty, or one, for a side of one run.
+    pub each: &'a [RunSamples],
+}
+
+/// One run's samples of a counter per function, self and cumulative, and in all: what a
+/// side's run-to-run variation is measured from, taken from the run's own profile so
+/// that the profile itself need not be kept ([`Runs::each`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunSamples {
+    /// All samples of the run (signals; for a memory counter, allocations or blocks):
+    /// the n_r of each of its shares. 0 for a run without the counter's values.
+    pub total: i64,
+    /// Per function with a value, by (name, file) as the comparison matches functions:
+    /// (self samples, cumulative samples, each sample once). Where a profile has several
+    /// functions of one name and file, the last, as the comparison takes.
+    pub functions: HashMap<(String, String), (i64, i64)>,
+}
+
+impl RunSamples {
+    /// The samples of `counter` per function in `run`, one run's profile.
+    ///
+    /// # Errors
+    /// Those of [`Measure::select`], naming the run's file (an unknown counter).
+    pub fn of(run: &Profile, counter: &str) -> Result<RunSamples, Error> {
+        let (measure, id) = Measure::select(run, counter)?;
+        let Some(id) = id else {
+            return Ok(RunSamples::default());
+        };
+        let amounts = FunctionAmounts::of(run, id);
+        let mut functions = HashMap::new();
+        for (id, function) in run.functions().iter().enumerate() {
+            let values = amounts.self_values[id];
+            if values == Default::default() && amounts.cumulative[id] == 0 {
+                continue;
+            }
+            functions.insert(
+                (function.name.clone(), run.file(function.file).to_string()),
+                (values.count, amounts.cumulative_counts[id]),
+            );
+        }
+        Ok(RunSamples {
+            total: measure.total.count,
+            functions,
+        })
+    }
+}
+
+impl<'a> Runs<'a> {
+    /// A side of one run.
+    pub fn one(profile: &'a Profile) -> Runs<'a> {
+        Runs {
+            merged: profile,
+            each: &[],
+        }
+    }
+
+    /// The number of runs, at least 1.
+    pub fn count(&self) -> usize {
+        self.each.len().max(1)
+    }
 }
 
 /// A computed comparison.
@@ -287,6 +502,8 @@ pub struct Diff {
     pub critical_z: Option<f64>,
     /// Whether either profile is in the Python view with frames hidden.
     pub python_view: bool,
+    /// How the shares' run-to-run variation was allowed for.
+    pub noise: Noise,
     /// Every function compared (with at least one share tested, or compared with the
     /// threshold): the significant ones first, each group by decreasing
     /// [`Change::size`], then by name.
@@ -356,6 +573,7 @@ fn side(profile: &Profile, counter: &str) -> Result<(Side, FunctionAmounts), Err
     let side = Side {
         description: describe(profile),
         measure,
+        runs: 1,
     };
     Ok((side, amounts))
 }
@@ -421,27 +639,145 @@ fn amounts_of(
     }
 }
 
-/// The z-test of `x1` of `n1` samples against `x2` of `n2`, its p-value not yet
-/// corrected.
+/// The z-test of `x1` of `n1` samples against `x2` of `n2`, with sampling noise only,
+/// its p-value not yet corrected.
 fn test(x1: i64, n1: u64, x2: i64, n2: u64) -> Test {
-    let test = two_proportion(x1.max(0) as u64, n1, x2.max(0) as u64, n2);
-    Test {
-        z: test.z,
-        p: test.p,
-        p_adjusted: 1.0,
+    let test = two_proportion(x1.max(0) as f64, n1 as f64, x2.max(0) as f64, n2 as f64);
+    Test::of_samples(test.z)
+}
+
+/// The samples of one run of a side, per function compared: what the run-to-run
+/// variation of its shares is measured from.
+struct RunCounts {
+    /// All samples of the run: the n_r of every share.
+    total: f64,
+    /// Per function compared (the index of its pair), its self samples and its
+    /// cumulative samples in the run; zeros where the run does not have it.
+    samples: Vec<(i64, i64)>,
+}
+
+/// The samples of `run`, one run of a side, per function compared: `index` gives the
+/// place of a function (name, file) among the `functions` compared. A function of the
+/// run that the merged profiles do not have (none, when the run was read as they were)
+/// is left out.
+fn run_counts(
+    run: &RunSamples,
+    index: &HashMap<(&str, &str), usize>,
+    functions: usize,
+) -> RunCounts {
+    let mut samples = vec![(0, 0); functions];
+    for ((name, file), &counts) in &run.functions {
+        if let Some(&slot) = index.get(&(name.as_str(), file.as_str())) {
+            samples[slot] = counts;
+        }
+    }
+    RunCounts {
+        total: run.total as f64,
+        samples,
     }
 }
 
-/// Compares `new` with `base`.
+/// The run-to-run variation of the share of function `slot` on one side of `runs`
+/// (its self share, or with `cumulative` its cumulative share); `None` for fewer than
+/// two runs.
+fn variation(runs: &[RunCounts], slot: usize, cumulative: bool) -> Option<Heterogeneity> {
+    let replicates: Vec<(f64, f64)> = runs
+        .iter()
+        .map(|run| {
+            let (own, all) = run.samples[slot];
+            let x = if cumulative { all } else { own };
+            (x.max(0) as f64, run.total)
+        })
+        .collect();
+    heterogeneity(&replicates)
+}
+
+/// The two sides' measurements of one share summed: X² and degrees of freedom added,
+/// the smaller of the smallest variances.
+fn both_sides(base: Option<Heterogeneity>, new: Option<Heterogeneity>) -> Option<Heterogeneity> {
+    match (base, new) {
+        (Some(a), Some(b)) => Some(Heterogeneity {
+            chi_square: a.chi_square + b.chi_square,
+            df: a.df + b.df,
+            smallest_variance: a.smallest_variance.min(b.smallest_variance),
+        }),
+        (one, None) | (None, one) => one,
+    }
+}
+
+/// What the pooled dispersion and λ are computed from, gathered while the tests are
+/// made.
+#[derive(Default)]
+struct Pool {
+    /// Per test (share) with a side's measurement of [`MIN_POOLED_VARIANCE`]: X² and df
+    /// of those sides, summed.
+    measured: Vec<(f64, usize)>,
+    /// The sampling z of every test with [`MIN_INFLATION_SAMPLES`] on each side.
+    z: Vec<f64>,
+}
+
+impl Pool {
+    /// Counts in the measurements of one share on each side.
+    fn add(&mut self, sides: [Option<Heterogeneity>; 2]) {
+        let (mut chi_square, mut df) = (0.0, 0);
+        for side in sides.into_iter().flatten() {
+            if side.smallest_variance >= MIN_POOLED_VARIANCE {
+                chi_square += side.chi_square;
+                df += side.df;
+            }
+        }
+        if df > 0 {
+            self.measured.push((chi_square, df));
+        }
+    }
+
+    /// How the variation of the shares is allowed for, with `several` runs on a side or
+    /// one per side.
+    fn noise(&self, several: bool, prior_weight: f64) -> Noise {
+        if several {
+            let pooled = typical_dispersion(&self.measured);
+            Noise::Measured {
+                pooled,
+                dispersion: pooled.unwrap_or(1.0).max(1.0),
+                tests: self.measured.len(),
+                df: self.measured.iter().map(|&(_, df)| df).sum(),
+                prior_weight,
+            }
+        } else {
+            let inflation = inflation(&self.z, MIN_INFLATION_TESTS);
+            Noise::Estimated {
+                inflation,
+                tests: self.z.len(),
+                dispersion: inflation.unwrap_or(1.0).max(1.0),
+            }
+        }
+    }
+}
+
+/// Compares `new` with `base`, one profile each: [`compute_runs`] with one run per side.
 ///
 /// # Errors
-/// [`Error::Report`] naming the profile at fault if either has no counter
+/// Those of [`compute_runs`].
+pub fn compute(base: &Profile, new: &Profile, options: &Options) -> Result<Diff, Error> {
+    compute_runs(Runs::one(base), Runs::one(new), options)
+}
+
+/// Compares the runs of `new` with those of `base`: the shares of each side's runs
+/// merged, each change's test allowing for how much the share varies from run to run
+/// ([`Noise`]; module documentation).
+///
+/// # Errors
+/// [`Error::Report`] naming the profile at fault if a side's has no counter
 /// `options.counter`, the counter is neither a tick counter nor a memory counter, or it
 /// has no samples (no bytes) in it; those of [`Measure::select`].
-pub fn compute(base: &Profile, new: &Profile, options: &Options) -> Result<Diff, Error> {
-    let (base_side, base_amounts) = side(base, &options.counter)?;
-    let (new_side, new_amounts) = side(new, &options.counter)?;
+pub fn compute_runs(base: Runs, new: Runs, options: &Options) -> Result<Diff, Error> {
+    let (mut base_side, base_amounts) = side(base.merged, &options.counter)?;
+    let (mut new_side, new_amounts) = side(new.merged, &options.counter)?;
+    base_side.runs = base.count();
+    new_side.runs = new.count();
     let method = method_of(&base_side, &new_side, options);
+    let (base_runs, new_runs) = (base, new);
+    let (base, new) = (base.merged, new.merged);
 
     // The functions with a value on either side, matched by (name, file).
     let mut pairs: Vec<(Option<FunctionId>, Option<FunctionId>)> = Vec::new();
@@ -466,6 +802,19 @@ pub fn compute(base: &Profile, new: &Profile, options: &Options) -> Result<Diff,
         }
     }
 
+    // Each run's samples per function, where a side has several runs: sampled counters
+    // only (memory counters are tested on their sample-equivalents alone).
+    let per_run = |runs: Runs| -> Vec<RunCounts> {
+        if method != Method::Samples || runs.each.len() < 2 {
+            return Vec::new();
+        }
+        runs.each
+            .iter()
+            .map(|run| run_counts(run, &index, pairs.len()))
+            .collect()
+    };
+    let (base_counts, new_counts) = (per_run(base_runs), per_run(new_runs));
+
     let n = |side: &Side| {
         let total = side.measure.total;
         observations(method, side.measure.rate_bytes(), total.count, total.amount).max(0) as u64
@@ -475,9 +824,11 @@ pub fn compute(base: &Profile, new: &Profile, options: &Options) -> Result<Diff,
         base_side.measure.total.amount,
         new_side.measure.total.amount,
     );
+    let mut pool = Pool::default();
     let mut changes: Vec<Change> = pairs
         .iter()
-        .filter_map(|&(in_base, in_new)| {
+        .enumerate()
+        .filter_map(|(slot, &(in_base, in_new))| {
             let label = match (in_new, in_base) {
                 (Some(id), _) => Label::of(new, new.function(id)),
                 (None, Some(id)) => Label::of(base, base.function(id)),
@@ -506,6 +857,23 @@ pub fn compute(base: &Profile, new: &Profile, options: &Options) -> Result<Diff,
             }
             let change = after.self_percent - before.self_percent;
             let cumulative_change = after.cumulative_percent - before.cumulative_percent;
+            // The test of one share, x1 → x2 samples, with its run-to-run variation
+            // measured and gathered into the pool.
+            let mut share_test = |x1: i64, x2: i64, cumulative: bool| {
+                let mut made = test(x1, n1, x2, n2);
+                if method == Method::Samples {
+                    let sides = [
+                        variation(&base_counts, slot, cumulative),
+                        variation(&new_counts, slot, cumulative),
+                    ];
+                    pool.add(sides);
+                    made.own = both_sides(sides[0], sides[1]);
+                    if x1 >= MIN_INFLATION_SAMPLES && x2 >= MIN_INFLATION_SAMPLES {
+                        pool.z.push(made.sampling_z);
+                    }
+                }
+                made
+            };
             let (tests, significant) = match method {
                 Method::Threshold { min_change, .. } => {
                     let beyond = |compared: bool, points: f64| {
@@ -522,9 +890,9 @@ pub fn compute(base: &Profile, new: &Profile, options: &Options) -> Result<Diff,
                 Method::Samples | Method::SampledBytes { .. } => (
                     (
                         self_compared
-                            .then(|| test(before.self_samples, n1, after.self_samples, n2)),
+                            .then(|| share_test(before.self_samples, after.self_samples, false)),
                         cumulative_compared.then(|| {
-                            test(before.cumulative_samples, n1, after.cumulative_samples, n2)
+                            share_test(before.cumulative_samples, after.cumulative_samples, true)
                         }),
                     ),
                     // Set once the p-values are corrected.
@@ -543,6 +911,35 @@ pub fn compute(base: &Profile, new: &Profile, options: &Options) -> Result<Diff,
             })
         })
         .collect();
+
+    // Each test allows for its share's run-to-run variation.
+    let noise = match method {
+        Method::Samples => pool.noise(
+            base_side.runs > 1 || new_side.runs > 1,
+            options.prior_weight,
+        ),
+        Method::SampledBytes { .. } | Method::Threshold { .. } => Noise::Sampling,
+    };
+    for change in &mut changes {
+        for test in [&mut change.test, &mut change.cumulative_test]
+            .into_iter()
+            .flatten()
+        {
+            match noise {
+                Noise::Sampling => {}
+                Noise::Estimated { dispersion, .. } => test.with_dispersion(dispersion),
+                Noise::Measured {
+                    dispersion,
+                    prior_weight,
+                    ..
+                } => test.with_dispersion(moderated_dispersion(
+                    test.own.map(|own| (own.chi_square, own.df)),
+                    dispersion,
+                    prior_weight,
+                )),
+            }
+        }
+    }
 
     // One correction over every test made, self and cumulative.
     let p: Vec<f64> = changes
@@ -589,6 +986,7 @@ pub fn compute(base: &Profile, new: &Profile, options: &Options) -> Result<Diff,
         tests,
         critical_z,
         python_view: base.hidden_nodes > 0 || new.hidden_nodes > 0,
+        noise,
         changes,
     })
 }
@@ -689,10 +1087,82 @@ fn listed<'a>(diff: &'a Diff, output: &Output) -> &'a [Change] {
     &diff.changes[..count]
 }
 
+/// The test's allowance for run-to-run variation, in words ([`Noise`]): `run-to-run
+/// variation measured between 3 base runs and 3 new runs: typical dispersion 1.84 (of 52
+/// tests, 208 df), each function's own moderated by it (prior weight 3)`, or with one run
+/// per side `one run per side: run-to-run variation estimated from the comparison's own
+/// z-scores (dispersion 1.31, …); give several runs per side (…) to measure each
+/// function's own`. `None` for sampling noise only.
+fn noise_in_words(diff: &Diff) -> Option<String> {
+    const SEVERAL: &str =
+        "give several runs per side (--diff B1 B2 B3 -- N1 N2 N3) to measure each function's own";
+    let tests_with = |tests: usize| {
+        format!(
+            "{} with at least {MIN_INFLATION_SAMPLES} samples on each side",
+            counted(tests, "test")
+        )
+    };
+    match diff.noise {
+        Noise::Sampling => None,
+        Noise::Estimated {
+            inflation: Some(inflation),
+            tests,
+            dispersion,
+        } => {
+            let how = format!(
+                "the median z² of the {} / {MEDIAN_CHI_SQUARE_1:.3}",
+                tests_with(tests)
+            );
+            let value = if inflation >= 1.0 {
+                format!("dispersion {dispersion:.2}, {how}")
+            } else {
+                format!("dispersion {dispersion:.2}: {how} is {inflation:.2}, at least 1 is used")
+            };
+            Some(format!(
+                "one run per side: run-to-run variation estimated from the comparison's own z-scores ({value}); {SEVERAL}"
+            ))
+        }
+        Noise::Estimated {
+            inflation: None,
+            tests,
+            ..
+        } => Some(format!(
+            "one run per side: too few tests to estimate run-to-run variation from the comparison's own z-scores ({}, {MIN_INFLATION_TESTS} needed), sampling noise only; {SEVERAL}",
+            tests_with(tests)
+        )),
+        Noise::Measured {
+            pooled,
+            dispersion,
+            tests,
+            df,
+            prior_weight,
+        } => {
+            let pooled = match pooled {
+                Some(pooled) if pooled >= 1.0 => format!(
+                    "typical dispersion {pooled:.2} (of {}, {df} df)",
+                    counted(tests, "test")
+                ),
+                Some(pooled) => format!(
+                    "typical dispersion {pooled:.2} (of {}, {df} df; at least 1 is used)",
+                    counted(tests, "test")
+                ),
+                None => format!(
+                    "no share with a binomial variance of at least {MIN_POOLED_VARIANCE} samples² in each run to measure a typical dispersion ({dispersion:.2} used)"
+                ),
+            };
+            Some(format!(
+                "run-to-run variation measured between {} and {}: {pooled}, each function's own moderated by it (prior weight {prior_weight})",
+                counted(diff.base.runs, "base run"),
+                counted(diff.new.runs, "new run"),
+            ))
+        }
+    }
+}
+
 /// One sentence on the test: `two-proportion z-test (pooled) on each function's self
-/// samples and on its cumulative samples (…), Bonferroni correction over 199 tests of 155
-/// functions, alpha 0.01`; for sampled bytes, how they are counted in samples; without a
-/// test, why and the threshold.
+/// samples and on its cumulative samples (…), <run-to-run variation>, Bonferroni
+/// correction over 199 tests of 155 functions, alpha 0.01` ([`noise_in_words`]); for
+/// sampled bytes, how they are counted in samples; without a test, why and the threshold.
 fn method(diff: &Diff) -> String {
     let correction = || {
         format!(
@@ -706,7 +1176,13 @@ fn method(diff: &Diff) -> String {
     let bytes = |rate: f64| memory::format_bytes(rate.round() as i64);
     match diff.method {
         Method::Samples => format!(
-            "two-proportion z-test (pooled) on each function's self samples and on its cumulative samples (n = all samples of each profile), {}",
+            "two-proportion z-test (pooled) on each function's self samples and on its cumulative samples (n = all samples of each {}), {}{}",
+            if diff.base.runs > 1 || diff.new.runs > 1 {
+                "side's runs merged"
+            } else {
+                "profile"
+            },
+            noise_in_words(diff).map_or_else(String::new, |noise| noise + ", "),
             correction()
         ),
         Method::SampledBytes {
@@ -855,13 +1331,15 @@ fn title(diff: &Diff, arrow: &str) -> String {
 ///
 /// ```text
 /// pyigprof-analyse: PERF_TICKS self and cumulative shares per function, base -> new
-/// base: base.gz: python3 app.py (pid 1): 3754 samples, 3760 ticks of 4.000 ms = 15.040 s
-/// new: new.gz: python3 app.py (pid 2): 3744 samples, 3758 ticks of 4.000 ms = 15.032 s
-/// test: two-proportion z-test (pooled) on …, Bonferroni correction over 199 tests of 155 functions, alpha 0.01: significant when |z| >= 4.05
+/// base: b1.gz, b2.gz: python3 app.py (pid 1), python3 app.py (pid 2): 7509 samples, 7521 ticks of 4.000 ms = 30.084 s
+/// new: new.gz: python3 app.py (pid 3): 3744 samples, 3758 ticks of 4.000 ms = 15.032 s
+/// test: two-proportion z-test (pooled) on …, run-to-run variation measured between 2 base runs and 1 new run: dispersion 1.08 pooled over 53 tests (53 df), each function's own moderated by it (prior weight 10), Bonferroni correction over 236 tests of 185 functions, alpha 0.01: significant when |z| >= 4.09
 ///  base %  new %  change …      z  p (adj.)  base cum %  new cum %  cum change …  cum z  cum p (adj.)  signif.  function  (file)
-///    6.44   7.56   +1.12 …  +1.98     1.000       30.93      36.77       +5.84 …  +5.33        1.9e-5      cum  python_work (/work/app.py:22)
-/// result: 5 significant change(s): python_work (/work/app.py:22) +5.84 points cumulative; …
+///    6.18   7.56   +1.37 …  +2.77     1.000       30.55      36.77       +6.22 …  +6.51        1.7e-8      cum  python_work (/work/app.py:22)
+/// result: 6 significant change(s): python_work (/work/app.py:22) +6.22 points cumulative; …
 /// ```
+///
+/// The amounts (seconds, events, bytes) of a side of several runs are their sums.
 ///
 /// A test not made (a function with no self samples, or on every sample of both
 /// profiles; every test with [`Method::Threshold`]) has `-` as its z and p. For memory
@@ -943,7 +1421,8 @@ fn markdown_name(label: &Label) -> String {
 
 /// Writes `diff` as markdown for a pull-request comment: a heading, the two profiles,
 /// the method, the verdict in bold, and the table of [`write_text`] with one row per
-/// function.
+/// function; with run-to-run variation measured ([`Noise::Measured`]), a second table of
+/// each listed function's dispersions per test, its own and the one its z allows for.
 ///
 /// # Errors
 /// Those of `out`.
@@ -1014,6 +1493,48 @@ pub fn write_markdown(diff: &Diff, output: &Output, out: &mut dyn Write) -> io::
             diff.changes.len() - listed.len()
         )?;
     }
+    if matches!(diff.noise, Noise::Measured { .. }) {
+        write_dispersions(listed, out)?;
+    }
+    Ok(())
+}
+
+/// The dispersion cells of `test`: its own (`2.31 (4 df)`, `-` where not measured) and
+/// the one its z allows for; `-` for both when it was not made.
+fn dispersion_cells(test: Option<Test>) -> [String; 2] {
+    match test {
+        Some(test) => [
+            test.own
+                .and_then(|own| Some(format!("{:.2} ({} df)", own.dispersion()?, own.df)))
+                .unwrap_or_else(|| NOT_TESTED.to_string()),
+            format!("{:.2}", test.dispersion),
+        ],
+        None => [NOT_TESTED.to_string(), NOT_TESTED.to_string()],
+    }
+}
+
+/// The markdown table of each listed function's run-to-run variation, per test: its
+/// own dispersion measured between the runs (with its degrees of freedom) and the
+/// moderated one its z was divided by the root of.
+fn write_dispersions(listed: &[Change], out: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "\nRun-to-run variation per test: the variance of the share between the runs of each side over its binomial variance (1: sampling noise only), the function's own (degrees of freedom) and, moderated by the pooled one, what its z allows for (z = sampling z / √dispersion).\n"
+    )?;
+    writeln!(
+        out,
+        "| function | own dispersion | dispersion used | own cum dispersion | cum dispersion used |"
+    )?;
+    writeln!(out, "|---|--:|--:|--:|--:|")?;
+    for change in listed {
+        let [own, used] = dispersion_cells(change.test);
+        let [cumulative_own, cumulative_used] = dispersion_cells(change.cumulative_test);
+        writeln!(
+            out,
+            "| {} | {own} | {used} | {cumulative_own} | {cumulative_used} |",
+            markdown_name(&change.label)
+        )?;
+    }
     Ok(())
 }
 
@@ -1036,6 +1557,25 @@ C1 FN2=(F2=(/work/other.py)+1 N=(g))+0 V0:(5,5,1)
 ";
 
     /// The change of the function whose location starts with `location`.
+    /// `diff` as `write` renders it with `limit` rows and no threshold.
+    fn rendered(
+        diff: &Diff,
+        limit: usize,
+        write: fn(&Diff, &Output, &mut dyn Write) -> io::Result<()>,
+    ) -> String {
+        let mut out = Vec::new();
+        write(
+            diff,
+            &Output {
+                limit,
+                fail_on: None,
+            },
+            &mut out,
+        )
+        .unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
     fn find<'a>(diff: &'a Diff, location: &str) -> &'a Change {
         diff.changes
             .iter()
@@ -1277,5 +1817,252 @@ C2 FN4=(F0+20 N=(other))+1 V0:(4b,4b,1)
         )
         .unwrap();
         assert_eq!(diff.significant().count(), 0);
+    }
+    /// A profile of one run of `python3 app.py`: each (name, samples) a function of
+    /// /work/app.py called by nothing and calling nothing (its cumulative samples are its
+    /// self samples), each sample one tick.
+    fn leaves(file: &str, pid: u32, samples: &[(String, u64)]) -> Profile {
+        let mut text = format!("P=(HEX ID={pid:x} N=(python3 app.py) T=0.004000)\n");
+        for (index, (name, count)) in samples.iter().enumerate() {
+            let (source, counter) = if index == 0 {
+                ("F0=(/work/app.py)", "=(PERF_TICKS)")
+            } else {
+                ("F0", "")
+            };
+            text.push_str(&format!(
+                "C1 FN{index:x}=({source}+{:x} N=({name}))+0 V0{counter}:({count:x},{count:x},1)\n",
+                index + 1
+            ));
+        }
+        load(file, text.as_bytes())
+    }
+
+    /// Runs in which f has `f` samples and g0…g39 have 20 each.
+    fn runs_of_f(f: &[u64]) -> Vec<Profile> {
+        f.iter()
+            .enumerate()
+            .map(|(run, &f)| {
+                let mut samples = vec![("f".to_string(), f)];
+                samples.extend((0..40).map(|g| (format!("g{g}"), 20)));
+                leaves(&format!("run{run}.txt"), run as u32 + 1, &samples)
+            })
+            .collect()
+    }
+
+    /// The profiles of `runs` merged: their dumps read one after the other.
+    fn merged(f: &[u64]) -> Profile {
+        let mut profile = Profile::new();
+        for (run, &f) in f.iter().enumerate() {
+            let mut text = format!("P=(HEX ID={:x} N=(python3 app.py) T=0.004000)\n", run + 1);
+            text.push_str(&format!(
+                "C1 FN0=(F0=(/work/app.py)+1 N=(f))+0 V0=(PERF_TICKS):({f:x},{f:x},1)\n"
+            ));
+            for g in 0..40 {
+                text.push_str(&format!(
+                    "C1 FN{:x}=(F0+{:x} N=(g{g}))+0 V0:(14,14,1)\n",
+                    g + 1,
+                    g + 2
+                ));
+            }
+            crate::parse::load_reader(&mut profile, &format!("run{run}.txt"), text.as_bytes())
+                .unwrap();
+        }
+        profile
+    }
+
+    #[test]
+    fn a_function_that_varies_between_runs_has_its_z_shrunk() {
+        // f: 100, 200, 300 samples in the base runs (of 900, 1000, 1100), 250, 350, 450 in
+        // the new ones: its share grew from 600/3000 = 20 % to 1050/3450 = 30.4 %, but it
+        // moves by ±80 samples between runs of the same side where binomial noise is ±13.
+        // g0…g39: 20 samples in every run (shares that move with the totals only).
+        let (base_f, new_f) = ([100, 200, 300], [250, 350, 450]);
+        let (base_each, new_each) = (runs_of_f(&base_f), runs_of_f(&new_f));
+        let samples = |runs: &[Profile]| -> Vec<RunSamples> {
+            runs.iter()
+                .map(|run| RunSamples::of(run, "PERF_TICKS").unwrap())
+                .collect()
+        };
+        let (base_samples, new_samples) = (samples(&base_each), samples(&new_each));
+        assert_eq!(base_samples[1].total, 1000);
+        assert_eq!(
+            base_samples[1].functions[&("f".to_string(), "/work/app.py".to_string())],
+            (200, 200)
+        );
+        let (base_merged, new_merged) = (merged(&base_f), merged(&new_f));
+        let runs = |merged, each| Runs { merged, each };
+        let diff = compute_runs(
+            runs(&base_merged, &base_samples),
+            runs(&new_merged, &new_samples),
+            &Options::default(),
+        )
+        .unwrap();
+        assert_eq!((diff.base.runs, diff.new.runs), (3, 3));
+        let f = find(&diff, "/work/app.py:1");
+        let test = f.test.unwrap();
+        // The z of the samples alone: p̂ = 1650/6450, z = (1050/3450 − 0.2) / √(p̂ (1 − p̂)
+        // (1/3000 + 1/3450)) = 9.57.
+        let pooled: f64 = 1650.0 / 6450.0;
+        let sampling_z = (1050.0 / 3450.0 - 0.2)
+            / (pooled * (1.0 - pooled) * (1.0 / 3000.0 + 1.0 / 3450.0)).sqrt();
+        assert!((test.sampling_z - sampling_z).abs() < 1e-9, "{test:?}");
+        // Its own X²: base p̂ 0.2, expected 180, 200, 220, variances n p̂ (1 − p̂) 144,
+        // 160, 176: 80²/144 + 0 + 80²/176; new p̂ = 1050/3450, the same way.
+        let chi_square = |f: [f64; 3], n: [f64; 3]| {
+            let p = f.iter().sum::<f64>() / n.iter().sum::<f64>();
+            (0..3)
+                .map(|r| (f[r] - n[r] * p).powi(2) / (n[r] * p * (1.0 - p)))
+                .sum::<f64>()
+        };
+        let own = chi_square([100.0, 200.0, 300.0], [900.0, 1000.0, 1100.0])
+            + chi_square([250.0, 350.0, 450.0], [1050.0, 1150.0, 1250.0]);
+        let measured = test.own.unwrap();
+        assert!((measured.chi_square - own).abs() < 1e-9, "{measured:?}");
+        assert_eq!(measured.df, 4);
+        // The g's X² are all but 0: the pooled dispersion (f's two tests, 8 df, and the
+        // g's 80 tests, 320 df) is below 1, so 1 is used: f's moderated dispersion is
+        // (d0 × 1 + X²) / (d0 + 4), its z 9.57 / √that (2.3 for d0 = 3, 3.1 for 10): not
+        // significant (Bonferroni over 82 tests: |z| ≥ 3.84).
+        let Noise::Measured {
+            pooled: Some(pooled),
+            dispersion,
+            tests,
+            df,
+            prior_weight,
+        } = diff.noise
+        else {
+            panic!("{:?}", diff.noise)
+        };
+        assert!(pooled < 1.0, "{pooled}");
+        let d0 = DEFAULT_PRIOR_WEIGHT;
+        assert_eq!((dispersion, tests, df, prior_weight), (1.0, 82, 328, d0));
+        let moderated = (d0 + own) / (d0 + 4.0);
+        assert!((test.dispersion - moderated).abs() < 1e-9, "{test:?}");
+        assert!(
+            (test.z - sampling_z / moderated.sqrt()).abs() < 1e-9,
+            "{test:?}"
+        );
+        assert!(test.z > 2.0 && test.z < 3.84, "{test:?}");
+        assert_eq!(f.cumulative_test, f.test);
+        assert_eq!(f.significant, Significance::No);
+        // The g's keep their z: their shares fell from 60/3000 to 60/3450 (z −0.77), and
+        // nothing varies between runs beyond the totals' change.
+        for change in diff
+            .changes
+            .iter()
+            .filter(|c| c.label.name.starts_with('g'))
+        {
+            let test = change.test.unwrap();
+            assert_eq!(
+                (test.dispersion, test.z),
+                (1.0, test.sampling_z),
+                "{change:?}"
+            );
+            assert!((test.z + 0.7734).abs() < 1e-4, "{change:?}");
+        }
+
+        // The test line says what was measured.
+        let text = rendered(&diff, 3, write_text);
+        let line = text.lines().find(|l| l.starts_with("test: ")).unwrap();
+        assert_eq!(
+            line,
+            format!(
+                "test: two-proportion z-test (pooled) on each function's self samples and on its cumulative samples (n = all samples of each side's runs merged), run-to-run variation measured between 3 base runs and 3 new runs: typical dispersion {pooled:.2} (of 82 tests, 328 df; at least 1 is used), each function's own moderated by it (prior weight {d0}), Bonferroni correction over 82 tests of 41 functions, alpha 0.01: significant when |z| >= 3.84"
+            )
+        );
+        // The markdown gives each listed function's dispersions.
+        let markdown = rendered(&diff, 1, write_markdown);
+        assert!(
+            markdown.contains(&format!(
+                "| own dispersion | dispersion used | own cum dispersion | cum dispersion used |\n|---|--:|--:|--:|--:|\n| `f` (`/work/app.py:1`) | {:.2} (4 df) | {moderated:.2} | {:.2} (4 df) | {moderated:.2} |\n",
+                own / 4.0,
+                own / 4.0
+            )),
+            "{markdown}"
+        );
+
+        // With one run per side (the first of each), nothing is measured per function:
+        // the dispersion comes from the z-scores, here below 1 (1 used), and f is
+        // significant on its samples alone (100/900 → 250/1050).
+        let diff = compute(&base_each[0], &new_each[0], &Options::default()).unwrap();
+        assert!(
+            matches!(diff.noise, Noise::Estimated { inflation: Some(l), tests: 82, dispersion } if l < 1.0 && dispersion == 1.0),
+            "{:?}",
+            diff.noise
+        );
+        assert_eq!(
+            find(&diff, "/work/app.py:1").significant,
+            Significance::Both
+        );
+    }
+
+    #[test]
+    fn one_run_per_side_divides_every_z_by_the_root_of_lambda() {
+        // 20 functions of 50 samples each in base; in new, ten of 35 and ten of 65: every
+        // share moves by ±1.5 points, several times its binomial noise. z = +1.4408 (50 →
+        // 65 of 1000) or −1.6628 (50 → 35), twice each (self and cumulative): the median
+        // of the 40 z² is (1.4408² + 1.6628²) / 2 = 2.4205, λ = 2.4205 / 0.45494 = 5.3204.
+        let base: Vec<(String, u64)> = (0..20).map(|i| (format!("h{i}"), 50)).collect();
+        let new: Vec<(String, u64)> = (0..20)
+            .map(|i| (format!("h{i}"), if i % 2 == 0 { 35 } else { 65 }))
+            .collect();
+        let diff = compute(
+            &leaves("base.txt", 1, &base),
+            &leaves("new.txt", 2, &new),
+            &Options::default(),
+        )
+        .unwrap();
+        let z = |x1: f64, x2: f64| {
+            let p = (x1 + x2) / 2000.0;
+            (x2 / 1000.0 - x1 / 1000.0) / (p * (1.0 - p) * 0.002).sqrt()
+        };
+        let (up, down) = (z(50.0, 65.0), z(50.0, 35.0));
+        let lambda = (up * up + down * down) / 2.0 / MEDIAN_CHI_SQUARE_1;
+        assert!((lambda - 5.3204).abs() < 1e-3, "{lambda}");
+        let Noise::Estimated {
+            inflation: Some(inflation),
+            tests: 40,
+            dispersion,
+        } = diff.noise
+        else {
+            panic!("{:?}", diff.noise)
+        };
+        assert!((inflation - lambda).abs() < 1e-9 && dispersion == inflation);
+        for change in &diff.changes {
+            for test in [change.test, change.cumulative_test] {
+                let test = test.unwrap();
+                assert_eq!(test.own, None);
+                assert_eq!(test.dispersion, lambda);
+                assert!((test.z - test.sampling_z / lambda.sqrt()).abs() < 1e-12);
+                assert!(test.sampling_z == up || test.sampling_z == down, "{test:?}");
+            }
+            assert_eq!(change.significant, Significance::No, "{change:?}");
+        }
+        let text = rendered(&diff, 1, write_text);
+        assert!(
+            text.contains("\ntest: two-proportion z-test (pooled) on each function's self samples and on its cumulative samples (n = all samples of each profile), one run per side: run-to-run variation estimated from the comparison's own z-scores (dispersion 5.32, the median z² of the 40 tests with at least 10 samples on each side / 0.455); give several runs per side (--diff B1 B2 B3 -- N1 N2 N3) to measure each function's own, Bonferroni correction over 40 tests of 20 functions, alpha 0.01: significant when |z| >= 3.66\n"),
+            "{text}"
+        );
+        // No table of dispersions in markdown: they are all the same.
+        let markdown = rendered(&diff, 1, write_markdown);
+        assert!(!markdown.contains("own dispersion"));
+
+        // Too few tests with 10 samples on each side (f and g of the first test: 2 of 6):
+        // sampling noise only, and the line says why.
+        let diff = compute(
+            &load("base.txt", BASE),
+            &load("new.txt", NEW),
+            &Options::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            diff.noise,
+            Noise::Estimated {
+                inflation: None,
+                tests: 4,
+                dispersion: 1.0
+            }
+        );
+        assert!(method(&diff).contains(", one run per side: too few tests to estimate run-to-run variation from the comparison's own z-scores (4 tests with at least 10 samples on each side, 10 needed), sampling noise only; give several runs per side (--diff B1 B2 B3 -- N1 N2 N3) to measure each function's own, Bonferroni correction over 6 tests"), "{}", method(&diff));
     }
 }

@@ -172,7 +172,11 @@ pub unsafe fn fix_up(info: *const libc::siginfo_t, uc: *mut libc::c_void) -> boo
 /// read is recovered; any other ends that process at once (`exit_group(1)`: not the profiled
 /// one, and without running the program's fault handler in a copy of it, which would print
 /// into the program's stderr). Async-signal-safe: direct system calls only.
-pub extern "C" fn recover_or_exit(
+///
+/// # Safety
+/// Only the kernel calls it, as an `SA_SIGINFO` handler: `info` and `uc` are what it
+/// passed.
+pub unsafe extern "C" fn recover_or_exit(
     _signal: libc::c_int,
     info: *mut libc::siginfo_t,
     uc: *mut libc::c_void,

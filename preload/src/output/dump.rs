@@ -420,9 +420,116 @@ pub fn name_frames(sampler: &Sampler, stacks: &[Vec<u64>]) -> Vec<Vec<Named>> {
         .collect()
 }
 
+/// What a trace-tree node had counted when a window was written
+/// ([`crate::output::windows`]): samples, ticks, and its `MEM_TOTAL` allocations and bytes.
+pub type NodeCounts = [u64; 4];
+
+/// A node's counts for a profile: its counters as they are, or, for a window, what they
+/// counted since `before` (indexed by node; a node past its end counted nothing before),
+/// the counters as read going to `after`.
+struct Counting<'a> {
+    window: Option<(&'a [NodeCounts], &'a mut Vec<NodeCounts>)>,
+}
+
+impl Counting<'_> {
+    /// `(samples, ticks, memory)` of node `index`.
+    fn of(&mut self, index: u32, node: &crate::record::trace::Node) -> (u64, u64, Memory) {
+        let samples = node.samples.load(Ordering::Relaxed);
+        let ticks = node.ticks.load(Ordering::Relaxed);
+        let mut memory = Memory::of(node.memory.load(Ordering::Relaxed));
+        let Some((before, after)) = &mut self.window else {
+            return (samples, ticks, memory);
+        };
+        let now = [samples, ticks, memory.total.0, memory.total.1];
+        let i = index as usize;
+        if after.len() <= i {
+            after.resize(i + 1, [0; 4]);
+        }
+        after[i] = now;
+        let was = before.get(i).copied().unwrap_or([0; 4]);
+        // Allocations since the window's start; what is live is what is live now.
+        memory.total = (now[2].saturating_sub(was[2]), now[3].saturating_sub(was[3]));
+        (
+            samples.saturating_sub(was[0]),
+            ticks.saturating_sub(was[1]),
+            memory,
+        )
+    }
+}
+
 impl Profile {
-    /// Merges the trace trees of every thread of `sampler` (sampling must have stopped).
+    /// Merges the trace trees of every thread of `sampler` (sampling must have stopped,
+    /// or the trees are read as the threads insert: a sample in flight is counted later).
     pub fn collect(sampler: &Sampler) -> Profile {
+        Profile::collect_counting(sampler, Counting { window: None })
+    }
+
+    /// The profile of a window: what the trace trees counted since `before` (the counts
+    /// of each node when the previous window was written, [`NodeCounts`]), read while the
+    /// threads insert, their counts now going to `after`; the nodes that counted nothing
+    /// in the window are left out. The statistics are the run's: the caller replaces them.
+    pub fn collect_window(
+        sampler: &Sampler,
+        before: &[NodeCounts],
+        after: &mut Vec<NodeCounts>,
+    ) -> Profile {
+        after.clear();
+        let mut profile = Profile::collect_counting(
+            sampler,
+            Counting {
+                window: Some((before, after)),
+            },
+        );
+        profile.prune();
+        profile
+    }
+
+    /// Leaves out the nodes whose subtree counted nothing (no samples, ticks or memory).
+    fn prune(&mut self) {
+        // Post-order: a node is kept when it or a child kept has counts.
+        let mut keep = vec![false; self.nodes.len()];
+        let mut order: Vec<u32> = Vec::with_capacity(self.nodes.len());
+        let mut stack = vec![0u32];
+        while let Some(index) = stack.pop() {
+            order.push(index);
+            stack.extend(self.nodes[index as usize].children.iter().copied());
+        }
+        for &index in order.iter().rev() {
+            let node = &self.nodes[index as usize];
+            keep[index as usize] = node.samples > 0
+                || node.ticks > 0
+                || !node.memory.is_empty()
+                || node.memory.live.1 > 0
+                || node.children.iter().any(|&c| keep[c as usize]);
+        }
+        keep[0] = true;
+        // The nodes kept, renumbered in their order (a parent before its children).
+        let mut renumbered = vec![u32::MAX; self.nodes.len()];
+        let mut next = 0u32;
+        for (index, &kept) in keep.iter().enumerate() {
+            if kept {
+                renumbered[index] = next;
+                next += 1;
+            }
+        }
+        let nodes = std::mem::take(&mut self.nodes);
+        self.nodes = nodes
+            .into_iter()
+            .zip(&keep)
+            .filter(|(_, &kept)| kept)
+            .map(|(mut node, _)| {
+                node.children = node
+                    .children
+                    .iter()
+                    .filter(|&&c| keep[c as usize])
+                    .map(|&c| renumbered[c as usize])
+                    .collect();
+                node
+            })
+            .collect();
+    }
+
+    fn collect_counting(sampler: &Sampler, mut counting: Counting<'_>) -> Profile {
         // The writing thread's bytes since its last recorded allocation.
         crate::sources::allocations::flush_thread_bytes();
         let mut resolver = Resolver::new(sampler);
@@ -440,8 +547,9 @@ impl Profile {
         for root in sampler.slots.roots() {
             // path[d] = merged node at depth d (path[0] = root).
             let mut path: Vec<u32> = vec![0];
-            sampler.trees.walk(root, &mut |depth, node| {
+            sampler.trees.walk(root, &mut |depth, index, node| {
                 path.truncate(depth);
+                let (samples, ticks, memory) = counting.of(index, node);
                 let parent = path[depth - 1];
                 let (mut function, mut offset) = resolver.resolve(node.key.load(Ordering::Relaxed));
                 // Code outside every object called by the evaluator (a Python frame in the
@@ -458,10 +566,9 @@ impl Profile {
                     // program's: their callees hang under their caller.
                     path.push(parent);
                     let out = &mut nodes[parent as usize];
-                    out.samples += node.samples.load(Ordering::Relaxed);
-                    out.ticks += node.ticks.load(Ordering::Relaxed);
-                    out.memory
-                        .add(Memory::of(node.memory.load(Ordering::Relaxed)));
+                    out.samples += samples;
+                    out.ticks += ticks;
+                    out.memory.add(memory);
                     return;
                 }
                 let index = *edges.entry((parent, function, offset)).or_insert_with(|| {
@@ -478,10 +585,9 @@ impl Profile {
                     index
                 });
                 let out = &mut nodes[index as usize];
-                out.samples += node.samples.load(Ordering::Relaxed);
-                out.ticks += node.ticks.load(Ordering::Relaxed);
-                out.memory
-                    .add(Memory::of(node.memory.load(Ordering::Relaxed)));
+                out.samples += samples;
+                out.ticks += ticks;
+                out.memory.add(memory);
                 path.push(index);
             });
         }

@@ -125,6 +125,22 @@ pub fn start(config: Config) {
     let _ = CONFIG.set(config);
 }
 
+/// The settings [`start`] was given (`None` before).
+pub fn config() -> Option<&'static Config> {
+    CONFIG.get()
+}
+
+/// `path` made absolute as profile paths are: a relative one is relative to the working
+/// directory at start-up (the program may have changed it since).
+pub fn absolute(config: &Config, path: std::ffi::OsString) -> PathBuf {
+    let _ = config;
+    let path = PathBuf::from(path);
+    match START_DIR.get() {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path,
+    }
+}
+
 /// Whether the calling process owns the sampler (not a `vfork` child sharing its memory).
 pub fn is_owner() -> bool {
     // SAFETY: getpid has no preconditions.
@@ -139,11 +155,7 @@ pub fn owner() -> libc::pid_t {
 
 /// The profile path for process `pid`.
 fn final_path(config: &Config, pid: u32) -> PathBuf {
-    let path = PathBuf::from(config.output_path(pid));
-    match START_DIR.get() {
-        Some(dir) if path.is_relative() => dir.join(path),
-        _ => path,
-    }
+    absolute(config, config.output_path(pid))
 }
 
 /// In a fork child (`pthread_atfork`): the child profiles into a profile of its own.
@@ -167,6 +179,7 @@ pub extern "C" fn after_fork_in_child() {
     if let Some(seconds) = CONFIG.get().and_then(|c| c.dump_interval_s) {
         let _ = start_dump_timer(seconds);
     }
+    crate::output::windows::restart_after_fork();
 }
 
 /// `atexit`: writes the profile.
@@ -195,6 +208,7 @@ pub fn write_profile() -> Option<PathBuf> {
     let _deferred = BlockSignals::new(&SENT_FATAL_SIGNALS);
     // SAFETY: gettid has no preconditions.
     WRITER.store(unsafe { libc::gettid() }, Ordering::Release);
+    crate::output::windows::stop();
     sampler.stop();
     let written = write(sampler, config, std::process::id(), None);
     WRITER.store(0, Ordering::Release);
@@ -236,6 +250,16 @@ fn write(
     pid: u32,
     snapshot: Option<u32>,
 ) -> Option<PathBuf> {
+    if snapshot.is_none() && crate::output::windows::on() {
+        // The last, partial window stands for the end of the run.
+        let (written, profile) = crate::output::windows::write_last()?;
+        let written = std::path::absolute(&written).unwrap_or(written);
+        if !config.quiet {
+            summary(sampler, config, &profile, &written);
+            crate::notice!("{}", crate::output::windows::summary_line(config, pid));
+        }
+        return Some(written);
+    }
     let mut profile = dump::Profile::collect(sampler);
     profile.pid = pid;
     let path = final_path(config, pid);
@@ -527,6 +551,7 @@ pub fn exec_failed() {
     if let Some(path) = BEFORE_EXEC.lock().unwrap_or_else(|e| e.into_inner()).take() {
         let _ = std::fs::remove_file(path);
         DUMPED.store(false, Ordering::Release);
+        crate::output::windows::resume_after_failed_exec();
     }
     if let Some(s) = sampler::get() {
         // The helper process first: the threads' events are opened by it.
@@ -725,6 +750,10 @@ fn write_from_child(snapshot: Option<u32>) {
     if snapshot.is_none() && DUMPED.swap(true, Ordering::AcqRel) {
         wait_for_writer();
         return;
+    }
+    if snapshot.is_none() {
+        // The child writes the last window: no more from the window writer.
+        crate::output::windows::stop_now();
     }
     let (Some(sampler), Some(config)) = (sampler::get(), CONFIG.get()) else {
         return;

@@ -192,11 +192,7 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    if let Some((rt, gc)) = sampler
-        .python
-        .as_ref()
-        .and_then(|rt| Some((rt, rt.gc?)))
-    {
+    if let Some((rt, gc)) = sampler.python.as_ref().and_then(|rt| Some((rt, rt.gc?))) {
         // Each interpreter's holder, read once: (interpreter, holder).
         let mut holders: Vec<(u64, Option<u64>)> = Vec::new();
         for thread in found.iter_mut().filter(|t| t.tstate != 0) {

@@ -2,6 +2,7 @@
 //!
 //! - [`dump`]: the dump writer — trees merged, frames named, IgProf text (gzip);
 //! - [`live`]: what every thread does now, for `pyigprof dump`;
+//! - [`windows`]: continuous profiling, a profile per time window (`PYIGPROF_WINDOW`);
 //! - [`lifecycle`]: when a profile is written — at exit, before exec, on fatal signals, in
 //!   fork children, on a dump signal or interval — and how the process then ends as it
 //!   would have.
@@ -9,3 +10,4 @@
 pub mod dump;
 pub mod lifecycle;
 pub mod live;
+pub mod windows;

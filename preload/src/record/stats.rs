@@ -64,13 +64,23 @@ pub struct Stats {
     /// `PYIGPROF_GIL=1`: ticks of samples left out because their thread did not hold the
     /// GIL (in `ticks` too, not in the trace trees).
     pub gil_free_ticks: AtomicU64,
+    /// The samples recorded into the trace trees (`samples` less those dropped or left
+    /// out), their ticks (each sample's weight) and the sum of their squares: what a
+    /// share's sampling error depends on when samples weigh different numbers of ticks —
+    /// the analyser's design effect, `n · Σw² / (Σw)²` (docs/analyser.md, "Sampling
+    /// error").
+    pub recorded_samples: AtomicU64,
+    /// See `recorded_samples`.
+    pub recorded_ticks: AtomicU64,
+    /// See `recorded_ticks`.
+    pub recorded_ticks_squared: AtomicU64,
     /// Time spent in the handler.
     pub handler: HandlerTimes,
 }
 
 impl Stats {
     /// The counters by their names in the profile, in the order written.
-    fn counters(&self) -> [(&'static str, &AtomicU64); 21] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 24] {
         [
             ("samples", &self.samples),
             ("ticks", &self.ticks),
@@ -93,6 +103,9 @@ impl Stats {
             ("task_ticks", &self.task_ticks),
             ("gil_free_ticks", &self.gil_free_ticks),
             ("faulted_reads", &crate::capture::probe::FAULTED_READS),
+            ("recorded_samples", &self.recorded_samples),
+            ("recorded_ticks", &self.recorded_ticks),
+            ("recorded_ticks_squared", &self.recorded_ticks_squared),
         ]
     }
 
@@ -110,9 +123,31 @@ impl Stats {
     /// native_frame_ns=… python_frame_ns=…` (the fitted costs with one decimal, `-` when
     /// undetermined).
     pub fn lines(&self) -> Vec<String> {
+        self.lines_since(&[])
+    }
+
+    /// The counters' values now, in the order [`Stats::lines`] writes them: what a
+    /// window's statistics are counted from ([`Stats::lines_since`]).
+    pub fn values(&self) -> Vec<u64> {
+        self.counters()
+            .iter()
+            .map(|(_, counter)| counter.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// [`Stats::lines`] with each counter less its value in `before` ([`Stats::values`]
+    /// when a window started; a counter `before` does not have counts from 0): a window's
+    /// statistics, which add up over the windows of a run. `deepest` (a maximum) and
+    /// `threads` (threads sampled) are as they are now; the handler's times are the run's.
+    pub fn lines_since(&self, before: &[u64]) -> Vec<String> {
         let mut out = String::from("#pyigprof stats");
-        for (name, counter) in self.counters() {
-            out.push_str(&format!(" {name}={}", counter.load(Ordering::Relaxed)));
+        for (i, (name, counter)) in self.counters().iter().enumerate() {
+            let now = counter.load(Ordering::Relaxed);
+            let value = match *name {
+                "deepest" | "threads" => now,
+                _ => now.saturating_sub(before.get(i).copied().unwrap_or(0)),
+            };
+            out.push_str(&format!(" {name}={value}"));
         }
         let h: HandlerSummary = self.handler.summary();
         let fitted = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));

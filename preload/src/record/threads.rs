@@ -102,7 +102,9 @@ pub struct Slot {
     pub had_sample: AtomicBool,
     /// The thread's CPU time at its latest sample (ns).
     pub counted: AtomicU64,
-    /// Nanoseconds of CPU time counted but not yet turned into ticks (less than a period).
+    /// Nanoseconds of CPU time counted but not yet turned into ticks, an `i64` kept as its
+    /// bits: negative when a sample's ticks were rounded up (within a period either way;
+    /// `sources::perf::take_since_last`).
     pub carry: AtomicU64,
     /// How much shorter than the period the mean of the thread's random intervals is
     /// drawn (ns of CPU time, an `i64` stored as its bits: negative when longer), so that

@@ -428,9 +428,10 @@ impl Trees {
         None
     }
 
-    /// Visits the tree at `root` depth-first; `visit(depth, node)` is called for every node
-    /// below the root (depth 1 = the outermost frames).
-    pub fn walk(&self, root: u32, visit: &mut impl FnMut(usize, &Node)) {
+    /// Visits the tree at `root` depth-first; `visit(depth, index, node)` is called for
+    /// every node below the root (depth 1 = the outermost frames; `index` the node's, as
+    /// [`Trees::node`] takes it).
+    pub fn walk(&self, root: u32, visit: &mut impl FnMut(usize, u32, &Node)) {
         let mut stack: Vec<(u32, usize)> = Vec::new();
         let mut child = self.node(root).first_child.load(Ordering::Acquire);
         while child != 0 {
@@ -439,7 +440,7 @@ impl Trees {
         }
         while let Some((index, depth)) = stack.pop() {
             let node = self.node(index);
-            visit(depth, node);
+            visit(depth, index, node);
             let mut child = node.first_child.load(Ordering::Acquire);
             while child != 0 {
                 stack.push((child, depth + 1));
@@ -502,7 +503,7 @@ mod tests {
         // Rebuild root-to-leaf paths with their self counts.
         let mut out = Vec::new();
         let mut path: Vec<u64> = Vec::new();
-        trees.walk(root, &mut |depth, node| {
+        trees.walk(root, &mut |depth, _, node| {
             path.truncate(depth - 1);
             path.push(node.key.load(Ordering::Relaxed));
             let s = node.samples.load(Ordering::Relaxed);

@@ -145,9 +145,8 @@ fn roll_call(sampler: &Sampler, tids: &[libc::pid_t]) -> (usize, Vec<String>) {
     let asked = &ANSWERS[..tids.len()];
     let deadline = Instant::now() + WAIT;
     // A thread that ended since it was listed never answers: not waited for.
-    let waiting = |a: &Answer| {
-        a.thread.load(Ordering::Acquire) == 0 && alive(a.tid.load(Ordering::Relaxed))
-    };
+    let waiting =
+        |a: &Answer| a.thread.load(Ordering::Acquire) == 0 && alive(a.tid.load(Ordering::Relaxed));
     while asked.iter().any(waiting) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
     }

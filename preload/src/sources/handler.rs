@@ -214,7 +214,8 @@ unsafe fn let_faults_through(uc: *const libc::ucontext_t) {
     // SAFETY: the kernel's ucontext; plain signal-set calls.
     unsafe {
         let mask = &(*uc).uc_sigmask;
-        if libc::sigismember(mask, libc::SIGSEGV) == 1 || libc::sigismember(mask, libc::SIGBUS) == 1 {
+        if libc::sigismember(mask, libc::SIGSEGV) == 1 || libc::sigismember(mask, libc::SIGBUS) == 1
+        {
             let mut faults: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut faults);
             libc::sigaddset(&mut faults, libc::SIGSEGV);

@@ -339,7 +339,6 @@ extern "C" fn helper_process(arg: *mut libc::c_void) -> libc::c_int {
     0
 }
 
-
 /// A system call made directly (no `errno`, no cancellation point: nothing of the C
 /// library's thread-local state, which the sampler process shares with the thread that
 /// created it). Returns the kernel's result (negative: `-errno`).

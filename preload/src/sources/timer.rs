@@ -138,9 +138,9 @@ impl Sampler {
     }
 
     /// Deletes the timer stored in `slot`, or closes its perf event, if any. Returns, for
-    /// a perf event, what its thread counted after its last sample (ticks or events: see
-    /// [`perf::disarm`]).
-    fn disarm(&self, slot: &Slot) -> Option<u64> {
+    /// a perf event, what its thread counted after its last sample (ticks or events, −1 a
+    /// tick to take back: see [`perf::disarm`]).
+    fn disarm(&self, slot: &Slot) -> Option<i64> {
         let timer = slot.timer.swap(0, Ordering::AcqRel);
         if timer != 0 {
             // SAFETY: a timer we created (stored as id + 1) and nobody else deletes (the swap
@@ -171,7 +171,8 @@ impl Sampler {
                 slot.stopped_cpu_ns.store(now, Ordering::Relaxed);
             }
             if let Some(tail) = self.disarm(slot) {
-                slot.tail.store(tail + 1, Ordering::Relaxed);
+                // Stored plus 2 (0: none; a tail is at least −1).
+                slot.tail.store((tail + 2) as u64, Ordering::Relaxed);
             }
         });
         // Handlers already past the STATE check finish adding their ticks first.
@@ -182,8 +183,8 @@ impl Sampler {
                 self.count_undelivered(slot, now);
             }
             let tail = slot.tail.swap(0, Ordering::Relaxed);
-            if tail > 1 {
-                self.place_unsampled(slot, tail - 1);
+            if tail != 0 {
+                self.place_unsampled(slot, tail as i64 - 2);
             }
         });
     }
@@ -339,7 +340,7 @@ impl Sampler {
             0
         };
         let missed = expirations.saturating_sub(slot.ticks.load(Ordering::Relaxed));
-        self.place_unsampled(slot, missed);
+        self.place_unsampled(slot, missed.min(i64::MAX as u64) as i64);
     }
 
     /// Counts `missed` ticks (or events) of `slot`'s thread that no sample took: a share of
@@ -347,8 +348,23 @@ impl Sampler {
     /// up to two mean intervals for a perf event), to the thread's latest CPU sample, where it
     /// most likely still was, the rest (all of them when it has no sample) to an
     /// `<unsampled thread time>` marker. The thread's sampling has stopped: no handler
-    /// runs for it.
-    fn place_unsampled(&self, slot: &Slot, mut missed: u64) {
+    /// runs for it. A negative `missed` (−1: a tick its last samples were rounded up by,
+    /// [`perf::disarm`]) is taken back from its latest CPU sample.
+    fn place_unsampled(&self, slot: &Slot, missed: i64) {
+        if missed < 0 {
+            let leaf = slot.last_cpu_leaf.load(Ordering::Relaxed);
+            let back = missed.unsigned_abs();
+            if leaf != 0 && self.trees.node(leaf).ticks.load(Ordering::Relaxed) >= back {
+                self.trees
+                    .node(leaf)
+                    .ticks
+                    .fetch_sub(back, Ordering::Relaxed);
+                self.stats.ticks.fetch_sub(back, Ordering::Relaxed);
+                self.stats.recorded_ticks.fetch_sub(back, Ordering::Relaxed);
+            }
+            return;
+        }
+        let mut missed = missed as u64;
         if missed == 0 {
             return;
         }

@@ -1,0 +1,424 @@
+//! Continuous profiling (`PYIGPROF_WINDOW`, `pyigprof record --window`): a profile per time
+//! window, which add up to the run. A program with an early phase and a late phase, 0.5 s
+//! windows: the first windows have only the early function, the last only the late one;
+//! every window says its number, start and end; the windows' ticks add up to the process's
+//! CPU time within 1 %; merged, they are the whole run. A fork child's windows are its own
+//! (its pid, from 0, none of its parent's samples). Memory mode: each window's `MEM_TOTAL`
+//! is what it allocated.
+
+use pyigprof_suite::*;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// An early phase, then a late one, ~1 s of CPU each; prints the process's CPU time at the
+/// end. With an argument `fork`, a fork child runs `child_work` for 0.6 s of CPU first.
+const PHASED: &str = r#"
+import os, sys, time
+def spin(seconds):
+    end = time.process_time() + seconds
+    x = 0
+    while time.process_time() < end:
+        x += 1
+def early():
+    spin(1.0)
+def late():
+    spin(1.0)
+def child_work():
+    spin(0.6)
+if len(sys.argv) > 1 and sys.argv[1] == "fork":
+    pid = os.fork()
+    if pid == 0:
+        child_work()
+        os._exit(0)
+    os.waitpid(pid, 0)
+early()
+late()
+sys.stdout.write("%.6f\n" % time.process_time())
+"#;
+
+/// The windows written in `dir` by process `pid`, by window number.
+fn windows_of(dir: &Path, pid: u32) -> Vec<(u32, PathBuf)> {
+    let prefix = format!("pyigprof.{pid}.w");
+    let mut found: Vec<(u32, PathBuf)> = files_in(dir)
+        .into_iter()
+        .filter_map(|p| {
+            let name = p.file_name()?.to_string_lossy().into_owned();
+            let n = name
+                .strip_prefix(&prefix)?
+                .strip_suffix(".gz")?
+                .parse()
+                .ok()?;
+            Some((n, p))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// The statistics of a single profile, `<section>.<key>` → value.
+fn statistics(profile: &igprof_analyse::Profile) -> HashMap<String, String> {
+    profile.sources[0].statistics.iter().cloned().collect()
+}
+
+/// Seconds of `function` (anywhere on the stack) and of everything, in `profile`.
+fn seconds_in(profile: &igprof_analyse::Profile, function: &str) -> (f64, f64) {
+    let period = profile.sources[0].tick_period;
+    let all = stacks(profile);
+    let of = |pred: &dyn Fn(&Stack) -> bool| {
+        all.iter().filter(|s| pred(s)).map(|s| s.ticks).sum::<i64>() as f64 * period
+    };
+    (of(&|s| s.has(function)), of(&|_| true))
+}
+
+#[test]
+fn windows_hold_their_own_samples_and_add_up_to_the_run() {
+    for python in interpreters_for("windows", "3.x interpreters", |i| i.version >= (3, 6)) {
+        let run = run_profiled(
+            &python.path,
+            &["-c", PHASED],
+            &[("PYIGPROF_WINDOW", "0.5"), ("PYIGPROF_HZ", "1000")],
+        );
+        assert!(
+            run.output.status.success(),
+            "{}: {}",
+            python.name,
+            run.stderr()
+        );
+        let cpu: f64 = run.stdout().trim().parse().expect("the program's CPU time");
+        let pid = {
+            let first = run.profiles().first().cloned().expect("a window");
+            let name = first.file_name().unwrap().to_string_lossy().into_owned();
+            name.split('.').nth(1).unwrap().parse::<u32>().unwrap()
+        };
+        let windows = windows_of(&run.dir, pid);
+        let label = &python.name;
+        assert!(
+            windows.len() >= 4,
+            "{label}: {} windows: {:?}",
+            windows.len(),
+            run.profiles()
+        );
+        let numbers: Vec<u32> = windows.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            numbers,
+            (0..windows.len() as u32).collect::<Vec<_>>(),
+            "{label}"
+        );
+        let mut total = 0.0;
+        let mut previous_end: Option<String> = None;
+        let mut shares = Vec::new();
+        for (n, path) in &windows {
+            let profile = igprof_analyse::read_profiles(std::slice::from_ref(path))
+                .unwrap_or_else(|e| panic!("{label}: window {n}: {e}"));
+            let stats = statistics(&profile);
+            assert_eq!(stats["window.number"], n.to_string(), "{label}");
+            assert_eq!(
+                stats["window.last"],
+                if *n as usize == windows.len() - 1 {
+                    "1"
+                } else {
+                    "0"
+                },
+                "{label}: window {n}"
+            );
+            if let Some(end) = &previous_end {
+                assert_eq!(
+                    &stats["window.start_ns"], end,
+                    "{label}: window {n} starts where the last ended"
+                );
+            }
+            previous_end = Some(stats["window.end_ns"].clone());
+            assert!(stats["window.start"].ends_with('Z'), "{label}: {stats:?}");
+            let (early, all) = seconds_in(&profile, "early");
+            let (late, _) = seconds_in(&profile, "late");
+            total += all;
+            shares.push((early / all.max(1e-9), late / all.max(1e-9)));
+        }
+        eprintln!(
+            "windows: {label}: {} windows, {:.3} s in them, {cpu:.3} s of process CPU; (early, late) shares {:?}",
+            windows.len(),
+            total,
+            shares.iter().map(|(e, l)| format!("{:.2}/{:.2}", e, l)).collect::<Vec<_>>()
+        );
+        // The first full window is early only, the window before the last late only.
+        let (first_early, first_late) = shares[0];
+        assert!(
+            first_early > 0.8 && first_late == 0.0,
+            "{label}: first window {shares:?}"
+        );
+        let (last_early, last_late) = shares[shares.len() - 2];
+        assert!(
+            last_late > 0.9 && last_early == 0.0,
+            "{label}: a late window {shares:?}"
+        );
+        // The windows add up to the run (the program's reading is taken just before exit).
+        assert!(
+            (total - cpu).abs() <= 0.01 * cpu + 0.005,
+            "{label}: windows {total:.3} s, process {cpu:.3} s"
+        );
+        // Merged, they are the whole run.
+        let paths: Vec<PathBuf> = windows.iter().map(|(_, p)| p.clone()).collect();
+        let merged = igprof_analyse::read_profiles(&paths).expect("merged windows");
+        let (early, all) = seconds_in(&merged, "early");
+        assert!((all - total).abs() < 1e-6, "{label}");
+        assert!(
+            (early / all - 0.5).abs() < 0.05,
+            "{label}: early {early:.3} of {all:.3} s"
+        );
+    }
+}
+
+#[test]
+fn a_fork_childs_windows_are_its_own() {
+    for python in interpreters_for("windows_fork", "3.x interpreters", |i| i.version >= (3, 6)) {
+        let run = run_profiled(
+            &python.path,
+            &["-c", PHASED, "fork"],
+            &[("PYIGPROF_WINDOW", "0.25"), ("PYIGPROF_HZ", "1000")],
+        );
+        assert!(
+            run.output.status.success(),
+            "{}: {}",
+            python.name,
+            run.stderr()
+        );
+        let mut pids: Vec<u32> = run
+            .profiles()
+            .iter()
+            .filter_map(|p| {
+                p.file_name()?
+                    .to_string_lossy()
+                    .split('.')
+                    .nth(1)?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        pids.sort();
+        pids.dedup();
+        assert_eq!(pids.len(), 2, "{}: {:?}", python.name, run.profiles());
+        for pid in pids {
+            let windows = windows_of(&run.dir, pid);
+            assert_eq!(windows[0].0, 0, "{}", python.name);
+            let paths: Vec<PathBuf> = windows.iter().map(|(_, p)| p.clone()).collect();
+            let merged = igprof_analyse::read_profiles(&paths).expect("windows");
+            let (child, all) = seconds_in(&merged, "child_work");
+            let (early, _) = seconds_in(&merged, "early");
+            assert_eq!(merged.sources[0].pid, u64::from(pid), "{}", python.name);
+            // The child ran child_work only; the parent never did (its child's samples are
+            // not its own, nor its own the child's).
+            if child > 0.0 {
+                assert!(
+                    child / all > 0.9 && early == 0.0,
+                    "{}: pid {pid}: child_work {child:.3} of {all:.3} s",
+                    python.name
+                );
+            } else {
+                assert!(
+                    early > 0.5,
+                    "{}: pid {pid}: early {early:.3} s",
+                    python.name
+                );
+            }
+        }
+    }
+}
+
+/// A WSGI app whose requests hash and sum (`handle`).
+const APP: &str = r#"
+import hashlib
+def handle(environ, start_response):
+    h = hashlib.sha256()
+    for _ in range(40):
+        h.update(b"x" * 4096)
+    body = (h.hexdigest() + str(sum(i * i for i in range(20000)))).encode()
+    start_response("200 OK", [("Content-Length", str(len(body)))])
+    return [body]
+app = handle
+"#;
+
+/// CPU time of process `pid` so far (user + system, from `/proc/PID/stat`), seconds.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().ok()? + fields[12].parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    Some(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+}
+
+#[test]
+fn gunicorn_workers_each_write_their_own_windows() {
+    use std::io::{Read, Write};
+    let Some(base) = interpreters_for("windows_gunicorn", "3.8+ interpreters", |i| {
+        i.version >= (3, 8) && i.name.starts_with("pyenv")
+    })
+    .into_iter()
+    .next() else {
+        return;
+    };
+    let (python, version) = match package_venv(&base, "gunicorn", &["gunicorn"], |python| {
+        let out = std::process::Command::new(python)
+            .args(["-m", "gunicorn", "--version"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }) {
+        Ok(found) => found,
+        Err(why) => panic!("{}: no gunicorn venv: {why}", base.name),
+    };
+    let dir = scratch_dir("windows-gunicorn");
+    std::fs::write(dir.join("app.py"), APP).unwrap();
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let bind = format!("127.0.0.1:{port}");
+    let mut master = Killed(
+        with_default_signals(&mut std::process::Command::new(&python.path))
+            .args([
+                "-m",
+                "gunicorn",
+                "-w",
+                "2",
+                "-b",
+                &bind,
+                "--log-level",
+                "warning",
+                "app:app",
+            ])
+            .current_dir(&dir)
+            .env("LD_PRELOAD", &artifacts().preload)
+            .env("PYIGPROF_WINDOW", "1")
+            .env("PYIGPROF_HZ", "1000")
+            .env("PYIGPROF_LOG", "stderr")
+            .env("PYIGPROF_OUTPUT", dir.join("g.%p.%n.gz"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start gunicorn"),
+    );
+    let up = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(up, "{}: gunicorn did not listen", base.name);
+    let master_pid = master.0.id();
+    // Load from 4 client threads for 4 s.
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let answered = answered.clone();
+            std::thread::spawn(move || {
+                let end = std::time::Instant::now() + std::time::Duration::from_secs(4);
+                while std::time::Instant::now() < end {
+                    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+                        continue;
+                    };
+                    let _ = stream.write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n");
+                    let mut body = Vec::new();
+                    if stream.read_to_end(&mut body).is_ok() && body.starts_with(b"HTTP/1.0 200") {
+                        answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
+    }
+    let children =
+        std::fs::read_to_string(format!("/proc/{master_pid}/task/{master_pid}/children"))
+            .unwrap_or_default();
+    let workers: Vec<u32> = children
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    let worker_cpu: Vec<(u32, f64)> = workers
+        .iter()
+        .filter_map(|&w| Some((w, cpu_seconds(w)?)))
+        .collect();
+    // Graceful shutdown: the workers end, each writing its last window, then the master.
+    // SAFETY: a signal to the test's own child.
+    unsafe { libc::kill(master_pid as i32, libc::SIGTERM) };
+    let status = wait_at_most(&mut master.0, std::time::Duration::from_secs(30));
+    let mut err = String::new();
+    let _ = master.0.stderr.take().unwrap().read_to_string(&mut err);
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{}: gunicorn ended {status:?}: {err}",
+        base.name
+    );
+    let windows_of_pid = |pid: u32| -> Vec<PathBuf> {
+        let mut found: Vec<(u32, PathBuf)> = files_in(&dir)
+            .into_iter()
+            .filter_map(|p| {
+                let name = p.file_name()?.to_string_lossy().into_owned();
+                let n = name
+                    .strip_prefix(&format!("g.{pid}."))?
+                    .strip_suffix(".gz")?
+                    .parse()
+                    .ok()?;
+                Some((n, p))
+            })
+            .collect();
+        found.sort();
+        found.into_iter().map(|(_, p)| p).collect()
+    };
+    // The master's children: its 2 workers, and pyigprof's helper process (a `CLONE_VM`
+    // clone), which writes no profile.
+    let worker_cpu: Vec<(u32, f64)> = worker_cpu
+        .into_iter()
+        .filter(|(pid, _)| !windows_of_pid(*pid).is_empty())
+        .collect();
+    assert_eq!(worker_cpu.len(), 2, "{}: children {workers:?}", base.name);
+    let mut figures = Vec::new();
+    for (worker, cpu) in &worker_cpu {
+        let windows = windows_of_pid(*worker);
+        assert!(
+            windows.len() >= 3,
+            "{}: worker {worker}: {} windows",
+            base.name,
+            windows.len()
+        );
+        let merged = igprof_analyse::read_profiles(&windows).expect("the worker's windows");
+        let (handle, all) = seconds_in(&merged, "handle");
+        figures.push(format!(
+            "worker {worker}: {} windows, {all:.3} s in them, {cpu:.3} s of CPU before the shutdown, handle {:.0} %",
+            windows.len(),
+            100.0 * handle / all
+        ));
+        // Its windows hold its CPU time (it runs a little more while shutting down).
+        assert!(
+            all >= 0.95 * cpu && all <= 1.05 * cpu + 0.1,
+            "{}: worker {worker}: windows {all:.3} s, CPU {cpu:.3} s",
+            base.name
+        );
+        assert!(
+            handle / all > 0.5,
+            "{}: worker {worker}: handle {handle:.3} of {all:.3} s",
+            base.name
+        );
+    }
+    // The master's windows are its own: no request was handled in it.
+    let master_windows = windows_of_pid(master_pid);
+    assert!(
+        !master_windows.is_empty(),
+        "{}: the master wrote no window",
+        base.name
+    );
+    let merged = igprof_analyse::read_profiles(&master_windows).expect("the master's windows");
+    let (handle, all) = seconds_in(&merged, "handle");
+    assert_eq!(
+        handle, 0.0,
+        "{}: the master's windows hold requests",
+        base.name
+    );
+    eprintln!(
+        "windows_gunicorn: {} ({version}): {} requests; {}; master {} windows, {all:.3} s",
+        base.name,
+        answered.load(std::sync::atomic::Ordering::Relaxed),
+        figures.join("; "),
+        master_windows.len()
+    );
+}
