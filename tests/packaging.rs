@@ -199,6 +199,20 @@ fn pip_install_and_the_wheel_on_another_python() {
         Some(&path),
     );
     profile_mixed(&second, &dir, true);
+    // The pushes' HTTP client is in the package, beside the library that loads it.
+    let packaged: Vec<PathBuf> = std::fs::read_dir(second.join("lib"))
+        .unwrap()
+        .flatten()
+        .flat_map(|python| files_in(&python.path().join("site-packages/pyigprof")))
+        .collect();
+    assert!(
+        packaged.iter().any(|p| p
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("pyigprof_push")),
+        "{packaged:?}"
+    );
 
     // pip's builds share `target/` (an in-tree build) but compile the library with
     // setuptools-rust's `cargo rustc --crate-type cdylib`, which cargo counts as another

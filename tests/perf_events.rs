@@ -668,15 +668,21 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                     "{label}: cpu_part is {seen:.1} % of the two phases, {measured:.1} % measured"
                 );
                 // The handlers' wall times include time spent runnable, waiting for a CPU,
-                // which wall mode counts in neither phase (README, "Clock modes"): on a
-                // loaded CI machine cpu_part measured 2.527 s, the profile 2.322 s (-8.1 %);
-                // on sid's 3.15, the machine quiet, 0.86 of the measured wall time in three
-                // runs (0.88 of its CPU time: wall mode loses time, issue 56). The shares
-                // above are what this test holds to 3 points.
-                for (phase, profiled, truth) in [("cpu_part", cpu, cpu_s), ("io_part", io, io_s)] {
+                // which wall mode counts in neither phase (README, "Clock modes"; issue 56):
+                // so cpu_part is held against its CPU time below and its wall time above.
+                // On sid's 3.15 cpu_part was 0.86-0.88 of its CPU time, the machine quiet
+                // (0.86 of its wall time), and 0.80 of its wall time (0.87 of its CPU time)
+                // in a CI run while the machine was busy; io_part 0.89 of its wall time.
+                // The shares above are what this test holds to 3 points.
+                let cpu_part_cpu = json_number(&rest, "cpu_part_cpu");
+                for (phase, profiled, low, high) in [
+                    ("cpu_part", cpu, cpu_part_cpu, cpu_s),
+                    ("io_part", io, io_s, io_s),
+                ] {
                     assert!(
-                        profiled <= 1.08 * truth && profiled >= 0.80 * truth,
-                        "{label}: {phase} {profiled:.3} s in the profile, {truth:.3} s measured"
+                        profiled <= 1.08 * high && profiled >= 0.80 * low,
+                        "{label}: {phase} {profiled:.3} s in the profile, measured {low:.3} s \
+                         (CPU time for cpu_part) to {high:.3} s (wall time)"
                     );
                 }
             } else {

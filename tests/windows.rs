@@ -3,7 +3,8 @@
 //! windows: the first windows have only the early function, the last only the late one;
 //! every window says its number, start and end; the windows' ticks add up to the process's
 //! CPU time within 1 %; merged, they are the whole run. A fork child's windows are its own
-//! (its pid, from 0, none of its parent's samples). Memory mode: each window's `MEM_TOTAL`
+//! (its pid, from 0, none of its parent's samples); gunicorn's workers and master each
+//! push their own windows too (`PYIGPROF_PUSH`). Memory mode: each window's `MEM_TOTAL`
 //! is what it allocated.
 
 use pyigprof_suite::*;
@@ -246,6 +247,31 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
 }
 
+/// The windows `pid` pushed among `requests` (its `pid=` label), and their CPU seconds.
+fn pushed_by(requests: &[pyigprof_suite::ingest::Request], pid: u32) -> (usize, f64) {
+    let label = format!("pid={pid},");
+    let mine: Vec<_> = requests
+        .iter()
+        .filter(|r| {
+            let name = &r.query()["name"];
+            name.contains(&format!("{{{label}")) || name.contains(&format!(",{label}"))
+        })
+        .collect();
+    let seconds = mine
+        .iter()
+        .map(|r| {
+            let profile = r.profile();
+            let slot = profile
+                .sample_type
+                .iter()
+                .position(|t| profile.string_table[t.r#type as usize] == "cpu")
+                .expect("a cpu sample type");
+            profile.sample.iter().map(|s| s.value[slot]).sum::<i64>() as f64 / 1e9
+        })
+        .sum();
+    (mine.len(), seconds)
+}
+
 #[test]
 fn gunicorn_workers_each_write_their_own_windows() {
     use std::io::{Read, Write};
@@ -273,6 +299,9 @@ fn gunicorn_workers_each_write_their_own_windows() {
         probe.local_addr().unwrap().port()
     };
     let bind = format!("127.0.0.1:{port}");
+    // Every window is pushed too (PYIGPROF_OUTPUT set: and written), by each process's own
+    // pusher, the workers' started at their fork.
+    let (ingest, pushed) = pyigprof_suite::ingest::serve(pyigprof_suite::ingest::Backend::Ok);
     let mut master = Killed(
         with_default_signals(&mut std::process::Command::new(&python.path))
             .args([
@@ -292,6 +321,8 @@ fn gunicorn_workers_each_write_their_own_windows() {
             .env("PYIGPROF_HZ", "1000")
             .env("PYIGPROF_LOG", "stderr")
             .env("PYIGPROF_OUTPUT", dir.join("g.%p.%n.gz"))
+            .env("PYIGPROF_PUSH", format!("http://127.0.0.1:{ingest}"))
+            .env("PYIGPROF_APP_NAME", "gunicorn-test")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -399,6 +430,19 @@ fn gunicorn_workers_each_write_their_own_windows() {
             "{}: worker {worker}: handle {handle:.3} of {all:.3} s",
             base.name
         );
+        // Pushed: the same windows, under its own pid.
+        let (count, seconds) = pushed_by(&pushed.lock().unwrap(), *worker);
+        assert_eq!(
+            count,
+            windows.len(),
+            "{}: worker {worker}: {count} windows pushed",
+            base.name
+        );
+        assert!(
+            (seconds - all).abs() < 0.002,
+            "{}: worker {worker}: pushed {seconds:.3} s, written {all:.3} s",
+            base.name
+        );
     }
     // The master's windows are its own: no request was handled in it.
     let master_windows = windows_of_pid(master_pid);
@@ -409,6 +453,13 @@ fn gunicorn_workers_each_write_their_own_windows() {
     );
     let merged = igprof_analyse::read_profiles(&master_windows).expect("the master's windows");
     let (handle, all) = seconds_in(&merged, "handle");
+    let (count, _) = pushed_by(&pushed.lock().unwrap(), master_pid);
+    assert_eq!(
+        count,
+        master_windows.len(),
+        "{}: the master pushed {count} windows",
+        base.name
+    );
     assert_eq!(
         handle, 0.0,
         "{}: the master's windows hold requests",

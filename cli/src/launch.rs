@@ -76,6 +76,9 @@ pub fn igprof_style(args: &[OsString]) -> Result<Record, String> {
         all_processes: false,
         gil: false,
         window: None,
+        push: None,
+        labels: None,
+        app_name: None,
         quiet: false,
         lib: None,
         command,
@@ -245,6 +248,8 @@ pub fn record(record: &Record) -> ExitCode {
                     shown(&windows[0].2)
                 );
             }
+            // Pushed only: the library's line said where.
+            0 if record.push.is_some() && record.output.is_none() => {}
             0 => eprintln!(
                 "pyigprof: no profile was written to {} (a program that runs no Python writes none unless --all-processes)",
                 pattern.display()

@@ -134,6 +134,24 @@ struct Record {
     #[arg(long, value_name = "SECONDS", value_parser = parse_window)]
     window: Option<f64>,
 
+    /// Continuous profiling to Grafana Pyroscope (`PYIGPROF_PUSH`): each window is sent to
+    /// its ingest API at URL (`http://pyroscope:4040`, or Grafana Alloy's
+    /// `pyroscope.receive_http`; `https://user:token@…` for basic authentication), as
+    /// pprof, from a thread of pyigprof's. Windows of 60 s unless --window; with --output
+    /// they are written to disk too.
+    #[arg(long, value_name = "URL", value_parser = parse_push)]
+    push: Option<String>,
+
+    /// With --push: labels of every window (`PYIGPROF_LABELS`), e.g. `env=prod,region=eu`;
+    /// pid, hostname and python (the version) are added.
+    #[arg(long, value_name = "K=V,...", requires = "push")]
+    labels: Option<String>,
+
+    /// With --push: the application's name in Pyroscope (`PYIGPROF_APP_NAME`; default the
+    /// script's or module's name). Pyroscope shows `NAME.cpu`, `NAME.wall`, ….
+    #[arg(long, value_name = "NAME", requires = "push")]
+    app_name: Option<String>,
+
     /// Prints nothing but the program's own output (`PYIGPROF_QUIET`).
     #[arg(short, long)]
     quiet: bool,
@@ -185,10 +203,33 @@ impl Record {
         if let Some(seconds) = self.window {
             settings.push(("PYIGPROF_WINDOW", seconds.to_string().into()));
         }
+        if let Some(url) = &self.push {
+            settings.push(("PYIGPROF_PUSH", url.into()));
+        }
+        if let Some(labels) = &self.labels {
+            settings.push(("PYIGPROF_LABELS", labels.into()));
+        }
+        if let Some(name) = &self.app_name {
+            settings.push(("PYIGPROF_APP_NAME", name.into()));
+        }
         if self.quiet {
             settings.push(("PYIGPROF_QUIET", "1".into()));
         }
         settings
+    }
+}
+
+/// `--push`'s value: an `http://` or `https://` URL with a host.
+fn parse_push(text: &str) -> Result<String, String> {
+    let host = text
+        .strip_prefix("http://")
+        .or_else(|| text.strip_prefix("https://"))
+        .map(|rest| rest.split(['/', '?']).next().unwrap_or(""));
+    match host {
+        Some(host) if !host.is_empty() && !host.ends_with('@') => Ok(text.to_string()),
+        _ => Err(format!(
+            "{text:?} is not an http:// or https:// URL with a host (e.g. http://pyroscope:4040)"
+        )),
     }
 }
 

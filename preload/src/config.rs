@@ -40,6 +40,145 @@ impl Clock {
     }
 }
 
+/// The window of continuous profiling when `PYIGPROF_PUSH` is set without
+/// `PYIGPROF_WINDOW`, ms (Datadog's profiler uploads every 60 s).
+pub const DEFAULT_PUSH_WINDOW_MS: u64 = 60_000;
+
+/// Where and how windows are pushed (`PYIGPROF_PUSH`, [`crate::output::push`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Push {
+    /// The ingest URL: `PYIGPROF_PUSH` without user and password, `/ingest` added unless
+    /// it ends so.
+    pub url: String,
+    /// What messages say of the URL: scheme, host and port only (never a password, a
+    /// token or a query).
+    pub shown: String,
+    /// Headers of every request, `(name, value)`: `PYIGPROF_PUSH_HEADERS`, basic
+    /// authentication from the URL's `user:password@`, `PYIGPROF_PUSH_TOKEN` as a bearer
+    /// token.
+    pub headers: Vec<(String, String)>,
+    /// `PYIGPROF_APP_NAME`; `None`: the script's or module's name.
+    pub app_name: Option<String>,
+    /// `PYIGPROF_LABELS`, `(key, value)` in the order given.
+    pub labels: Vec<(String, String)>,
+}
+
+/// A parsed `PYIGPROF_PUSH`: the URL to post to, what messages show of it, and the
+/// basic-authentication header `(name, value)` if the URL had a user.
+pub type PushUrl = (String, String, Option<(String, String)>);
+
+/// Parses `PYIGPROF_PUSH`'s URL (`http://` or `https://`, with an optional `user:password@`
+/// for basic authentication). Returns the URL to post to, what messages show of it, and
+/// the basic-authentication header if any.
+///
+/// # Errors
+/// What is wrong with it, without its password.
+pub fn parse_push_url(raw: &str) -> Result<PushUrl, String> {
+    let raw = raw.trim();
+    let (scheme, rest) = raw
+        .split_once("://")
+        .filter(|(scheme, _)| *scheme == "http" || *scheme == "https")
+        .ok_or("expected an http:// or https:// URL (e.g. http://pyroscope:4040)")?;
+    let (authority, path) = match rest.find(['/', '?', '#']) {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    if path.contains(['?', '#']) {
+        return Err(format!(
+            "expected no query or fragment after {scheme}://{}",
+            authority.rsplit('@').next().unwrap_or("")
+        ));
+    }
+    let (user, host) = match authority.rsplit_once('@') {
+        Some((user, host)) => (Some(user), host),
+        None => (None, authority),
+    };
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        return Err(format!("expected a host after {scheme}://"));
+    }
+    let basic = user.map(|user| {
+        use base64::Engine;
+        let decoded = percent_encoding::percent_decode_str(user).decode_utf8_lossy();
+        (
+            "Authorization".to_string(),
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(decoded.as_bytes())
+            ),
+        )
+    });
+    let path = path.trim_end_matches('/');
+    let path = if path.ends_with("/ingest") {
+        path.to_string()
+    } else {
+        format!("{path}/ingest")
+    };
+    Ok((
+        format!("{scheme}://{host}{path}"),
+        format!("{scheme}://{host}"),
+        basic,
+    ))
+}
+
+/// Whether `text` is a label name or application name Pyroscope takes: letters, digits,
+/// `_`, `.` and `-`, not empty.
+fn plain_name(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// Parses `PYIGPROF_LABELS` (`k=v,k2=v2`).
+///
+/// # Errors
+/// The first label that is not `name=value` with a plain name and a value without `,`,
+/// `{`, `}` or `=`.
+pub fn parse_labels(raw: &str) -> Result<Vec<(String, String)>, String> {
+    raw.split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(|item| match item.split_once('=') {
+            Some((key, value))
+                if plain_name(key.trim())
+                    && !value.trim().is_empty()
+                    && !value.contains(['{', '}', '=']) =>
+            {
+                Ok((key.trim().to_string(), value.trim().to_string()))
+            }
+            _ => Err(format!(
+                "{item:?} is not name=value (a name of letters, digits, _ . -; a value without {{ }} =)"
+            )),
+        })
+        .collect()
+}
+
+/// Parses `PYIGPROF_PUSH_HEADERS` (`Name: value`, several separated by `;` or newlines).
+///
+/// # Errors
+/// The first header without a name or a `:`, shown by name only (values may be secrets).
+pub fn parse_headers(raw: &str) -> Result<Vec<(String, String)>, String> {
+    raw.split([';', '\n'])
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(|item| match item.split_once(':') {
+            Some((name, value))
+                if !name.trim().is_empty()
+                    && name
+                        .trim()
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-') =>
+            {
+                Ok((name.trim().to_string(), value.trim().to_string()))
+            }
+            _ => Err(format!(
+                "a header ({} characters) is not \"Name: value\"",
+                item.len()
+            )),
+        })
+        .collect()
+}
+
 /// The profiler's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -73,6 +212,11 @@ pub struct Config {
     /// ([`crate::output::windows`]); `%n` in the output path is the window's number.
     /// Milliseconds; `None` = one profile for the whole run.
     pub window_ms: Option<u64>,
+    /// Where each window is pushed (`PYIGPROF_PUSH`, Grafana Pyroscope's ingest API), with
+    /// what ([`Push`]); `None`: windows go to disk only.
+    pub push: Option<Push>,
+    /// Whether `PYIGPROF_OUTPUT` was set: with `PYIGPROF_PUSH`, windows go to disk too.
+    pub output_given: bool,
     /// Profile processes that are not Python too, native frames only
     /// (`PYIGPROF_ALL_PROCESSES=1`); by default they are left alone.
     pub all_processes: bool,
@@ -300,6 +444,61 @@ impl Config {
                     }
                 },
             );
+        let push = lookup("PYIGPROF_PUSH").filter(|v| !v.is_empty()).and_then(|raw| {
+            let text = raw.to_str().unwrap_or("");
+            let (url, shown, basic) = match parse_push_url(text) {
+                Ok(parsed) => parsed,
+                Err(why) => {
+                    complaints.push(format!("pyigprof: PYIGPROF_PUSH: {why}; nothing is pushed"));
+                    return None;
+                }
+            };
+            let mut headers = Vec::new();
+            if let Some(raw) = lookup("PYIGPROF_PUSH_HEADERS").filter(|v| !v.is_empty()) {
+                match parse_headers(&raw.to_string_lossy()) {
+                    Ok(more) => headers.extend(more),
+                    Err(why) => complaints.push(format!(
+                        "pyigprof: PYIGPROF_PUSH_HEADERS: {why}; those headers are not sent"
+                    )),
+                }
+            }
+            headers.extend(basic);
+            if let Some(token) = lookup("PYIGPROF_PUSH_TOKEN").filter(|v| !v.is_empty()) {
+                headers.push((
+                    "Authorization".into(),
+                    format!("Bearer {}", token.to_string_lossy().trim()),
+                ));
+            }
+            let app_name = lookup("PYIGPROF_APP_NAME").filter(|v| !v.is_empty()).and_then(|raw| {
+                let name = raw.to_string_lossy().trim().to_string();
+                if plain_name(&name) {
+                    Some(name)
+                } else {
+                    complaints.push(format!(
+                        "pyigprof: PYIGPROF_APP_NAME={raw:?} is not a name of letters, digits, _ . -; \
+                         using the script's name"
+                    ));
+                    None
+                }
+            });
+            let labels = match lookup("PYIGPROF_LABELS").filter(|v| !v.is_empty()) {
+                None => Vec::new(),
+                Some(raw) => parse_labels(&raw.to_string_lossy()).unwrap_or_else(|why| {
+                    complaints.push(format!("pyigprof: PYIGPROF_LABELS: {why}; no labels of yours are sent"));
+                    Vec::new()
+                }),
+            };
+            Some(Push {
+                url,
+                shown,
+                headers,
+                app_name,
+                labels,
+            })
+        });
+        // Pushing needs windows: a minute's unless said.
+        let window_ms = window_ms.or(push.as_ref().map(|_| DEFAULT_PUSH_WINDOW_MS));
+        let output_given = lookup("PYIGPROF_OUTPUT").is_some_and(|v| !v.is_empty());
         let all_processes =
             lookup("PYIGPROF_ALL_PROCESSES").is_some_and(|v| !v.is_empty() && v != "0");
         let only_child_of = match lookup("PYIGPROF_ONLY_CHILD_OF") {
@@ -403,6 +602,8 @@ impl Config {
                 dump_signal,
                 dump_interval_s,
                 window_ms,
+                push,
+                output_given,
                 all_processes,
                 only_child_of,
                 profile_cpu,
@@ -711,5 +912,70 @@ mod tests {
         let (c, complaints) = parse(&[("PYIGPROF_OUTPUT", "")]);
         assert_eq!(c.output, DEFAULT_OUTPUT);
         assert!(complaints[0].contains("PYIGPROF_OUTPUT"));
+    }
+
+    #[test]
+    fn push_settings_are_parsed_and_secrets_never_shown() {
+        let (c, complaints) = parse(&[
+            (
+                "PYIGPROF_PUSH",
+                "https://12345:s3cret@profiles.example.net/",
+            ),
+            ("PYIGPROF_LABELS", "env=prod, region=eu-west"),
+            ("PYIGPROF_PUSH_HEADERS", "X-Scope-OrgID: team-a; X-Other: 1"),
+            ("PYIGPROF_APP_NAME", "checkout"),
+        ]);
+        assert!(complaints.is_empty(), "{complaints:?}");
+        let push = c.push.unwrap();
+        assert_eq!(push.url, "https://profiles.example.net/ingest");
+        assert_eq!(push.shown, "https://profiles.example.net");
+        assert_eq!(push.app_name.as_deref(), Some("checkout"));
+        assert_eq!(
+            push.labels,
+            [
+                ("env".to_string(), "prod".to_string()),
+                ("region".into(), "eu-west".into())
+            ]
+        );
+        // "12345:s3cret" in base64.
+        assert_eq!(
+            push.headers,
+            [
+                ("X-Scope-OrgID".to_string(), "team-a".to_string()),
+                ("X-Other".into(), "1".into()),
+                ("Authorization".into(), "Basic MTIzNDU6czNjcmV0".into()),
+            ]
+        );
+        // Pushing without PYIGPROF_WINDOW: windows of a minute; not written to disk.
+        assert_eq!(c.window_ms, Some(DEFAULT_PUSH_WINDOW_MS));
+        assert!(!c.output_given);
+
+        let (c, complaints) = parse(&[
+            ("PYIGPROF_PUSH", "pyroscope:4040"),
+            ("PYIGPROF_PUSH_TOKEN", "t0ken"),
+        ]);
+        assert_eq!(c.push, None);
+        assert_eq!(
+            complaints,
+            ["pyigprof: PYIGPROF_PUSH: expected an http:// or https:// URL (e.g. http://pyroscope:4040); nothing is pushed"]
+        );
+        let (c, complaints) = parse(&[
+            ("PYIGPROF_PUSH", "http://localhost:4040/ingest"),
+            ("PYIGPROF_PUSH_TOKEN", "t0ken"),
+            ("PYIGPROF_LABELS", "env=a{b}"),
+            ("PYIGPROF_PUSH_HEADERS", "no colon s3cret"),
+        ]);
+        let push = c.push.unwrap();
+        assert_eq!(push.url, "http://localhost:4040/ingest");
+        assert_eq!(
+            push.headers,
+            [("Authorization".to_string(), "Bearer t0ken".to_string())]
+        );
+        assert!(push.labels.is_empty());
+        assert_eq!(complaints.len(), 2, "{complaints:?}");
+        assert!(
+            complaints.iter().all(|c| !c.contains("s3cret")),
+            "{complaints:?}"
+        );
     }
 }

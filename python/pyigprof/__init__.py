@@ -14,5 +14,10 @@ __all__ = ["library"]
 def library():
     """The path of the preload library installed with this package, or None."""
     here = os.path.dirname(os.path.abspath(__file__))
-    found = sorted(glob.glob(os.path.join(here, "pyigprof*.so")))
+    found = sorted(
+        path
+        for path in glob.glob(os.path.join(here, "pyigprof*.so"))
+        # The pushes' HTTP client, which the library loads itself.
+        if not os.path.basename(path).startswith("pyigprof_push")
+    )
     return found[0] if found else None

@@ -3,6 +3,7 @@
 //! and reading the profiles they write (with the analyser's own reader).
 
 pub mod igprof_reader;
+pub mod ingest;
 pub mod interpreters;
 
 pub use interpreters::*;

@@ -32,168 +32,13 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use flate2::write::GzEncoder;
-use flate2::Compression;
-use prost::Message;
+use pyigprof_pprof::{FunctionInfo, Places, PprofProfile, Sample, Strings, ValueType};
 
 use super::memory::{self, Kind};
 use super::{header_line, Measure, Options, Unit};
 use crate::error::Error;
-use crate::profile::{FunctionId, NodeId, Profile};
+use crate::profile::{NodeId, Profile};
 use crate::symbol::Label;
-
-/// `perftools.profiles.Profile`.
-#[derive(Clone, PartialEq, Message)]
-pub struct PprofProfile {
-    /// What each value of a sample is.
-    #[prost(message, repeated, tag = "1")]
-    pub sample_type: Vec<ValueType>,
-    /// The samples: one per distinct stack.
-    #[prost(message, repeated, tag = "2")]
-    pub sample: Vec<Sample>,
-    /// Mappings (none written).
-    #[prost(message, repeated, tag = "3")]
-    pub mapping: Vec<Mapping>,
-    /// Locations, referred to by id from samples.
-    #[prost(message, repeated, tag = "4")]
-    pub location: Vec<Location>,
-    /// Functions, referred to by id from locations' lines.
-    #[prost(message, repeated, tag = "5")]
-    pub function: Vec<Function>,
-    /// Every string, referred to by index; index 0 is "".
-    #[prost(string, repeated, tag = "6")]
-    pub string_table: Vec<String>,
-    /// Regular expression of frames to drop (index into `string_table`; 0: none).
-    #[prost(int64, tag = "7")]
-    pub drop_frames: i64,
-    /// Regular expression of frames to keep (index into `string_table`; 0: none).
-    #[prost(int64, tag = "8")]
-    pub keep_frames: i64,
-    /// When the profile was taken, ns since the epoch (0: unknown).
-    #[prost(int64, tag = "9")]
-    pub time_nanos: i64,
-    /// How long the profile took, ns (0: unknown).
-    #[prost(int64, tag = "10")]
-    pub duration_nanos: i64,
-    /// What one sampling period measures.
-    #[prost(message, optional, tag = "11")]
-    pub period_type: Option<ValueType>,
-    /// The sampling period, in `period_type`'s unit (ns for ticks).
-    #[prost(int64, tag = "12")]
-    pub period: i64,
-    /// Free-form comments (indices into `string_table`).
-    #[prost(int64, repeated, tag = "13")]
-    pub comment: Vec<i64>,
-    /// The index of the sample type shown by default (into `string_table`).
-    #[prost(int64, tag = "14")]
-    pub default_sample_type: i64,
-}
-
-/// `ValueType`: a type and a unit, as indices into the string table.
-#[derive(Clone, PartialEq, Message)]
-pub struct ValueType {
-    /// E.g. `cpu`.
-    #[prost(int64, tag = "1")]
-    pub r#type: i64,
-    /// E.g. `nanoseconds`.
-    #[prost(int64, tag = "2")]
-    pub unit: i64,
-}
-
-/// `Sample`: a stack and its values.
-#[derive(Clone, PartialEq, Message)]
-pub struct Sample {
-    /// Location ids, innermost frame first.
-    #[prost(uint64, repeated, tag = "1")]
-    pub location_id: Vec<u64>,
-    /// One value per `sample_type`.
-    #[prost(int64, repeated, tag = "2")]
-    pub value: Vec<i64>,
-}
-
-/// `Mapping` (decoded from other files; never written here).
-#[derive(Clone, PartialEq, Message)]
-pub struct Mapping {
-    /// Its id, from 1.
-    #[prost(uint64, tag = "1")]
-    pub id: u64,
-    /// The object file (index into the string table).
-    #[prost(int64, tag = "5")]
-    pub filename: i64,
-}
-
-/// `Location`: a place in the code.
-#[derive(Clone, PartialEq, Message)]
-pub struct Location {
-    /// Its id, from 1.
-    #[prost(uint64, tag = "1")]
-    pub id: u64,
-    /// Its mapping (0: none).
-    #[prost(uint64, tag = "2")]
-    pub mapping_id: u64,
-    /// The address: a native function's start (ELF virtual address), 0 for Python.
-    #[prost(uint64, tag = "3")]
-    pub address: u64,
-    /// The function and line (one: no inlining information).
-    #[prost(message, repeated, tag = "4")]
-    pub line: Vec<Line>,
-}
-
-/// `Line`: a function and a line in it.
-#[derive(Clone, PartialEq, Message)]
-pub struct Line {
-    /// The function's id.
-    #[prost(uint64, tag = "1")]
-    pub function_id: u64,
-    /// The line number (0 for native code).
-    #[prost(int64, tag = "2")]
-    pub line: i64,
-}
-
-/// `Function`.
-#[derive(Clone, PartialEq, Message)]
-pub struct Function {
-    /// Its id, from 1.
-    #[prost(uint64, tag = "1")]
-    pub id: u64,
-    /// Its name as shown (index into the string table).
-    #[prost(int64, tag = "2")]
-    pub name: i64,
-    /// Its name as in the dump, e.g. mangled (index into the string table).
-    #[prost(int64, tag = "3")]
-    pub system_name: i64,
-    /// Its file (index into the string table).
-    #[prost(int64, tag = "4")]
-    pub filename: i64,
-    /// Its first line (Python), 0 for native code.
-    #[prost(int64, tag = "5")]
-    pub start_line: i64,
-}
-
-/// The strings of a profile, each stored once.
-#[derive(Default)]
-struct Strings {
-    table: Vec<String>,
-    index: HashMap<String, i64>,
-}
-
-impl Strings {
-    fn new() -> Self {
-        let mut strings = Strings::default();
-        strings.get("");
-        strings
-    }
-
-    fn get(&mut self, text: &str) -> i64 {
-        if let Some(&id) = self.index.get(text) {
-            return id;
-        }
-        let id = self.table.len() as i64;
-        self.table.push(text.to_string());
-        self.index.insert(text.to_string(), id);
-        id
-    }
-}
 
 /// The sample types of memory counter `counter`: its count and its bytes, named as Go's
 /// heap profiles name them where they mean the same (`alloc_objects`/`alloc_space` for
@@ -266,10 +111,7 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<PprofProfile, Err
         strings.get(&measure.total_line()),
     ];
 
-    let mut functions: Vec<Function> = Vec::new();
-    let mut function_ids: Vec<Option<u64>> = vec![None; profile.functions().len()];
-    let mut locations: Vec<Location> = Vec::new();
-    let mut location_ids: HashMap<(FunctionId, i64), u64> = HashMap::new();
+    let mut places = Places::default();
     // Distinct stacks: (caller's stack, location) → stack id; per stack its values.
     let mut stack_ids: HashMap<(Option<u32>, u64), u32> = HashMap::new();
     let mut stacks: Vec<(Option<u32>, u64)> = Vec::new();
@@ -279,35 +121,24 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<PprofProfile, Err
         for node in profile.nodes() {
             let function = profile.function(node.function);
             let python = profile.is_python_code(function.file);
-            let function_id = *function_ids[node.function as usize].get_or_insert_with(|| {
-                let label = Label::of(profile, function);
-                let id = functions.len() as u64 + 1;
-                functions.push(Function {
-                    id,
-                    name: strings.get(&label.name),
-                    system_name: strings.get(&function.name),
-                    filename: strings.get(profile.file(function.file)),
-                    start_line: if python { function.start } else { 0 },
-                });
-                id
-            });
             let line = if python {
                 function.start.saturating_add(node.offset)
             } else {
                 0
             };
-            let location = *location_ids
-                .entry((node.function, line))
-                .or_insert_with(|| {
-                    let id = locations.len() as u64 + 1;
-                    locations.push(Location {
-                        id,
-                        mapping_id: 0,
-                        address: if python { 0 } else { function.start as u64 },
-                        line: vec![Line { function_id, line }],
-                    });
-                    id
-                });
+            let address = if python { 0 } else { function.start as u64 };
+            let location = places.location(
+                &mut strings,
+                u64::from(node.function),
+                line,
+                address,
+                || FunctionInfo {
+                    name: Label::of(profile, function).name,
+                    system_name: function.name.to_string(),
+                    filename: profile.file(function.file).to_string(),
+                    start_line: if python { function.start } else { 0 },
+                },
+            );
             let caller = node.parent.map(|parent: NodeId| stack_of[parent as usize]);
             let next = stacks.len() as u32;
             let stack = *stack_ids.entry((caller, location)).or_insert_with(|| {
@@ -345,8 +176,8 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<PprofProfile, Err
         sample_type,
         sample,
         mapping: Vec::new(),
-        location: locations,
-        function: functions,
+        location: places.locations,
+        function: places.functions,
         string_table: strings.table,
         drop_frames: 0,
         keep_frames: 0,
@@ -359,15 +190,12 @@ pub fn compute(profile: &Profile, options: &Options) -> Result<PprofProfile, Err
     })
 }
 
-/// Writes `profile` encoded and gzip-compressed.
+/// Writes `profile` encoded and gzip-compressed ([`pyigprof_pprof::gzipped`]).
 ///
 /// # Errors
 /// Those of `out`.
 pub fn write(profile: &PprofProfile, out: &mut dyn Write) -> io::Result<()> {
-    let mut encoder = GzEncoder::new(out, Compression::default());
-    encoder.write_all(&profile.encode_to_vec())?;
-    encoder.finish()?;
-    Ok(())
+    out.write_all(&pyigprof_pprof::gzipped(profile))
 }
 
 #[cfg(test)]
@@ -384,7 +212,7 @@ mod tests {
         write(&profile, &mut bytes).unwrap();
         let mut plain = Vec::new();
         io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut plain).unwrap();
-        let back = PprofProfile::decode(&plain[..]).unwrap();
+        let back = <PprofProfile as pyigprof_pprof::Message>::decode(&plain[..]).unwrap();
         assert_eq!(back, profile);
         let text = |index: i64| back.string_table[index as usize].as_str();
         assert_eq!(text(back.sample_type[1].r#type), "cpu");

@@ -25,13 +25,19 @@ pub struct Function {
 }
 
 /// A node of the merged tree.
-struct OutNode {
-    function: u32,
-    offset: u64,
-    children: Vec<u32>,
-    samples: u64,
-    ticks: u64,
-    memory: Memory,
+pub(crate) struct OutNode {
+    /// Its function: an index into [`Profile::functions`] (`u32::MAX` for the root).
+    pub(crate) function: u32,
+    /// Within the function: the line less its first line (Python), or bytes from its
+    /// start (native).
+    pub(crate) offset: u64,
+    /// Its children's indices.
+    pub(crate) children: Vec<u32>,
+    /// Its own samples (signals), and their ticks (or events).
+    pub(crate) samples: u64,
+    pub(crate) ticks: u64,
+    /// Its own memory counters.
+    pub(crate) memory: Memory,
 }
 
 /// The memory counters of a merged node, summed over threads (the largest allocation
@@ -80,8 +86,12 @@ impl Memory {
 
 /// The merged profile, ready to be written.
 pub struct Profile {
-    functions: Vec<Function>,
-    nodes: Vec<OutNode>,
+    /// The functions, referred to by index from the nodes.
+    pub(crate) functions: Vec<Function>,
+    /// The merged tree; the root (index 0) stands for no function.
+    pub(crate) nodes: Vec<OutNode>,
+    /// The functions that are Python code (their `start` is a first line).
+    pub(crate) python: std::collections::HashSet<u32>,
     /// Tick period in nanoseconds.
     pub period_ns: u64,
     /// Process id.
@@ -595,6 +605,7 @@ impl Profile {
         Profile {
             functions: resolver.functions,
             nodes,
+            python: resolver.python,
             period_ns: sampler.period_ns,
             pid: std::process::id(),
             program: command_line(),
@@ -901,7 +912,7 @@ pub fn escape_into(text: &[u8], out: &mut Vec<u8>) {
 }
 
 /// Path of this library (`libpyigprof.so`) as the module list names it.
-fn own_object_path() -> Option<Vec<u8>> {
+pub(crate) fn own_object_path() -> Option<Vec<u8>> {
     let here = own_object_path as *const () as usize as u64;
     modules::history()
         .into_iter()
@@ -1133,7 +1144,7 @@ fn write_new(profile: &Profile, path: &std::path::Path, gzip: bool) -> Result<()
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -1149,7 +1160,9 @@ mod tests {
         assert_eq!(out, b"/tmp/a (1%29.py \xe9");
     }
 
-    fn sample_profile() -> Profile {
+    /// `python3 app (1).py`: `__libc_start_main` → `<module>` (app.py:1) → `squeeze`
+    /// (app.py:7) at lines 10 (5 samples, 20 ticks of 4 ms) and 11 (1, 1).
+    pub(crate) fn sample_profile() -> Profile {
         let functions = vec![
             Function {
                 file: b"/lib/libc.so.6".to_vec(),
@@ -1185,6 +1198,7 @@ mod tests {
         Profile {
             functions,
             nodes,
+            python: [1, 2].into_iter().collect(),
             period_ns: 4_000_000,
             pid: 0x4d2,
             program: b"python3 app (1).py".to_vec(),

@@ -253,10 +253,25 @@ fn write(
     if snapshot.is_none() && crate::output::windows::on() {
         // The last, partial window stands for the end of the run.
         let (written, profile) = crate::output::windows::write_last()?;
+        // The last window (and any still queued) sent, or given up on.
+        crate::output::push::finish();
+        let Some(written) = written else {
+            // Pushed only.
+            if !config.quiet {
+                crate::notice!(
+                    "{}",
+                    crate::output::push::summary_line().unwrap_or_default()
+                );
+            }
+            return None;
+        };
         let written = std::path::absolute(&written).unwrap_or(written);
         if !config.quiet {
             summary(sampler, config, &profile, &written);
             crate::notice!("{}", crate::output::windows::summary_line(config, pid));
+            if let Some(line) = crate::output::push::summary_line() {
+                crate::notice!("{line}");
+            }
         }
         return Some(written);
     }

@@ -10,4 +10,6 @@
 pub mod dump;
 pub mod lifecycle;
 pub mod live;
+pub mod pprof;
+pub mod push;
 pub mod windows;

@@ -145,6 +145,10 @@ pub fn start(config: &Config) {
     let Some(ms) = config.window_ms else { return };
     WINDOW_MS.store(ms, Ordering::Relaxed);
     begin();
+    if let Some(push) = &config.push {
+        let python = sampler::get().and_then(|s| s.python.as_ref().map(|rt| rt.layout.version));
+        crate::output::push::start(push, python);
+    }
     spawn(ms);
 }
 
@@ -189,6 +193,7 @@ pub fn restart_after_fork() {
     // parent's writer at the fork: both are set afresh.
     unsafe { *BASELINES.buffers[1].get() = Baseline::default() };
     begin();
+    crate::output::push::restart_after_fork();
     spawn(ms);
 }
 
@@ -265,15 +270,18 @@ pub fn resume_after_failed_exec() {
     spawn(ms);
 }
 
-/// Writes the last, partial window (the process ends); returns its path. Called by the
-/// final profile's writer after [`stop`], or by the child writing a fatal signal's profile
-/// (which reads the active baseline whatever the parent's writer was doing).
-pub fn write_last() -> Option<(PathBuf, dump::Profile)> {
+/// Writes the last, partial window (the process ends); returns its path (`None` when
+/// windows are pushed and not written) and its profile. Called by the final profile's
+/// writer after [`stop`], or by the child writing a fatal signal's profile (which reads the
+/// active baseline whatever the parent's writer was doing).
+pub fn write_last() -> Option<(Option<PathBuf>, dump::Profile)> {
     write_next(true)
 }
 
-/// Collects the next window, writes it and makes its end the next window's start.
-fn write_next(last: bool) -> Option<(PathBuf, dump::Profile)> {
+/// Collects the next window, writes it (to disk unless it is only pushed: `PYIGPROF_PUSH`
+/// without `PYIGPROF_OUTPUT`) and queues it for the pusher ([`crate::output::push`]), and
+/// makes its end the next window's start.
+fn write_next(last: bool) -> Option<(Option<PathBuf>, dump::Profile)> {
     let sampler = sampler::get()?;
     let config = crate::output::lifecycle::config()?;
     let pid = crate::output::lifecycle::owner() as u32;
@@ -297,11 +305,27 @@ fn write_next(last: bool) -> Option<(PathBuf, dump::Profile)> {
     if !last {
         BASELINES.active.store(1 - active, Ordering::Release);
     }
+    let span = crate::output::pprof::Span {
+        start_ns: before.start_ns,
+        end_ns,
+    };
+    crate::output::push::enqueue(
+        &profile,
+        span,
+        number,
+        config.hz,
+        config.clock == crate::config::Clock::Wall,
+        sampler.cpu,
+        config.profile_memory,
+    );
+    if config.push.is_some() && !config.output_given {
+        return Some((None, profile));
+    }
     let path = crate::output::lifecycle::absolute(config, config.window_path(pid, number));
     match dump::write_unique(&profile, &path) {
         Ok(written) => {
             WRITTEN.fetch_add(1, Ordering::Relaxed);
-            Some((written, profile))
+            Some((Some(written), profile))
         }
         Err(e) => {
             FAILED.fetch_add(1, Ordering::Relaxed);
@@ -336,6 +360,7 @@ fn window_statistics(
         helper_wakeups: 0,
         rearms: 0,
     });
+    lines.extend(crate::output::push::statistics_line());
     lines.push(dump::cost_line(&Cost {
         process_ns: cost.process_ns.saturating_sub(since.process_ns),
         helper_ns: cost

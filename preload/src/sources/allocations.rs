@@ -202,6 +202,13 @@ thread_local! {
     };
 }
 
+/// Makes the calling thread's allocations pass through unrecorded for the rest of its
+/// life: a thread of pyigprof's whose work is not the program's (the pusher,
+/// [`crate::output::push`]).
+pub fn pass_through_in_this_thread() {
+    let _ = THREAD.try_with(|t| t.inside.set(true));
+}
+
 /// The countdown of CPython's mem and object domains. Their functions are called with
 /// the GIL held (the C-API's rule for them), so one countdown for the interpreter has one
 /// writer at a time, and the path of every Python allocation reads no thread-local
