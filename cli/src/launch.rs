@@ -79,6 +79,7 @@ pub fn igprof_style(args: &[OsString]) -> Result<Record, String> {
         push: None,
         labels: None,
         app_name: None,
+        max_overhead: None,
         quiet: false,
         lib: None,
         command,

@@ -152,6 +152,13 @@ struct Record {
     #[arg(long, value_name = "NAME", requires = "push")]
     app_name: Option<String>,
 
+    /// The profiler's cost at most PERCENT of the program's CPU time
+    /// (`PYIGPROF_MAX_OVERHEAD`): the sampling interval is lengthened as needed (and
+    /// shortened again, down to --rate's), measured every quarter second; shares stay
+    /// unbiased. Perf events only.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_overhead)]
+    max_overhead: Option<f64>,
+
     /// Prints nothing but the program's own output (`PYIGPROF_QUIET`).
     #[arg(short, long)]
     quiet: bool,
@@ -212,10 +219,21 @@ impl Record {
         if let Some(name) = &self.app_name {
             settings.push(("PYIGPROF_APP_NAME", name.into()));
         }
+        if let Some(percent) = self.max_overhead {
+            settings.push(("PYIGPROF_MAX_OVERHEAD", percent.to_string().into()));
+        }
         if self.quiet {
             settings.push(("PYIGPROF_QUIET", "1".into()));
         }
         settings
+    }
+}
+
+/// `--max-overhead`'s value: a per cent from 0.01 to 50 (what the library takes).
+fn parse_overhead(text: &str) -> Result<f64, String> {
+    match text.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(p) if (0.01..=50.0).contains(&p) => Ok(p),
+        _ => Err(format!("{text:?} is not a per cent from 0.01 to 50")),
     }
 }
 

@@ -217,6 +217,11 @@ pub struct Config {
     pub push: Option<Push>,
     /// Whether `PYIGPROF_OUTPUT` was set: with `PYIGPROF_PUSH`, windows go to disk too.
     pub output_given: bool,
+    /// `PYIGPROF_MAX_OVERHEAD`: the profiler's cost (the handler's time and the helper
+    /// process's CPU) at most this per cent of the program's CPU time, by lengthening the
+    /// sampling interval ([`crate::sources::budget`]); `None`: the rate asked, whatever it
+    /// costs. In millionths of the program's CPU time (1 % = 10,000).
+    pub max_overhead_ppm: Option<u32>,
     /// Profile processes that are not Python too, native frames only
     /// (`PYIGPROF_ALL_PROCESSES=1`); by default they are left alone.
     pub all_processes: bool,
@@ -499,6 +504,20 @@ impl Config {
         // Pushing needs windows: a minute's unless said.
         let window_ms = window_ms.or(push.as_ref().map(|_| DEFAULT_PUSH_WINDOW_MS));
         let output_given = lookup("PYIGPROF_OUTPUT").is_some_and(|v| !v.is_empty());
+        let max_overhead_ppm = lookup("PYIGPROF_MAX_OVERHEAD")
+            .filter(|v| !v.is_empty())
+            .and_then(
+                |raw| match raw.to_str().and_then(|s| s.trim().trim_end_matches('%').parse::<f64>().ok()) {
+                    Some(p) if (0.01..=50.0).contains(&p) => Some((p * 10_000.0).round() as u32),
+                    _ => {
+                        complaints.push(format!(
+                            "pyigprof: PYIGPROF_MAX_OVERHEAD={raw:?} is not a per cent from 0.01 to 50; \
+                             sampling at the rate asked, whatever it costs"
+                        ));
+                        None
+                    }
+                },
+            );
         let all_processes =
             lookup("PYIGPROF_ALL_PROCESSES").is_some_and(|v| !v.is_empty() && v != "0");
         let only_child_of = match lookup("PYIGPROF_ONLY_CHILD_OF") {
@@ -604,6 +623,7 @@ impl Config {
                 window_ms,
                 push,
                 output_given,
+                max_overhead_ppm,
                 all_processes,
                 only_child_of,
                 profile_cpu,

@@ -198,6 +198,9 @@ pub extern "C" fn init() {
         // the threads' key slots.
         crate::capture::python::find_key_slots();
     }
+    if let Some(ppm) = lifecycle::config().and_then(|c| c.max_overhead_ppm) {
+        sources::budget::set(ppm);
+    }
     // With perf events, the helper process that holds them first (every thread's event is
     // opened by it).
     if profile_cpu && sampler.trigger.event().is_some() {

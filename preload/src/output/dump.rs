@@ -612,6 +612,9 @@ impl Profile {
             statistics: {
                 let mut lines = sampler.stats.lines();
                 lines.insert(2, sampling_line(sampler));
+                lines.extend(crate::sources::budget::statistics_line(
+                    (1_000_000_000 / sampler.period_ns.max(1)) as u32,
+                ));
                 lines.push(cost_line(&cost));
                 lines
             },

@@ -361,6 +361,9 @@ fn window_statistics(
         rearms: 0,
     });
     lines.extend(crate::output::push::statistics_line());
+    lines.extend(crate::sources::budget::statistics_line(
+        (1_000_000_000 / sampler.period_ns.max(1)) as u32,
+    ));
     lines.push(dump::cost_line(&Cost {
         process_ns: cost.process_ns.saturating_sub(since.process_ns),
         helper_ns: cost

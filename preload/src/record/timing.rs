@@ -110,6 +110,11 @@ impl HandlerTimes {
         }
     }
 
+    /// The handler's total time so far, ns. Async-signal-safe.
+    pub fn total_ns(&self) -> u64 {
+        self.total_ns.load(Ordering::Relaxed)
+    }
+
     /// Forgets everything (in a fork child).
     pub fn reset(&self) {
         for counter in self.buckets.iter().chain(&self.fit).chain([

@@ -7,6 +7,8 @@
 //!   another event: page faults, hardware counters), opt-in and chosen at start-up where
 //!   the kernel allows them ([`Trigger`]);
 //! - [`random`]: the random intervals between samples;
+//! - [`budget`]: the overhead budget, which lengthens them when the profiler costs more
+//!   than `PYIGPROF_MAX_OVERHEAD`;
 //! - [`wall`]: wall mode's sampler process, which samples threads blocked in system calls
 //!   from outside, without signalling them;
 //! - [`handler`]: the `SIGPROF` handler, which turns a timer's signal into one sample;
@@ -16,6 +18,7 @@
 
 pub mod adopt;
 pub mod allocations;
+pub mod budget;
 pub mod handler;
 pub mod helper;
 pub mod perf;

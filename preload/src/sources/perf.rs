@@ -495,7 +495,22 @@ fn nudge_keeper() {
 /// commensurate with one draw sees the same phase for at most one look's worth of samples
 /// (4 at 1 kHz, 40 at 10 kHz), which adds to a share's variance, not to its expectation.
 pub(crate) fn batch_ns(event: &Event) -> u64 {
-    event.period.max(4_000_000)
+    // Under an overhead budget the looks are as much rarer as the samples: a look costs
+    // the helper tens of microseconds whatever it finds.
+    let scale = u64::from(crate::sources::budget::SCALE.load(Ordering::Relaxed));
+    let looks = 4_000_000 * scale / u64::from(crate::sources::budget::SCALE_ONE);
+    mean_interval(event).max(looks)
+}
+
+/// The mean interval between a thread's samples, in the event's unit: its period, times
+/// the overhead budget's scale for a time event ([`crate::sources::budget::SCALE`]; 1
+/// without a budget). The tick stays the period.
+pub fn mean_interval(event: &Event) -> u64 {
+    if !event.is_time() {
+        return event.period;
+    }
+    let scale = crate::sources::budget::SCALE.load(Ordering::Relaxed);
+    event.period.saturating_mul(u64::from(scale)) / u64::from(crate::sources::budget::SCALE_ONE)
 }
 
 /// The helper process's loop with perf events: opens the events threads ask for, draws
@@ -521,6 +536,8 @@ pub struct Keeper {
     state: u64,
     /// Looks in a row that found no interval to arm.
     idle: u32,
+    /// The overhead budget's measurements ([`crate::sources::budget`]).
+    budget: crate::sources::budget::Controller,
 }
 
 impl Keeper {
@@ -541,6 +558,7 @@ impl Keeper {
             event,
             state: 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(WORK.load(Ordering::Relaxed)),
             idle: IDLE_POLLS,
+            budget: crate::sources::budget::Controller::default(),
         })
     }
 
@@ -550,6 +568,10 @@ impl Keeper {
     /// Returns the value of [`WORK`] it saw first, for [`Keeper::wait`].
     pub fn look(&mut self, sampler: &Sampler) -> u32 {
         let seen = WORK.load(Ordering::Acquire);
+        self.budget.check(
+            sampler.stats.handler.total_ns(),
+            crate::sources::helper::TARGET.load(Ordering::Relaxed),
+        );
         let mut armed = false;
         sampler.slots.for_each(|slot| {
             if slot.open_state.load(Ordering::Acquire) == ASKED
@@ -783,7 +805,7 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<Weight> {
 /// least twice the shortest period the kernel arms.
 fn mean_draw(event: &Event, slot: &Slot) -> u64 {
     let short = slot.short.load(Ordering::Relaxed) as i64;
-    (event.period as i64 - short).max(2 * MIN_PERIOD_NS as i64) as u64
+    (mean_interval(event) as i64 - short).max(2 * MIN_PERIOD_NS as i64) as u64
 }
 
 /// The longest interval a thread's current one can be, ns of CPU time: the period armed
@@ -800,7 +822,7 @@ fn interval_bound(slot: &Slot) -> u64 {
 /// The longest interval between two samples of a thread on `event`, ns of CPU time: a
 /// re-arm's ([`interval_bound`]), two of the longest draws (1.5 periods each).
 pub fn longest_interval_ns(event: &Event) -> u64 {
-    3 * event.period
+    3 * mean_interval(event)
 }
 
 /// A `task-clock` sample's weight, in ticks ([`weigh`]).
@@ -876,7 +898,7 @@ pub enum Wait {
 pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: Wait) -> Result<(), String> {
     let mut state = crate::sources::random::seed(tid as u64);
     let (first, before) = if event.randomized() {
-        crate::sources::random::first_interval(&mut state, event.period, MIN_PERIOD_NS)
+        crate::sources::random::first_interval(&mut state, mean_interval(event), MIN_PERIOD_NS)
     } else {
         (event.period, 0)
     };
