@@ -473,3 +473,147 @@ fn gunicorn_workers_each_write_their_own_windows() {
         master_windows.len()
     );
 }
+
+/// gunicorn's threaded workers (`-k gthread`) recycled every 60 requests
+/// (`--max-requests`, as services run it to bound leaks): every worker that gunicorn
+/// replaced wrote its windows, the last one marked last (`last=1`), all of them its own
+/// requests; the windows of all workers hold the requests' work.
+#[test]
+fn recycled_gthread_workers_write_their_last_window() {
+    use std::io::{Read, Write};
+    let Some(base) = interpreters_for("windows_recycled", "3.8+ interpreters", |i| {
+        i.version >= (3, 8) && i.name.starts_with("pyenv")
+    })
+    .into_iter()
+    .next() else {
+        return;
+    };
+    let (python, _) = package_venv(&base, "gunicorn", &["gunicorn"], |_| Ok(()))
+        .unwrap_or_else(|why| panic!("{}: no gunicorn venv: {why}", base.name));
+    let dir = scratch_dir("windows-recycled");
+    std::fs::write(dir.join("app.py"), APP).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bind = format!("127.0.0.1:{port}");
+    let mut master = Killed(
+        with_default_signals(&mut std::process::Command::new(&python.path))
+            .args([
+                "-m",
+                "gunicorn",
+                "-w",
+                "2",
+                "-k",
+                "gthread",
+                "--threads",
+                "2",
+            ])
+            .args([
+                "--max-requests",
+                "60",
+                "-b",
+                &bind,
+                "--log-level",
+                "warning",
+                "app:app",
+            ])
+            .current_dir(&dir)
+            .env("LD_PRELOAD", &artifacts().preload)
+            .env("PYIGPROF_WINDOW", "0.5")
+            .env("PYIGPROF_LOG", "stderr")
+            .env("PYIGPROF_OUTPUT", dir.join("g.%p.%n.gz"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start gunicorn"),
+    );
+    let up = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(up, "{}: gunicorn did not listen", base.name);
+    let master_pid = master.0.id();
+    let mut answered = 0;
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(4);
+    while std::time::Instant::now() < end {
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            continue;
+        };
+        let _ = stream.write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n");
+        let mut body = Vec::new();
+        if stream.read_to_end(&mut body).is_ok() && body.starts_with(b"HTTP/1.0 200") {
+            answered += 1;
+        }
+    }
+    // SAFETY: a signal to the test's own child.
+    unsafe { libc::kill(master_pid as i32, libc::SIGTERM) };
+    let status = wait_at_most(&mut master.0, std::time::Duration::from_secs(30));
+    let mut err = String::new();
+    let _ = master.0.stderr.take().unwrap().read_to_string(&mut err);
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{}: gunicorn ended {status:?}: {err}",
+        base.name
+    );
+    // The windows by process.
+    let mut by_pid: HashMap<u32, Vec<(u32, PathBuf)>> = HashMap::new();
+    for path in files_in(&dir) {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("g.").and_then(|r| r.strip_suffix(".gz")) else {
+            continue;
+        };
+        let (pid, n) = rest.split_once('.').unwrap();
+        by_pid
+            .entry(pid.parse().unwrap())
+            .or_default()
+            .push((n.parse().unwrap(), path));
+    }
+    let workers: Vec<u32> = by_pid
+        .keys()
+        .copied()
+        .filter(|&pid| pid != master_pid)
+        .collect();
+    // 60 requests per worker life: about one life per 60 requests (31 for 1,879 here);
+    // half of that at least.
+    assert!(
+        workers.len() >= 3 && workers.len() as u64 >= answered / 120,
+        "{}: {answered} requests, {} workers wrote windows: {err}",
+        base.name,
+        workers.len()
+    );
+    let mut handled = 0.0;
+    for worker in &workers {
+        let windows = by_pid.get_mut(worker).unwrap();
+        windows.sort();
+        let numbers: Vec<u32> = windows.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            numbers,
+            (0..windows.len() as u32).collect::<Vec<_>>(),
+            "{}: worker {worker}",
+            base.name
+        );
+        let last = igprof_analyse::read_profiles(&[windows.last().unwrap().1.clone()]).unwrap();
+        assert_eq!(
+            statistics(&last)["window.last"],
+            "1",
+            "{}: worker {worker}'s last window",
+            base.name
+        );
+        let paths: Vec<PathBuf> = windows.iter().map(|(_, p)| p.clone()).collect();
+        let merged = igprof_analyse::read_profiles(&paths).unwrap();
+        handled += seconds_in(&merged, "handle").0;
+    }
+    eprintln!(
+        "windows_recycled: {}: {answered} requests, {} worker lives wrote windows, {handled:.3} s of handle in them",
+        base.name,
+        workers.len()
+    );
+    assert!(
+        handled > 0.0,
+        "{}: no request in the workers' windows",
+        base.name
+    );
+}
