@@ -4,8 +4,9 @@
 //! pprof&…`, a `multipart/form-data` body with the pprof in the file field `profile` and
 //! the sample type configuration in `sample_type_config`) and decodes each body with prost.
 //! The windows' CPU time adds up to the process's; the labels, the token and the pid are
-//! where they belong and nowhere else. A backend that is down, answers 500 or answers late
-//! changes nothing of the program but its losses, counted and said.
+//! where they belong and nowhere else. A backend that is down, answers 500, answers late or
+//! closes the connection mid-body changes nothing of the program but its losses, counted
+//! and said.
 
 use pyigprof_pprof::PprofProfile;
 use pyigprof_suite::ingest::{serve, Backend};
@@ -15,7 +16,8 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 /// Two phases of ~0.75 s of CPU each; prints the process's CPU time at the end (and, with
-/// an argument, its own wall time from its first line to its last).
+/// an argument, its own wall time from its first line to its last, and the work it did:
+/// loop iterations, fewer when something else of the process takes CPU time).
 const PHASED: &str = r#"
 import sys, time
 started = time.perf_counter()
@@ -24,15 +26,15 @@ def spin(seconds):
     x = 0
     while time.process_time() < end:
         x += 1
+    return x
 def early():
-    spin(0.75)
+    return spin(0.75)
 def late():
-    spin(0.75)
-early()
-late()
+    return spin(0.75)
+work = early() + late()
 sys.stdout.write("%.6f\n" % time.process_time())
 if len(sys.argv) > 1:
-    sys.stdout.write("%.6f\n" % (time.perf_counter() - started))
+    sys.stdout.write("%.6f\n%d\n" % (time.perf_counter() - started, work))
 "#;
 
 /// Go's `pprof` (github.com/google/pprof), built once from Debian's
@@ -322,14 +324,23 @@ fn a_backend_down_failing_or_late_changes_nothing_but_the_windows_lost() {
         .port();
     let (failing, failing_requests) = serve(Backend::Failing);
     let (late, _) = serve(Backend::Late(Duration::from_secs(30)));
+    let (hangup, _) = serve(Backend::HangUp);
     let plain = std::process::Command::new(&python.path)
         .args(["-c", PHASED, "timed"])
         .output()
         .unwrap();
+    // The same windows without a push: the work the program does in its 1.5 s of CPU.
+    let unpushed = run_profiled(
+        &python.path,
+        &["-c", PHASED, "timed"],
+        &[("PYIGPROF_WINDOW", "0.5"), ("PYIGPROF_HZ", "1000")],
+    );
+    let unpushed_work: f64 = unpushed.stdout().lines().nth(2).unwrap().parse().unwrap();
     for (case, port, why) in [
         ("down", closed, "connection"),
         ("failing", failing, "answered 500"),
         ("late", late, "no answer before the process ended"),
+        ("hang-up", hangup, "window"),
     ] {
         let url = format!("http://127.0.0.1:{port}");
         let started = std::time::Instant::now();
@@ -345,12 +356,12 @@ fn a_backend_down_failing_or_late_changes_nothing_but_the_windows_lost() {
         let took = started.elapsed().as_secs_f64();
         let stderr = run.stderr();
         assert!(run.output.status.success(), "{case}: {stderr}");
-        // The program's output is its own: two numbers, as without the profiler.
+        // The program's output is its own: three numbers, as without the profiler.
         let stdout = run.stdout();
         let figures: Vec<f64> = stdout.lines().map(|l| l.parse().unwrap()).collect();
-        assert_eq!(figures.len(), 2, "{case}: {stdout}");
-        assert_eq!(String::from_utf8_lossy(&plain.stdout).lines().count(), 2);
-        let (cpu, own_wall) = (figures[0], figures[1]);
+        assert_eq!(figures.len(), 3, "{case}: {stdout}");
+        assert_eq!(String::from_utf8_lossy(&plain.stdout).lines().count(), 3);
+        let (cpu, own_wall, work) = (figures[0], figures[1], figures[2]);
         let summary = stderr
             .lines()
             .find(|l| l.starts_with("pyigprof: pushed "))
@@ -358,7 +369,8 @@ fn a_backend_down_failing_or_late_changes_nothing_but_the_windows_lost() {
         // What the process took beyond its own code: start-up, and the end's wait for
         // the pusher.
         let beyond = took - own_wall;
-        eprintln!("push_faults: {case}: {took:.2} s wall ({beyond:.2} s beyond the program's own), {cpu:.3} s CPU: {summary}");
+        let ratio = work / unpushed_work;
+        eprintln!("push_faults: {case}: {took:.2} s wall ({beyond:.2} s beyond the program's own), {cpu:.3} s CPU, work ×{ratio:.3} of a run without push: {summary}");
         assert!(summary.contains("could not be sent"), "{case}: {summary}");
         assert!(summary.contains(why), "{case}: {summary}");
         // The program spins 1.5 s of CPU; the end does not wait for a backend that
@@ -367,7 +379,12 @@ fn a_backend_down_failing_or_late_changes_nothing_but_the_windows_lost() {
             beyond < 1.2,
             "{case}: {beyond:.2} s beyond the program's own {own_wall:.2} s"
         );
-        assert!(cpu < 1.5 * 1.05 + 0.2, "{case}: {cpu:.3} s of CPU");
+        // The pusher's CPU time is the process's: the program's work in its 1.5 s of CPU
+        // is a run's without push (within run-to-run noise).
+        assert!(
+            ratio > 0.9,
+            "{case}: the program's work ×{ratio:.3} of a run without push"
+        );
     }
     // A failed window is tried again (after 0.5 s, then 1 s: two attempts fit in the run).
     let attempts = failing_requests.lock().unwrap().len();

@@ -109,6 +109,8 @@ pub enum Backend {
     Failing,
     /// 200 after this long.
     Late(Duration),
+    /// Closes the connection in the middle of the request's body, answering nothing.
+    HangUp,
 }
 
 /// An ingest server on a port of its own: every request it read, answered as `backend`.
@@ -150,6 +152,16 @@ fn answer(stream: TcpStream, backend: Backend, seen: &Mutex<Vec<Request>>) -> st
         .get("content-length")
         .and_then(|l| l.parse().ok())
         .unwrap_or(0);
+    if let Backend::HangUp = backend {
+        let mut half = vec![0; length / 2];
+        reader.read_exact(&mut half)?;
+        seen.lock().unwrap().push(Request {
+            target,
+            headers,
+            body: half,
+        });
+        return stream.shutdown(std::net::Shutdown::Both);
+    }
     let mut body = vec![0; length];
     reader.read_exact(&mut body)?;
     seen.lock().unwrap().push(Request {
@@ -164,6 +176,7 @@ fn answer(stream: TcpStream, backend: Backend, seen: &Mutex<Vec<Request>>) -> st
             std::thread::sleep(wait);
             "200 OK"
         }
+        Backend::HangUp => unreachable!("answered above"),
     };
     let mut stream = stream;
     stream.write_all(
