@@ -728,3 +728,75 @@ fn memory_windows_hold_their_own_allocations_and_what_is_live_at_their_end() {
         );
     }
 }
+
+/// A service whose distinct call stacks keep growing (bench/overhead's many_stacks.py:
+/// 3,000 generated functions in random chains) keeps the profiler's memory bounded: with
+/// `PYIGPROF_MAX_TREE_NODES=4096` the trees are forgotten between windows whenever they
+/// hold more, no window holds many more nodes than that, and no time is lost at a
+/// forgetting (sampling paused while the window is collected: the pause's CPU time is in
+/// each thread's next sample): the windows add up to the program's CPU time within 1 %
+/// (its one thread's: the process's holds the window writer's too, which collects windows
+/// of thousands of functions ten times a second here).
+#[test]
+fn forgotten_trees_keep_memory_bounded_and_lose_no_time() {
+    for python in interpreters_for("windows_forget", "3.x interpreters", |i| {
+        i.version >= (3, 6)
+    }) {
+        let program = repo().join("bench/overhead/programs/many_stacks.py");
+        let script = format!(
+            "import runpy, sys, time\nsys.argv = [{:?}, '60']\nrunpy.run_path(sys.argv[0], run_name='__main__')\nsys.stdout.write('%.6f\\n' % time.clock_gettime(time.CLOCK_THREAD_CPUTIME_ID))\n",
+            program.to_str().unwrap()
+        );
+        let run = run_profiled(
+            &python.path,
+            &["-c", &script],
+            &[
+                ("PYIGPROF_WINDOW", "0.1"),
+                ("PYIGPROF_HZ", "1000"),
+                ("PYIGPROF_MAX_TREE_NODES", "4096"),
+            ],
+        );
+        let label = &python.name;
+        assert!(run.output.status.success(), "{label}: {}", run.stderr());
+        let cpu: f64 = run.stdout().trim().parse().unwrap();
+        let pid = run
+            .profiles()
+            .first()
+            .and_then(|p| {
+                p.file_name()?
+                    .to_string_lossy()
+                    .strip_prefix("pyigprof.")?
+                    .split('.')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .expect("a window");
+        let windows = windows_of(&run.dir, pid);
+        let mut seconds = 0.0;
+        let mut largest = 0;
+        let mut forgotten = 0;
+        for (_, path) in &windows {
+            let profile = igprof_analyse::read_profiles(std::slice::from_ref(path)).unwrap();
+            let stats = statistics(&profile);
+            largest = largest.max(stats["window.tree_nodes"].parse::<usize>().unwrap());
+            forgotten = forgotten.max(stats["window.trees_forgotten"].parse::<u32>().unwrap());
+            seconds += seconds_in(&profile, "<module>").1;
+        }
+        eprintln!(
+            "windows_forget: {label}: {} windows, trees forgotten {forgotten} times, at most {largest} nodes at a window's end; {seconds:.3} s in the windows, {cpu:.3} s of the program's CPU",
+            windows.len()
+        );
+        assert!(
+            forgotten >= 2,
+            "{label}: the trees were forgotten {forgotten} times"
+        );
+        // A window ends with what it added since the last forgetting: at most the bound
+        // and one window's new nodes.
+        assert!(largest < 4096 * 3, "{label}: {largest} nodes");
+        assert!(
+            (seconds - cpu).abs() <= 0.01 * cpu + 0.005,
+            "{label}: {seconds:.3} s in the windows, {cpu:.3} s of CPU"
+        );
+    }
+}

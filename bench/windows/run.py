@@ -19,9 +19,10 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 def window_facts(path):
     with gzip.open(path, "rt", errors="replace") as f:
         for line in f:
-            m = re.search(r"#pyigprof window number=(\d+) .*tree_nodes=(\d+) readings_bytes=(\d+)", line)
+            m = re.search(r"#pyigprof window number=(\d+) .*tree_nodes=(\d+) (?:trees_forgotten=(\d+) )?readings_bytes=(\d+)", line)
             if m:
-                return tuple(int(x) for x in m.groups())
+                number, nodes, forgotten, readings = m.groups()
+                return (int(number), int(nodes), int(readings), int(forgotten or 0))
     return None
 
 
@@ -53,18 +54,30 @@ def main():
             n = len(glob.glob(os.path.join(tmp, "w.%d.*.gz" % proc.pid)))
             if n >= 3 and "early" not in rss:
                 rss["early"] = (n, rss_kib(proc.pid))
+            if n >= args.windows // 2 and "middle" not in rss:
+                rss["middle"] = (n, rss_kib(proc.pid))
             time.sleep(0.1)
         n = len(glob.glob(os.path.join(tmp, "w.%d.*.gz" % proc.pid)))
         rss["late"] = (n, rss_kib(proc.pid))
         proc.terminate()
         proc.wait()
         facts = sorted(filter(None, (window_facts(p) for p in glob.glob(os.path.join(tmp, "w.%d.*.gz" % proc.pid)))))
+        # The program alone, as long: its own memory, for comparison.
+        plain_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        plain = subprocess.Popen([python, program, "1000000"], env=plain_env, stdout=subprocess.DEVNULL)
+        time.sleep(seconds + 0.3)
+        plain_rss = rss_kib(plain.pid)
+        plain.terminate()
+        plain.wait()
     early = next(f for f in facts if f[0] == 2)
     late = facts[-2] if len(facts) > 2 else facts[-1]
-    lines = ["| after window | tree nodes | readings (bytes) | process RSS (KiB), windows written then |",
-             "|---|---|---|---|",
-             "| %d | %d | %d | %d (%d) |" % (early[0], early[1], early[2], rss["early"][1], rss["early"][0]),
-             "| %d | %d | %d | %d (%d) |" % (late[0], late[1], late[2], rss["late"][1], rss["late"][0])]
+    lines = ["| after window | tree nodes | times the trees were forgotten | readings (bytes) | process RSS (KiB), windows written then |",
+             "|---|---|---|---|---|",
+             "| %d | %d | %d | %d | %d (%d) |" % (early[0], early[1], early[3], early[2], rss["early"][1], rss["early"][0]),
+             "| %d | %d | %d | %d | %d (%d) |" % (late[0], late[1], late[3], late[2], rss["late"][1], rss["late"][0])]
+    lines.append("")
+    lines.append("Process RSS after %d windows (half the run): %d KiB; the program alone, as long: %d KiB." % (
+        rss["middle"][0], rss["middle"][1], plain_rss))
     text = "`python3 bench/windows/run.py %s` (%s, many_stacks.py, 0.2 s windows, 1 kHz)\n\n%s\n" % (
         " ".join(sys.argv[1:]), python, "\n".join(lines))
     print(text)

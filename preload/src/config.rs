@@ -40,6 +40,11 @@ impl Clock {
     }
 }
 
+/// Trace-tree nodes from which the trees are forgotten between two windows
+/// (`PYIGPROF_MAX_TREE_NODES`): 65,536 nodes of 40 bytes, with the child index and the
+/// window writer's readings (32 bytes a node, twice), about 9 MiB.
+pub const DEFAULT_MAX_TREE_NODES: usize = 1 << 16;
+
 /// The window of continuous profiling when `PYIGPROF_PUSH` is set without
 /// `PYIGPROF_WINDOW`, ms (Datadog's profiler uploads every 60 s).
 pub const DEFAULT_PUSH_WINDOW_MS: u64 = 60_000;
@@ -222,6 +227,10 @@ pub struct Config {
     /// sampling interval ([`crate::sources::budget`]); `None`: the rate asked, whatever it
     /// costs. In millionths of the program's CPU time (1 % = 10,000).
     pub max_overhead_ppm: Option<u32>,
+    /// `PYIGPROF_MAX_TREE_NODES`: with windows, the trace trees are forgotten at the next
+    /// window once they hold this many nodes ([`crate::output::windows`]), so that a
+    /// service's profiler memory stays bounded; default [`DEFAULT_MAX_TREE_NODES`].
+    pub max_tree_nodes: usize,
     /// Profile processes that are not Python too, native frames only
     /// (`PYIGPROF_ALL_PROCESSES=1`); by default they are left alone.
     pub all_processes: bool,
@@ -504,6 +513,19 @@ impl Config {
         // Pushing needs windows: a minute's unless said.
         let window_ms = window_ms.or(push.as_ref().map(|_| DEFAULT_PUSH_WINDOW_MS));
         let output_given = lookup("PYIGPROF_OUTPUT").is_some_and(|v| !v.is_empty());
+        let max_tree_nodes = match lookup("PYIGPROF_MAX_TREE_NODES").filter(|v| !v.is_empty()) {
+            None => DEFAULT_MAX_TREE_NODES,
+            Some(raw) => match raw.to_str().and_then(|s| s.trim().parse::<usize>().ok()) {
+                Some(n) if (1024..=1 << 23).contains(&n) => n,
+                _ => {
+                    complaints.push(format!(
+                        "pyigprof: PYIGPROF_MAX_TREE_NODES={raw:?} is not a number of nodes from 1024 \
+                         to 8388608; using the default {DEFAULT_MAX_TREE_NODES}"
+                    ));
+                    DEFAULT_MAX_TREE_NODES
+                }
+            },
+        };
         let max_overhead_ppm = lookup("PYIGPROF_MAX_OVERHEAD")
             .filter(|v| !v.is_empty())
             .and_then(
@@ -624,6 +646,7 @@ impl Config {
                 push,
                 output_given,
                 max_overhead_ppm,
+                max_tree_nodes,
                 all_processes,
                 only_child_of,
                 profile_cpu,

@@ -29,7 +29,7 @@ use crate::config::Clock;
 pub use crate::record::stats::Stats;
 use crate::record::threads::{Slot, Slots, CAPTURING, FREE, HANDLING};
 use crate::record::trace::Trees;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Most suspended asyncio tasks of one thread given a sample in one wall-mode pass
 /// ([`Sampler::sample_suspended_tasks`]).
@@ -97,12 +97,60 @@ pub fn get() -> Option<&'static Sampler> {
     unsafe { SAMPLER.load(Ordering::Acquire).as_ref() }
 }
 
-/// Whether samples are being taken.
+/// Set while the window writer forgets the trace trees between two windows
+/// ([`Sampler::forget_trees`]): the handler and the wall passes take no sample meanwhile,
+/// and a thread that ends places no tail; threads still start and get their timers or
+/// events (unlike `STATE` off).
+pub(crate) static PAUSED: AtomicBool = AtomicBool::new(false);
+
+/// Whether samples are being taken. SeqCst: [`Sampler::pause`] sets [`PAUSED`], then
+/// waits for the handlers counted in flight before they read it.
 pub fn sampling() -> bool {
-    STATE.load(Ordering::Acquire) == SAMPLING
+    STATE.load(Ordering::Acquire) == SAMPLING && !PAUSED.load(Ordering::SeqCst)
+}
+
+/// Sampling paused while it lives ([`Sampler::pause`]).
+pub struct Paused(());
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        PAUSED.store(false, Ordering::SeqCst);
+    }
 }
 
 impl Sampler {
+    /// Pauses sampling until the value is dropped: once it returns, no handler, wall pass
+    /// or thread end touches the trace trees. Not from a signal handler.
+    pub fn pause(&self) -> Paused {
+        PAUSED.store(true, Ordering::SeqCst);
+        crate::signal_guard::wait_for_handlers();
+        Paused(())
+    }
+
+    /// Whether the trace trees can be forgotten between two windows without losing time:
+    /// CPU time sampled on a perf event (a sample skipped while paused leaves its CPU time
+    /// to the thread's next one; a POSIX timer's expiration, or a wall pass, would be
+    /// lost) and no memory profiler (its live blocks hold node indices).
+    pub fn can_forget_trees(&self, memory: bool) -> bool {
+        self.cpu
+            && !memory
+            && self.clock == Clock::Cpu
+            && self.trigger.event().is_some_and(|e| e.is_time())
+    }
+
+    /// Forgets every thread's trace tree, sampling paused ([`Sampler::pause`]): the pool
+    /// is reused from its start and each thread makes a new root at its next sample (its
+    /// path memo's caches then stale).
+    pub fn forget_trees(&self, _paused: &Paused) {
+        self.trees.reset();
+        self.slots.for_each(|slot| {
+            slot.root.store(0, Ordering::Relaxed);
+            slot.last_leaf.store(0, Ordering::Relaxed);
+            slot.last_cpu_leaf.store(0, Ordering::Relaxed);
+            slot.path.root.store(0, Ordering::Relaxed);
+        });
+    }
+
     /// Maps the sampler's memory. `None` when the kernel refuses the mappings.
     pub fn new(period_ns: u64, clock: Clock, python: Option<Runtime>) -> Option<Sampler> {
         Some(Sampler {

@@ -28,9 +28,11 @@
 //! allocations, `MEM_LIVE` what is live at its end, `MEM_MAX` and `MEM_LIVE_PEAK` the run's
 //! so far.
 //!
-//! The trees are not emptied between windows: a node counts for good, and a program whose
-//! call stacks recur keeps the profiler's memory flat however many windows it writes (its
-//! distinct call stacks bound it, as without windows).
+//! The trees keep counting between windows until they hold `PYIGPROF_MAX_TREE_NODES`
+//! (`Config::max_tree_nodes`); then, where no time is lost by it
+//! ([`Sampler::can_forget_trees`]), the window is collected with sampling paused and the
+//! trees are forgotten ([`Sampler::forget_trees`]): the profiler's memory stays bounded
+//! however many distinct call stacks a long-running service goes through.
 
 use crate::config::Config;
 use crate::output::dump::{self, Cost, NodeCounts};
@@ -98,6 +100,8 @@ static WRITING: AtomicBool = AtomicBool::new(false);
 static WRITTEN: AtomicU32 = AtomicU32::new(0);
 /// Windows that could not be written (a full disk, …).
 static FAILED: AtomicU32 = AtomicU32::new(0);
+/// Times the trace trees were forgotten between two windows.
+static FORGOTTEN: AtomicU32 = AtomicU32::new(0);
 
 /// Whether windows are on in this process.
 pub fn on() -> bool {
@@ -189,6 +193,7 @@ pub fn restart_after_fork() {
     }
     WRITTEN.store(0, Ordering::Relaxed);
     FAILED.store(0, Ordering::Relaxed);
+    FORGOTTEN.store(0, Ordering::Relaxed);
     // SAFETY: the child has one thread; the other buffer may be half-written by the
     // parent's writer at the fork: both are set afresh.
     unsafe { *BASELINES.buffers[1].get() = Baseline::default() };
@@ -294,7 +299,22 @@ fn write_next(last: bool) -> Option<(Option<PathBuf>, dump::Profile)> {
         )
     };
     let number = NEXT.fetch_add(1, Ordering::Relaxed);
+    // The trees of a service whose distinct call stacks keep growing are forgotten once
+    // they hold `PYIGPROF_MAX_TREE_NODES` (when that loses no time:
+    // [`Sampler::can_forget_trees`]): sampling paused while this window is collected (its
+    // CPU time goes to each thread's next sample), then the trees start empty.
+    let forget = !last
+        && sampler.trees.nodes_used() > config.max_tree_nodes
+        && sampler.can_forget_trees(config.profile_memory);
+    let paused = forget.then(|| sampler.pause());
     let mut profile = dump::Profile::collect_window(sampler, &before.nodes, &mut after.nodes);
+    if let Some(paused) = &paused {
+        sampler.forget_trees(paused);
+        // The next window counts from empty trees.
+        after.nodes.clear();
+        FORGOTTEN.fetch_add(1, Ordering::Relaxed);
+    }
+    drop(paused);
     let end_ns = now_ns();
     let cost = profile.cost;
     profile.pid = pid;
@@ -348,9 +368,10 @@ fn window_statistics(
     let mut lines = sampler.stats.lines_since(&start.stats);
     lines.insert(2, dump::sampling_line(sampler));
     lines.push(format!(
-        "{} tree_nodes={} readings_bytes={}",
+        "{} tree_nodes={} trees_forgotten={} readings_bytes={}",
         window_line(number, start.start_ns, end_ns, last),
         sampler.trees.nodes_used(),
+        FORGOTTEN.load(Ordering::Relaxed),
         2 * start.nodes.capacity().max(sampler.trees.nodes_used())
             * std::mem::size_of::<NodeCounts>()
     ));

@@ -249,6 +249,8 @@ impl Sampler {
             return;
         }
         STATE.store(OFF, Ordering::Release);
+        // Forked while the window writer had paused sampling: not paused in the child.
+        crate::sampler::PAUSED.store(false, Ordering::SeqCst);
         crate::signal_guard::reset_after_fork();
         // The parent's perf events came with its descriptors: not this process's.
         self.slots.for_each(perf::forget_after_fork);
@@ -302,7 +304,13 @@ impl Sampler {
     fn thread_ending(&self, slot: &Slot) {
         let tail = self.disarm(slot);
         let tid = slot.tid.load(Ordering::Relaxed);
-        if tid == 0 || STATE.load(Ordering::Acquire) != SAMPLING {
+        // Counted in flight like a handler: the trees are not forgotten meanwhile
+        // ([`Sampler::pause`]); while they are, the tail is not placed.
+        let _in_flight = crate::signal_guard::InFlight::enter();
+        if tid == 0
+            || STATE.load(Ordering::Acquire) != SAMPLING
+            || crate::sampler::PAUSED.load(Ordering::SeqCst)
+        {
             return;
         }
         if self.trigger.event().is_some() {

@@ -81,7 +81,9 @@ pub(crate) fn run(sampler: &Sampler) {
         }
         pass += 1;
         let in_flight = InFlight::enter();
-        if STATE.load(Ordering::SeqCst) == SAMPLING {
+        if STATE.load(Ordering::SeqCst) == SAMPLING
+            && !crate::sampler::PAUSED.load(Ordering::SeqCst)
+        {
             // SAFETY: visit and sample_suspended_tasks use a slot's scratch only while they
             // hold it (CAPTURING).
             unsafe {
