@@ -390,3 +390,70 @@ fn a_backend_down_failing_or_late_changes_nothing_but_the_windows_lost() {
     let attempts = failing_requests.lock().unwrap().len();
     assert!(attempts >= 2, "{attempts} requests to the failing backend");
 }
+
+/// A `multiprocessing` pool (fork): each worker pushes its own windows from its fork on,
+/// under its own pid, holding its own work (`square_sum`), and the parent's hold none of
+/// it; every worker's last window is pushed when the pool is closed and joined.
+#[test]
+fn multiprocessing_workers_push_their_own_windows() {
+    const POOL: &str = r#"
+import multiprocessing as mp, os, sys
+def square_sum(n):
+    return sum(i * i for i in range(n))
+if __name__ == "__main__":
+    ctx = mp.get_context("fork")
+    with ctx.Pool(2) as pool:
+        for _ in range(3):
+            pool.map(square_sum, [300000] * 8)
+        pool.close()
+        pool.join()
+    print(os.getpid())
+"#;
+    let python = &interpreters_for("push_pool", "3.x interpreters", |i| i.version >= (3, 6))[0];
+    let (port, requests) = serve(Backend::Ok);
+    let url = format!("http://127.0.0.1:{port}");
+    let dir = scratch_dir("push-pool");
+    let script = dir.join("pool.py");
+    std::fs::write(&script, POOL).unwrap();
+    let run = run_profiled(
+        &python.path,
+        &[script.to_str().unwrap()],
+        &[
+            ("PYIGPROF_PUSH", url.as_str()),
+            ("PYIGPROF_WINDOW", "0.3"),
+            ("PYIGPROF_HZ", "1000"),
+        ],
+    );
+    assert!(run.output.status.success(), "{}", run.stderr());
+    let parent: u32 = run.stdout().trim().parse().unwrap();
+    let requests = requests.lock().unwrap();
+    // Pushes by pid, and the seconds of square_sum in them.
+    let mut by_pid: HashMap<u32, (usize, f64)> = HashMap::new();
+    for request in requests.iter() {
+        let name = &request.query()["name"];
+        let pid: u32 = name
+            .split("pid=")
+            .nth(1)
+            .and_then(|rest| rest.split([',', '}']).next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {name}"));
+        let (_, by_function) = totals(&request.profile(), "cpu");
+        let entry = by_pid.entry(pid).or_default();
+        entry.0 += 1;
+        entry.1 += by_function.get("square_sum").copied().unwrap_or(0) as f64 / 1e9;
+    }
+    eprintln!("push_pool: {}: parent {parent}: {by_pid:?}", python.name);
+    let workers: Vec<_> = by_pid.iter().filter(|(pid, _)| **pid != parent).collect();
+    assert_eq!(workers.len(), 2, "{by_pid:?}\n{}", run.stderr());
+    for (pid, (windows, seconds)) in &workers {
+        assert!(
+            *windows >= 1 && *seconds > 0.1,
+            "worker {pid}: {windows} windows, {seconds:.3} s of square_sum"
+        );
+    }
+    let (_, parent_seconds) = by_pid.get(&parent).copied().unwrap_or_default();
+    assert_eq!(
+        parent_seconds, 0.0,
+        "the parent's windows hold its workers' work"
+    );
+}
