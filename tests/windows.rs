@@ -430,6 +430,14 @@ fn gunicorn_workers_each_write_their_own_windows() {
             "{}: worker {worker}: handle {handle:.3} of {all:.3} s",
             base.name
         );
+        // Each window says where it is pushed and under which name and labels.
+        let last =
+            igprof_analyse::read_profiles(std::slice::from_ref(windows.last().unwrap())).unwrap();
+        let app = &statistics(&last)["push.app"];
+        assert!(
+            app.starts_with(&format!("gunicorn-test{{pid={worker},")),
+            "{app}"
+        );
         // Pushed: the same windows, under its own pid.
         let (count, seconds) = pushed_by(&pushed.lock().unwrap(), *worker);
         assert_eq!(

@@ -591,14 +591,16 @@ pub fn finish() {
     }
 }
 
-/// `#pyigprof push to=URL sent=N failed=N dropped=N retries=N bytes=N` (the counts so far
-/// in this process: a window's line says what happened to the windows before it).
+/// `#pyigprof push to=URL app=APP{labels} sent=N failed=N dropped=N retries=N bytes=N`
+/// (the name and labels sent; the counts so far in this process: a window's line says
+/// what happened to the windows before it).
 pub fn statistics_line() -> Option<String> {
     let (push, _) = SETTINGS.get()?;
     on().then(|| {
         format!(
-            "#pyigprof push to={} sent={} failed={} dropped={} retries={} bytes={}",
+            "#pyigprof push to={} app={} sent={} failed={} dropped={} retries={} bytes={}",
             push.shown,
+            name().replace(' ', "_"),
             SENT.load(Ordering::Relaxed),
             FAILED.load(Ordering::Relaxed),
             DROPPED.load(Ordering::Relaxed),
