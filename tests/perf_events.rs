@@ -661,8 +661,13 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                     json_number(&rest, "cpu_part"),
                     json_number(&rest, "io_part"),
                 );
+                // cpu_part by its CPU time: wall mode counts a thread's time runnable, waiting
+                // for a CPU, in neither phase (issue 56), and on a busy machine that made
+                // the handlers' own wall times 0.805 s for 0.697 s of CPU (18.6 % in the
+                // profile, 21.7 % by wall times, 19.3 % by CPU time; the whole matrix).
+                let cpu_part_cpu = json_number(&rest, "cpu_part_cpu");
                 let seen = 100.0 * cpu / (cpu + io);
-                let measured = 100.0 * cpu_s / (cpu_s + io_s);
+                let measured = 100.0 * cpu_part_cpu / (cpu_part_cpu + io_s);
                 assert!(
                     (seen - measured).abs() <= 3.0,
                     "{label}: cpu_part is {seen:.1} % of the two phases, {measured:.1} % measured"
@@ -674,7 +679,6 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                 // (0.86 of its wall time), and 0.80 of its wall time (0.87 of its CPU time)
                 // in a CI run while the machine was busy; io_part 0.89 of its wall time.
                 // The shares above are what this test holds to 3 points.
-                let cpu_part_cpu = json_number(&rest, "cpu_part_cpu");
                 for (phase, profiled, low, high) in [
                     ("cpu_part", cpu, cpu_part_cpu, cpu_s),
                     ("io_part", io, io_s, io_s),
@@ -686,12 +690,16 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                     );
                 }
             } else {
-                // Measured here: 3.6-5.8 % short (the threads' CPU time after their last
-                // sample is their last sample's, often after cpu_part).
+                // Short by what went unsampled (threads whose event opened late, issue 57:
+                // 5.4-5.8 % of the profile, cpu_part 8-11 % short on sid's 3.15, quiet) and
+                // by the threads' CPU time after their last sample, which is their last
+                // sample's (often after cpu_part): with the unsampled time, within 8 %.
                 let truth = json_number(&rest, "cpu_part_cpu");
+                let unsampled_s = seconds("<unsampled thread time>");
                 assert!(
-                    (cpu - truth).abs() <= 0.08 * truth,
-                    "{label}: cpu_part {cpu:.3} s of CPU in the profile, {truth:.3} s measured"
+                    cpu <= 1.08 * truth && cpu + unsampled_s >= 0.92 * truth,
+                    "{label}: cpu_part {cpu:.3} s of CPU in the profile ({unsampled_s:.3} s \
+                     unsampled), {truth:.3} s measured"
                 );
             }
         }
