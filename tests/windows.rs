@@ -272,68 +272,111 @@ fn pushed_by(requests: &[pyigprof_suite::ingest::Request], pid: u32) -> (usize, 
     (mine.len(), seconds)
 }
 
-#[test]
-fn gunicorn_workers_each_write_their_own_windows() {
-    use std::io::{Read, Write};
-    let Some(base) = interpreters_for("windows_gunicorn", "3.8+ interpreters", |i| {
+/// A pyenv 3.8+ interpreter (one, in either tier) with gunicorn from PyPI in a venv of the
+/// tests' own: the base interpreter's name, the venv's interpreter and gunicorn's version.
+fn gunicorn_python(test: &str) -> Option<(String, Interpreter, String)> {
+    let base = interpreters_for(test, "3.8+ interpreters", |i| {
         i.version >= (3, 8) && i.name.starts_with("pyenv")
     })
     .into_iter()
-    .next() else {
-        return;
-    };
-    let (python, version) = match package_venv(&base, "gunicorn", &["gunicorn"], |python| {
+    .next()?;
+    let (python, version) = package_venv(&base, "gunicorn", &["gunicorn"], |python| {
         let out = std::process::Command::new(python)
             .args(["-m", "gunicorn", "--version"])
             .output()
             .map_err(|e| e.to_string())?;
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    }) {
-        Ok(found) => found,
-        Err(why) => panic!("{}: no gunicorn venv: {why}", base.name),
-    };
-    let dir = scratch_dir("windows-gunicorn");
+    })
+    .unwrap_or_else(|why| panic!("{}: no gunicorn venv: {why}", base.name));
+    Some((base.name, python, version))
+}
+
+/// gunicorn serving [`APP`] from `dir` with `options` under the profiler (`env` added to
+/// it; windows to `dir/g.%p.%n.gz`), once it listens: the master and the port.
+fn start_gunicorn(
+    python: &Interpreter,
+    dir: &Path,
+    options: &[&str],
+    env: &[(&str, String)],
+) -> (Killed, u16) {
     std::fs::write(dir.join("app.py"), APP).unwrap();
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap().port()
-    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let bind = format!("127.0.0.1:{port}");
-    // Every window is pushed too (PYIGPROF_OUTPUT set: and written), by each process's own
-    // pusher, the workers' started at their fork.
-    let (ingest, pushed) = pyigprof_suite::ingest::serve(pyigprof_suite::ingest::Backend::Ok);
-    let mut master = Killed(
-        with_default_signals(&mut std::process::Command::new(&python.path))
-            .args([
-                "-m",
-                "gunicorn",
-                "-w",
-                "2",
-                "-b",
-                &bind,
-                "--log-level",
-                "warning",
-                "app:app",
-            ])
-            .current_dir(&dir)
-            .env("LD_PRELOAD", &artifacts().preload)
-            .env("PYIGPROF_WINDOW", "1")
-            .env("PYIGPROF_HZ", "1000")
-            .env("PYIGPROF_LOG", "stderr")
-            .env("PYIGPROF_OUTPUT", dir.join("g.%p.%n.gz"))
-            .env("PYIGPROF_PUSH", format!("http://127.0.0.1:{ingest}"))
-            .env("PYIGPROF_APP_NAME", "gunicorn-test")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start gunicorn"),
-    );
+    let mut command = std::process::Command::new(&python.path);
+    with_default_signals(&mut command)
+        .args(["-m", "gunicorn"])
+        .args(options)
+        .args(["-b", &bind, "--log-level", "warning", "app:app"])
+        .current_dir(dir)
+        .env("LD_PRELOAD", &artifacts().preload)
+        .env("PYIGPROF_LOG", "stderr")
+        .env("PYIGPROF_OUTPUT", dir.join("g.%p.%n.gz"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let master = Killed(command.spawn().expect("start gunicorn"));
     let up = (0..100).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(100));
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
-    assert!(up, "{}: gunicorn did not listen", base.name);
+    assert!(up, "{}: gunicorn did not listen", python.name);
+    (master, port)
+}
+
+/// One `GET /` to `port`: whether it was answered 200.
+fn get(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n");
+    let mut body = Vec::new();
+    stream.read_to_end(&mut body).is_ok() && body.starts_with(b"HTTP/1.0 200")
+}
+
+/// Ends gunicorn gracefully (`SIGTERM`: the workers end, each writing its last window,
+/// then the master), asserts that it exited 0, and returns its stderr.
+fn stop_gunicorn(master: &mut Killed, label: &str) -> String {
+    use std::io::Read;
+    // SAFETY: a signal to the test's own child.
+    unsafe { libc::kill(master.0.id() as i32, libc::SIGTERM) };
+    let status = wait_at_most(&mut master.0, std::time::Duration::from_secs(30));
+    let mut err = String::new();
+    let _ = master.0.stderr.take().unwrap().read_to_string(&mut err);
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{label}: gunicorn ended {status:?}: {err}"
+    );
+    err
+}
+
+#[test]
+fn gunicorn_workers_each_write_their_own_windows() {
+    let Some((base_name, python, version)) = gunicorn_python("windows_gunicorn") else {
+        return;
+    };
+    let dir = scratch_dir("windows-gunicorn");
+    // Every window is pushed too (PYIGPROF_OUTPUT set: and written), by each process's own
+    // pusher, the workers' started at their fork.
+    let (ingest, pushed) = pyigprof_suite::ingest::serve(pyigprof_suite::ingest::Backend::Ok);
+    let (mut master, port) = start_gunicorn(
+        &python,
+        &dir,
+        &["-w", "2"],
+        &[
+            ("PYIGPROF_WINDOW", "1".into()),
+            ("PYIGPROF_HZ", "1000".into()),
+            ("PYIGPROF_PUSH", format!("http://127.0.0.1:{ingest}")),
+            ("PYIGPROF_APP_NAME", "gunicorn-test".into()),
+        ],
+    );
     let master_pid = master.0.id();
     // Load from 4 client threads for 4 s.
     let answered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -343,12 +386,7 @@ fn gunicorn_workers_each_write_their_own_windows() {
             std::thread::spawn(move || {
                 let end = std::time::Instant::now() + std::time::Duration::from_secs(4);
                 while std::time::Instant::now() < end {
-                    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-                        continue;
-                    };
-                    let _ = stream.write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n");
-                    let mut body = Vec::new();
-                    if stream.read_to_end(&mut body).is_ok() && body.starts_with(b"HTTP/1.0 200") {
+                    if get(port) {
                         answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                 }
@@ -370,16 +408,7 @@ fn gunicorn_workers_each_write_their_own_windows() {
         .filter_map(|&w| Some((w, cpu_seconds(w)?)))
         .collect();
     // Graceful shutdown: the workers end, each writing its last window, then the master.
-    // SAFETY: a signal to the test's own child.
-    unsafe { libc::kill(master_pid as i32, libc::SIGTERM) };
-    let status = wait_at_most(&mut master.0, std::time::Duration::from_secs(30));
-    let mut err = String::new();
-    let _ = master.0.stderr.take().unwrap().read_to_string(&mut err);
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "{}: gunicorn ended {status:?}: {err}",
-        base.name
-    );
+    stop_gunicorn(&mut master, &base_name);
     let windows_of_pid = |pid: u32| -> Vec<PathBuf> {
         let mut found: Vec<(u32, PathBuf)> = files_in(&dir)
             .into_iter()
@@ -402,14 +431,14 @@ fn gunicorn_workers_each_write_their_own_windows() {
         .into_iter()
         .filter(|(pid, _)| !windows_of_pid(*pid).is_empty())
         .collect();
-    assert_eq!(worker_cpu.len(), 2, "{}: children {workers:?}", base.name);
+    assert_eq!(worker_cpu.len(), 2, "{}: children {workers:?}", base_name);
     let mut figures = Vec::new();
     for (worker, cpu) in &worker_cpu {
         let windows = windows_of_pid(*worker);
         assert!(
             windows.len() >= 3,
             "{}: worker {worker}: {} windows",
-            base.name,
+            base_name,
             windows.len()
         );
         let merged = igprof_analyse::read_profiles(&windows).expect("the worker's windows");
@@ -423,12 +452,12 @@ fn gunicorn_workers_each_write_their_own_windows() {
         assert!(
             all >= 0.95 * cpu && all <= 1.05 * cpu + 0.1,
             "{}: worker {worker}: windows {all:.3} s, CPU {cpu:.3} s",
-            base.name
+            base_name
         );
         assert!(
             handle / all > 0.5,
             "{}: worker {worker}: handle {handle:.3} of {all:.3} s",
-            base.name
+            base_name
         );
         // Each window says where it is pushed and under which name and labels.
         let last =
@@ -444,12 +473,12 @@ fn gunicorn_workers_each_write_their_own_windows() {
             count,
             windows.len(),
             "{}: worker {worker}: {count} windows pushed",
-            base.name
+            base_name
         );
         assert!(
             (seconds - all).abs() < 0.002,
             "{}: worker {worker}: pushed {seconds:.3} s, written {all:.3} s",
-            base.name
+            base_name
         );
     }
     // The master's windows are its own: no request was handled in it.
@@ -457,7 +486,7 @@ fn gunicorn_workers_each_write_their_own_windows() {
     assert!(
         !master_windows.is_empty(),
         "{}: the master wrote no window",
-        base.name
+        base_name
     );
     let merged = igprof_analyse::read_profiles(&master_windows).expect("the master's windows");
     let (handle, all) = seconds_in(&merged, "handle");
@@ -466,16 +495,16 @@ fn gunicorn_workers_each_write_their_own_windows() {
         count,
         master_windows.len(),
         "{}: the master pushed {count} windows",
-        base.name
+        base_name
     );
     assert_eq!(
         handle, 0.0,
         "{}: the master's windows hold requests",
-        base.name
+        base_name
     );
     eprintln!(
         "windows_gunicorn: {} ({version}): {} requests; {}; master {} windows, {all:.3} s",
-        base.name,
+        base_name,
         answered.load(std::sync::atomic::Ordering::Relaxed),
         figures.join("; "),
         master_windows.len()
@@ -488,84 +517,32 @@ fn gunicorn_workers_each_write_their_own_windows() {
 /// requests; the windows of all workers hold the requests' work.
 #[test]
 fn recycled_gthread_workers_write_their_last_window() {
-    use std::io::{Read, Write};
-    let Some(base) = interpreters_for("windows_recycled", "3.8+ interpreters", |i| {
-        i.version >= (3, 8) && i.name.starts_with("pyenv")
-    })
-    .into_iter()
-    .next() else {
+    let Some((base_name, python, _)) = gunicorn_python("windows_recycled") else {
         return;
     };
-    let (python, _) = package_venv(&base, "gunicorn", &["gunicorn"], |_| Ok(()))
-        .unwrap_or_else(|why| panic!("{}: no gunicorn venv: {why}", base.name));
     let dir = scratch_dir("windows-recycled");
-    std::fs::write(dir.join("app.py"), APP).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let bind = format!("127.0.0.1:{port}");
-    let mut master = Killed(
-        with_default_signals(&mut std::process::Command::new(&python.path))
-            .args([
-                "-m",
-                "gunicorn",
-                "-w",
-                "2",
-                "-k",
-                "gthread",
-                "--threads",
-                "2",
-            ])
-            .args([
-                "--max-requests",
-                "60",
-                "-b",
-                &bind,
-                "--log-level",
-                "warning",
-                "app:app",
-            ])
-            .current_dir(&dir)
-            .env("LD_PRELOAD", &artifacts().preload)
-            .env("PYIGPROF_WINDOW", "0.5")
-            .env("PYIGPROF_LOG", "stderr")
-            .env("PYIGPROF_OUTPUT", dir.join("g.%p.%n.gz"))
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("start gunicorn"),
+    let (mut master, port) = start_gunicorn(
+        &python,
+        &dir,
+        &[
+            "-w",
+            "2",
+            "-k",
+            "gthread",
+            "--threads",
+            "2",
+            "--max-requests",
+            "60",
+        ],
+        &[("PYIGPROF_WINDOW", "0.5".into())],
     );
-    let up = (0..100).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-    assert!(up, "{}: gunicorn did not listen", base.name);
     let master_pid = master.0.id();
     let mut answered = 0;
     let end = std::time::Instant::now() + std::time::Duration::from_secs(4);
     while std::time::Instant::now() < end {
-        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-            continue;
-        };
-        let _ = stream.write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n");
-        let mut body = Vec::new();
-        if stream.read_to_end(&mut body).is_ok() && body.starts_with(b"HTTP/1.0 200") {
-            answered += 1;
-        }
+        answered += u64::from(get(port));
     }
-    // SAFETY: a signal to the test's own child.
-    unsafe { libc::kill(master_pid as i32, libc::SIGTERM) };
-    let status = wait_at_most(&mut master.0, std::time::Duration::from_secs(30));
-    let mut err = String::new();
-    let _ = master.0.stderr.take().unwrap().read_to_string(&mut err);
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "{}: gunicorn ended {status:?}: {err}",
-        base.name
-    );
+    let err = stop_gunicorn(&mut master, &base_name);
     // The windows by process.
     let mut by_pid: HashMap<u32, Vec<(u32, PathBuf)>> = HashMap::new();
     for path in files_in(&dir) {
@@ -589,7 +566,7 @@ fn recycled_gthread_workers_write_their_last_window() {
     assert!(
         workers.len() >= 3 && workers.len() as u64 >= answered / 120,
         "{}: {answered} requests, {} workers wrote windows: {err}",
-        base.name,
+        base_name,
         workers.len()
     );
     let mut handled = 0.0;
@@ -601,14 +578,14 @@ fn recycled_gthread_workers_write_their_last_window() {
             numbers,
             (0..windows.len() as u32).collect::<Vec<_>>(),
             "{}: worker {worker}",
-            base.name
+            base_name
         );
         let last = igprof_analyse::read_profiles(&[windows.last().unwrap().1.clone()]).unwrap();
         assert_eq!(
             statistics(&last)["window.last"],
             "1",
             "{}: worker {worker}'s last window",
-            base.name
+            base_name
         );
         let paths: Vec<PathBuf> = windows.iter().map(|(_, p)| p.clone()).collect();
         let merged = igprof_analyse::read_profiles(&paths).unwrap();
@@ -616,13 +593,13 @@ fn recycled_gthread_workers_write_their_last_window() {
     }
     eprintln!(
         "windows_recycled: {}: {answered} requests, {} worker lives wrote windows, {handled:.3} s of handle in them",
-        base.name,
+        base_name,
         workers.len()
     );
     assert!(
         handled > 0.0,
         "{}: no request in the workers' windows",
-        base.name
+        base_name
     );
 }
 
