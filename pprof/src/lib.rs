@@ -238,3 +238,34 @@ impl Places {
         })
     }
 }
+
+/// `bytes` (a gzip-compressed `profile.proto` message, as [`gzipped`] writes it) decoded.
+///
+/// # Errors
+/// What is wrong: not gzip, or not a profile.
+pub fn gunzipped(bytes: &[u8]) -> Result<PprofProfile, String> {
+    let mut plain = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(bytes), &mut plain)
+        .map_err(|e| format!("not gzip: {e}"))?;
+    PprofProfile::decode(&plain[..]).map_err(|e| format!("not a pprof profile: {e}"))
+}
+
+/// Each sample of `profile` as a line: its frames innermost first as `name:line`, joined
+/// by `;`, then its values (`fib:12;<module>:5;main:0 [2, 8000000]`), in the profile's
+/// order: for tests and for reading a profile by eye.
+pub fn stack_lines(profile: &PprofProfile) -> Vec<String> {
+    let text = |index: i64| profile.string_table[index as usize].as_str();
+    let frame = |id: u64| {
+        let line = &profile.location[id as usize - 1].line[0];
+        let function = &profile.function[line.function_id as usize - 1];
+        format!("{}:{}", text(function.name), line.line)
+    };
+    profile
+        .sample
+        .iter()
+        .map(|sample| {
+            let frames: Vec<String> = sample.location_id.iter().map(|&id| frame(id)).collect();
+            format!("{} {:?}", frames.join(";"), sample.value)
+        })
+        .collect()
+}

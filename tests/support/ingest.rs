@@ -3,7 +3,7 @@
 //! until=…&format=pprof…` with a `multipart/form-data` body holding the pprof profile in
 //! the file field `profile`. It keeps every request and answers as told ([`Backend`]).
 
-use pyigprof_pprof::{Message, PprofProfile};
+use pyigprof_pprof::PprofProfile;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -65,12 +65,7 @@ impl Request {
 
     /// The pushed profile, decoded.
     pub fn profile(&self) -> PprofProfile {
-        let gz = &self.fields()["profile"];
-        let mut plain = Vec::new();
-        flate2::read::GzDecoder::new(&gz[..])
-            .read_to_end(&mut plain)
-            .expect("a gzip-compressed profile");
-        PprofProfile::decode(&plain[..]).expect("a pprof profile")
+        pyigprof_pprof::gunzipped(&self.fields()["profile"]).expect("a pprof profile")
     }
 }
 

@@ -210,29 +210,14 @@ mod tests {
         let profile = compute(&load("rec.txt", RECURSIVE), &Options::default()).unwrap();
         let mut bytes = Vec::new();
         write(&profile, &mut bytes).unwrap();
-        let mut plain = Vec::new();
-        io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut plain).unwrap();
-        let back = <PprofProfile as pyigprof_pprof::Message>::decode(&plain[..]).unwrap();
+        let back = pyigprof_pprof::gunzipped(&bytes).unwrap();
         assert_eq!(back, profile);
         let text = |index: i64| back.string_table[index as usize].as_str();
         assert_eq!(text(back.sample_type[1].r#type), "cpu");
         assert_eq!(text(back.sample_type[1].unit), "nanoseconds");
         assert_eq!(back.period, 4_000_000);
         // Every stack with samples, innermost first, as name:line.
-        let frame = |id: u64| {
-            let location = &back.location[id as usize - 1];
-            let line = &location.line[0];
-            let function = &back.function[line.function_id as usize - 1];
-            format!("{}:{}", text(function.name), line.line)
-        };
-        let mut stacks: Vec<String> = back
-            .sample
-            .iter()
-            .map(|sample| {
-                let frames: Vec<String> = sample.location_id.iter().map(|&id| frame(id)).collect();
-                format!("{} {:?}", frames.join(";"), sample.value)
-            })
-            .collect();
+        let mut stacks = pyigprof_pprof::stack_lines(&back);
         stacks.sort();
         assert_eq!(
             stacks,

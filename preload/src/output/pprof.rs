@@ -235,19 +235,7 @@ mod tests {
         assert_eq!(pprof.period, 4_000_000);
         assert_eq!(pprof.time_nanos, 1_796_432_523_000_000_000);
         assert_eq!(pprof.duration_nanos, 1_500_000_000);
-        let frame = |id: u64| {
-            let location = &pprof.location[id as usize - 1];
-            let function = &pprof.function[location.line[0].function_id as usize - 1];
-            format!("{}:{}", text(function.name), location.line[0].line)
-        };
-        let stacks: Vec<String> = pprof
-            .sample
-            .iter()
-            .map(|s| {
-                let frames: Vec<String> = s.location_id.iter().map(|&id| frame(id)).collect();
-                format!("{} {:?}", frames.join(";"), s.value)
-            })
-            .collect();
+        let stacks = pyigprof_pprof::stack_lines(&pprof);
         // squeeze at app.py lines 7 + 3 and 7 + 4; <module> at 1 + 0x1b; native line 0.
         assert_eq!(
             stacks,
@@ -264,12 +252,8 @@ mod tests {
         assert_eq!(text(libc.filename), "/lib/libc.so.6");
         assert_eq!(pprof.location[libc.id as usize - 1].address, 0x271c0);
         // Encoded and read back whole.
-        let bytes = pyigprof_pprof::gzipped(&pprof);
-        let mut plain = Vec::new();
-        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut plain)
-            .unwrap();
         assert_eq!(
-            <PprofProfile as pyigprof_pprof::Message>::decode(&plain[..]).unwrap(),
+            pyigprof_pprof::gunzipped(&pyigprof_pprof::gzipped(&pprof)).unwrap(),
             pprof
         );
     }
