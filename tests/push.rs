@@ -457,3 +457,69 @@ if __name__ == "__main__":
         "the parent's windows hold its workers' work"
     );
 }
+
+/// A service that crashes (a segmentation fault in native code) still pushes its last,
+/// partial window — written by the child the fatal signal's handler forks, which sends it
+/// itself — and ends by its signal as it would have: the windows pushed add up to its CPU
+/// time and the last holds what it ran last.
+#[test]
+fn a_process_ended_by_a_fault_pushes_its_last_window() {
+    let crash = format!(
+        "{PHASED}\nsys.stdout.flush()\nimport ctypes\nctypes.string_at(0)\nprint('not reached')\n"
+    );
+    let python = &interpreters_for("push_fault", "3.x interpreters", |i| i.version >= (3, 6))[0];
+    let (port, requests) = serve(Backend::Ok);
+    let url = format!("http://127.0.0.1:{port}");
+    let run = run_profiled(
+        &python.path,
+        &["-c", &crash],
+        &[
+            ("PYIGPROF_PUSH", url.as_str()),
+            ("PYIGPROF_WINDOW", "60"),
+            ("PYIGPROF_HZ", "1000"),
+        ],
+    );
+    let stderr = run.stderr();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        run.output.status.signal(),
+        Some(libc::SIGSEGV),
+        "{}: {:?}\n{stderr}",
+        python.name,
+        run.output.status
+    );
+    assert!(!run.stdout().contains("not reached"));
+    let cpu: f64 = run.stdout().trim().parse().expect("the program's CPU time");
+    let requests = requests.lock().unwrap().clone();
+    // 1.5 s of CPU in a window of 60 s: the last, partial window, which only the fault's
+    // child sends, is the whole run.
+    assert_eq!(requests.len(), 1, "{stderr}");
+    let mut seconds = 0.0;
+    let mut late = Vec::new();
+    for request in &requests {
+        let (ns, by_function) = totals(&request.profile(), "cpu");
+        seconds += ns as f64 / 1e9;
+        late.push(by_function.get("late").copied().unwrap_or(0));
+    }
+    eprintln!(
+        "push_fault: {}: {} windows pushed, {seconds:.3} s of CPU in them, {cpu:.3} s measured before the fault",
+        python.name,
+        requests.len()
+    );
+    assert!(
+        stderr.contains(&format!(
+            "pyigprof: pushed {} windows to {url}",
+            requests.len()
+        )),
+        "{stderr}"
+    );
+    // The windows hold the run: its CPU time to the fault (a few ms more: the fault's).
+    assert!(
+        (seconds - cpu).abs() <= 0.05 * cpu,
+        "pushed {seconds:.3} s, the process {cpu:.3} s before the fault; late by window {late:?}"
+    );
+    assert!(
+        late.last().is_some_and(|&ns| ns > 0),
+        "the last window pushed holds no `late`: {late:?}"
+    );
+}

@@ -109,6 +109,12 @@ pub fn sampling() -> bool {
     STATE.load(Ordering::Acquire) == SAMPLING && !PAUSED.load(Ordering::SeqCst)
 }
 
+/// Whether sampling is on but paused ([`Sampler::pause`]): what a sample would count then
+/// is kept for the thread's next one.
+pub fn paused() -> bool {
+    STATE.load(Ordering::Acquire) == SAMPLING && PAUSED.load(Ordering::SeqCst)
+}
+
 /// Sampling paused while it lives ([`Sampler::pause`]).
 pub struct Paused(());
 
@@ -128,14 +134,13 @@ impl Sampler {
     }
 
     /// Whether the trace trees can be forgotten between two windows without losing time:
-    /// CPU time sampled on a perf event (a sample skipped while paused leaves its CPU time
-    /// to the thread's next one; a POSIX timer's expiration, or a wall pass, would be
-    /// lost) and no memory profiler (its live blocks hold node indices).
+    /// the threads are sampled on their CPU time or wall time (a perf event's overflow
+    /// skipped while paused leaves its CPU time to the thread's next sample, a POSIX
+    /// timer's expiration its ticks ([`paused`]), a wall pass its periods to the next pass,
+    /// an ending thread waits for the pause's end), and no memory profiler runs (its live
+    /// blocks hold node indices, which would name other call stacks).
     pub fn can_forget_trees(&self, memory: bool) -> bool {
-        self.cpu
-            && !memory
-            && self.clock == Clock::Cpu
-            && self.trigger.event().is_some_and(|e| e.is_time())
+        self.cpu && !memory
     }
 
     /// Forgets every thread's trace tree, sampling paused ([`Sampler::pause`]): the pool

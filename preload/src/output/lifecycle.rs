@@ -767,8 +767,10 @@ fn write_from_child(snapshot: Option<u32>) {
         return;
     }
     if snapshot.is_none() {
-        // The child writes the last window: no more from the window writer.
+        // The child writes the last window: no more from the window writer, and the child
+        // sends what the pusher has not.
         crate::output::windows::stop_now();
+        crate::output::push::hand_over();
     }
     let (Some(sampler), Some(config)) = (sampler::get(), CONFIG.get()) else {
         return;

@@ -27,6 +27,14 @@
 //! After `fork` the child has no pusher thread and maybe a queue whose lock a thread of
 //! the parent held: it makes a queue and a pusher of its own, its counts from 0
 //! ([`restart_after_fork`]).
+//!
+//! A fatal signal's last window is written by a child forked in the signal handler
+//! ([`crate::output::lifecycle`]), which has no pusher thread: the parent's pusher is told
+//! to take no more windows ([`hand_over`]) and the child sends the last window itself, after
+//! the windows its copy of the queue still holds, with one attempt each, all within
+//! [`EXIT_WAIT`] — and, should a request hang on a lock a thread of the dying process held
+//! at the fork (the HTTP client allocates with the program's `malloc`), `SIGALRM` ends the
+//! child [`ALARM`] after it starts sending: the process then ends as the signal would have.
 
 use crate::config::Push;
 use crate::output::dump;
@@ -51,6 +59,9 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub const EXIT_WAIT: Duration = Duration::from_secs(2);
 /// A request waiting this long for its answer makes the end of the process wait no more.
 pub const SLOW: Duration = Duration::from_millis(500);
+/// A child sending a fatal signal's last window is ended by `SIGALRM` this long after it
+/// starts sending, whatever it is doing.
+pub const ALARM: Duration = Duration::from_secs(3);
 
 /// A window ready to send.
 struct Job {
@@ -111,6 +122,16 @@ fn name_this_process() {
         NAME.store(name, Ordering::Release);
     }
 }
+
+/// `pyigprof_push_post_v1` ([`Post`]) once the pusher has loaded it (0 before, or when it
+/// could not be loaded): a child writing a fatal signal's last window sends with it.
+static POST: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// The process ends by a fatal signal and a child writes (and sends) its last window: the
+/// pusher takes no more windows from the queue ([`hand_over`]).
+static HANDED_OVER: AtomicBool = AtomicBool::new(false);
+/// The last window of a process ending by a fatal signal, encoded by the child writing it
+/// (not the pusher's process: [`enqueue`]) and sent by that child's [`finish`].
+static LAST: AtomicPtr<Job> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Windows sent (answered 2xx).
 static SENT: AtomicU64 = AtomicU64::new(0);
@@ -268,7 +289,7 @@ pub fn enqueue(
 ) {
     let shared = SHARED.load(Ordering::Acquire);
     let name = name();
-    if shared.is_null() || PUSHER_PID.load(Ordering::Acquire) != std::process::id() {
+    if shared.is_null() {
         return;
     }
     // SAFETY: a leaked Box, never freed.
@@ -296,6 +317,15 @@ pub fn enqueue(
         body,
         boundary,
     };
+    if PUSHER_PID.load(Ordering::Acquire) != std::process::id() {
+        // The child writing a fatal signal's last window: its `finish` sends it.
+        let previous = LAST.swap(Box::into_raw(Box::new(job)), Ordering::AcqRel);
+        if !previous.is_null() {
+            // SAFETY: a Box this function leaked.
+            drop(unsafe { Box::from_raw(previous) });
+        }
+        return;
+    }
     let Ok(mut queue) = shared.queue.lock() else {
         return;
     };
@@ -435,7 +465,10 @@ fn pusher(shared: &'static Shared) {
         return;
     };
     let post = match client() {
-        Ok(post) => Some(post),
+        Ok(post) => {
+            POST.store(post as usize, Ordering::Release);
+            Some(post)
+        }
         Err(why) => {
             crate::notice!("pyigprof: PYIGPROF_PUSH: {why}; nothing is pushed");
             if let Ok(mut last) = shared.last_error.lock() {
@@ -444,17 +477,17 @@ fn pusher(shared: &'static Shared) {
             None
         }
     };
-    let headers: String = push
-        .headers
-        .iter()
-        .map(|(name, value)| format!("{name}: {value}\n"))
-        .collect();
+    let headers = header_lines(push);
     loop {
         let job = {
             let Ok(mut queue) = shared.queue.lock() else {
                 return;
             };
             loop {
+                if HANDED_OVER.load(Ordering::SeqCst) {
+                    // A child sends what is left.
+                    return;
+                }
                 if let Some(job) = queue.pop_front() {
                     shared.sending.store(true, Ordering::SeqCst);
                     break job;
@@ -469,7 +502,15 @@ fn pusher(shared: &'static Shared) {
             }
         };
         match post {
-            Some(post) => send(post, push, &headers, shared, &job),
+            Some(post) => send(
+                post,
+                push,
+                &headers,
+                shared,
+                &job,
+                ATTEMPTS,
+                (CONNECT_TIMEOUT, REQUEST_TIMEOUT),
+            ),
             None => {
                 FAILED.fetch_add(1, Ordering::Relaxed);
             }
@@ -478,9 +519,25 @@ fn pusher(shared: &'static Shared) {
     }
 }
 
-/// Sends `job` with up to [`ATTEMPTS`] attempts (fewer once the process ends), counting
-/// the outcome.
-fn send(post: Post, push: &Push, headers: &str, shared: &Shared, job: &Job) {
+/// `PYIGPROF_PUSH_HEADERS` (and the token's header) as `Name: value` lines.
+fn header_lines(push: &Push) -> String {
+    push.headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\n"))
+        .collect()
+}
+
+/// Sends `job` with up to `attempts` attempts (fewer once the process ends), each waiting
+/// at most `timeouts` (connection, whole request), counting the outcome.
+fn send(
+    post: Post,
+    push: &Push,
+    headers: &str,
+    shared: &Shared,
+    job: &Job,
+    attempts: u32,
+    (connect, total): (Duration, Duration),
+) {
     let url = format!("{}?{}", push.url, job.query);
     let headers = format!(
         "{headers}Content-Type: multipart/form-data; boundary={}\n",
@@ -488,7 +545,7 @@ fn send(post: Post, push: &Push, headers: &str, shared: &Shared, job: &Job) {
     );
     let mut wait = BACKOFF;
     shared.sending_number.store(job.number, Ordering::Relaxed);
-    for attempt in 1..=ATTEMPTS {
+    for attempt in 1..=attempts {
         shared.since_ns.store(monotonic_ns(), Ordering::SeqCst);
         let mut error = [0u8; 256];
         let mut error_len = 0usize;
@@ -501,8 +558,8 @@ fn send(post: Post, push: &Push, headers: &str, shared: &Shared, job: &Job) {
                 headers.len(),
                 job.body.as_ptr(),
                 job.body.len(),
-                CONNECT_TIMEOUT.as_millis() as u64,
-                REQUEST_TIMEOUT.as_millis() as u64,
+                connect.as_millis() as u64,
+                total.as_millis() as u64,
                 error.as_mut_ptr(),
                 error.len(),
                 &mut error_len,
@@ -527,7 +584,7 @@ fn send(post: Post, push: &Push, headers: &str, shared: &Shared, job: &Job) {
         if let Ok(mut last) = shared.last_error.lock() {
             *last = failure;
         }
-        if attempt == ATTEMPTS || shared.stopping.load(Ordering::SeqCst) {
+        if attempt == attempts || shared.stopping.load(Ordering::SeqCst) {
             break;
         }
         RETRIES.fetch_add(1, Ordering::Relaxed);
@@ -549,13 +606,20 @@ fn monotonic_ns() -> u64 {
 /// The process ends: waits at most [`EXIT_WAIT`] for the queued windows to be sent — and
 /// not at all once the backend failed or a request has been waiting for its answer for
 /// [`SLOW`] — then counts what is left as not sent and stops the pusher.
+///
+/// In the child writing a fatal signal's last window: sends it itself
+/// ([`finish_in_fatal_child`]).
 pub fn finish() {
     let shared = SHARED.load(Ordering::Acquire);
-    if shared.is_null() || PUSHER_PID.load(Ordering::Acquire) != std::process::id() {
+    if shared.is_null() {
         return;
     }
     // SAFETY: a leaked Box, never freed.
     let shared = unsafe { &*shared };
+    if PUSHER_PID.load(Ordering::Acquire) != std::process::id() {
+        finish_in_fatal_child(shared);
+        return;
+    }
     let deadline = Instant::now() + EXIT_WAIT;
     loop {
         let empty = shared.queue.lock().map(|q| q.is_empty()).unwrap_or(true);
@@ -588,6 +652,69 @@ pub fn finish() {
                 );
             }
         }
+    }
+}
+
+/// The process ends by a fatal signal and a child forked in its handler writes the last
+/// window: the pusher takes no more windows from the queue, which the child sends.
+/// Async-signal-safe (an atomic store).
+pub fn hand_over() {
+    HANDED_OVER.store(true, Ordering::SeqCst);
+}
+
+/// [`finish`] in the child writing a fatal signal's last window, the only thread of its
+/// process: sends the windows its copy of the queue holds (unless the queue's lock was
+/// held at the fork) and then the last window, one attempt each, all within [`EXIT_WAIT`];
+/// none when the backend had just failed, as at a normal end. `SIGALRM` ends the child
+/// [`ALARM`] after it starts, should a request hang.
+fn finish_in_fatal_child(shared: &Shared) {
+    let mut jobs: Vec<Job> = Vec::new();
+    if let Ok(mut queue) = shared.queue.try_lock() {
+        jobs.extend(queue.drain(..));
+    }
+    let last = LAST.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if !last.is_null() {
+        // SAFETY: the Box `enqueue` leaked.
+        jobs.push(*unsafe { Box::from_raw(last) });
+    }
+    let post = POST.load(Ordering::Acquire);
+    let settings = SETTINGS.get();
+    let (Some((push, _)), true, true) =
+        (settings, post != 0, shared.healthy.load(Ordering::SeqCst))
+    else {
+        FAILED.fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        return;
+    };
+    // SAFETY: the function `client` found, stored as an address.
+    let post = unsafe { std::mem::transmute::<usize, Post>(post) };
+    // SAFETY: signal calls on initialised structures, in this one-thread child.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = libc::SIG_DFL;
+        pyigprof_hooks::signals::real_sigaction(libc::SIGALRM, &action, std::ptr::null_mut());
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGALRM);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::alarm(ALARM.as_secs() as libc::c_uint);
+    }
+    let headers = header_lines(push);
+    let deadline = Instant::now() + EXIT_WAIT;
+    for job in &jobs {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || !shared.healthy.load(Ordering::SeqCst) {
+            FAILED.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        send(
+            post,
+            push,
+            &headers,
+            shared,
+            job,
+            1,
+            (left.min(CONNECT_TIMEOUT), left),
+        );
     }
 }
 

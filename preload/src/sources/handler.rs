@@ -158,6 +158,18 @@ pub extern "C" fn on_sigprof(
             let start = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
             sample_here(sampler, ticks_of(info), uc, start);
         }
+    } else if is_ours(info) && crate::sampler::paused() {
+        // Sampling paused while the trace trees are forgotten between two windows: the
+        // POSIX timer's ticks wait for the thread's next sample, as a perf event's skipped
+        // overflow leaves its CPU time to the next one.
+        if let Some(sampler) = crate::sampler::get() {
+            // SAFETY: pthread_self only reads the thread pointer; the owner thread.
+            if let Some(slot) =
+                unsafe { sampler.slots.find_or_claim(libc::pthread_self() as usize) }
+            {
+                slot.pending.fetch_add(ticks_of(info), Ordering::Relaxed);
+            }
+        }
     } else if adopt::is_roll_call(info) {
         adopt::answer(uc.cast());
     } else {

@@ -305,12 +305,18 @@ impl Sampler {
         let tail = self.disarm(slot);
         let tid = slot.tid.load(Ordering::Relaxed);
         // Counted in flight like a handler: the trees are not forgotten meanwhile
-        // ([`Sampler::pause`]); while they are, the tail is not placed.
-        let _in_flight = crate::signal_guard::InFlight::enter();
-        if tid == 0
-            || STATE.load(Ordering::Acquire) != SAMPLING
-            || crate::sampler::PAUSED.load(Ordering::SeqCst)
-        {
+        // ([`Sampler::pause`]); while they are (a few ms at a window's end), the thread
+        // waits, so that its tail is placed in the new trees.
+        let _in_flight = loop {
+            while crate::sampler::PAUSED.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let in_flight = crate::signal_guard::InFlight::enter();
+            if !crate::sampler::PAUSED.load(Ordering::SeqCst) {
+                break in_flight;
+            }
+        };
+        if tid == 0 || STATE.load(Ordering::Acquire) != SAMPLING {
             return;
         }
         if self.trigger.event().is_some() {

@@ -79,11 +79,15 @@ pub(crate) fn run(sampler: &Sampler) {
         if periods == 0 {
             continue;
         }
-        pass += 1;
         let in_flight = InFlight::enter();
-        if STATE.load(Ordering::SeqCst) == SAMPLING
-            && !crate::sampler::PAUSED.load(Ordering::SeqCst)
-        {
+        if crate::sampler::PAUSED.load(Ordering::SeqCst) {
+            // The trace trees are being forgotten between two windows: these periods are
+            // the next pass's (a few ms later), not lost.
+            carry += periods * period;
+            continue;
+        }
+        pass += 1;
+        if STATE.load(Ordering::SeqCst) == SAMPLING {
             // SAFETY: visit and sample_suspended_tasks use a slot's scratch only while they
             // hold it (CAPTURING).
             unsafe {
