@@ -302,6 +302,10 @@ impl Sampler {
     /// its timer and counts the ticks of the expirations the kernel had not delivered yet
     /// ([`Sampler::count_undelivered`]).
     fn thread_ending(&self, slot: &Slot) {
+        // A thread of pyigprof's unregistered at its start (the window writer, the pusher,
+        // the live requests' control thread) ends here again, through its exit key, with
+        // no timer: its CPU time is not the program's.
+        let timed = slot.timer.load(Ordering::Acquire) != 0;
         let tail = self.disarm(slot);
         let tid = slot.tid.load(Ordering::Relaxed);
         // Counted in flight like a handler: the trees are not forgotten meanwhile
@@ -321,6 +325,9 @@ impl Sampler {
         }
         if self.trigger.event().is_some() {
             self.place_unsampled(slot, tail.unwrap_or(0));
+            return;
+        }
+        if !timed {
             return;
         }
         if let Some(now) = clock_ns(thread_cpu_clock(tid)) {
