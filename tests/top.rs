@@ -319,3 +319,122 @@ fn live_view(python: &Interpreter, preloaded: Option<&str>, what: &str) {
     }
     eprintln!("top live: {what}: w wrote {}", written[0].display());
 }
+
+/// A native function no symbol names (zlib's static functions in Debian's stripped
+/// `libz.so.1`) has one name in `top` and in the reports of the profile: IgProf's
+/// `@{libz.so.1+<start>}`, never the library's raw `@?0x<start>` in one and the other in the
+/// other.
+#[test]
+fn top_and_the_reports_name_an_unnamed_native_function_alike() {
+    let python = &interpreters_for("top_names", "3.x interpreters", |i| i.version >= (3, 6))[0];
+    let dir = scratch_dir("top-names");
+    let mut program = start(&python.path, Some("cpu"), &dir);
+    let pid = program.0.id();
+    let out = pyigprof(
+        &[
+            "top",
+            &pid.to_string(),
+            "--batch",
+            "1",
+            "--interval",
+            "1.5",
+            "--rows",
+            "60",
+        ],
+        &dir,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    // SAFETY: kill with a valid signal; the program writes its profile and ends by it.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    program.0.wait().unwrap();
+    let in_top: Vec<String> = report
+        .split_whitespace()
+        .filter(|w| w.starts_with("@{libz.so.1+"))
+        .map(String::from)
+        .collect();
+    // (The interpreter's unnamed functions stay `@?0x…` in both: the Python view hides them.)
+    assert!(
+        !in_top.is_empty()
+            && !report
+                .lines()
+                .any(|l| l.contains("@?0x") && l.contains("(libz.so.1)")),
+        "top names zlib's unnamed functions otherwise:\n{report}"
+    );
+    let profile = files_in(&dir)
+        .into_iter()
+        .find(|p| p.to_string_lossy().ends_with(".gz"))
+        .expect("the program's profile");
+    let analysed = std::process::Command::new(&artifacts().analyse)
+        .args(["--top=0", "--all-frames"])
+        .arg(&profile)
+        .output()
+        .unwrap();
+    let reported = text(&analysed.stdout);
+    eprintln!(
+        "top_names: {}: {} of zlib's unnamed functions in top: {in_top:?}",
+        python.name,
+        in_top.len()
+    );
+    for name in &in_top {
+        assert!(
+            reported.contains(name.as_str()),
+            "{name} is in top, not in the report:\n{reported}"
+        );
+    }
+}
+
+/// A program whose threads keep ending (a pool of short CPU-bound threads): `top`'s header
+/// gives its CPU use as the process's, ended threads included — it went negative when it
+/// summed the threads alive at each reading.
+#[test]
+fn tops_cpu_use_counts_the_threads_that_ended() {
+    const SHORT_THREADS: &str = r#"
+import os, sys, threading, time
+def work():
+    end = time.thread_time() + 0.05
+    while time.thread_time() < end:
+        pass
+open("pid", "w").write(str(os.getpid()))
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+while True:
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+"#;
+    let python = &interpreters_for("top_cpu", "3.x interpreters", |i| i.version >= (3, 6))[0];
+    let dir = scratch_dir("top-cpu");
+    let mut command = live_program(
+        &python.path,
+        SHORT_THREADS,
+        &dir,
+        Some("cpu"),
+        "short.%p.gz",
+        &[("PYIGPROF_QUIET", "1")],
+    );
+    let program = start_until_ready(command.stderr(Stdio::null()));
+    let pid = program.0.id().to_string();
+    let out = pyigprof(&["top", &pid, "--batch", "3", "--interval", "0.5"], &dir);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    let shares: Vec<f64> = report
+        .lines()
+        .filter_map(|l| {
+            let after = l.split("CPU ").nth(1)?;
+            after.split(" % of a core").next()?.trim().parse().ok()
+        })
+        .collect();
+    eprintln!(
+        "top_cpu: {}: CPU % of a core per report: {shares:?}",
+        python.name
+    );
+    assert_eq!(shares.len(), 3, "{report}");
+    // Four busy threads at a time on two cores, a join between rounds: well above zero.
+    assert!(
+        shares.iter().all(|&s| (30.0..=210.0).contains(&s)),
+        "{shares:?}\n{report}"
+    );
+}

@@ -139,7 +139,8 @@ fn read_answer(lines: &mut impl BufRead) -> Result<Answer, String> {
                     line: line_no.parse().ok(),
                     offset: offset.parse().map_err(|_| bad())?,
                     file: file.to_string(),
-                    name: name.to_string(),
+                    // Spelled as the reports spell it (`@{libz.so.1+23968}`, not `@?0x5da0`).
+                    name: igprof_analyse::resolve::report_name(file, name),
                 };
                 answer
                     .threads

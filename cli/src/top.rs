@@ -12,7 +12,7 @@
 //! asks `snapshot` (each function's self and cumulative ticks so far, in the all-frames and
 //! the Python views) and shows, per function, its share of the last interval and of the
 //! time since sampling started, with the 95 % sampling error of the interval's share, the
-//! threads' CPU use (from `/proc/PID/task/*/stat`) and the samples per second.
+//! process's CPU use (from `/proc/PID/stat`, ended threads included) and the samples per second.
 //!
 //! Keys: `s` sorts by the next column (self, total, self since start, total since start),
 //! `v` switches between all frames and Python frames, `space` pauses, `w` writes the
@@ -130,7 +130,11 @@ fn read_snapshot(lines: &mut impl BufRead) -> Result<Snapshot, String> {
             ["fn", python, s, c, ps, pc, first, file, name] => {
                 let entry = snap
                     .functions
-                    .entry((file.to_string(), name.to_string()))
+                    // Spelled as the reports spell it (`@{libz.so.1+23968}`, not `@?0x5da0`).
+                    .entry((
+                        file.to_string(),
+                        igprof_analyse::resolve::report_name(file, name),
+                    ))
                     .or_default();
                 entry.python = *python == "1";
                 entry.first_line = num(first)?;
@@ -219,23 +223,24 @@ fn rows(now: &Snapshot, before: &Snapshot, view: &View) -> Vec<RowData> {
     rows
 }
 
-/// CPU seconds of every thread of `pid` (`/proc/PID/task/*/stat` utime + stime).
+/// CPU seconds of process `pid` (`/proc/PID/stat` utime + stime: its threads', those that
+/// have ended included — a sum over `/proc/PID/task/*/stat` loses an ended thread's time,
+/// and the header's CPU went negative while a pool's threads ended).
 fn process_cpu_s(pid: i32) -> f64 {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0.0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
-        .filter_map(|stat| {
-            let rest = &stat[stat.rfind(')')? + 2..];
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            // Fields 14 and 15 of stat (utime, stime): 12 and 13 after the state.
-            Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / hz)
-        })
-        .sum()
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| cpu_of_stat(&stat))
+        .map_or(0.0, |ticks| ticks / hz)
+}
+
+/// utime + stime (clock ticks) of a `/proc/…/stat` line: fields 14 and 15, the 12th and
+/// 13th after the state (the command's name, in parentheses, may hold spaces).
+fn cpu_of_stat(stat: &str) -> Option<f64> {
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?)
 }
 
 /// The header's words: threads, CPU use, samples per second.
@@ -662,6 +667,18 @@ fn write_now(session: &mut Session) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cpu_time_is_read_from_the_processs_stat_line() {
+        // A command name with spaces and parentheses; utime 250, stime 17.
+        let stat =
+            "4242 (my (odd) app) R 1 4242 4242 0 -1 4194304 5000 0 0 0 250 17 3 4 20 0 9 0 100 0 0";
+        assert_eq!(cpu_of_stat(stat), Some(267.0));
+        assert_eq!(cpu_of_stat("4242 (cut"), None);
+        // This process's own, read as top reads it.
+        let own = process_cpu_s(std::process::id() as i32);
+        assert!(own >= 0.0, "{own}");
+    }
 
     fn snapshot(text: &str) -> Snapshot {
         read_snapshot(&mut text.as_bytes()).unwrap()

@@ -167,6 +167,20 @@ pub fn igprof_name(file: &str, start: i64) -> Option<String> {
     Some(format!("@{{{base}+{start}}}"))
 }
 
+/// How the reports spell function `name` of `file` when no symbol names it: a `@?0x<start>`
+/// name of a native object gets IgProf's `@{<base name>+<start in decimal>}`
+/// ([`igprof_name`]); the interpreter's stay `@?0x…` (the Python view hides them), as do
+/// names that are not unnamed functions'. For the live views (`pyigprof dump`, `top`),
+/// which get the library's names, so that one function has one name everywhere.
+pub fn report_name(file: &str, name: &str) -> String {
+    match unnamed_address(name) {
+        Some(start) if !is_interpreter_file(file) && start <= i64::MAX as u64 => {
+            igprof_name(file, start as i64).unwrap_or_else(|| name.to_string())
+        }
+        _ => name.to_string(),
+    }
+}
+
 /// The name of an unnamed function of `file` that starts at `start` in the dump's
 /// coordinates and at ELF virtual address `vaddr`: [`igprof_name`], except for the
 /// interpreter, whose unnamed functions stay `@?0x<vaddr>` for the Python view to hide
@@ -1008,6 +1022,23 @@ mod tests {
             Some("@{libcrypto.so.3+2736704}")
         );
         assert_eq!(igprof_name("prog", 4517).as_deref(), Some("@{prog+4517}"));
+        // The live views' names, spelled as the reports spell them.
+        assert_eq!(
+            report_name("/lib/x86_64-linux-gnu/libcrypto.so.3", "@?0x29c240"),
+            "@{libcrypto.so.3+2736704}"
+        );
+        assert_eq!(
+            report_name("/usr/lib/libz.so.1", "@?0x5da0"),
+            "@{libz.so.1+23968}"
+        );
+        assert_eq!(
+            report_name(
+                "/root/.pyenv/versions/3.12.1/lib/libpython3.12.so.1.0",
+                "@?0x5da0"
+            ),
+            "@?0x5da0"
+        );
+        assert_eq!(report_name("/usr/lib/libz.so.1", "deflate"), "deflate");
         for file in ["<dynamically generated>", ""] {
             assert_eq!(
                 igprof_name(file, 0x7f00).as_deref(),
