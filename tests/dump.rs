@@ -7,6 +7,8 @@
 //! thread is named as `threading` names it (`Thread.name`, read from the interpreter's
 //! memory): the main thread `MainThread`, the others after their function, one renamed
 //! after it started, one with a name longer than the system's 15 bytes and not ASCII.
+//! A hung asyncio program's tasks are listed after its threads (3.14+), each with its
+//! coroutines where they wait and the task that awaits it.
 
 use pyigprof_suite::*;
 use std::io::Read;
@@ -426,4 +428,93 @@ fn dump_refuses_a_process_that_is_not_python_in_one_line() {
         "{}",
         text(&out.stderr)
     );
+}
+
+/// Three named tasks awaiting, through a coroutine, an event nobody sets, gathered by the
+/// main task: the program hangs with its one thread in `epoll_wait`.
+const HUNG_TASKS: &str = r#"
+import asyncio, sys
+async def wait_for(ev):
+    await ev.wait()
+async def worker(ev):
+    await wait_for(ev)
+async def main():
+    ev = asyncio.Event()
+    tasks = [asyncio.create_task(worker(ev), name="worker-%d" % i) for i in range(3)]
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    await asyncio.gather(*tasks)
+asyncio.run(main())
+"#;
+
+/// `pyigprof dump` of a hung asyncio program lists its tasks after its threads (3.14+,
+/// where asyncio describes its tasks: `.AsyncioDebug`), started under pyigprof and not:
+/// each named task with its coroutines where they wait (`Event.wait`, `wait_for` line 4,
+/// `worker` line 6), awaited by the task that gathers them (`main`, unnamed: named after
+/// its coroutine), as text and JSON.
+#[test]
+fn dump_lists_a_hung_asyncio_programs_tasks_with_their_coroutines() {
+    let pythons = interpreters_for("dump_tasks", "interpreters from 3.14", |i| {
+        i.version >= (3, 14)
+    });
+    for python in pythons {
+        for preloaded in [Some("cpu"), None] {
+            let what = live_label(&python.name, preloaded);
+            let dir = scratch_dir("dump-tasks");
+            let mut command = live_program(
+                &python.path,
+                HUNG_TASKS,
+                &dir,
+                preloaded,
+                "tasks.%p.gz",
+                &[],
+            );
+            let program = start_until_ready(command.stderr(Stdio::null()));
+            let pid = program.0.id().to_string();
+            let out = pyigprof(&["dump", "--json", &pid], &dir);
+            assert!(out.status.success(), "{what}: {}", text(&out.stderr));
+            let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let tasks = json["tasks"].as_array().cloned().unwrap_or_default();
+            let seen: Vec<(String, Option<String>, Vec<String>)> = tasks
+                .iter()
+                .map(|t| {
+                    (
+                        t["name"].as_str().unwrap_or("").to_string(),
+                        t["awaited_by_name"].as_str().map(String::from),
+                        t["frames"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|f| format!("{}:{}", f["name"].as_str().unwrap(), f["line"]))
+                            .collect(),
+                    )
+                })
+                .collect();
+            eprintln!("dump_tasks: {what}: {seen:?}");
+            assert_eq!(seen.len(), 4, "{what}: {seen:?}");
+            assert!(
+                seen.iter().any(|(name, by, frames)| name == "main"
+                    && by.is_none()
+                    && frames == &["main:12".to_string()]),
+                "{what}: the main task: {seen:?}"
+            );
+            for i in 0..3 {
+                let name = format!("worker-{i}");
+                let (_, by, frames) = seen
+                    .iter()
+                    .find(|(n, _, _)| *n == name)
+                    .unwrap_or_else(|| panic!("{what}: no {name} in {seen:?}"));
+                assert_eq!(by.as_deref(), Some("main"), "{what}: {name}");
+                assert_eq!(frames.len(), 3, "{what}: {name}: {frames:?}");
+                assert!(frames[0].starts_with("Event.wait:"), "{what}: {frames:?}");
+                assert_eq!(frames[1..], ["wait_for:4", "worker:6"], "{what}: {name}");
+            }
+            let shown = text(&pyigprof(&["dump", &pid], &dir).stdout);
+            assert!(
+                shown.contains("\nTask \"worker-2\" (thread ")
+                    && shown.contains(", awaited by \"main\": waiting\n    Event.wait ("),
+                "{what}:\n{shown}"
+            );
+        }
+    }
 }

@@ -34,7 +34,9 @@ pub struct Dump {
     /// Prints one JSON object instead of text: `{"pid", "python", "command", "threads":
     /// [{"tid", "name", "system_name", "main", "state", "syscall", "stack_from", "gil",
     /// "waiting", "frames": [{"name",
-    /// "file", "line", "offset", "python"}]}]}`, frames innermost first.
+    /// "file", "line", "offset", "python"}]}], "tasks": [{"address", "name", "thread",
+    /// "running", "awaited_by", "awaited_by_name", "frames": [{"name", "file", "line",
+    /// "python"}]}]}`, frames innermost first; `tasks` lists asyncio's tasks (3.14+).
     #[arg(long)]
     pub json: bool,
 
@@ -87,6 +89,22 @@ impl Thread {
     }
 }
 
+/// One asyncio task as the library reported it (3.14+).
+#[derive(Debug)]
+struct Task {
+    /// The task object's address, as the library wrote it (`0x…`).
+    address: String,
+    /// The thread whose task list holds it (the one that created it).
+    tid: i32,
+    /// Whether its thread runs its step now.
+    running: bool,
+    /// The address of the task that awaits it.
+    awaited_by: Option<String>,
+    name: String,
+    /// Its coroutines where they wait, innermost first (none while it runs).
+    frames: Vec<Frame>,
+}
+
 /// The library's answer (`preload/src/output/live.rs`, `report`).
 #[derive(Debug, Default)]
 struct Answer {
@@ -94,6 +112,17 @@ struct Answer {
     python: String,
     command: String,
     threads: Vec<Thread>,
+    tasks: Vec<Task>,
+}
+
+impl Answer {
+    /// The name of the task at `address`, if listed.
+    fn task_name(&self, address: &str) -> Option<&str> {
+        self.tasks
+            .iter()
+            .find(|t| t.address == address)
+            .map(|t| t.name.as_str())
+    }
 }
 
 /// Parses the answer's lines up to `end`. An error names the line that is not as expected.
@@ -142,12 +171,26 @@ fn read_answer(lines: &mut impl BufRead) -> Result<Answer, String> {
                     // Spelled as the reports spell it (`@{libz.so.1+23968}`, not `@?0x5da0`).
                     name: igprof_analyse::resolve::report_name(file, name),
                 };
-                answer
-                    .threads
-                    .last_mut()
-                    .ok_or_else(bad)?
-                    .frames
-                    .push(frame);
+                // After the threads come the tasks, each with its frames.
+                match answer.tasks.last_mut() {
+                    Some(task) => task.frames.push(frame),
+                    None => answer
+                        .threads
+                        .last_mut()
+                        .ok_or_else(bad)?
+                        .frames
+                        .push(frame),
+                }
+            }
+            ["task", address, tid, running, awaited_by, name] => {
+                answer.tasks.push(Task {
+                    address: address.to_string(),
+                    tid: tid.parse().map_err(|_| bad())?,
+                    running: *running == "1",
+                    awaited_by: (*awaited_by != "-").then(|| awaited_by.to_string()),
+                    name: name.to_string(),
+                    frames: Vec::new(),
+                });
             }
             ["error", why] => return Err(why.to_string()),
             ["note", ..] => {}
@@ -223,6 +266,34 @@ fn text(answer: &Answer, python_only: bool) -> String {
             out.push_str(&format!("    {} ({})\n", frame.name, place(frame)));
         }
     }
+    if !answer.tasks.is_empty() {
+        out.push_str(&format!(
+            "\nasyncio tasks: {}; each one's coroutines where they wait, innermost first\n",
+            answer.tasks.len()
+        ));
+    }
+    for task in &answer.tasks {
+        let awaited = match &task.awaited_by {
+            Some(by) => format!(
+                ", awaited by \"{}\"",
+                answer.task_name(by).unwrap_or("a task not listed")
+            ),
+            None => String::new(),
+        };
+        out.push_str(&format!(
+            "\nTask \"{}\" (thread {}){awaited}: {}\n",
+            task.name,
+            task.tid,
+            if task.running {
+                "running (its frames are its thread's)"
+            } else {
+                "waiting"
+            }
+        ));
+        for frame in &task.frames {
+            out.push_str(&format!("    {} ({})\n", frame.name, place(frame)));
+        }
+    }
     out
 }
 
@@ -246,6 +317,20 @@ fn to_json(answer: &Answer, python_only: bool) -> serde_json::Value {
                 "file": f.file,
                 "line": f.line,
                 "offset": f.offset,
+                "python": f.python,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "tasks": answer.tasks.iter().map(|t| json!({
+            "address": t.address,
+            "name": t.name,
+            "thread": t.tid,
+            "running": t.running,
+            "awaited_by": t.awaited_by,
+            "awaited_by_name": t.awaited_by.as_deref().and_then(|a| answer.task_name(a)),
+            "frames": t.frames.iter().map(|f| json!({
+                "name": f.name,
+                "file": f.file,
+                "line": f.line,
                 "python": f.python,
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),

@@ -402,6 +402,22 @@ impl Sampler {
         }
     }
 
+    /// The asyncio tasks of the thread whose state is `tstate` (3.14+: the tasks it created
+    /// that have not finished, [`tasks::Asyncio::tasks_of_thread`]), each as `pyigprof dump`
+    /// lists it; empty without asyncio's offsets. Not from a signal handler (allocates).
+    pub(crate) fn tasks_now(&self, tstate: u64) -> Vec<tasks::TaskNow> {
+        let (Some(rt), Some(asyncio)) = (self.python.as_ref(), tasks::published()) else {
+            return Vec::new();
+        };
+        let with = self.task_readers(rt);
+        let mut scratch = vec![0u8; crate::capture::python::code::MAX_TEXT];
+        let (listed, running) = asyncio.tasks_of_thread(tstate);
+        listed
+            .into_iter()
+            .filter_map(|task| asyncio.task_now(task, task == running, &with, &mut scratch))
+            .collect()
+    }
+
     /// Why a thread blocked in `call` waits ([`crate::capture::waits::reason`], with this
     /// runtime's GIL words: none without Python frames).
     pub(crate) fn wait_reason(&self, call: crate::capture::waits::Call) -> Marker {

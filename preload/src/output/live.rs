@@ -85,6 +85,8 @@ pub struct ThreadNow {
     pub waiting: Option<&'static str>,
     /// Its frame keys, outermost first (named by [`report`]).
     keys: Vec<u64>,
+    /// The asyncio tasks it created that have not finished (3.14+), read after its stack.
+    tasks: Vec<crate::capture::python::tasks::TaskNow>,
     /// Its `PyThreadState*`, 0 when not known.
     tstate: u64,
     /// Its `pthread_t`, which `tstate` must still name ([`crate::capture::python::Runtime::belongs_to`]).
@@ -134,6 +136,7 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
                     gil: None,
                     waiting: None,
                     keys: Vec::new(),
+                    tasks: Vec::new(),
                     tstate,
                     owner,
                 };
@@ -224,6 +227,10 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
             thread.python_name = rt
                 .python_thread_name(thread.tstate)
                 .filter(|_| rt.belongs_to(thread.tstate, thread.owner));
+            let tasks = sampler.tasks_now(thread.tstate);
+            if rt.belongs_to(thread.tstate, thread.owner) {
+                thread.tasks = tasks;
+            }
         }
     }
     // Every thread of the process is listed, those the sampler does not know too (not the
@@ -249,6 +256,7 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
             gil: None,
             waiting: None,
             keys: Vec::new(),
+            tasks: Vec::new(),
             tstate: 0,
             owner: 0,
         });
@@ -265,8 +273,19 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
 /// - `thread <tid> <main: 1|0> <state letter> <syscall or -> <now|sample|none|unsampled>
 ///   <holds the GIL: 1|0|-> <waiting for: GIL|lock|I/O|sleep|…|-> <name> <Python name or ->`
 /// - `frame <python: 1|0> <line or -> <offset> <file> <name>`
+///
+/// and after the threads, per asyncio task (3.14+), a `task` line and the `frame` lines of
+/// its coroutines where they wait, innermost first (none for a running task, whose frames
+/// are its thread's; [`crate::capture::python::tasks::TaskNow`]):
+///
+/// - `task <address, hex> <thread tid> <running: 1|0> <awaited by: address or -> <name>`
 pub fn report(sampler: &Sampler, threads: &[ThreadNow]) -> String {
-    let stacks: Vec<Vec<u64>> = threads.iter().map(|t| t.keys.clone()).collect();
+    let mut stacks: Vec<Vec<u64>> = threads.iter().map(|t| t.keys.clone()).collect();
+    let tasks: Vec<(i32, &crate::capture::python::tasks::TaskNow)> = threads
+        .iter()
+        .flat_map(|t| t.tasks.iter().map(move |task| (t.tid, task)))
+        .collect();
+    stacks.extend(tasks.iter().map(|(_, task)| task.keys.clone()));
     let named = name_frames(sampler, &stacks);
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
@@ -296,6 +315,27 @@ pub fn report(sampler: &Sampler, threads: &[ThreadNow]) -> String {
             thread.python_name.as_deref().map_or("-".into(), clean)
         ));
         for frame in frames.iter().rev() {
+            out.push_str(&frame_line(frame));
+        }
+    }
+    for ((tid, task), frames) in tasks.iter().zip(&named[threads.len()..]) {
+        // The first frame is `<task NAME>`.
+        let Some((first, coroutines)) = frames.split_first() else {
+            continue;
+        };
+        let name = first
+            .name
+            .strip_prefix("<task ")
+            .and_then(|n| n.strip_suffix('>'))
+            .unwrap_or(&first.name);
+        out.push_str(&format!(
+            "task\t{:#x}\t{tid}\t{}\t{}\t{}\n",
+            task.address,
+            u8::from(task.running),
+            task.awaited_by.map_or("-".into(), |a| format!("{a:#x}")),
+            clean(name)
+        ));
+        for frame in coroutines.iter().rev() {
             out.push_str(&frame_line(frame));
         }
     }

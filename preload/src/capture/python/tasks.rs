@@ -45,6 +45,22 @@ pub const MAX_TASKS_LISTED: usize = 4096;
 /// Most coroutines of one suspended task's stack (a coroutine awaiting a coroutine …).
 const MAX_COROUTINES: usize = 64;
 
+/// One asyncio task of a running program, as `pyigprof dump` lists it
+/// ([`Asyncio::task_now`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskNow {
+    /// The task object's address (identifies it within one dump).
+    pub address: u64,
+    /// Whether its thread runs its step now.
+    pub running: bool,
+    /// The address of the task that awaits it, if one does.
+    pub awaited_by: Option<u64>,
+    /// Frame keys, outermost first: `<task NAME>`, then its coroutine's frame and those of
+    /// the coroutines it awaits in turn, at their `await` lines (only `<task NAME>` for a
+    /// running task, whose frames are on its thread's stack).
+    pub keys: Vec<u64>,
+}
+
 /// What the handler needs to read tasks: asyncio's offsets, the coroutine's, and the set
 /// dummy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -290,6 +306,73 @@ impl Asyncio {
             node = read::word(node).unwrap_or(0);
         }
         n
+    }
+
+    /// Every task in the task list of the thread with state `tstate` (the tasks it created
+    /// that have not finished), in list order, at most [`MAX_TASKS_LISTED`]; and the one
+    /// whose step the thread runs now (0: none). The thread may run meanwhile: every read
+    /// is checked. For `pyigprof dump`.
+    pub fn tasks_of_thread(&self, tstate: u64) -> (Vec<u64>, u64) {
+        let head = tstate + u64::from(self.layout.thread_tasks);
+        let running = read::word(tstate + u64::from(self.layout.running_task)).unwrap_or(0);
+        let mut node = read::word(head).unwrap_or(head);
+        let mut tasks = Vec::new();
+        for _ in 0..MAX_TASKS_LISTED {
+            if node == head || node == 0 {
+                break;
+            }
+            let task = node.wrapping_sub(u64::from(self.layout.task_node));
+            if read::byte(task + u64::from(self.layout.is_task)) == Some(1) {
+                tasks.push(task);
+            }
+            node = read::word(node).unwrap_or(0);
+        }
+        (tasks, running)
+    }
+
+    /// Task `task` as `pyigprof dump` lists it: its name's frame key (`<task NAME>`), the
+    /// task that awaits it (through the futures between them, such as a `gather`'s), and
+    /// the frames of its coroutine and of each coroutine that one awaits, outermost first,
+    /// at the lines where they wait — none when its coroutine runs (`running`: its frames
+    /// are on its thread's stack) or has finished. `None` when `task` is not a task or its
+    /// name cannot be read. `scratch` holds a name ([`super::code::MAX_TEXT`] bytes).
+    pub fn task_now(
+        &self,
+        task: u64,
+        running: bool,
+        with: &Readers<'_>,
+        scratch: &mut [u8],
+    ) -> Option<TaskNow> {
+        if read::byte(task + u64::from(self.layout.is_task)) != Some(1) {
+            return None;
+        }
+        let name = task_key(self.name(task, with, scratch)?);
+        let mut awaited_by = None;
+        let mut at = self.awaiter(task);
+        for _ in 0..MAX_HOPS {
+            let Some(future) = at else { break };
+            if read::byte(future + u64::from(self.layout.is_task)) == Some(1) {
+                awaited_by = Some(future);
+                break;
+            }
+            at = self.awaiter(future);
+        }
+        let mut frames = vec![0u64; MAX_COROUTINES];
+        let n = if running {
+            0
+        } else {
+            read::word(task + u64::from(self.layout.coro)).map_or(0, |coro| {
+                self.coroutine_frames(coro, with, scratch, &mut frames)
+            })
+        };
+        let mut keys = vec![name];
+        keys.extend_from_slice(&frames[..n]);
+        Some(TaskNow {
+            address: task,
+            running,
+            awaited_by,
+            keys,
+        })
     }
 
     /// The state of the coroutine at `coro` when it is suspended or not started (its frame
