@@ -438,3 +438,69 @@ while True:
         "{shares:?}\n{report}"
     );
 }
+
+/// Two tasks, gathered by the main task, that take turns spinning 7 and 3 ms of CPU time.
+const TWO_TASKS: &str = r#"
+import asyncio, os, sys, time
+async def spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+async def turns(seconds):
+    while True:
+        await spin(seconds)
+        await asyncio.sleep(0)
+async def main():
+    open("pid", "w").write(str(os.getpid()))
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    await asyncio.gather(
+        asyncio.create_task(turns(0.007), name="hot"),
+        asyncio.create_task(turns(0.003), name="cool"),
+    )
+asyncio.run(main())
+"#;
+
+/// `top --tasks` (key `t`): each asyncio task's share — self, the samples whose innermost
+/// task it is; total, with the tasks awaiting it — on a program whose two tasks take 70 %
+/// and 30 % of its CPU time by construction, both awaited by `main` (3.14+, where samples
+/// carry task frames).
+#[test]
+fn tops_task_view_gives_each_asyncio_tasks_share() {
+    let pythons = interpreters_for("top_tasks", "interpreters from 3.14", |i| {
+        i.version >= (3, 14)
+    });
+    for python in pythons {
+        let dir = scratch_dir("top-tasks");
+        let env = [("PYIGPROF_HZ", "1000"), ("PYIGPROF_QUIET", "1")];
+        let mut command = live_program(&python.path, TWO_TASKS, &dir, Some("cpu"), "t.%p.gz", &env);
+        let program = start_until_ready(command.stderr(Stdio::null()));
+        let pid = program.0.id().to_string();
+        let out = pyigprof(
+            &["top", &pid, "--tasks", "--batch", "1", "--interval", "2"],
+            &dir,
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let report = text(&out.stdout);
+        let share = |task: &str| -> (f64, f64) {
+            report
+                .lines()
+                .find_map(|line| {
+                    let f: Vec<&str> = line.split_whitespace().collect();
+                    line.contains(&format!("  <task {task}>  "))
+                        .then(|| (f[0].parse().unwrap(), f[2].parse().unwrap()))
+                })
+                .unwrap_or_else(|| panic!("no row for {task} in\n{report}"))
+        };
+        let (hot, cool, main) = (share("hot"), share("cool"), share("main"));
+        eprintln!(
+            "top_tasks: {}: hot {hot:?}, cool {cool:?}, main {main:?} (self, total %)",
+            python.name
+        );
+        assert!(report.contains("view: asyncio tasks"), "{report}");
+        assert!((hot.0 - 70.0).abs() <= 8.0, "hot {hot:?}\n{report}");
+        assert!((cool.0 - 30.0).abs() <= 8.0, "cool {cool:?}\n{report}");
+        // main awaits both: their time is in its total, none of it its own.
+        assert!(main.1 >= 90.0 && main.0 <= 5.0, "main {main:?}\n{report}");
+    }
+}

@@ -57,6 +57,11 @@ pub struct Top {
     #[arg(long)]
     pub python: bool,
 
+    /// Starts in the asyncio task view: self and total by task (the task whose step ran,
+    /// and every task of its await chain; `t` switches). Tasks are known on CPython 3.14+.
+    #[arg(long, conflicts_with = "python")]
+    pub tasks: bool,
+
     /// Prints N reports, one per interval, as text, instead of the live view.
     #[arg(long, value_name = "N")]
     pub batch: Option<u32>,
@@ -102,6 +107,8 @@ struct Snapshot {
     threads: u64,
     /// By (file, name).
     functions: HashMap<(String, String), Ticks>,
+    /// asyncio tasks' [self, cumulative] ticks, by task name.
+    tasks: HashMap<String, [u64; 2]>,
 }
 
 fn read_snapshot(lines: &mut impl BufRead) -> Result<Snapshot, String> {
@@ -126,6 +133,11 @@ fn read_snapshot(lines: &mut impl BufRead) -> Result<Snapshot, String> {
                 snap.ticks = num(ticks)?;
                 snap.period_ns = num(period)?;
                 snap.threads = num(threads)?;
+            }
+            ["task", s, c, name] => {
+                let entry = snap.tasks.entry(name.to_string()).or_default();
+                entry[0] += num(s)?;
+                entry[1] += num(c)?;
             }
             ["fn", python, s, c, ps, pc, first, file, name] => {
                 let entry = snap
@@ -158,6 +170,8 @@ const SORTS: [&str; 4] = ["self", "total", "self since start", "total since star
 /// What the view shows now.
 struct View {
     python: bool,
+    /// The asyncio task view (by task), over `python`.
+    tasks: bool,
     sort: usize,
     paused: bool,
     status: String,
@@ -181,38 +195,59 @@ fn rows(now: &Snapshot, before: &Snapshot, view: &View) -> Vec<RowData> {
     let interval_ticks = now.ticks.saturating_sub(before.ticks).max(1) as f64;
     let samples = now.samples.saturating_sub(before.samples).max(1) as f64;
     let period_s = now.period_ns as f64 / 1e9;
-    let mut rows: Vec<RowData> = now
-        .functions
-        .iter()
-        .filter_map(|((file, name), t)| {
-            let [s, c] = ticks_of(t);
-            if s == 0 && c == 0 {
-                return None;
-            }
-            let [s0, c0] = before
-                .functions
-                .get(&(file.clone(), name.clone()))
-                .map_or([0, 0], ticks_of);
-            let share = |x: u64| 100.0 * x as f64 / interval_ticks;
-            let self_share = share(s.saturating_sub(s0));
-            let p = self_share / 100.0;
-            let place = if t.python {
-                format!("{file}:{}", t.first_line)
-            } else {
-                std::path::Path::new(file)
-                    .file_name()
-                    .map_or(file.clone(), |n| n.to_string_lossy().into_owned())
-            };
-            Some(RowData {
-                name: name.clone(),
-                place,
-                python: t.python,
-                interval: [self_share, share(c.saturating_sub(c0))],
-                error: 196.0 * (p * (1.0 - p) / samples).sqrt(),
-                since: [s as f64 * period_s, c as f64 * period_s],
+    let share = |x: u64| 100.0 * x as f64 / interval_ticks;
+    let mut rows: Vec<RowData> = if view.tasks {
+        // Shares of every sample of the interval, as the other views' (samples outside
+        // any task are in none).
+        now.tasks
+            .iter()
+            .filter(|(_, t)| **t != [0, 0])
+            .map(|(name, &[s, c])| {
+                let [s0, c0] = before.tasks.get(name).copied().unwrap_or_default();
+                let self_share = share(s.saturating_sub(s0));
+                let p = self_share / 100.0;
+                RowData {
+                    name: format!("<task {name}>"),
+                    place: "asyncio task".into(),
+                    python: false,
+                    interval: [self_share, share(c.saturating_sub(c0))],
+                    error: 196.0 * (p * (1.0 - p) / samples).sqrt(),
+                    since: [s as f64 * period_s, c as f64 * period_s],
+                }
             })
-        })
-        .collect();
+            .collect()
+    } else {
+        now.functions
+            .iter()
+            .filter_map(|((file, name), t)| {
+                let [s, c] = ticks_of(t);
+                if s == 0 && c == 0 {
+                    return None;
+                }
+                let [s0, c0] = before
+                    .functions
+                    .get(&(file.clone(), name.clone()))
+                    .map_or([0, 0], ticks_of);
+                let self_share = share(s.saturating_sub(s0));
+                let p = self_share / 100.0;
+                let place = if t.python {
+                    format!("{file}:{}", t.first_line)
+                } else {
+                    std::path::Path::new(file)
+                        .file_name()
+                        .map_or(file.clone(), |n| n.to_string_lossy().into_owned())
+                };
+                Some(RowData {
+                    name: name.clone(),
+                    place,
+                    python: t.python,
+                    interval: [self_share, share(c.saturating_sub(c0))],
+                    error: 196.0 * (p * (1.0 - p) / samples).sqrt(),
+                    since: [s as f64 * period_s, c as f64 * period_s],
+                })
+            })
+            .collect()
+    };
     let key = |r: &RowData| match view.sort {
         0 => r.interval[0],
         1 => r.interval[1],
@@ -261,7 +296,13 @@ fn header(pid: i32, comm: &str, now: &Snapshot, rates: &Rates, view: &View) -> V
         ),
         format!(
             "view: {} — sorted by {} — {}",
-            if view.python { "Python frames (native time under its Python caller)" } else { "all frames" },
+            if view.tasks {
+                "asyncio tasks (self: the task whose step ran; total: and the tasks awaiting it)"
+            } else if view.python {
+                "Python frames (native time under its Python caller)"
+            } else {
+                "all frames"
+            },
             SORTS[view.sort],
             if view.paused { "PAUSED" } else { "live" }
         ),
@@ -457,6 +498,7 @@ fn program_ended(target: &mut Target) -> Option<u8> {
 fn batch(args: &Top, target: &Target, mut session: Session, n: u32) -> Result<(), Ended> {
     let view = View {
         python: args.python,
+        tasks: args.tasks,
         sort: 0,
         paused: false,
         status: String::new(),
@@ -487,10 +529,12 @@ fn batch(args: &Top, target: &Target, mut session: Session, n: u32) -> Result<()
 fn live(args: &Top, target: &mut Target, mut session: Session) -> Result<(), Ended> {
     let mut view = View {
         python: args.python,
+        tasks: args.tasks,
         sort: 0,
         paused: false,
-        status: "keys: s sort · v Python/all frames · space pause · w write profile · q quit"
-            .into(),
+        status:
+            "keys: s sort · v Python/all frames · t asyncio tasks · space pause · w write profile · q quit"
+                .into(),
     };
     let mut screen = match Screen::enter() {
         Ok(screen) => screen,
@@ -558,7 +602,11 @@ fn live(args: &Top, target: &mut Target, mut session: Session) -> Result<(), End
             KeyCode::Char('q') | KeyCode::Esc => break Ok(()),
             KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => break Ok(()),
             KeyCode::Char('s') => view.sort = (view.sort + 1) % SORTS.len(),
-            KeyCode::Char('v') => view.python = !view.python,
+            KeyCode::Char('v') => {
+                view.python = !view.python;
+                view.tasks = false;
+            }
+            KeyCode::Char('t') => view.tasks = !view.tasks,
             KeyCode::Char(' ') => view.paused = !view.paused,
             KeyCode::Char('w') => {
                 view.status = match write_now(&mut session) {
@@ -702,6 +750,7 @@ mod tests {
         );
         let mut view = View {
             python: false,
+            tasks: false,
             sort: 0,
             paused: false,
             status: String::new(),
@@ -729,6 +778,40 @@ mod tests {
         let by_total = rows(&now, &before, &view);
         assert_eq!(by_total[0].name, "main");
         assert_eq!(by_total[0].place, "app.py:1");
+    }
+
+    #[test]
+    fn the_task_view_gives_each_tasks_self_and_total_share() {
+        let before = snapshot("totals\t0\t0\t4000000\t1\nend\n");
+        // 200 ticks: 120 with `fetch` innermost (awaited by `handler`), 50 with `handler`
+        // innermost, 30 outside tasks.
+        let now = snapshot(
+            "totals\t200\t200\t4000000\t1\n\
+             fn\t0\t0\t170\t0\t0\t0\t[pyigprof]\t<task handler>\n\
+             task\t50\t170\thandler\n\
+             fn\t0\t0\t120\t0\t0\t0\t[pyigprof]\t<task fetch>\n\
+             task\t120\t120\tfetch\n\
+             end\n",
+        );
+        let view = View {
+            python: false,
+            tasks: true,
+            sort: 0,
+            paused: false,
+            status: String::new(),
+        };
+        let tasks = rows(&now, &before, &view);
+        let shares: Vec<(&str, [f64; 2])> = tasks
+            .iter()
+            .map(|r| (r.name.as_str(), r.interval))
+            .collect();
+        assert_eq!(
+            shares,
+            [
+                ("<task fetch>", [60.0, 60.0]),
+                ("<task handler>", [25.0, 85.0])
+            ]
+        );
     }
 
     #[test]

@@ -352,6 +352,10 @@ pub fn report(sampler: &Sampler, threads: &[ThreadNow]) -> String {
 struct Counts {
     all: [u64; 2],
     python: [u64; 2],
+    /// For an asyncio task's frame (`<task NAME>`): `[self, cumulative]` by task, where a
+    /// sample's self task is the innermost task of its chain (the task whose step ran) and
+    /// every task of the chain gets it cumulatively.
+    task: [u64; 2],
 }
 
 /// The answer to the command's `snapshot` (`pyigprof top`): the totals, then one line per
@@ -360,6 +364,9 @@ struct Counts {
 /// - `totals <samples> <ticks> <period ns> <threads sampled>`
 /// - `fn <python: 1|0> <self ticks> <cumulative ticks> <self ticks, Python view>
 ///   <cumulative ticks, Python view> <first line or 0> <file> <name>`
+/// - `task <self ticks> <cumulative ticks> <name>`, per asyncio task frame (`<task NAME>`):
+///   the ticks of the samples whose innermost task it is, and of those it is in the await
+///   chain of (`top`'s task view)
 ///
 /// The counts are since sampling started (the command takes the differences between
 /// snapshots). Reads the trace trees while the threads insert into them: a node is counted
@@ -371,6 +378,8 @@ pub fn snapshot(sampler: &Sampler, namer: &mut Namer) -> String {
     // own frame, left out), outermost first.
     let mut stack: Vec<(u32, usize)> = Vec::new();
     let mut path: Vec<Option<(u32, bool)>> = Vec::new();
+    // Whether each function of `path` is an asyncio task's frame.
+    let mut is_task: Vec<bool> = Vec::new();
     let mut counted: Vec<u32> = Vec::new();
     let trees = &sampler.trees;
     let push_children = |stack: &mut Vec<(u32, usize)>, of: u32, depth: usize| {
@@ -385,8 +394,14 @@ pub fn snapshot(sampler: &Sampler, namer: &mut Namer) -> String {
         push_children(&mut stack, root, 1);
         while let Some((index, depth)) = stack.pop() {
             path.truncate(depth - 1);
+            is_task.truncate(depth - 1);
             let node = trees.node(index);
-            let function = namer.function(node.key.load(Ordering::Relaxed));
+            let key = node.key.load(Ordering::Relaxed);
+            let function = namer.function(key);
+            is_task.push(matches!(
+                crate::capture::frames::decode(key),
+                crate::capture::frames::Frame::Task(_)
+            ));
             if let Some((id, _)) = function {
                 if counts.len() <= id as usize {
                     counts.resize(id as usize + 1, Counts::default());
@@ -407,6 +422,20 @@ pub fn snapshot(sampler: &Sampler, namer: &mut Namer) -> String {
                         .find(|&&(_, python)| python)
                         .map_or(leaf, |&(id, _)| id);
                     counts[python_leaf as usize].python[0] += t;
+                }
+                // The innermost task of the chain is the sample's own.
+                let tasks = path.iter().zip(&is_task).filter(|(_, &task)| task);
+                if let Some((Some((id, _)), _)) = tasks.clone().last() {
+                    counts[*id as usize].task[0] += t;
+                }
+                counted.clear();
+                for (function, _) in tasks {
+                    if let Some((id, _)) = function {
+                        if !counted.contains(id) {
+                            counted.push(*id);
+                            counts[*id as usize].task[1] += t;
+                        }
+                    }
                 }
                 counted.clear();
                 for (id, python) in functions.by_ref() {
@@ -431,7 +460,7 @@ pub fn snapshot(sampler: &Sampler, namer: &mut Namer) -> String {
         sampler.period_ns
     );
     for (id, c) in counts.iter().enumerate() {
-        if c.all == [0, 0] && c.python == [0, 0] {
+        if c.all == [0, 0] && c.python == [0, 0] && c.task == [0, 0] {
             continue;
         }
         let (file, name, python, first) = namer.describe(id as u32);
@@ -446,6 +475,18 @@ pub fn snapshot(sampler: &Sampler, namer: &mut Namer) -> String {
             clean(&file),
             clean(&name)
         ));
+        if c.task != [0, 0] {
+            let task = name
+                .strip_prefix("<task ")
+                .and_then(|n| n.strip_suffix('>'))
+                .unwrap_or(&name);
+            out.push_str(&format!(
+                "task\t{}\t{}\t{}\n",
+                c.task[0],
+                c.task[1],
+                clean(task)
+            ));
+        }
     }
     out.push_str("end\n");
     out
