@@ -14,6 +14,7 @@ pub mod discover;
 pub mod layout;
 pub mod lines;
 pub mod names;
+pub mod objects;
 pub mod read;
 pub mod stack;
 pub mod tasks;
