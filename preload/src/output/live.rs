@@ -425,7 +425,7 @@ pub fn snapshot(sampler: &Sampler, namer: &mut Namer) -> String {
                 }
                 // The innermost task of the chain is the sample's own.
                 let tasks = path.iter().zip(&is_task).filter(|(_, &task)| task);
-                if let Some((Some((id, _)), _)) = tasks.clone().last() {
+                if let Some((Some((id, _)), _)) = tasks.clone().next_back() {
                     counts[*id as usize].task[0] += t;
                 }
                 counted.clear();
