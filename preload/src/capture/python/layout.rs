@@ -349,7 +349,7 @@ impl Layout {
             thread_state: ThreadStateLookup::AttachedKey,
             thread_id: if minor == 11 { 152 } else { 136 },
             gc: GcLayout::for_version(major, minor),
-            coroutine: None,
+            coroutine: CoroutineLayout::before_314(major, minor),
             objects: ObjectLayout::for_version(major, minor),
         };
         match (major, minor) {
@@ -537,14 +537,15 @@ impl Layout {
         Ok(Layout {
             gc: gc_from_debug_offsets(words, &map),
             objects: ObjectLayout::from_debug_offsets(words, &map, major, minor),
-            coroutine: map.gen_object.and_then(|gen| {
-                coroutine_from_debug_offsets(
+            coroutine: match map.gen_object {
+                Some(gen) => coroutine_from_debug_offsets(
                     words,
                     (gen, map.frame_size + 6),
                     frame_size,
                     &constants,
-                )
-            }),
+                ),
+                None => CoroutineLayout::before_314(major, minor),
+            },
             ..layout
         })
     }
@@ -602,18 +603,75 @@ pub struct CoroutineLayout {
     pub qualname: u16,
     /// `gi_frame_state`, an `int8_t`.
     pub state: u16,
-    /// `_PyInterpreterFrame.stackpointer`: one past the top of the frame's value stack.
-    pub stackpointer: u16,
     /// `gi_frame_state` values (`PyFrameState`, `Include/internal/pycore_frame.h`): not
     /// started, suspended at a `yield`, suspended in an `await` (`yield from`).
     pub created: i8,
     pub suspended: i8,
     pub suspended_yield_from: i8,
-    /// Where a coroutine suspended in an `await` keeps the object it awaits: this many
-    /// words below its frame's `stackpointer` (a tagged stack reference, low two bits
-    /// flags): 1 in 3.14, 2 in 3.15 (measured on Debian's 3.14.10 and 3.15.2; CPython's own
-    /// reader, `Modules/_remote_debugging/asyncio.c`, uses 2 from 3.15).
-    pub awaited_below: u8,
+    /// Where a coroutine suspended in an `await` keeps the object it awaits.
+    pub awaited: Awaited,
+}
+
+/// Where a coroutine suspended in an `await` keeps the object it awaits, in its frame's
+/// value stack (offsets in bytes into `_PyInterpreterFrame`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Awaited {
+    /// 3.14+: `words` below the frame's `stackpointer` (a pointer one past the top of the
+    /// value stack, at offset `stackpointer`), a tagged stack reference (low two bits
+    /// flags): 1 word in 3.14, 2 in 3.15 (measured on Debian's 3.14.10 and 3.15.2; CPython's
+    /// own reader, `Modules/_remote_debugging/asyncio.c`, uses 2 from 3.15).
+    BelowStackPointer { stackpointer: u16, words: u8 },
+    /// 3.11–3.13: the top of the value stack, `localsplus[stacktop - 1]`, with `stacktop`
+    /// an `int` at offset `stacktop` and `localsplus` at offset `localsplus`
+    /// (`Include/internal/pycore_frame.h`: 64 and 72 in all three, measured with ctypes on
+    /// pyenv's 3.11.7, 3.12.1, 3.13.0 and Debian's 3.11.2 and 3.13.5).
+    StackTop { stacktop: u16, localsplus: u16 },
+}
+
+impl CoroutineLayout {
+    /// 3.11–3.13's, which `_Py_DebugOffsets` does not give (3.13's has no gen section):
+    /// `PyGenObject`'s `gi_iframe`, `gi_qualname`, `gi_frame_state` and the frame-state
+    /// numbers (`Include/internal/pycore_frame.h`; 3.11 and 3.12 have no
+    /// `FRAME_SUSPENDED_YIELD_FROM`: a coroutine suspended in an `await` is `FRAME_SUSPENDED`,
+    /// and what it awaits is told by its stack top's type), measured with ctypes on a
+    /// coroutine created, and suspended in an `await`, on pyenv's 3.11.7, 3.12.1, 3.13.0 and
+    /// Debian's 3.11.2 and 3.13.5. `None` for other versions.
+    pub fn before_314(major: u8, minor: u8) -> Option<CoroutineLayout> {
+        let awaited = Awaited::StackTop {
+            stacktop: 64,
+            localsplus: 72,
+        };
+        match (major, minor) {
+            (3, 11) => Some(CoroutineLayout {
+                frame: 80,
+                qualname: 40,
+                state: 75,
+                created: -2,
+                suspended: -1,
+                suspended_yield_from: -1,
+                awaited,
+            }),
+            (3, 12) => Some(CoroutineLayout {
+                frame: 72,
+                qualname: 32,
+                state: 67,
+                created: -2,
+                suspended: -1,
+                suspended_yield_from: -1,
+                awaited,
+            }),
+            (3, 13) => Some(CoroutineLayout {
+                frame: 72,
+                qualname: 32,
+                state: 67,
+                created: -3,
+                suspended: -2,
+                suspended_yield_from: -1,
+                awaited,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// The gen section of `_Py_DebugOffsets` (3.14+), at word `gen`: `size, gi_name, gi_iframe,
@@ -648,11 +706,13 @@ fn coroutine_from_debug_offsets(
         frame: u16::try_from(iframe).ok()?,
         qualname: u16::try_from(name + 8).ok()?,
         state: u16::try_from(state).ok()?,
-        stackpointer: u16::try_from(stackpointer).ok()?,
         created,
         suspended,
         suspended_yield_from,
-        awaited_below,
+        awaited: Awaited::BelowStackPointer {
+            stackpointer: u16::try_from(stackpointer).ok()?,
+            words: awaited_below,
+        },
     })
 }
 
@@ -1544,6 +1604,11 @@ mod tests {
                 (3, 14) => Some((-3, -2, -1, 1)),
                 _ => Some((0, 1, 2, 2)),
             };
+            if (major, minor) == (3, 13) {
+                // No gen section: the measured table.
+                assert_eq!(l.coroutine, CoroutineLayout::before_314(3, 13));
+                continue;
+            }
             assert_eq!(
                 l.coroutine,
                 coroutine.map(
@@ -1552,11 +1617,13 @@ mod tests {
                             frame: 72,
                             qualname: 32,
                             state: 67,
-                            stackpointer: 64,
                             created,
                             suspended,
                             suspended_yield_from,
-                            awaited_below,
+                            awaited: Awaited::BelowStackPointer {
+                                stackpointer: 64,
+                                words: awaited_below,
+                            },
                         }
                     }
                 ),

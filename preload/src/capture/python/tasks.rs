@@ -25,7 +25,7 @@
 use super::code::Codes;
 use super::code::{read_text, Types};
 use super::layout::{
-    AsyncioLayout, CoroutineLayout, Layout, ASYNCIO_DEBUG_WORDS, SET_ENTRY, SET_MASK, SET_TABLE,
+    AsyncioLayout, Awaited, CoroutineLayout, Layout, ASYNCIO_DEBUG_WORDS, SET_ENTRY, SET_MASK, SET_TABLE,
 };
 use super::read;
 use super::stack::position;
@@ -265,11 +265,7 @@ impl Asyncio {
             }
             // What it awaits: a coroutine of the same type goes on the stack; anything
             // else (a future, an iterator) ends it.
-            let below = 8 * u64::from(self.coroutine.awaited_below);
-            let awaited = read::word(frame + u64::from(self.coroutine.stackpointer))
-                .and_then(|top| top.checked_sub(below))
-                .and_then(read::word)
-                .map_or(0, |word| word & !3);
+            let awaited = awaited(&self.coroutine, frame).unwrap_or(0);
             if awaited == 0 || !read::has_type(awaited, kind) {
                 break;
             }
@@ -447,6 +443,31 @@ impl Asyncio {
         };
         with.names.intern(&scratch[..len])
     }
+}
+
+/// What the coroutine whose frame is at `frame` awaits (`coroutine`'s layout): the word at
+/// the top of its value stack, flags masked (0 when none). `None` when it cannot be read.
+/// Async-signal-safe.
+fn awaited(coroutine: &CoroutineLayout, frame: u64) -> Option<u64> {
+    let word = match coroutine.awaited {
+        Awaited::BelowStackPointer {
+            stackpointer,
+            words,
+        } => read::word(frame + u64::from(stackpointer))?
+            .checked_sub(8 * u64::from(words))
+            .and_then(read::word)?,
+        Awaited::StackTop {
+            stacktop,
+            localsplus,
+        } => {
+            let top = u64::from(read::uint(frame + u64::from(stacktop))?);
+            if top == 0 || top > 1 << 16 {
+                return None;
+            }
+            read::word(frame + u64::from(localsplus) + 8 * (top - 1))?
+        }
+    };
+    Some(word & !3)
 }
 
 /// Inserts `chain` (task frame keys, innermost first) into a thread's Python frame keys
