@@ -36,7 +36,8 @@ pub struct Dump {
     /// "waiting", "frames": [{"name",
     /// "file", "line", "offset", "python"}]}], "tasks": [{"address", "name", "thread",
     /// "running", "awaited_by", "awaited_by_name", "frames": [{"name", "file", "line",
-    /// "python"}]}]}`, frames innermost first; `tasks` lists asyncio's tasks (3.14+).
+    /// "python"}]}]}`, frames innermost first; `tasks` lists asyncio's pending tasks (3.11+;
+    /// `thread` null before 3.14).
     #[arg(long)]
     pub json: bool,
 
@@ -94,7 +95,8 @@ impl Thread {
 struct Task {
     /// The task object's address, as the library wrote it (`0x…`).
     address: String,
-    /// The thread whose task list holds it (the one that created it).
+    /// The thread whose task list holds it (the one that created it; 3.14+), 0 when not
+    /// known (before 3.14 tasks are the interpreter's).
     tid: i32,
     /// Whether its thread runs its step now.
     running: bool,
@@ -280,10 +282,13 @@ fn text(answer: &Answer, python_only: bool) -> String {
             ),
             None => String::new(),
         };
+        let thread = match task.tid {
+            0 => String::new(),
+            tid => format!(" (thread {tid})"),
+        };
         out.push_str(&format!(
-            "\nTask \"{}\" (thread {}){awaited}: {}\n",
+            "\nTask \"{}\"{thread}{awaited}: {}\n",
             task.name,
-            task.tid,
             if task.running {
                 "running (its frames are its thread's)"
             } else {
@@ -323,7 +328,7 @@ fn to_json(answer: &Answer, python_only: bool) -> serde_json::Value {
         "tasks": answer.tasks.iter().map(|t| json!({
             "address": t.address,
             "name": t.name,
-            "thread": t.tid,
+            "thread": (t.tid != 0).then_some(t.tid),
             "running": t.running,
             "awaited_by": t.awaited_by,
             "awaited_by_name": t.awaited_by.as_deref().and_then(|a| answer.task_name(a)),

@@ -418,6 +418,30 @@ impl Sampler {
             .collect()
     }
 
+    /// asyncio's tasks before 3.14 in the interpreter of the thread whose state is
+    /// `tstate` ([`tasks::interpreter_tasks`]: not per thread), as `pyigprof dump` lists
+    /// them; empty from 3.14 ([`Sampler::tasks_now`] gives them by thread) or without asyncio.
+    /// Not from a signal handler (allocates).
+    pub(crate) fn interpreter_tasks_now(&self, tstate: u64) -> Vec<tasks::TaskNow> {
+        let Some(rt) = self
+            .python
+            .as_ref()
+            .filter(|rt| rt.layout.version < (3, 14))
+        else {
+            return Vec::new();
+        };
+        let Some(objects) = rt.layout.objects.as_ref() else {
+            return Vec::new();
+        };
+        let Some(interp) = tstate
+            .checked_add(u64::from(objects.thread_interp))
+            .and_then(crate::capture::python::read::word)
+        else {
+            return Vec::new();
+        };
+        tasks::interpreter_tasks(objects, interp, &self.task_readers(rt))
+    }
+
     /// Why a thread blocked in `call` waits ([`crate::capture::waits::reason`], with this
     /// runtime's GIL words: none without Python frames).
     pub(crate) fn wait_reason(&self, call: crate::capture::waits::Call) -> Marker {

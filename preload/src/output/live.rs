@@ -278,12 +278,19 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
 /// its coroutines where they wait, innermost first (none for a running task, whose frames
 /// are its thread's; [`crate::capture::python::tasks::TaskNow`]):
 ///
-/// - `task <address, hex> <thread tid> <running: 1|0> <awaited by: address or -> <name>`
+/// - `task <address, hex> <thread tid, 0 when not known (before 3.14)> <running: 1|0>
+///   <awaited by: address or -> <name>`
 pub fn report(sampler: &Sampler, threads: &[ThreadNow]) -> String {
     let mut stacks: Vec<Vec<u64>> = threads.iter().map(|t| t.keys.clone()).collect();
+    // Before 3.14 tasks are the interpreter's, not a thread's (thread 0: not known).
+    let loose = threads
+        .iter()
+        .find(|t| t.tstate != 0)
+        .map_or_else(Vec::new, |t| sampler.interpreter_tasks_now(t.tstate));
     let tasks: Vec<(i32, &crate::capture::python::tasks::TaskNow)> = threads
         .iter()
         .flat_map(|t| t.tasks.iter().map(move |task| (t.tid, task)))
+        .chain(loose.iter().map(|task| (0, task)))
         .collect();
     stacks.extend(tasks.iter().map(|(_, task)| task.keys.clone()));
     let named = name_frames(sampler, &stacks);

@@ -716,6 +716,48 @@ fn coroutine_from_debug_offsets(
     })
 }
 
+/// `_asyncio.Task`'s C struct (`TaskObj`, `Modules/_asynciomodule.c`) before 3.14, which
+/// publishes no offsets (uvloop's tasks are these too). Offsets in bytes, measured with
+/// ctypes on a live task (its words matched against `id()`s; the state of a pending, a
+/// cancelled and a finished one) on pyenv's 3.11.7, 3.12.1, 3.13.0 and Debian's 3.11.2 and
+/// 3.13.5 (`shared/design/cpython.md` §7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskObjectLayout {
+    /// `tp_basicsize` of the type: 176 (3.11, 3.12), 144 (3.13).
+    pub size: u16,
+    /// `task_state`, an `int` (`fut_state`): 0 pending, 1 cancelled, 2 finished.
+    pub state: u16,
+    /// `task_fut_waiter`: what the task awaits (a future, a task), NULL when it does not.
+    pub fut_waiter: u16,
+    /// `task_coro`.
+    pub coro: u16,
+    /// `task_name`: a str, or an int (asyncio numbers unnamed tasks `Task-<n>` when asked).
+    pub name: u16,
+}
+
+impl TaskObjectLayout {
+    /// 3.11–3.13's; `None` for other versions (3.14+ publish theirs: [`AsyncioLayout`]).
+    pub fn before_314(major: u8, minor: u8) -> Option<TaskObjectLayout> {
+        match (major, minor) {
+            (3, 11) | (3, 12) => Some(TaskObjectLayout {
+                size: 176,
+                state: 88,
+                fut_waiter: 128,
+                coro: 136,
+                name: 144,
+            }),
+            (3, 13) => Some(TaskObjectLayout {
+                size: 144,
+                state: 96,
+                fut_waiter: 112,
+                coro: 120,
+                name: 128,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// What asyncio tells profilers about its tasks (3.14+): the `_asyncio` module's
 /// `_Py_AsyncioModuleDebugOffsets`, in its ELF section `.AsyncioDebug`
 /// (`Modules/_asynciomodule.c`; read the same way by CPython's own

@@ -20,8 +20,15 @@ use super::layout::{
     ObjectLayout, SplitValues, DICT_ENTRY, DICT_KEYS_GENERAL, DICT_KEYS_SPLIT, DICT_UNICODE_ENTRY,
     LONG_DIGIT_BITS, MODULE_DICT, OB_SIZE, TPFLAGS_HEAPTYPE, TP_BASICSIZE, TP_DICTOFFSET, TP_MRO,
 };
+use super::layout::{SET_ENTRY, SET_MASK, SET_TABLE};
 use super::read;
 use std::cell::Cell;
+
+/// `PyListObject.ob_item` (`Include/cpython/listobject.h`, after `ob_size`; the same in
+/// every version); its length is `ob_size`.
+const LIST_ITEMS: u64 = 24;
+/// Most items of a list or set, or entries of a dict, returned.
+pub(super) const MAX_ITEMS: u64 = 1 << 16;
 
 /// Most entries of a dict looked through (`sys.modules` has hundreds, `_active` one per
 /// thread).
@@ -47,6 +54,8 @@ pub(super) enum Builtin {
     Module,
     Int,
     Tuple,
+    List,
+    Set,
 }
 
 /// A dict's entries: `count` of shape `shape` from `first`.
@@ -66,7 +75,7 @@ pub(super) struct Reader<'a> {
     /// `PyType_Type`.
     type_type: u64,
     /// The type object found to be each [`Builtin`] (0: none yet).
-    known: [Cell<u64>; 4],
+    known: [Cell<u64>; 6],
 }
 
 impl<'a> Reader<'a> {
@@ -111,6 +120,8 @@ impl<'a> Reader<'a> {
                 IntLayout::Digits { digits, .. } => (b"int\0", digits),
             },
             Builtin::Tuple => (b"tuple\0", self.objects.tuple_items),
+            Builtin::List => (b"list\0", LIST_ITEMS as u16 + 8),
+            Builtin::Set => (b"set\0", SET_TABLE + 8),
         };
         let mut buf = [0u8; 8];
         let named = read::word(ty + u64::from(self.objects.type_name))
@@ -403,6 +414,90 @@ impl<'a> Reader<'a> {
                 u64::try_from(value).ok()
             }
         }
+    }
+
+    /// The values of the dict at `dict` (a combined table's: a split table's, an instance
+    /// dict's, are not read), at most [`MAX_ITEMS`]; `None` when it is not a dict or cannot
+    /// be read.
+    pub(super) fn dict_values(&self, dict: u64) -> Option<Vec<u64>> {
+        if !self.is(dict, Builtin::Dict) {
+            return None;
+        }
+        let DictLayout::Compact { keys, values, .. } = self.objects.dict else {
+            return None;
+        };
+        if read::word(dict + u64::from(values))? != 0 {
+            return None;
+        }
+        let entries = self.entries(read::word(dict + u64::from(keys))?)?;
+        let shape = entries.shape;
+        let mut found = Vec::new();
+        for ix in 0..entries.count.min(MAX_ITEMS) {
+            let entry = entries.first.checked_add(ix * shape.size)?;
+            if read::word(entry + shape.key)? == 0 {
+                continue;
+            }
+            match read::word(entry + shape.value)? {
+                0 => {}
+                value => found.push(value),
+            }
+        }
+        Some(found)
+    }
+
+    /// The items of the set at `set` (its table's keys but deleted ones', which the caller
+    /// tells apart by their type), at most [`MAX_ITEMS`]; `None` when it is not a set or
+    /// cannot be read.
+    pub(super) fn set_items(&self, set: u64) -> Option<Vec<u64>> {
+        if !self.is(set, Builtin::Set) {
+            return None;
+        }
+        let mask = read::word(set + u64::from(SET_MASK))?;
+        let table = read::word(set + u64::from(SET_TABLE))?;
+        if mask >= MAX_ITEMS || !(mask + 1).is_power_of_two() {
+            return None;
+        }
+        let mut found = Vec::new();
+        for i in 0..=mask {
+            match read::word(table.checked_add(i * SET_ENTRY)?)? {
+                0 => {}
+                key => found.push(key),
+            }
+        }
+        Some(found)
+    }
+
+    /// The items of the list at `list`, at most [`MAX_ITEMS`]; `None` when it is not a list
+    /// or cannot be read.
+    pub(super) fn list_items(&self, list: u64) -> Option<Vec<u64>> {
+        if !self.is(list, Builtin::List) {
+            return None;
+        }
+        let n = read::word(list + OB_SIZE)?;
+        if n > MAX_ITEMS {
+            return None;
+        }
+        let items = read::word(list + LIST_ITEMS)?;
+        (0..n)
+            .map(|i| read::word(items.checked_add(8 * i)?))
+            .collect()
+    }
+
+    /// Whether `ty` is `class` or has it in its method resolution order (either may be a
+    /// static type).
+    pub(super) fn is_subclass(&self, ty: u64, class: u64) -> bool {
+        if ty == class {
+            return true;
+        }
+        let Some(mro) = read::word(ty + TP_MRO) else {
+            return false;
+        };
+        if !self.is(mro, Builtin::Tuple) {
+            return false;
+        }
+        let n = read::word(mro + OB_SIZE).unwrap_or(0).min(MAX_MRO);
+        let items = mro + u64::from(self.objects.tuple_items);
+        (0..n).any(|i| read::word(items + 8 * i) == Some(class))
     }
 
     /// The text of the str at `obj`, whole.

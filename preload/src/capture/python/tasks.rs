@@ -25,8 +25,11 @@
 use super::code::Codes;
 use super::code::{read_text, Types};
 use super::layout::{
-    AsyncioLayout, Awaited, CoroutineLayout, Layout, ASYNCIO_DEBUG_WORDS, SET_ENTRY, SET_MASK, SET_TABLE,
+    AsyncioLayout, Awaited, CoroutineLayout, Layout, ASYNCIO_DEBUG_WORDS, SET_ENTRY, SET_MASK,
+    SET_TABLE,
 };
+use super::layout::{ObjectLayout, TaskObjectLayout, MODULE_DICT, TP_BASICSIZE};
+use super::objects::{Builtin, Key, Reader};
 use super::read;
 use super::stack::position;
 use crate::capture::frames::{marker_key, python_key, task_key, Marker};
@@ -211,7 +214,13 @@ impl Asyncio {
                     // An awaiting task: where its coroutines wait, above the task it awaits.
                     let room = out.len() - n - 1;
                     let frames = read::word(at + u64::from(self.layout.coro)).map_or(0, |coro| {
-                        self.coroutine_frames(coro, with, scratch, &mut out[n..n + room])
+                        coroutine_frames(
+                            &self.coroutine,
+                            coro,
+                            with,
+                            scratch,
+                            &mut out[n..n + room],
+                        )
                     });
                     out[n..n + frames].reverse();
                     n += frames;
@@ -221,55 +230,6 @@ impl Asyncio {
                 tasks += 1;
             }
             at = self.awaiter(at).unwrap_or(0);
-        }
-        n
-    }
-
-    /// Writes into `out`, outermost first, the frames of the suspended coroutine at `coro`
-    /// (at the line where it awaits, or its first line when not started) and of each
-    /// coroutine it awaits in turn, down to the one that awaits something else (a future);
-    /// nothing when `coro` is not suspended. At most [`MAX_COROUTINES`] and `out.len()`.
-    /// Returns the number written. Async-signal-safe.
-    fn coroutine_frames(
-        &self,
-        coro: u64,
-        with: &Readers<'_>,
-        scratch: &mut [u8],
-        out: &mut [u64],
-    ) -> usize {
-        let (layout, types) = (with.layout, with.types);
-        let mut n = 0;
-        let mut coro = coro;
-        let Some(kind) = read::type_of(coro) else {
-            return 0;
-        };
-        for _ in 0..MAX_COROUTINES {
-            let Some(state) = self.state(coro) else {
-                break;
-            };
-            if n == out.len() {
-                break;
-            }
-            let frame = coro + u64::from(self.coroutine.frame);
-            let Some(code) = read::word(frame + u64::from(layout.frame_code)) else {
-                break;
-            };
-            let code = code & layout.frame_code_mask;
-            let Ok(record) = with.codes.record_for(code, layout, types, scratch) else {
-                break;
-            };
-            out[n] = python_key(record, position(frame, code, layout));
-            n += 1;
-            if state != self.coroutine.suspended_yield_from {
-                break;
-            }
-            // What it awaits: a coroutine of the same type goes on the stack; anything
-            // else (a future, an iterator) ends it.
-            let awaited = awaited(&self.coroutine, frame).unwrap_or(0);
-            if awaited == 0 || !read::has_type(awaited, kind) {
-                break;
-            }
-            coro = awaited;
         }
         n
     }
@@ -293,7 +253,7 @@ impl Asyncio {
             if task != running
                 && read::byte(task + u64::from(self.layout.is_task)) == Some(1)
                 && read::word(task + u64::from(self.layout.coro))
-                    .and_then(|coro| self.state(coro))
+                    .and_then(|coro| coroutine_state(&self.coroutine, coro))
                     .is_some()
             {
                 out[n] = task;
@@ -358,7 +318,7 @@ impl Asyncio {
             0
         } else {
             read::word(task + u64::from(self.layout.coro)).map_or(0, |coro| {
-                self.coroutine_frames(coro, with, scratch, &mut frames)
+                coroutine_frames(&self.coroutine, coro, with, scratch, &mut frames)
             })
         };
         let mut keys = vec![name];
@@ -369,16 +329,6 @@ impl Asyncio {
             awaited_by,
             keys,
         })
-    }
-
-    /// The state of the coroutine at `coro` when it is suspended or not started (its frame
-    /// can be read), `None` otherwise (running, finished, or not readable).
-    fn state(&self, coro: u64) -> Option<i8> {
-        let state = read::byte(coro + u64::from(self.coroutine.state))? as i8;
-        let c = &self.coroutine;
-        [c.created, c.suspended, c.suspended_yield_from]
-            .contains(&state)
-            .then_some(state)
     }
 
     /// Writes into `out` the call stack of the suspended task `task`, outermost first: its
@@ -400,8 +350,13 @@ impl Asyncio {
         out[..chain_len].reverse();
         let coro = read::word(task + u64::from(self.layout.coro))?;
         let room = out.len() - chain_len - 1;
-        let frames =
-            self.coroutine_frames(coro, with, scratch, &mut out[chain_len..chain_len + room]);
+        let frames = coroutine_frames(
+            &self.coroutine,
+            coro,
+            with,
+            scratch,
+            &mut out[chain_len..chain_len + room],
+        );
         if frames == 0 {
             return None;
         }
@@ -431,18 +386,217 @@ impl Asyncio {
     /// The index in `names` of `task`'s name: the str the program gave, else its
     /// coroutine's qualified name.
     fn name(&self, task: u64, with: &Readers<'_>, scratch: &mut [u8]) -> Option<u32> {
-        let (layout, types) = (with.layout, with.types);
         let given = read::word(task + u64::from(self.layout.task_name))?;
-        let len = match read_text(given, layout, types, scratch) {
-            Some(len) if !is_numbered(&scratch[..len]) => len,
-            _ => {
-                let coro = read::word(task + u64::from(self.layout.coro))?;
-                let qualname = read::word(coro + u64::from(self.coroutine.qualname))?;
-                read_text(qualname, layout, types, scratch)?
-            }
-        };
-        with.names.intern(&scratch[..len])
+        let coro = read::word(task + u64::from(self.layout.coro))?;
+        task_name(given, coro, &self.coroutine, with, scratch)
     }
+}
+
+/// The index in `with.names` of a task's name: `given` (its `task_name`) when it is a str
+/// the program gave, else the qualified name of its coroutine `coro` (asyncio's own
+/// `Task-<n>`, an int until asked for, is no name a user gave). Async-signal-safe.
+fn task_name(
+    given: u64,
+    coro: u64,
+    coroutine: &CoroutineLayout,
+    with: &Readers<'_>,
+    scratch: &mut [u8],
+) -> Option<u32> {
+    let (layout, types) = (with.layout, with.types);
+    let len = match read_text(given, layout, types, scratch) {
+        Some(len) if !is_numbered(&scratch[..len]) => len,
+        _ => {
+            let qualname = read::word(coro + u64::from(coroutine.qualname))?;
+            read_text(qualname, layout, types, scratch)?
+        }
+    };
+    with.names.intern(&scratch[..len])
+}
+
+/// asyncio's tasks before 3.14 (3.11–3.13) in interpreter `interp`, for `pyigprof dump`
+/// (not for the signal handler: it allocates). Those C tasks publish no offsets and are
+/// in no per-thread list: they are found where asyncio keeps them, the `_asyncio` module's
+/// `_current_tasks` (a dict: event loop → the task whose step runs), `_scheduled_tasks`
+/// (`_all_tasks` in 3.11: a `WeakSet`, whose `data` set holds weakrefs to the tasks) and
+/// `_eager_tasks` (3.12+: a set of tasks), read through [`Reader`] (`objects`: where
+/// `sys.modules` is, how dicts, sets, lists and instance attributes are laid out), each
+/// task's fields at [`TaskObjectLayout`]'s offsets. A task is one whose type is the
+/// module's `Task` (its size checked against the layout) or a subclass, and pending (a
+/// finished task stays in the `WeakSet` until collected). The awaiter is not recorded
+/// before 3.14: task P awaits task T when P's `fut_waiter` is T, or a `gather`'s future
+/// whose `_children` holds T. Which thread's loop runs a task is not known here (0).
+/// Empty when the module is not imported or anything is not as expected.
+pub fn interpreter_tasks(objects: &ObjectLayout, interp: u64, with: &Readers<'_>) -> Vec<TaskNow> {
+    let (major, minor) = with.layout.version;
+    let (Some(fields), Some(coroutine), Some(reader)) = (
+        TaskObjectLayout::before_314(major, minor),
+        with.layout.coroutine,
+        Reader::new(objects, with.layout, with.types),
+    ) else {
+        return Vec::new();
+    };
+    let Some((tasks, running)) = listed_tasks(&reader, objects, interp, &fields) else {
+        return Vec::new();
+    };
+    // Who awaits whom: a task's `fut_waiter` is the task it awaits, or a gather's future.
+    let mut awaiters: Vec<(u64, u64)> = Vec::new();
+    for &waiting in &tasks {
+        let Some(awaited) = read::word(waiting + u64::from(fields.fut_waiter)) else {
+            continue;
+        };
+        if awaited == 0 {
+            continue;
+        }
+        if tasks.contains(&awaited) {
+            awaiters.push((awaited, waiting));
+        } else if let Some(children) = reader
+            .attribute(awaited, "_children")
+            .and_then(|list| reader.list_items(list))
+        {
+            for child in children.into_iter().filter(|c| tasks.contains(c)) {
+                awaiters.push((child, waiting));
+            }
+        }
+    }
+    let mut scratch = vec![0u8; super::code::MAX_TEXT];
+    let mut frames = vec![0u64; MAX_COROUTINES];
+    tasks
+        .iter()
+        .filter_map(|&task| {
+            let given = read::word(task + u64::from(fields.name))?;
+            let coro = read::word(task + u64::from(fields.coro))?;
+            let name = task_name(given, coro, &coroutine, with, &mut scratch)?;
+            let running = running.contains(&task);
+            let n = if running {
+                0
+            } else {
+                coroutine_frames(&coroutine, coro, with, &mut scratch, &mut frames)
+            };
+            let mut keys = vec![task_key(name)];
+            keys.extend_from_slice(&frames[..n]);
+            Some(TaskNow {
+                address: task,
+                running,
+                awaited_by: awaiters.iter().find(|(t, _)| *t == task).map(|&(_, by)| by),
+                keys,
+            })
+        })
+        .collect()
+}
+
+/// The pending tasks of interpreter `interp` (sorted by address) and the running ones, from
+/// the `_asyncio` module's attributes ([`interpreter_tasks`]).
+fn listed_tasks(
+    reader: &Reader<'_>,
+    objects: &ObjectLayout,
+    interp: u64,
+    fields: &TaskObjectLayout,
+) -> Option<(Vec<u64>, Vec<u64>)> {
+    let modules = read::word(interp.checked_add(u64::from(objects.interp_modules))?)?;
+    let module = reader.item(modules, Key::Text("_asyncio"))?;
+    if !reader.is(module, Builtin::Module) {
+        return None;
+    }
+    let globals = read::word(module + MODULE_DICT)?;
+    let task_type = reader.item(globals, Key::Text("Task"))?;
+    if read::word(task_type + TP_BASICSIZE)? != u64::from(fields.size) {
+        return None;
+    }
+    let is_task =
+        |obj: &u64| read::type_of(*obj).is_some_and(|ty| reader.is_subclass(ty, task_type));
+    let running: Vec<u64> = reader
+        .item(globals, Key::Text("_current_tasks"))
+        .and_then(|tasks| reader.dict_values(tasks))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(is_task)
+        .collect();
+    let mut tasks = running.clone();
+    for weak_set in ["_scheduled_tasks", "_all_tasks"] {
+        let refs = reader
+            .item(globals, Key::Text(weak_set))
+            .and_then(|set| reader.attribute(set, "data"))
+            .and_then(|data| reader.set_items(data))
+            .unwrap_or_default();
+        // A weakref's referent follows its header (`PyWeakReference.wr_object`).
+        tasks.extend(
+            refs.into_iter()
+                .filter_map(|r| read::word(r + 16))
+                .filter(is_task),
+        );
+    }
+    if let Some(eager) = reader.item(globals, Key::Text("_eager_tasks")) {
+        tasks.extend(
+            reader
+                .set_items(eager)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(is_task),
+        );
+    }
+    tasks.sort_unstable();
+    tasks.dedup();
+    tasks.retain(|&task| read::uint(task + u64::from(fields.state)) == Some(0));
+    Some((tasks, running))
+}
+
+/// Writes into `out`, outermost first, the frames of the suspended coroutine at `coro`
+/// (at the line where it awaits, or its first line when not started) and of each
+/// coroutine it awaits in turn, down to the one that awaits something else (a future);
+/// nothing when `coro` is not suspended. At most [`MAX_COROUTINES`] and `out.len()`.
+/// Returns the number written. Async-signal-safe.
+fn coroutine_frames(
+    coroutine: &CoroutineLayout,
+    coro: u64,
+    with: &Readers<'_>,
+    scratch: &mut [u8],
+    out: &mut [u64],
+) -> usize {
+    let (layout, types) = (with.layout, with.types);
+    let mut n = 0;
+    let mut coro = coro;
+    let Some(kind) = read::type_of(coro) else {
+        return 0;
+    };
+    for _ in 0..MAX_COROUTINES {
+        let Some(state) = coroutine_state(coroutine, coro) else {
+            break;
+        };
+        if n == out.len() {
+            break;
+        }
+        let frame = coro + u64::from(coroutine.frame);
+        let Some(code) = read::word(frame + u64::from(layout.frame_code)) else {
+            break;
+        };
+        let code = code & layout.frame_code_mask;
+        let Ok(record) = with.codes.record_for(code, layout, types, scratch) else {
+            break;
+        };
+        out[n] = python_key(record, position(frame, code, layout));
+        n += 1;
+        if state != coroutine.suspended_yield_from {
+            break;
+        }
+        // What it awaits: a coroutine of the same type goes on the stack; anything
+        // else (a future, an iterator) ends it.
+        let awaited = awaited(coroutine, frame).unwrap_or(0);
+        if awaited == 0 || !read::has_type(awaited, kind) {
+            break;
+        }
+        coro = awaited;
+    }
+    n
+}
+
+/// The state of the coroutine at `coro` when it is suspended or not started (its frame
+/// can be read), `None` otherwise (running, finished, or not readable).
+fn coroutine_state(coroutine: &CoroutineLayout, coro: u64) -> Option<i8> {
+    let state = read::byte(coro + u64::from(coroutine.state))? as i8;
+    let c = coroutine;
+    [c.created, c.suspended, c.suspended_yield_from]
+        .contains(&state)
+        .then_some(state)
 }
 
 /// What the coroutine whose frame is at `frame` awaits (`coroutine`'s layout): the word at
