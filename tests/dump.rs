@@ -461,61 +461,92 @@ fn dump_lists_a_hung_asyncio_programs_tasks_with_their_coroutines() {
     for python in pythons {
         for preloaded in [Some("cpu"), None] {
             let what = live_label(&python.name, preloaded);
-            let dir = scratch_dir("dump-tasks");
-            let mut command = live_program(
-                &python.path,
-                HUNG_TASKS,
-                &dir,
-                preloaded,
-                "tasks.%p.gz",
-                &[],
-            );
-            let program = start_until_ready(command.stderr(Stdio::null()));
-            let pid = program.0.id().to_string();
-            let out = pyigprof(&["dump", "--json", &pid], &dir);
-            assert!(out.status.success(), "{what}: {}", text(&out.stderr));
-            let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-            let tasks = json["tasks"].as_array().cloned().unwrap_or_default();
-            let seen: Vec<(String, Option<String>, Vec<String>)> = tasks
-                .iter()
-                .map(|t| {
-                    (
-                        t["name"].as_str().unwrap_or("").to_string(),
-                        t["awaited_by_name"].as_str().map(String::from),
-                        t["frames"]
-                            .as_array()
-                            .unwrap()
-                            .iter()
-                            .map(|f| format!("{}:{}", f["name"].as_str().unwrap(), f["line"]))
-                            .collect(),
-                    )
-                })
-                .collect();
-            eprintln!("dump_tasks: {what}: {seen:?}");
-            assert_eq!(seen.len(), 4, "{what}: {seen:?}");
-            assert!(
-                seen.iter().any(|(name, by, frames)| name == "main"
-                    && by.is_none()
-                    && frames == &["main:12".to_string()]),
-                "{what}: the main task: {seen:?}"
-            );
-            for i in 0..3 {
-                let name = format!("worker-{i}");
-                let (_, by, frames) = seen
-                    .iter()
-                    .find(|(n, _, _)| *n == name)
-                    .unwrap_or_else(|| panic!("{what}: no {name} in {seen:?}"));
-                assert_eq!(by.as_deref(), Some("main"), "{what}: {name}");
-                assert_eq!(frames.len(), 3, "{what}: {name}: {frames:?}");
-                assert!(frames[0].starts_with("Event.wait:"), "{what}: {frames:?}");
-                assert_eq!(frames[1..], ["wait_for:4", "worker:6"], "{what}: {name}");
-            }
-            let shown = text(&pyigprof(&["dump", &pid], &dir).stdout);
-            assert!(
-                shown.contains("\nTask \"worker-2\"")
-                    && shown.contains(", awaited by \"main\": waiting\n    Event.wait ("),
-                "{what}:\n{shown}"
-            );
+            check_hung_tasks(&python.path, &what, HUNG_TASKS, preloaded);
         }
     }
+}
+
+/// The same program on uvloop (from PyPI, in a venv of one interpreter of 3.11–3.13):
+/// its loop runs asyncio's C tasks, listed the same.
+#[test]
+fn dump_lists_the_tasks_of_a_program_on_uvloop() {
+    let base = &interpreters_for("dump_uvloop", "interpreters 3.11-3.13", |i| {
+        (3, 11) <= i.version && i.version < (3, 14)
+    })[0];
+    let (python, version) = package_venv(base, "uvloop", &["uvloop"], |python| {
+        let out = Command::new(python)
+            .args(["-c", "import uvloop; print(uvloop.__version__)"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        out.status
+            .success()
+            .then(|| text(&out.stdout).trim().to_string())
+            .ok_or_else(|| text(&out.stderr))
+    })
+    .unwrap_or_else(|e| panic!("{}: a venv with uvloop: {e}", base.name));
+    let on_uvloop = HUNG_TASKS.replace(
+        "asyncio.run(main())",
+        "import uvloop\nasyncio.set_event_loop_policy(uvloop.EventLoopPolicy())\nasyncio.run(main())",
+    );
+    for preloaded in [Some("cpu"), None] {
+        let what = format!(
+            "{} on uvloop {version}",
+            live_label(&python.name, preloaded)
+        );
+        check_hung_tasks(&python.path, &what, &on_uvloop, preloaded);
+    }
+}
+
+/// Starts `script` (a [`HUNG_TASKS`]), dumps it and checks its four tasks: `main` awaited by
+/// nothing, at its `gather`; each worker awaited by `main`, at `Event.wait`, `wait_for` and
+/// `worker`'s lines.
+fn check_hung_tasks(python: &Path, what: &str, script: &str, preloaded: Option<&str>) {
+    let dir = scratch_dir("dump-tasks");
+    let mut command = live_program(python, script, &dir, preloaded, "tasks.%p.gz", &[]);
+    let program = start_until_ready(command.stderr(Stdio::null()));
+    let pid = program.0.id().to_string();
+    let out = pyigprof(&["dump", "--json", &pid], &dir);
+    assert!(out.status.success(), "{what}: {}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tasks = json["tasks"].as_array().cloned().unwrap_or_default();
+    let seen: Vec<(String, Option<String>, Vec<String>)> = tasks
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap_or("").to_string(),
+                t["awaited_by_name"].as_str().map(String::from),
+                t["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|f| format!("{}:{}", f["name"].as_str().unwrap(), f["line"]))
+                    .collect(),
+            )
+        })
+        .collect();
+    eprintln!("dump_tasks: {what}: {seen:?}");
+    assert_eq!(seen.len(), 4, "{what}: {seen:?}");
+    assert!(
+        seen.iter().any(|(name, by, frames)| name == "main"
+            && by.is_none()
+            && frames == &["main:12".to_string()]),
+        "{what}: the main task: {seen:?}"
+    );
+    for i in 0..3 {
+        let name = format!("worker-{i}");
+        let (_, by, frames) = seen
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .unwrap_or_else(|| panic!("{what}: no {name} in {seen:?}"));
+        assert_eq!(by.as_deref(), Some("main"), "{what}: {name}");
+        assert_eq!(frames.len(), 3, "{what}: {name}: {frames:?}");
+        assert!(frames[0].starts_with("Event.wait:"), "{what}: {frames:?}");
+        assert_eq!(frames[1..], ["wait_for:4", "worker:6"], "{what}: {name}");
+    }
+    let shown = text(&pyigprof(&["dump", &pid], &dir).stdout);
+    assert!(
+        shown.contains("\nTask \"worker-2\"")
+            && shown.contains(", awaited by \"main\": waiting\n    Event.wait ("),
+        "{what}:\n{shown}"
+    );
 }
