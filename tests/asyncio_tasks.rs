@@ -1,4 +1,6 @@
-//! asyncio task stacks (CPython 3.14+, preload/src/capture/python/tasks.rs): a sample of
+//! asyncio task stacks (CPython 3.11+, preload/src/capture/python/tasks.rs: 3.14+ from
+//! asyncio's published offsets, 3.11–3.13 from the `_asyncio` module's dict and sets and
+//! each task's callbacks): a sample of
 //! a thread running a task's step has the task's await chain outside the task's coroutine,
 //! one `<task NAME>` frame per task (the task nobody awaits outermost); in wall mode each
 //! suspended task gets samples of its own, its await chain, its coroutines at their await
@@ -128,8 +130,8 @@ fn chain(stack: &Stack) -> Vec<String> {
 }
 
 fn asyncio_interpreters() -> Vec<Interpreter> {
-    interpreters_for("asyncio_tasks", "interpreters from 3.14", |i| {
-        i.version >= (3, 14)
+    interpreters_for("asyncio_tasks", "interpreters from 3.11", |i| {
+        i.version >= (3, 11)
     })
 }
 

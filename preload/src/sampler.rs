@@ -321,16 +321,38 @@ impl Sampler {
     /// ([`crate::record::threads::CAPTURING`]) and does nothing when the thread's handler
     /// holds it. Returns the samples recorded.
     pub(crate) fn sample_suspended_tasks(&self, slot: &mut Slot, periods: u64, pass: u64) -> u64 {
-        let (Some(asyncio), Some(rt)) = (tasks::published(), self.python.as_ref()) else {
+        let Some(rt) = self.python.as_ref() else {
             return 0;
         };
+        let asyncio = tasks::published();
+        if asyncio.is_none() && !self.asyncio.load(Ordering::Relaxed) {
+            return 0;
+        }
         let thread = slot.owner.load(Ordering::Relaxed) as u64;
         let tstate = rt.thread_state_of(thread, slot.thread_state);
         if tstate == 0 {
             return 0;
         }
+        let readers = self.task_readers(rt);
+        // 3.14+: the thread's task list; before, the tasks of the loop it runs.
+        let legacy = match asyncio {
+            Some(_) => None,
+            None => match tasks::ModuleAsyncio::find(&readers, tstate) {
+                Some(m) => Some(m),
+                None => return 0,
+            },
+        };
         let mut listed = [0u64; tasks::MAX_TASKS_LISTED];
-        let n = asyncio.suspended_tasks(tstate, &mut listed);
+        let n = match (asyncio, &legacy) {
+            (Some(a), _) => a.suspended_tasks(tstate, &mut listed),
+            (None, Some(m)) => {
+                // The main thread's kernel id is the process's (the helper's target).
+                let main = slot.tid.load(Ordering::Relaxed)
+                    == crate::sources::helper::TARGET.load(Ordering::Acquire);
+                m.suspended_tasks(&readers, thread, main, &mut listed)
+            }
+            (None, None) => 0,
+        };
         if n == 0
             || slot
                 .busy
@@ -343,15 +365,18 @@ impl Sampler {
             slot.busy.store(FREE, Ordering::Release);
             return 0;
         };
-        let readers = self.task_readers(rt);
         let chosen = n.min(MAX_TASK_SAMPLES);
         let total = periods * n as u64;
         let mut recorded = 0;
         for i in 0..chosen {
             let task = listed[(pass as usize % n + i * n / chosen) % n];
             let weight = total / chosen as u64 + u64::from((i as u64) < total % chosen as u64);
-            let Some(len) = asyncio.suspended_stack(task, &readers, &mut slot.text, &mut slot.out)
-            else {
+            let stack = match (asyncio, &legacy) {
+                (Some(a), _) => a.suspended_stack(task, &readers, &mut slot.text, &mut slot.out),
+                (None, Some(m)) => m.suspended_stack(task, &readers, &mut slot.text, &mut slot.out),
+                (None, None) => None,
+            };
+            let Some(len) = stack else {
                 continue;
             };
             if self
@@ -533,10 +558,29 @@ impl Sampler {
                 };
             }
             if tstate != 0 && walk_python {
-                // The asyncio task the thread runs (3.14+), whose await chain goes outside
-                // its coroutine's frame.
+                // The asyncio task the thread runs, whose await chain goes outside its
+                // coroutine's frame: 3.14+ from the thread state; before, one of the tasks
+                // the event loops run now (every thread's), the one whose coroutine's frame
+                // the walk meets.
                 let asyncio = tasks::published();
-                let running = asyncio.and_then(|a| a.running(tstate));
+                let readers = self.task_readers(rt);
+                let legacy = match (asyncio, self.asyncio.load(Ordering::Relaxed)) {
+                    (None, true) => tasks::ModuleAsyncio::find(&readers, tstate),
+                    _ => None,
+                };
+                let mut running = [(0u64, 0u64); 4];
+                let count = match (asyncio, &legacy) {
+                    (Some(a), _) => a.running(tstate).map_or(0, |r| {
+                        running[0] = r;
+                        1
+                    }),
+                    (None, Some(m)) => m.running(&readers, &mut running),
+                    (None, None) => 0,
+                };
+                let mut anchors = [0u64; 4];
+                for (anchor, (_, frame)) in anchors.iter_mut().zip(&running[..count]) {
+                    *anchor = *frame;
+                }
                 let out = PyStack {
                     keys: &mut slot.python,
                     group_ends: &mut slot.groups,
@@ -544,7 +588,7 @@ impl Sampler {
                 };
                 match walk(
                     tstate,
-                    running.map_or(0, |(_, frame)| frame),
+                    &anchors[..count],
                     &rt.layout,
                     &rt.types,
                     &self.codes,
@@ -552,17 +596,19 @@ impl Sampler {
                     &mut slot.text,
                 ) {
                     Ok(mut w) => {
-                        if let (Some(a), Some((task, _)), Some(after)) =
-                            (asyncio, running, w.anchor_at)
-                        {
+                        if let Some((after, which)) = w.anchor_at {
+                            let task = running[which].0;
                             // The chain's keys in `slot.out`, which the stack is
                             // composed into only afterwards.
-                            let n = a.chain(
-                                task,
-                                &self.task_readers(rt),
-                                &mut slot.text,
-                                &mut slot.out,
-                            );
+                            let n = match (asyncio, &legacy) {
+                                (Some(a), _) => {
+                                    a.chain(task, &readers, &mut slot.text, &mut slot.out)
+                                }
+                                (None, Some(m)) => {
+                                    m.chain(task, &readers, &mut slot.text, &mut slot.out)
+                                }
+                                (None, None) => 0,
+                            };
                             w.frames = tasks::insert(
                                 &mut slot.python,
                                 w.frames,

@@ -420,6 +420,22 @@ impl<'a> Reader<'a> {
     /// dict's, are not read), at most [`MAX_ITEMS`]; `None` when it is not a dict or cannot
     /// be read.
     pub(super) fn dict_values(&self, dict: u64) -> Option<Vec<u64>> {
+        let mut found = Vec::new();
+        self.for_each_dict_value(dict, |value| {
+            found.push(value);
+            true
+        })?;
+        Some(found)
+    }
+
+    /// Calls `f` with each value of the dict at `dict` (a combined table's), at most
+    /// [`MAX_ITEMS`], until it returns false; `None` when it is not a dict or a read
+    /// fails. Allocates nothing: async-signal-safe when `f` is.
+    pub(super) fn for_each_dict_value(
+        &self,
+        dict: u64,
+        mut f: impl FnMut(u64) -> bool,
+    ) -> Option<()> {
         if !self.is(dict, Builtin::Dict) {
             return None;
         }
@@ -431,24 +447,36 @@ impl<'a> Reader<'a> {
         }
         let entries = self.entries(read::word(dict + u64::from(keys))?)?;
         let shape = entries.shape;
-        let mut found = Vec::new();
         for ix in 0..entries.count.min(MAX_ITEMS) {
             let entry = entries.first.checked_add(ix * shape.size)?;
             if read::word(entry + shape.key)? == 0 {
                 continue;
             }
-            match read::word(entry + shape.value)? {
-                0 => {}
-                value => found.push(value),
+            let value = read::word(entry + shape.value)?;
+            if value != 0 && !f(value) {
+                break;
             }
         }
-        Some(found)
+        Some(())
     }
 
     /// The items of the set at `set` (its table's keys but deleted ones', which the caller
     /// tells apart by their type), at most [`MAX_ITEMS`]; `None` when it is not a set or
     /// cannot be read.
     pub(super) fn set_items(&self, set: u64) -> Option<Vec<u64>> {
+        let mut found = Vec::new();
+        self.for_each_set_item(set, |key| {
+            found.push(key);
+            true
+        })?;
+        Some(found)
+    }
+
+    /// Calls `f` with each item of the set at `set` (deleted entries' keys too: the caller
+    /// tells them apart by type), at most [`MAX_ITEMS`], until it returns false; `None`
+    /// when it is not a set or a read fails. Allocates nothing: async-signal-safe when `f`
+    /// is.
+    pub(super) fn for_each_set_item(&self, set: u64, mut f: impl FnMut(u64) -> bool) -> Option<()> {
         if !self.is(set, Builtin::Set) {
             return None;
         }
@@ -457,14 +485,13 @@ impl<'a> Reader<'a> {
         if mask >= MAX_ITEMS || !(mask + 1).is_power_of_two() {
             return None;
         }
-        let mut found = Vec::new();
         for i in 0..=mask {
-            match read::word(table.checked_add(i * SET_ENTRY)?)? {
-                0 => {}
-                key => found.push(key),
+            let key = read::word(table.checked_add(i * SET_ENTRY)?)?;
+            if key != 0 && !f(key) {
+                break;
             }
         }
-        Some(found)
+        Some(())
     }
 
     /// The items of the list at `list`, at most [`MAX_ITEMS`]; `None` when it is not a list

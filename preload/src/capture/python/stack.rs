@@ -31,8 +31,9 @@ pub struct Walked {
     /// The chain was longer than `keys` (or had more groups than `group_ends`): only the
     /// innermost part was read.
     pub truncated: bool,
-    /// The index in `keys` of the frame at the walk's `anchor` address, when met.
-    pub anchor_at: Option<usize>,
+    /// The index in `keys` of the first frame met at one of the walk's `anchors`
+    /// addresses, and which anchor it is (its index in `anchors`).
+    pub anchor_at: Option<(usize, usize)>,
 }
 
 /// Why a thread's Python stack could not be read; the sample keeps its native frames.
@@ -44,12 +45,12 @@ pub enum WalkError {
     Full,
 }
 
-/// Walks the frame chain that starts at thread state `tstate`. `anchor` is the address of
-/// a frame whose key's index the caller wants ([`Walked::anchor_at`]: the running asyncio
-/// task's coroutine, [`super::tasks`]), 0 for none. Async-signal-safe.
+/// Walks the frame chain that starts at thread state `tstate`. `anchors` are addresses of
+/// frames whose key's index the caller wants ([`Walked::anchor_at`]: the running asyncio
+/// tasks' coroutines, [`super::tasks`]; empty for none). Async-signal-safe.
 pub fn walk(
     tstate: u64,
-    anchor: u64,
+    anchors: &[u64],
     layout: &Layout,
     types: &Types,
     codes: &Codes,
@@ -116,8 +117,10 @@ pub fn walk(
                     CodeError::NotCode | CodeError::BadField => WalkError::BadRead,
                 })?;
             out.keys[frames] = python_key(record, position(frame, code, layout));
-            if frame == anchor {
-                anchor_at = Some(frames);
+            if anchor_at.is_none() {
+                if let Some(which) = anchors.iter().position(|&a| a == frame) {
+                    anchor_at = Some((frames, which));
+                }
             }
             frames += 1;
         }

@@ -1,5 +1,8 @@
-//! asyncio task stacks (CPython 3.14+): which task a sample's coroutine runs for, and
-//! which tasks await it.
+//! asyncio task stacks (CPython 3.11+): which task a sample's coroutine runs for, and
+//! which tasks await it — 3.14+ from what asyncio publishes for profilers ([`Asyncio`]),
+//! 3.11–3.13 from the `_asyncio` module's own dict and sets and each task's callbacks
+//! ([`ModuleAsyncio`]); and, for `pyigprof dump`, the tasks of a running program
+//! ([`TaskNow`]).
 //!
 //! A thread running an event loop has, in its frame chain, `run_forever → _run_once →
 //! Handle._run` and then the coroutine of the task whose step it runs: the chain of
@@ -199,39 +202,7 @@ impl Asyncio {
         scratch: &mut [u8],
         out: &mut [u64],
     ) -> usize {
-        let mut n = 0;
-        let mut tasks = 0;
-        let mut at = task;
-        for _ in 0..MAX_HOPS {
-            if at == 0 || n >= out.len() || tasks == MAX_CHAIN {
-                break;
-            }
-            if read::byte(at + u64::from(self.layout.is_task)) == Some(1) {
-                let Some(name) = self.name(at, with, scratch) else {
-                    break;
-                };
-                if tasks > 0 {
-                    // An awaiting task: where its coroutines wait, above the task it awaits.
-                    let room = out.len() - n - 1;
-                    let frames = read::word(at + u64::from(self.layout.coro)).map_or(0, |coro| {
-                        coroutine_frames(
-                            &self.coroutine,
-                            coro,
-                            with,
-                            scratch,
-                            &mut out[n..n + room],
-                        )
-                    });
-                    out[n..n + frames].reverse();
-                    n += frames;
-                }
-                out[n] = task_key(name);
-                n += 1;
-                tasks += 1;
-            }
-            at = self.awaiter(at).unwrap_or(0);
-        }
-        n
+        chain(self, task, with, scratch, out)
     }
 
     /// Writes into `out` the addresses of the suspended tasks (their coroutine suspended,
@@ -343,26 +314,7 @@ impl Asyncio {
         scratch: &mut [u8],
         out: &mut [u64],
     ) -> Option<usize> {
-        let chain_len = self.chain(task, with, scratch, out);
-        if chain_len == 0 || chain_len + 1 >= out.len() {
-            return None;
-        }
-        out[..chain_len].reverse();
-        let coro = read::word(task + u64::from(self.layout.coro))?;
-        let room = out.len() - chain_len - 1;
-        let frames = coroutine_frames(
-            &self.coroutine,
-            coro,
-            with,
-            scratch,
-            &mut out[chain_len..chain_len + room],
-        );
-        if frames == 0 {
-            return None;
-        }
-        let n = chain_len + frames;
-        out[n] = marker_key(Marker::Awaiting);
-        Some(n + 1)
+        suspended_stack(self, task, with, scratch, out)
     }
 
     /// The future or task that awaits `future` (a task or a future): its `awaited_by`,
@@ -389,6 +341,421 @@ impl Asyncio {
         let given = read::word(task + u64::from(self.layout.task_name))?;
         let coro = read::word(task + u64::from(self.layout.coro))?;
         task_name(given, coro, &self.coroutine, with, scratch)
+    }
+}
+
+/// How one CPython's asyncio tasks are read from the signal handler, for [`chain`]: 3.14+'s
+/// published offsets ([`Asyncio`]) or 3.11–3.13's measured ones ([`ModuleAsyncio`]).
+/// Every method is async-signal-safe.
+trait TaskModel {
+    /// Where a coroutine keeps its frame, name and state.
+    fn coroutine(&self) -> &CoroutineLayout;
+    /// Whether `at` is a task (else a future between two tasks, such as a `gather`'s).
+    fn is_task(&self, at: u64, with: &Readers<'_>) -> bool;
+    /// The task's coroutine.
+    fn coro(&self, task: u64) -> Option<u64>;
+    /// The index in `with.names` of the task's name.
+    fn name(&self, task: u64, with: &Readers<'_>, scratch: &mut [u8]) -> Option<u32>;
+    /// The task or future that awaits `future`.
+    fn awaiter(&self, future: u64, with: &Readers<'_>) -> Option<u64>;
+}
+
+impl TaskModel for Asyncio {
+    fn coroutine(&self) -> &CoroutineLayout {
+        &self.coroutine
+    }
+    fn is_task(&self, at: u64, _: &Readers<'_>) -> bool {
+        read::byte(at + u64::from(self.layout.is_task)) == Some(1)
+    }
+    fn coro(&self, task: u64) -> Option<u64> {
+        read::word(task + u64::from(self.layout.coro))
+    }
+    fn name(&self, task: u64, with: &Readers<'_>, scratch: &mut [u8]) -> Option<u32> {
+        Asyncio::name(self, task, with, scratch)
+    }
+    fn awaiter(&self, future: u64, _: &Readers<'_>) -> Option<u64> {
+        Asyncio::awaiter(self, future)
+    }
+}
+
+/// Writes into `out`, innermost first, the frame keys of the await chain of `task`:
+/// `<task T>` for the task itself; then for the task that awaits it, the frames of its
+/// suspended coroutines (innermost first: the coroutine that awaits, then the one that
+/// awaits that coroutine, …, the task's own) and its `<task P>`; and so on out to the
+/// task nothing awaits (futures between them, such as a `gather`'s, are followed but have
+/// no frame). Stops at a task whose name cannot be read or interned, after [`MAX_CHAIN`]
+/// tasks, or when `out` is full. `scratch` holds a name ([`super::code::MAX_TEXT`]
+/// bytes). Returns the number of keys written. Async-signal-safe.
+fn chain<M: TaskModel>(
+    model: &M,
+    task: u64,
+    with: &Readers<'_>,
+    scratch: &mut [u8],
+    out: &mut [u64],
+) -> usize {
+    let mut n = 0;
+    let mut tasks = 0;
+    let mut at = task;
+    for _ in 0..MAX_HOPS {
+        if at == 0 || n >= out.len() || tasks == MAX_CHAIN {
+            break;
+        }
+        if model.is_task(at, with) {
+            let Some(name) = model.name(at, with, scratch) else {
+                break;
+            };
+            if tasks > 0 {
+                // An awaiting task: where its coroutines wait, above the task it awaits.
+                let room = out.len() - n - 1;
+                let frames = model.coro(at).map_or(0, |coro| {
+                    coroutine_frames(
+                        model.coroutine(),
+                        coro,
+                        with,
+                        scratch,
+                        &mut out[n..n + room],
+                    )
+                });
+                out[n..n + frames].reverse();
+                n += frames;
+            }
+            out[n] = task_key(name);
+            n += 1;
+            tasks += 1;
+        }
+        at = model.awaiter(at, with).unwrap_or(0);
+    }
+    n
+}
+
+/// Writes into `out` the call stack of the suspended task `task`, outermost first: its
+/// await chain's `<task …>` frames (the task nobody awaits first), the frames of its
+/// coroutine and of each coroutine that one awaits in turn (at their `await` lines), and
+/// `<awaiting>`. `scratch` holds a name ([`super::code::MAX_TEXT`] bytes). `None` when
+/// the task's coroutine is no longer suspended or a read fails. Async-signal-safe.
+fn suspended_stack<M: TaskModel>(
+    model: &M,
+    task: u64,
+    with: &Readers<'_>,
+    scratch: &mut [u8],
+    out: &mut [u64],
+) -> Option<usize> {
+    let chain_len = chain(model, task, with, scratch, out);
+    if chain_len == 0 || chain_len + 1 >= out.len() {
+        return None;
+    }
+    out[..chain_len].reverse();
+    let coro = model.coro(task)?;
+    let room = out.len() - chain_len - 1;
+    let frames = coroutine_frames(
+        model.coroutine(),
+        coro,
+        with,
+        scratch,
+        &mut out[chain_len..chain_len + room],
+    );
+    if frames == 0 {
+        return None;
+    }
+    let n = chain_len + frames;
+    out[n] = marker_key(Marker::Awaiting);
+    Some(n + 1)
+}
+
+/// asyncio's C tasks before 3.14 (3.11–3.13) as the signal handler reads them: the
+/// `_asyncio` module's `_current_tasks` (a dict: each running event loop → the task whose
+/// step it runs) and its `Task` type, found once through the interpreter's modules
+/// ([`ModuleAsyncio::find`]), each task's fields at [`TaskObjectLayout`]'s offsets. Who
+/// awaits a task is read from the task itself, as 3.14's `awaited_by` says it: its first
+/// callback (`fut_callback0`) is the awaiting task's `task_wakeup` (a builtin method whose
+/// `m_self` is that task), `gather`'s `_done_callback` (whose closure's `outer` is the
+/// gathering future, itself awaited so), or a `TaskGroup`'s `_on_task_done` (a bound
+/// method whose TaskGroup's `_parent_task` is the task) — every object type-checked by
+/// its type's name before its fields are read (`shared/design/cpython.md` §7).
+#[derive(Clone, Copy, Debug)]
+pub struct ModuleAsyncio {
+    /// `_asyncio._current_tasks`.
+    current_tasks: u64,
+    /// `_asyncio.Task`.
+    task_type: u64,
+    /// The set of weakrefs to the tasks the loops have scheduled (`_scheduled_tasks.data`,
+    /// 3.11 `_all_tasks.data`); 0 when not found.
+    scheduled: u64,
+    fields: TaskObjectLayout,
+    coroutine: CoroutineLayout,
+}
+
+/// `_current_tasks` and `Task` once found (0: not yet; written before [`MODULE_READY`]).
+static MODULE_TASKS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+/// [`MODULE_TASKS`] is written.
+static MODULE_READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// When the module was last looked for (`CLOCK_MONOTONIC` ns).
+static MODULE_LOOKED: AtomicU64 = AtomicU64::new(0);
+/// How often, at most, a sample looks for the module until found (only after imports).
+const MODULE_LOOK_NS: u64 = 5_000_000;
+/// `sys.modules`' number of items when the module was last looked for.
+static MODULES_SEEN: AtomicU64 = AtomicU64::new(0);
+/// `PyDictObject.ma_used`, after the object header (every version).
+const DICT_USED: u64 = 16;
+/// `PyFunctionObject.func_closure` (3.11–3.13, measured with ctypes).
+const FUNC_CLOSURE: u64 = 72;
+/// `PyCellObject.ob_ref`.
+const CELL_REF: u64 = 16;
+/// `PyCFunctionObject.m_self` and `PyMethodObject.im_self`.
+const BOUND_SELF: u64 = 24;
+/// `FutureObj.fut_callback0` (3.11–3.13).
+const CALLBACK0: u64 = 24;
+/// `FutureObj.fut_loop`.
+const FUTURE_LOOP: u64 = 16;
+/// Index of `outer` in the closure of `gather`'s `_done_callback` (its free variables
+/// `children, nfinished, nfuts, outer, return_exceptions`).
+const GATHER_OUTER: u64 = 3;
+
+impl ModuleAsyncio {
+    /// The module's tasks for a sample of the thread with state `tstate` (3.11–3.13):
+    /// published, or looked for now through the interpreter's modules (`_asyncio` imported
+    /// yet?) when modules were imported since the last look, at most every
+    /// [`MODULE_LOOK_NS`]. `None` for other versions, before
+    /// `_asyncio` is imported, or when it is not as expected. Async-signal-safe.
+    pub fn find(with: &Readers<'_>, tstate: u64) -> Option<ModuleAsyncio> {
+        let (major, minor) = with.layout.version;
+        let fields = TaskObjectLayout::before_314(major, minor)?;
+        let coroutine = with.layout.coroutine?;
+        let found = |[current_tasks, task_type, scheduled]: [u64; 3]| ModuleAsyncio {
+            current_tasks,
+            task_type,
+            scheduled,
+            fields,
+            coroutine,
+        };
+        if MODULE_READY.load(Ordering::Acquire) {
+            return Some(found([
+                MODULE_TASKS[0].load(Ordering::Relaxed),
+                MODULE_TASKS[1].load(Ordering::Relaxed),
+                MODULE_TASKS[2].load(Ordering::Relaxed),
+            ]));
+        }
+        // Looked for again only once modules were imported since (`sys.modules` grew:
+        // one read per sample), and not more often than every MODULE_LOOK_NS.
+        let objects = with.layout.objects.as_ref()?;
+        let interp = read::word(tstate.checked_add(u64::from(objects.thread_interp))?)?;
+        let modules = read::word(interp.checked_add(u64::from(objects.interp_modules))?)?;
+        let imported = read::word(modules + DICT_USED)?;
+        let seen = MODULES_SEEN.load(Ordering::Relaxed);
+        let now = crate::sources::timer::clock_ns(libc::CLOCK_MONOTONIC)?;
+        let last = MODULE_LOOKED.load(Ordering::Relaxed);
+        if imported == seen
+            || now.saturating_sub(last) < MODULE_LOOK_NS
+            || MODULE_LOOKED
+                .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return None;
+        }
+        MODULES_SEEN.store(imported, Ordering::Relaxed);
+        let reader = Reader::new(objects, with.layout, with.types)?;
+        let globals = asyncio_globals(&reader, objects, interp)?;
+        let task_type = reader.item(globals, Key::Text("Task"))?;
+        let current_tasks = reader.item(globals, Key::Text("_current_tasks"))?;
+        if read::word(task_type + TP_BASICSIZE)? != u64::from(fields.size)
+            || !reader.is(current_tasks, Builtin::Dict)
+        {
+            return None;
+        }
+        let scheduled = ["_scheduled_tasks", "_all_tasks"]
+            .iter()
+            .find_map(|name| {
+                let set = reader.item(globals, Key::Text(name))?;
+                reader.attribute(set, "data")
+            })
+            .filter(|&data| reader.is(data, Builtin::Set))
+            .unwrap_or(0);
+        MODULE_TASKS[0].store(current_tasks, Ordering::Relaxed);
+        MODULE_TASKS[1].store(task_type, Ordering::Relaxed);
+        MODULE_TASKS[2].store(scheduled, Ordering::Relaxed);
+        MODULE_READY.store(true, Ordering::Release);
+        Some(found([current_tasks, task_type, scheduled]))
+    }
+
+    /// The tasks whose steps the event loops run now (every thread's), with their
+    /// coroutines' frames, into `out` (at most its length); how many. Async-signal-safe.
+    pub fn running(&self, with: &Readers<'_>, out: &mut [(u64, u64)]) -> usize {
+        let Some(reader) = with
+            .layout
+            .objects
+            .as_ref()
+            .and_then(|objects| Reader::new(objects, with.layout, with.types))
+        else {
+            return 0;
+        };
+        let mut n = 0;
+        reader.for_each_dict_value(self.current_tasks, |task| {
+            if n == out.len() {
+                return false;
+            }
+            if self.is_task(task, with) {
+                if let Some(coro) = self.coro(task).filter(|&c| c != 0) {
+                    out[n] = (task, coro + u64::from(self.coroutine.frame));
+                    n += 1;
+                }
+            }
+            true
+        });
+        n
+    }
+
+    /// Writes into `out` the suspended tasks (coroutine suspended or not started) of the
+    /// event loop that thread `thread` (its `pthread_t`) runs — a loop whose `_thread_id`
+    /// is it; a loop without one (uvloop's) counts as the main thread's (`main`) — from the
+    /// scheduled tasks' set (at most [`MAX_TASKS_LISTED`] looked at, `out.len()`
+    /// written); how many. The program runs meanwhile: every read is checked, every object
+    /// type-checked. Async-signal-safe (the wall-clock source's).
+    pub fn suspended_tasks(
+        &self,
+        with: &Readers<'_>,
+        thread: u64,
+        main: bool,
+        out: &mut [u64],
+    ) -> usize {
+        let Some(reader) = with
+            .layout
+            .objects
+            .as_ref()
+            .and_then(|objects| Reader::new(objects, with.layout, with.types))
+        else {
+            return 0;
+        };
+        if self.scheduled == 0 {
+            return 0;
+        }
+        let mut n = 0;
+        let mut looked = 0;
+        // The loop last seen and whether it is this thread's.
+        let mut known: (u64, bool) = (0, false);
+        reader.for_each_set_item(self.scheduled, |weakref| {
+            looked += 1;
+            if n == out.len() || looked > MAX_TASKS_LISTED {
+                return false;
+            }
+            // A weakref's referent follows its header (`PyWeakReference.wr_object`).
+            let Some(task) = read::word(weakref + 16) else {
+                return true;
+            };
+            if !self.is_task(task, with)
+                || read::uint(task + u64::from(self.fields.state)) != Some(0)
+                || self
+                    .coro(task)
+                    .and_then(|coro| coroutine_state(&self.coroutine, coro))
+                    .is_none()
+            {
+                return true;
+            }
+            let Some(event_loop) = read::word(task + FUTURE_LOOP) else {
+                return true;
+            };
+            if event_loop != known.0 {
+                let ours = match reader.attribute(event_loop, "_thread_id") {
+                    Some(ident) => reader.int(ident) == Some(thread),
+                    None => main,
+                };
+                known = (event_loop, ours);
+            }
+            if known.1 {
+                out[n] = task;
+                n += 1;
+            }
+            true
+        });
+        n
+    }
+
+    /// Writes into `out` the call stack of the suspended task `task` ([`suspended_stack`]).
+    /// Async-signal-safe.
+    pub fn suspended_stack(
+        &self,
+        task: u64,
+        with: &Readers<'_>,
+        scratch: &mut [u8],
+        out: &mut [u64],
+    ) -> Option<usize> {
+        suspended_stack(self, task, with, scratch, out)
+    }
+
+    /// Writes the await chain of `task` into `out` ([`chain`]); the number of keys.
+    /// Async-signal-safe.
+    pub fn chain(
+        &self,
+        task: u64,
+        with: &Readers<'_>,
+        scratch: &mut [u8],
+        out: &mut [u64],
+    ) -> usize {
+        chain(self, task, with, scratch, out)
+    }
+}
+
+/// Whether the type of the object at `obj` is named `name` (its `tp_name`, NUL included).
+fn type_named(objects: &ObjectLayout, obj: u64, name: &[u8]) -> bool {
+    let mut buf = [0u8; 32];
+    let Some(buf) = buf.get_mut(..name.len()) else {
+        return false;
+    };
+    read::type_of(obj)
+        .and_then(|ty| read::word(ty + u64::from(objects.type_name)))
+        .and_then(|at| read::bytes(at, name.len(), buf))
+        .is_some_and(|()| *buf == *name)
+}
+
+impl TaskModel for ModuleAsyncio {
+    fn coroutine(&self) -> &CoroutineLayout {
+        &self.coroutine
+    }
+    fn is_task(&self, at: u64, with: &Readers<'_>) -> bool {
+        let Some(ty) = read::type_of(at) else {
+            return false;
+        };
+        ty == self.task_type
+            || with
+                .layout
+                .objects
+                .as_ref()
+                .and_then(|objects| Reader::new(objects, with.layout, with.types))
+                .is_some_and(|reader| reader.is_subclass(ty, self.task_type))
+    }
+    fn coro(&self, task: u64) -> Option<u64> {
+        read::word(task + u64::from(self.fields.coro))
+    }
+    fn name(&self, task: u64, with: &Readers<'_>, scratch: &mut [u8]) -> Option<u32> {
+        let given = read::word(task + u64::from(self.fields.name))?;
+        task_name(given, self.coro(task)?, &self.coroutine, with, scratch)
+    }
+    fn awaiter(&self, future: u64, with: &Readers<'_>) -> Option<u64> {
+        let objects = with.layout.objects.as_ref()?;
+        let callback = read::word(future + CALLBACK0)?;
+        if callback == 0 {
+            return None;
+        }
+        if type_named(objects, callback, b"builtin_function_or_method\0") {
+            // An awaiting task's `task_wakeup`.
+            return read::word(callback + BOUND_SELF).filter(|&by| by != 0);
+        }
+        if type_named(objects, callback, b"function\0") {
+            // `gather`'s `_done_callback`: its `outer`, the gathering future.
+            let closure = read::word(callback + FUNC_CLOSURE)?;
+            let cell = read::word(closure + u64::from(objects.tuple_items) + 8 * GATHER_OUTER)?;
+            let outer = read::word(cell + CELL_REF)?;
+            return type_named(objects, outer, b"_GatheringFuture\0").then_some(outer);
+        }
+        if type_named(objects, callback, b"method\0") {
+            // A TaskGroup's `_on_task_done`: its parent task.
+            let group = read::word(callback + BOUND_SELF)?;
+            if !type_named(objects, group, b"TaskGroup\0") {
+                return None;
+            }
+            let reader = Reader::new(objects, with.layout, with.types)?;
+            return reader.attribute(group, "_parent_task");
+        }
+        None
     }
 }
 
@@ -484,6 +851,17 @@ pub fn interpreter_tasks(objects: &ObjectLayout, interp: u64, with: &Readers<'_>
         .collect()
 }
 
+/// The globals of the `_asyncio` module of interpreter `interp`, once it is imported
+/// (`sys.modules["_asyncio"].__dict__`). Async-signal-safe.
+fn asyncio_globals(reader: &Reader<'_>, objects: &ObjectLayout, interp: u64) -> Option<u64> {
+    let modules = read::word(interp.checked_add(u64::from(objects.interp_modules))?)?;
+    let module = reader.item(modules, Key::Text("_asyncio"))?;
+    if !reader.is(module, Builtin::Module) {
+        return None;
+    }
+    read::word(module + MODULE_DICT)
+}
+
 /// The pending tasks of interpreter `interp` (sorted by address) and the running ones, from
 /// the `_asyncio` module's attributes ([`interpreter_tasks`]).
 fn listed_tasks(
@@ -492,12 +870,7 @@ fn listed_tasks(
     interp: u64,
     fields: &TaskObjectLayout,
 ) -> Option<(Vec<u64>, Vec<u64>)> {
-    let modules = read::word(interp.checked_add(u64::from(objects.interp_modules))?)?;
-    let module = reader.item(modules, Key::Text("_asyncio"))?;
-    if !reader.is(module, Builtin::Module) {
-        return None;
-    }
-    let globals = read::word(module + MODULE_DICT)?;
+    let globals = asyncio_globals(reader, objects, interp)?;
     let task_type = reader.item(globals, Key::Text("Task"))?;
     if read::word(task_type + TP_BASICSIZE)? != u64::from(fields.size) {
         return None;
