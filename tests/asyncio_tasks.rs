@@ -138,54 +138,89 @@ fn asyncio_interpreters() -> Vec<Interpreter> {
 #[test]
 fn cpu_time_is_split_by_task_under_each_task_s_await_chain() {
     for python in asyncio_interpreters() {
-        let (run, profile) =
-            profiled_ok(&python, &["-c", PROGRAM, "1"], &[("PYIGPROF_HZ", "4000")]);
-        let out = run.stdout();
-        let total = seconds(&profile);
-        let all = stacks(&profile);
-        let mut report = Vec::new();
-        for (task, wanted_chain) in tasks() {
-            // The samples whose innermost task is this one: each under its whole chain.
-            let own: Vec<&Stack> = all
-                .iter()
-                .filter(|s| chain(s).last() == Some(&task))
-                .collect();
-            for s in &own {
-                assert_eq!(
-                    chain(s),
-                    wanted_chain,
-                    "{}: a sample of {task} under another chain: {:?}",
-                    python.name,
-                    s.frames
-                );
-            }
-            let seen = share(&profile, |s| chain(s).last() == Some(&task));
-            let measured = 100.0 * json_number(&out, &format!("cpu:{task}")) / total;
-            report.push(format!("{task} {seen:.1}/{measured:.1}"));
-            assert!(
-                (seen - measured).abs() <= 3.0,
-                "{}: task {task} has {seen:.1} % of the CPU profile, {measured:.1} % measured \
-                 ({total:.3} s)\n{out}",
-                python.name
+        check_cpu_shares(&python, PROGRAM, &python.name);
+    }
+}
+
+/// The same program on uvloop (from PyPI, in a venv of one interpreter of 3.11–3.13), whose
+/// loop runs asyncio's C tasks: the same chains and shares.
+#[test]
+fn tasks_on_uvloop_have_their_await_chains_too() {
+    let base = &interpreters_for("asyncio_uvloop", "interpreters 3.11-3.13", |i| {
+        (3, 11) <= i.version && i.version < (3, 14)
+    })[0];
+    let (python, version) = package_venv(base, "uvloop", &["uvloop"], |python| {
+        let out = std::process::Command::new(python)
+            .args(["-c", "import uvloop; print(uvloop.__version__)"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+            .ok_or_else(|| String::from_utf8_lossy(&out.stderr).into_owned())
+    })
+    .unwrap_or_else(|e| panic!("{}: a venv with uvloop: {e}", base.name));
+    let on_uvloop = PROGRAM.replace(
+        "asyncio.run(main())",
+        "import uvloop\nasyncio.set_event_loop_policy(uvloop.EventLoopPolicy())\nasyncio.run(main())",
+    );
+    assert_ne!(on_uvloop, PROGRAM);
+    check_cpu_shares(
+        &python,
+        &on_uvloop,
+        &format!("{} on uvloop {version}", python.name),
+    );
+}
+
+/// Runs `program` (a [`PROGRAM`]) at 4 kHz and checks each task's samples: under its whole
+/// await chain, its CPU share within 3 points of the program's figure.
+fn check_cpu_shares(python: &Interpreter, program: &str, label: &str) {
+    let (run, profile) = profiled_ok(python, &["-c", program, "1"], &[("PYIGPROF_HZ", "4000")]);
+    let out = run.stdout();
+    let total = seconds(&profile);
+    let all = stacks(&profile);
+    let mut report = Vec::new();
+    for (task, wanted_chain) in tasks() {
+        // The samples whose innermost task is this one: each under its whole chain.
+        let own: Vec<&Stack> = all
+            .iter()
+            .filter(|s| chain(s).last() == Some(&task))
+            .collect();
+        for s in &own {
+            assert_eq!(
+                chain(s),
+                wanted_chain,
+                "{}: a sample of {task} under another chain: {:?}",
+                label,
+                s.frames
             );
         }
-        // The coroutine that burns is inside its task's frame, native frames below it.
-        let burns = share(&profile, |s| {
-            s.position("<task fetch_orders-1>")
-                .zip(s.position("burn"))
-                .is_some_and(|(task, burn)| task < burn && s.position("query") > Some(task))
-        });
+        let seen = share(&profile, |s| chain(s).last() == Some(&task));
+        let measured = 100.0 * json_number(&out, &format!("cpu:{task}")) / total;
+        report.push(format!("{task} {seen:.1}/{measured:.1}"));
         assert!(
-            burns > 5.0,
-            "{}: {burns:.1} % in query → burn under fetch_orders-1",
-            python.name
-        );
-        eprintln!(
-            "asyncio_tasks cpu: {}: % seen/measured: {}",
-            python.name,
-            report.join(", ")
+            (seen - measured).abs() <= 3.0,
+            "{}: task {task} has {seen:.1} % of the CPU profile, {measured:.1} % measured \
+             ({total:.3} s)\n{out}",
+            label
         );
     }
+    // The coroutine that burns is inside its task's frame, native frames below it.
+    let burns = share(&profile, |s| {
+        s.position("<task fetch_orders-1>")
+            .zip(s.position("burn"))
+            .is_some_and(|(task, burn)| task < burn && s.position("query") > Some(task))
+    });
+    assert!(
+        burns > 5.0,
+        "{}: {burns:.1} % in query → burn under fetch_orders-1",
+        label
+    );
+    eprintln!(
+        "asyncio_tasks cpu: {}: % seen/measured: {}",
+        label,
+        report.join(", ")
+    );
 }
 
 #[test]
