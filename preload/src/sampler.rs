@@ -324,8 +324,7 @@ impl Sampler {
         let Some(rt) = self.python.as_ref() else {
             return 0;
         };
-        let asyncio = tasks::published();
-        if asyncio.is_none() && !self.asyncio.load(Ordering::Relaxed) {
+        if !self.asyncio.load(Ordering::Relaxed) {
             return 0;
         }
         let thread = slot.owner.load(Ordering::Relaxed) as u64;
@@ -334,25 +333,15 @@ impl Sampler {
             return 0;
         }
         let readers = self.task_readers(rt);
-        // 3.14+: the thread's task list; before, the tasks of the loop it runs.
-        let legacy = match asyncio {
-            Some(_) => None,
-            None => match tasks::ModuleAsyncio::find(&readers, tstate) {
-                Some(m) => Some(m),
-                None => return 0,
-            },
+        let Some(found) = tasks::Tasks::find(&readers, tstate) else {
+            return 0;
         };
+        let model = found.model();
+        // The main thread's kernel id is the process's (the helper's target).
+        let main = slot.tid.load(Ordering::Relaxed)
+            == crate::sources::helper::TARGET.load(Ordering::Acquire);
         let mut listed = [0u64; tasks::MAX_TASKS_LISTED];
-        let n = match (asyncio, &legacy) {
-            (Some(a), _) => a.suspended_tasks(tstate, &mut listed),
-            (None, Some(m)) => {
-                // The main thread's kernel id is the process's (the helper's target).
-                let main = slot.tid.load(Ordering::Relaxed)
-                    == crate::sources::helper::TARGET.load(Ordering::Acquire);
-                m.suspended_tasks(&readers, thread, main, &mut listed)
-            }
-            (None, None) => 0,
-        };
+        let n = model.suspended_tasks(tstate, thread, main, &readers, &mut listed);
         if n == 0
             || slot
                 .busy
@@ -371,12 +360,9 @@ impl Sampler {
         for i in 0..chosen {
             let task = listed[(pass as usize % n + i * n / chosen) % n];
             let weight = total / chosen as u64 + u64::from((i as u64) < total % chosen as u64);
-            let stack = match (asyncio, &legacy) {
-                (Some(a), _) => a.suspended_stack(task, &readers, &mut slot.text, &mut slot.out),
-                (None, Some(m)) => m.suspended_stack(task, &readers, &mut slot.text, &mut slot.out),
-                (None, None) => None,
-            };
-            let Some(len) = stack else {
+            let Some(len) =
+                tasks::suspended_stack(model, task, &readers, &mut slot.text, &mut slot.out)
+            else {
                 continue;
             };
             if self
@@ -562,21 +548,16 @@ impl Sampler {
                 // coroutine's frame: 3.14+ from the thread state; before, one of the tasks
                 // the event loops run now (every thread's), the one whose coroutine's frame
                 // the walk meets.
-                let asyncio = tasks::published();
                 let readers = self.task_readers(rt);
-                let legacy = match (asyncio, self.asyncio.load(Ordering::Relaxed)) {
-                    (None, true) => tasks::ModuleAsyncio::find(&readers, tstate),
-                    _ => None,
-                };
+                let found = self
+                    .asyncio
+                    .load(Ordering::Relaxed)
+                    .then(|| tasks::Tasks::find(&readers, tstate))
+                    .flatten();
                 let mut running = [(0u64, 0u64); 4];
-                let count = match (asyncio, &legacy) {
-                    (Some(a), _) => a.running(tstate).map_or(0, |r| {
-                        running[0] = r;
-                        1
-                    }),
-                    (None, Some(m)) => m.running(&readers, &mut running),
-                    (None, None) => 0,
-                };
+                let count = found
+                    .as_ref()
+                    .map_or(0, |t| t.model().running(tstate, &readers, &mut running));
                 let mut anchors = [0u64; 4];
                 for (anchor, (_, frame)) in anchors.iter_mut().zip(&running[..count]) {
                     *anchor = *frame;
@@ -600,15 +581,15 @@ impl Sampler {
                             let task = running[which].0;
                             // The chain's keys in `slot.out`, which the stack is
                             // composed into only afterwards.
-                            let n = match (asyncio, &legacy) {
-                                (Some(a), _) => {
-                                    a.chain(task, &readers, &mut slot.text, &mut slot.out)
-                                }
-                                (None, Some(m)) => {
-                                    m.chain(task, &readers, &mut slot.text, &mut slot.out)
-                                }
-                                (None, None) => 0,
-                            };
+                            let n = found.as_ref().map_or(0, |t| {
+                                tasks::chain(
+                                    t.model(),
+                                    task,
+                                    &readers,
+                                    &mut slot.text,
+                                    &mut slot.out,
+                                )
+                            });
                             w.frames = tasks::insert(
                                 &mut slot.python,
                                 w.frames,

@@ -177,7 +177,7 @@ impl Asyncio {
     /// coroutine's frame (embedded in the coroutine object), which the thread's frame chain
     /// goes through while the task's code runs; `None` between steps. Async-signal-safe.
     #[inline]
-    pub fn running(&self, tstate: u64) -> Option<(u64, u64)> {
+    fn running_task(&self, tstate: u64) -> Option<(u64, u64)> {
         let task = read::word(tstate + u64::from(self.layout.running_task))?;
         if task == 0 {
             return None;
@@ -186,32 +186,13 @@ impl Asyncio {
         (coro != 0).then(|| (task, coro + u64::from(self.coroutine.frame)))
     }
 
-    /// Writes into `out`, innermost first, the frame keys of the await chain of `task`:
-    /// `<task T>` for the task itself; then for the task that awaits it, the frames of its
-    /// suspended coroutines (innermost first: the coroutine that awaits, then the one that
-    /// awaits that coroutine, …, the task's own) and its `<task P>`; and so on out to the
-    /// task nothing awaits (futures between them, such as a `gather`'s, are followed but
-    /// have no frame). Stops at a task whose name cannot be read or interned, after
-    /// [`MAX_CHAIN`] tasks, or when `out` is full. `scratch` holds a name
-    /// ([`super::code::MAX_TEXT`] bytes). Returns the number of keys written.
-    /// Async-signal-safe.
-    pub fn chain(
-        &self,
-        task: u64,
-        with: &Readers<'_>,
-        scratch: &mut [u8],
-        out: &mut [u64],
-    ) -> usize {
-        chain(self, task, with, scratch, out)
-    }
-
     /// Writes into `out` the addresses of the suspended tasks (their coroutine suspended,
     /// or not started) that the thread with state `tstate` created, but the one it runs now,
     /// from its task list (at most [`MAX_TASKS_LISTED`] looked at, and `out.len()`
     /// written). Returns how many were written. The thread may run meanwhile: every read
     /// is checked, and a list that changes under the walk gives a few tasks more or
     /// fewer. Async-signal-safe.
-    pub fn suspended_tasks(&self, tstate: u64, out: &mut [u64]) -> usize {
+    fn listed_suspended(&self, tstate: u64, out: &mut [u64]) -> usize {
         let head = tstate + u64::from(self.layout.thread_tasks);
         let running = read::word(tstate + u64::from(self.layout.running_task)).unwrap_or(0);
         let mut node = read::word(head).unwrap_or(head);
@@ -302,21 +283,6 @@ impl Asyncio {
         })
     }
 
-    /// Writes into `out` the call stack of the suspended task `task`, outermost first: its
-    /// await chain's `<task …>` frames (the task nobody awaits first), the frames of its
-    /// coroutine and of each coroutine that one awaits in turn (at their `await` lines),
-    /// and `<awaiting>`. `scratch` holds a name ([`super::code::MAX_TEXT`] bytes). `None`
-    /// when the task's coroutine is no longer suspended or a read fails. Async-signal-safe.
-    pub fn suspended_stack(
-        &self,
-        task: u64,
-        with: &Readers<'_>,
-        scratch: &mut [u8],
-        out: &mut [u64],
-    ) -> Option<usize> {
-        suspended_stack(self, task, with, scratch, out)
-    }
-
     /// The future or task that awaits `future` (a task or a future): its `awaited_by`,
     /// or the first live entry of it when it is a set.
     fn awaiter(&self, future: u64) -> Option<u64> {
@@ -347,7 +313,23 @@ impl Asyncio {
 /// How one CPython's asyncio tasks are read from the signal handler, for [`chain`]: 3.14+'s
 /// published offsets ([`Asyncio`]) or 3.11–3.13's measured ones ([`ModuleAsyncio`]).
 /// Every method is async-signal-safe.
-trait TaskModel {
+pub trait TaskModel {
+    /// Writes into `out` the tasks whose steps may be running on the thread with state
+    /// `tstate`, each with its coroutine's frame (which that thread's frame chain goes
+    /// through while the step runs): 3.14+ its running task; 3.11–3.13 every loop's; how
+    /// many.
+    fn running(&self, tstate: u64, with: &Readers<'_>, out: &mut [(u64, u64)]) -> usize;
+    /// Writes into `out` the suspended tasks (coroutine suspended or not started) of the
+    /// thread with state `tstate` (`thread` its `pthread_t`, `main` whether it is the main
+    /// thread) but the one it runs now; how many (at most [`MAX_TASKS_LISTED`] looked at).
+    fn suspended_tasks(
+        &self,
+        tstate: u64,
+        thread: u64,
+        main: bool,
+        with: &Readers<'_>,
+        out: &mut [u64],
+    ) -> usize;
     /// Where a coroutine keeps its frame, name and state.
     fn coroutine(&self) -> &CoroutineLayout;
     /// Whether `at` is a task (else a future between two tasks, such as a `gather`'s).
@@ -361,6 +343,25 @@ trait TaskModel {
 }
 
 impl TaskModel for Asyncio {
+    fn running(&self, tstate: u64, _: &Readers<'_>, out: &mut [(u64, u64)]) -> usize {
+        match (self.running_task(tstate), out.first_mut()) {
+            (Some(running), Some(first)) => {
+                *first = running;
+                1
+            }
+            _ => 0,
+        }
+    }
+    fn suspended_tasks(
+        &self,
+        tstate: u64,
+        _: u64,
+        _: bool,
+        _: &Readers<'_>,
+        out: &mut [u64],
+    ) -> usize {
+        self.listed_suspended(tstate, out)
+    }
     fn coroutine(&self) -> &CoroutineLayout {
         &self.coroutine
     }
@@ -378,6 +379,32 @@ impl TaskModel for Asyncio {
     }
 }
 
+/// This process's asyncio tasks as the handler reads them: 3.14+'s published offsets, or
+/// 3.11–3.13's module once found.
+pub enum Tasks {
+    Published(&'static Asyncio),
+    Module(ModuleAsyncio),
+}
+
+impl Tasks {
+    /// The tasks' model for a sample of the thread with state `tstate` ([`published`],
+    /// else [`ModuleAsyncio::find`]); `None` without asyncio. Async-signal-safe.
+    pub fn find(with: &Readers<'_>, tstate: u64) -> Option<Tasks> {
+        match published() {
+            Some(asyncio) => Some(Tasks::Published(asyncio)),
+            None => ModuleAsyncio::find(with, tstate).map(Tasks::Module),
+        }
+    }
+
+    /// Its reader.
+    pub fn model(&self) -> &dyn TaskModel {
+        match self {
+            Tasks::Published(asyncio) => *asyncio,
+            Tasks::Module(module) => module,
+        }
+    }
+}
+
 /// Writes into `out`, innermost first, the frame keys of the await chain of `task`:
 /// `<task T>` for the task itself; then for the task that awaits it, the frames of its
 /// suspended coroutines (innermost first: the coroutine that awaits, then the one that
@@ -386,7 +413,7 @@ impl TaskModel for Asyncio {
 /// no frame). Stops at a task whose name cannot be read or interned, after [`MAX_CHAIN`]
 /// tasks, or when `out` is full. `scratch` holds a name ([`super::code::MAX_TEXT`]
 /// bytes). Returns the number of keys written. Async-signal-safe.
-fn chain<M: TaskModel>(
+pub fn chain<M: TaskModel + ?Sized>(
     model: &M,
     task: u64,
     with: &Readers<'_>,
@@ -433,7 +460,7 @@ fn chain<M: TaskModel>(
 /// coroutine and of each coroutine that one awaits in turn (at their `await` lines), and
 /// `<awaiting>`. `scratch` holds a name ([`super::code::MAX_TEXT`] bytes). `None` when
 /// the task's coroutine is no longer suspended or a read fails. Async-signal-safe.
-fn suspended_stack<M: TaskModel>(
+pub fn suspended_stack<M: TaskModel + ?Sized>(
     model: &M,
     task: u64,
     with: &Readers<'_>,
@@ -579,7 +606,7 @@ impl ModuleAsyncio {
 
     /// The tasks whose steps the event loops run now (every thread's), with their
     /// coroutines' frames, into `out` (at most its length); how many. Async-signal-safe.
-    pub fn running(&self, with: &Readers<'_>, out: &mut [(u64, u64)]) -> usize {
+    fn running_tasks(&self, with: &Readers<'_>, out: &mut [(u64, u64)]) -> usize {
         let Some(reader) = with
             .layout
             .objects
@@ -610,7 +637,7 @@ impl ModuleAsyncio {
     /// scheduled tasks' set (at most [`MAX_TASKS_LISTED`] looked at, `out.len()`
     /// written); how many. The program runs meanwhile: every read is checked, every object
     /// type-checked. Async-signal-safe (the wall-clock source's).
-    pub fn suspended_tasks(
+    fn loop_suspended(
         &self,
         with: &Readers<'_>,
         thread: u64,
@@ -668,30 +695,6 @@ impl ModuleAsyncio {
         });
         n
     }
-
-    /// Writes into `out` the call stack of the suspended task `task` ([`suspended_stack`]).
-    /// Async-signal-safe.
-    pub fn suspended_stack(
-        &self,
-        task: u64,
-        with: &Readers<'_>,
-        scratch: &mut [u8],
-        out: &mut [u64],
-    ) -> Option<usize> {
-        suspended_stack(self, task, with, scratch, out)
-    }
-
-    /// Writes the await chain of `task` into `out` ([`chain`]); the number of keys.
-    /// Async-signal-safe.
-    pub fn chain(
-        &self,
-        task: u64,
-        with: &Readers<'_>,
-        scratch: &mut [u8],
-        out: &mut [u64],
-    ) -> usize {
-        chain(self, task, with, scratch, out)
-    }
 }
 
 /// Whether the type of the object at `obj` is named `name` (its `tp_name`, NUL included).
@@ -707,6 +710,19 @@ fn type_named(objects: &ObjectLayout, obj: u64, name: &[u8]) -> bool {
 }
 
 impl TaskModel for ModuleAsyncio {
+    fn running(&self, _: u64, with: &Readers<'_>, out: &mut [(u64, u64)]) -> usize {
+        self.running_tasks(with, out)
+    }
+    fn suspended_tasks(
+        &self,
+        _: u64,
+        thread: u64,
+        main: bool,
+        with: &Readers<'_>,
+        out: &mut [u64],
+    ) -> usize {
+        self.loop_suspended(with, thread, main, out)
+    }
     fn coroutine(&self) -> &CoroutineLayout {
         &self.coroutine
     }
