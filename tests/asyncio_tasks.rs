@@ -149,22 +149,8 @@ fn tasks_on_uvloop_have_their_await_chains_too() {
     let base = &interpreters_for("asyncio_uvloop", "interpreters 3.11-3.13", |i| {
         (3, 11) <= i.version && i.version < (3, 14)
     })[0];
-    let (python, version) = package_venv(base, "uvloop", &["uvloop"], |python| {
-        let out = std::process::Command::new(python)
-            .args(["-c", "import uvloop; print(uvloop.__version__)"])
-            .output()
-            .map_err(|e| e.to_string())?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-            .ok_or_else(|| String::from_utf8_lossy(&out.stderr).into_owned())
-    })
-    .unwrap_or_else(|e| panic!("{}: a venv with uvloop: {e}", base.name));
-    let on_uvloop = PROGRAM.replace(
-        "asyncio.run(main())",
-        "import uvloop\nasyncio.set_event_loop_policy(uvloop.EventLoopPolicy())\nasyncio.run(main())",
-    );
-    assert_ne!(on_uvloop, PROGRAM);
+    let (python, version) = uvloop_venv(base);
+    let on_uvloop = on_uvloop(PROGRAM);
     check_cpu_shares(
         &python,
         &on_uvloop,

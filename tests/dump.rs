@@ -473,21 +473,8 @@ fn dump_lists_the_tasks_of_a_program_on_uvloop() {
     let base = &interpreters_for("dump_uvloop", "interpreters 3.11-3.13", |i| {
         (3, 11) <= i.version && i.version < (3, 14)
     })[0];
-    let (python, version) = package_venv(base, "uvloop", &["uvloop"], |python| {
-        let out = Command::new(python)
-            .args(["-c", "import uvloop; print(uvloop.__version__)"])
-            .output()
-            .map_err(|e| e.to_string())?;
-        out.status
-            .success()
-            .then(|| text(&out.stdout).trim().to_string())
-            .ok_or_else(|| text(&out.stderr))
-    })
-    .unwrap_or_else(|e| panic!("{}: a venv with uvloop: {e}", base.name));
-    let on_uvloop = HUNG_TASKS.replace(
-        "asyncio.run(main())",
-        "import uvloop\nasyncio.set_event_loop_policy(uvloop.EventLoopPolicy())\nasyncio.run(main())",
-    );
+    let (python, version) = uvloop_venv(base);
+    let on_uvloop = on_uvloop(HUNG_TASKS);
     for preloaded in [Some("cpu"), None] {
         let what = format!(
             "{} on uvloop {version}",

@@ -639,6 +639,32 @@ pub fn package_venv<T>(
     Ok((interpreter, found))
 }
 
+/// A venv of `base` with uvloop from PyPI ([`package_venv`]): its interpreter and uvloop's
+/// version. Panics, saying why, when it cannot be made.
+pub fn uvloop_venv(base: &Interpreter) -> (Interpreter, String) {
+    package_venv(base, "uvloop", &["uvloop"], |python| {
+        let out = Command::new(python)
+            .args(["-c", "import uvloop; print(uvloop.__version__)"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+            .ok_or_else(|| String::from_utf8_lossy(&out.stderr).into_owned())
+    })
+    .unwrap_or_else(|e| panic!("{}: a venv with uvloop: {e}", base.name))
+}
+
+/// `script` run on uvloop's event loop: its `asyncio.run(main())` under uvloop's policy.
+pub fn on_uvloop(script: &str) -> String {
+    let run = "asyncio.run(main())";
+    assert!(script.contains(run), "no {run} in the script");
+    script.replace(
+        run,
+        "import uvloop\nasyncio.set_event_loop_policy(uvloop.EventLoopPolicy())\nasyncio.run(main())",
+    )
+}
+
 /// The numpy venvs ([`numpy_venv`]) of the present interpreters of 3.11 and newer (numpy's
 /// wheels that bundle `libscipy_openblas64_`), made if missing: all of them in the whole
 /// matrix; in the fast tier one, the same for every test that asks (so that a cold run
