@@ -14,7 +14,9 @@ ratios to the plain run of the same round and to the same mode with task stacks 
 with a 95 % interval (order statistics of the ratios, distribution-free), the handler's
 median time per sample and the samples that carried task frames or were suspended tasks',
 from the profiles' statistics. The default interpreter is Debian's 3.15 as
-scripts/install-debian-pythons.sh installs it (3.14+ has asyncio's task offsets).
+scripts/install-debian-pythons.sh installs it; task stacks work from 3.11 (3.14+ from
+asyncio's published offsets, 3.11-3.13 from its module's own dict and sets: compare with
+--python ~/.pyenv/versions/3.12.1/bin/python).
 
 Standard library only.
 """
