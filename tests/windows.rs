@@ -738,7 +738,11 @@ fn forgotten_trees_keep_memory_bounded_and_lose_no_time() {
         // times slower: a smaller bound makes them forgotten more than once.)
         for (how, bound, settings) in [
             ("cpu, perf events", 2048, &[][..]),
-            ("cpu, POSIX timers", 1024, &[("PYIGPROF_PERF_EVENTS", "0")][..]),
+            (
+                "cpu, POSIX timers",
+                1024,
+                &[("PYIGPROF_PERF_EVENTS", "0")][..],
+            ),
             ("wall", 2048, &[("PYIGPROF_CLOCK", "wall")][..]),
         ] {
             let bound_text = bound.to_string();

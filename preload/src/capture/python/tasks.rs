@@ -172,6 +172,14 @@ pub struct Readers<'a> {
     pub types: &'a Types,
 }
 
+impl Readers<'_> {
+    /// A reader of the interpreter's objects ([`Reader`]); `None` without their layout.
+    /// Allocates nothing: async-signal-safe.
+    fn objects(&self) -> Option<Reader<'_>> {
+        Reader::new(self.layout.objects.as_ref()?, self.layout, self.types)
+    }
+}
+
 impl Asyncio {
     /// The task whose step the thread with state `tstate` runs, and the address of its
     /// coroutine's frame (embedded in the coroutine object), which the thread's frame chain
@@ -607,12 +615,7 @@ impl ModuleAsyncio {
     /// The tasks whose steps the event loops run now (every thread's), with their
     /// coroutines' frames, into `out` (at most its length); how many. Async-signal-safe.
     fn running_tasks(&self, with: &Readers<'_>, out: &mut [(u64, u64)]) -> usize {
-        let Some(reader) = with
-            .layout
-            .objects
-            .as_ref()
-            .and_then(|objects| Reader::new(objects, with.layout, with.types))
-        else {
+        let Some(reader) = with.objects() else {
             return 0;
         };
         let mut n = 0;
@@ -644,12 +647,7 @@ impl ModuleAsyncio {
         main: bool,
         out: &mut [u64],
     ) -> usize {
-        let Some(reader) = with
-            .layout
-            .objects
-            .as_ref()
-            .and_then(|objects| Reader::new(objects, with.layout, with.types))
-        else {
+        let Some(reader) = with.objects() else {
             return 0;
         };
         if self.scheduled == 0 {
@@ -732,10 +730,7 @@ impl TaskModel for ModuleAsyncio {
         };
         ty == self.task_type
             || with
-                .layout
-                .objects
-                .as_ref()
-                .and_then(|objects| Reader::new(objects, with.layout, with.types))
+                .objects()
                 .is_some_and(|reader| reader.is_subclass(ty, self.task_type))
     }
     fn coro(&self, task: u64) -> Option<u64> {
@@ -768,7 +763,7 @@ impl TaskModel for ModuleAsyncio {
             if !type_named(objects, group, b"TaskGroup\0") {
                 return None;
             }
-            let reader = Reader::new(objects, with.layout, with.types)?;
+            let reader = with.objects()?;
             return reader.attribute(group, "_parent_task");
         }
         None
