@@ -463,7 +463,60 @@ fn dump_lists_a_hung_asyncio_programs_tasks_with_their_coroutines() {
             let what = live_label(&python.name, preloaded);
             check_hung_tasks(&python.path, &what, HUNG_TASKS, preloaded);
         }
+        check_hung_group(&python.path, &live_label(&python.name, None));
     }
+}
+
+/// A task awaited directly by the main task, holding a `TaskGroup` whose one member
+/// awaits an event nobody sets: the program hangs.
+const HUNG_GROUP: &str = r#"
+import asyncio, sys
+async def member(ev):
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    await ev.wait()
+async def group(ev):
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(member(ev), name="member")
+async def main():
+    ev = asyncio.Event()
+    await asyncio.create_task(group(ev), name="group")
+asyncio.run(main())
+"#;
+
+/// `dump` of [`HUNG_GROUP`] (not started under pyigprof): `member` awaited by `group`
+/// (through its `TaskGroup`), `group` by `main` (awaited directly), `main` by nothing.
+fn check_hung_group(python: &Path, what: &str) {
+    let dir = scratch_dir("dump-group");
+    let mut command = live_program(python, HUNG_GROUP, &dir, None, "group.%p.gz", &[]);
+    let program = start_until_ready(command.stderr(Stdio::null()));
+    let pid = program.0.id().to_string();
+    let out = pyigprof(&["dump", "--json", &pid], &dir);
+    assert!(out.status.success(), "{what}: {}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut seen: Vec<(String, Option<String>)> = json["tasks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap_or("").to_string(),
+                t["awaited_by_name"].as_str().map(String::from),
+            )
+        })
+        .collect();
+    seen.sort();
+    eprintln!("dump_tasks: {what}, a TaskGroup: {seen:?}");
+    let expected: Vec<(String, Option<String>)> = [
+        ("group", Some("main")),
+        ("main", None),
+        ("member", Some("group")),
+    ]
+    .iter()
+    .map(|(name, by)| (name.to_string(), by.map(String::from)))
+    .collect();
+    assert_eq!(seen, expected, "{what}: the tasks and who awaits them");
 }
 
 /// The same program on uvloop (from PyPI, in a venv of one interpreter of 3.11–3.13):

@@ -425,7 +425,7 @@ impl Sampler {
         let (listed, running) = asyncio.tasks_of_thread(tstate);
         listed
             .into_iter()
-            .filter_map(|task| asyncio.task_now(task, task == running, &with, &mut scratch))
+            .filter_map(|task| tasks::task_now(asyncio, task, task == running, &with, &mut scratch))
             .collect()
     }
 
@@ -450,7 +450,7 @@ impl Sampler {
         else {
             return Vec::new();
         };
-        tasks::interpreter_tasks(objects, interp, &self.task_readers(rt))
+        tasks::interpreter_tasks(interp, &self.task_readers(rt))
     }
 
     /// Why a thread blocked in `call` waits ([`crate::capture::waits::reason`], with this

@@ -727,8 +727,6 @@ pub struct TaskObjectLayout {
     pub size: u16,
     /// `task_state`, an `int` (`fut_state`): 0 pending, 1 cancelled, 2 finished.
     pub state: u16,
-    /// `task_fut_waiter`: what the task awaits (a future, a task), NULL when it does not.
-    pub fut_waiter: u16,
     /// `task_coro`.
     pub coro: u16,
     /// `task_name`: a str, or an int (asyncio numbers unnamed tasks `Task-<n>` when asked).
@@ -742,14 +740,12 @@ impl TaskObjectLayout {
             (3, 11) | (3, 12) => Some(TaskObjectLayout {
                 size: 176,
                 state: 88,
-                fut_waiter: 128,
                 coro: 136,
                 name: 144,
             }),
             (3, 13) => Some(TaskObjectLayout {
                 size: 144,
                 state: 96,
-                fut_waiter: 112,
                 coro: 120,
                 name: 128,
             }),

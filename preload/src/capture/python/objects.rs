@@ -24,10 +24,7 @@ use super::layout::{SET_ENTRY, SET_MASK, SET_TABLE};
 use super::read;
 use std::cell::Cell;
 
-/// `PyListObject.ob_item` (`Include/cpython/listobject.h`, after `ob_size`; the same in
-/// every version); its length is `ob_size`.
-const LIST_ITEMS: u64 = 24;
-/// Most items of a list or set, or entries of a dict, returned.
+/// Most items of a set, or entries of a dict, looked at.
 pub(super) const MAX_ITEMS: u64 = 1 << 16;
 
 /// Most entries of a dict looked through (`sys.modules` has hundreds, `_active` one per
@@ -54,7 +51,6 @@ pub(super) enum Builtin {
     Module,
     Int,
     Tuple,
-    List,
     Set,
 }
 
@@ -120,7 +116,6 @@ impl<'a> Reader<'a> {
                 IntLayout::Digits { digits, .. } => (b"int\0", digits),
             },
             Builtin::Tuple => (b"tuple\0", self.objects.tuple_items),
-            Builtin::List => (b"list\0", LIST_ITEMS as u16 + 8),
             Builtin::Set => (b"set\0", SET_TABLE + 8),
         };
         let mut buf = [0u8; 8];
@@ -416,18 +411,6 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// The values of the dict at `dict` (a combined table's: a split table's, an instance
-    /// dict's, are not read), at most [`MAX_ITEMS`]; `None` when it is not a dict or cannot
-    /// be read.
-    pub(super) fn dict_values(&self, dict: u64) -> Option<Vec<u64>> {
-        let mut found = Vec::new();
-        self.for_each_dict_value(dict, |value| {
-            found.push(value);
-            true
-        })?;
-        Some(found)
-    }
-
     /// Calls `f` with each value of the dict at `dict` (a combined table's), at most
     /// [`MAX_ITEMS`], until it returns false; `None` when it is not a dict or a read
     /// fails. Allocates nothing: async-signal-safe when `f` is.
@@ -460,18 +443,6 @@ impl<'a> Reader<'a> {
         Some(())
     }
 
-    /// The items of the set at `set` (its table's keys but deleted ones', which the caller
-    /// tells apart by their type), at most [`MAX_ITEMS`]; `None` when it is not a set or
-    /// cannot be read.
-    pub(super) fn set_items(&self, set: u64) -> Option<Vec<u64>> {
-        let mut found = Vec::new();
-        self.for_each_set_item(set, |key| {
-            found.push(key);
-            true
-        })?;
-        Some(found)
-    }
-
     /// Calls `f` with each item of the set at `set` (deleted entries' keys too: the caller
     /// tells them apart by type), at most [`MAX_ITEMS`], until it returns false; `None`
     /// when it is not a set or a read fails. Allocates nothing: async-signal-safe when `f`
@@ -492,22 +463,6 @@ impl<'a> Reader<'a> {
             }
         }
         Some(())
-    }
-
-    /// The items of the list at `list`, at most [`MAX_ITEMS`]; `None` when it is not a list
-    /// or cannot be read.
-    pub(super) fn list_items(&self, list: u64) -> Option<Vec<u64>> {
-        if !self.is(list, Builtin::List) {
-            return None;
-        }
-        let n = read::word(list + OB_SIZE)?;
-        if n > MAX_ITEMS {
-            return None;
-        }
-        let items = read::word(list + LIST_ITEMS)?;
-        (0..n)
-            .map(|i| read::word(items.checked_add(8 * i)?))
-            .collect()
     }
 
     /// Whether `ty` is `class` or has it in its method resolution order (either may be a

@@ -246,51 +246,6 @@ impl Asyncio {
         (tasks, running)
     }
 
-    /// Task `task` as `pyigprof dump` lists it: its name's frame key (`<task NAME>`), the
-    /// task that awaits it (through the futures between them, such as a `gather`'s), and
-    /// the frames of its coroutine and of each coroutine that one awaits, outermost first,
-    /// at the lines where they wait — none when its coroutine runs (`running`: its frames
-    /// are on its thread's stack) or has finished. `None` when `task` is not a task or its
-    /// name cannot be read. `scratch` holds a name ([`super::code::MAX_TEXT`] bytes).
-    pub fn task_now(
-        &self,
-        task: u64,
-        running: bool,
-        with: &Readers<'_>,
-        scratch: &mut [u8],
-    ) -> Option<TaskNow> {
-        if read::byte(task + u64::from(self.layout.is_task)) != Some(1) {
-            return None;
-        }
-        let name = task_key(self.name(task, with, scratch)?);
-        let mut awaited_by = None;
-        let mut at = self.awaiter(task);
-        for _ in 0..MAX_HOPS {
-            let Some(future) = at else { break };
-            if read::byte(future + u64::from(self.layout.is_task)) == Some(1) {
-                awaited_by = Some(future);
-                break;
-            }
-            at = self.awaiter(future);
-        }
-        let mut frames = vec![0u64; MAX_COROUTINES];
-        let n = if running {
-            0
-        } else {
-            read::word(task + u64::from(self.layout.coro)).map_or(0, |coro| {
-                coroutine_frames(&self.coroutine, coro, with, scratch, &mut frames)
-            })
-        };
-        let mut keys = vec![name];
-        keys.extend_from_slice(&frames[..n]);
-        Some(TaskNow {
-            address: task,
-            running,
-            awaited_by,
-            keys,
-        })
-    }
-
     /// The future or task that awaits `future` (a task or a future): its `awaited_by`,
     /// or the first live entry of it when it is a set.
     fn awaiter(&self, future: u64) -> Option<u64> {
@@ -413,6 +368,52 @@ impl Tasks {
     }
 }
 
+/// Task `task` as `pyigprof dump` lists it: its name's frame key (`<task NAME>`), the
+/// task that awaits it (through the futures between them, such as a `gather`'s), and the
+/// frames of its coroutine and of each coroutine that one awaits, outermost first, at the
+/// lines where they wait — none when its coroutine runs (`running`: its frames are on its
+/// thread's stack) or has finished. `None` when `task` is not a task or its name cannot be
+/// read. `scratch` holds a name ([`super::code::MAX_TEXT`] bytes). Allocates: not for the
+/// signal handler.
+pub fn task_now<M: TaskModel + ?Sized>(
+    model: &M,
+    task: u64,
+    running: bool,
+    with: &Readers<'_>,
+    scratch: &mut [u8],
+) -> Option<TaskNow> {
+    if !model.is_task(task, with) {
+        return None;
+    }
+    let name = task_key(model.name(task, with, scratch)?);
+    let mut awaited_by = None;
+    let mut at = model.awaiter(task, with);
+    for _ in 0..MAX_HOPS {
+        let Some(future) = at else { break };
+        if model.is_task(future, with) {
+            awaited_by = Some(future);
+            break;
+        }
+        at = model.awaiter(future, with);
+    }
+    let mut frames = vec![0u64; MAX_COROUTINES];
+    let n = if running {
+        0
+    } else {
+        model.coro(task).map_or(0, |coro| {
+            coroutine_frames(model.coroutine(), coro, with, scratch, &mut frames)
+        })
+    };
+    let mut keys = vec![name];
+    keys.extend_from_slice(&frames[..n]);
+    Some(TaskNow {
+        address: task,
+        running,
+        awaited_by,
+        keys,
+    })
+}
+
 /// Writes into `out`, innermost first, the frame keys of the await chain of `task`:
 /// `<task T>` for the task itself; then for the task that awaits it, the frames of its
 /// suspended coroutines (innermost first: the coroutine that awaits, then the one that
@@ -516,12 +517,20 @@ pub struct ModuleAsyncio {
     /// The set of weakrefs to the tasks the loops have scheduled (`_scheduled_tasks.data`,
     /// 3.11 `_all_tasks.data`); 0 when not found.
     scheduled: u64,
+    /// `_asyncio._eager_tasks` (3.12+: a set of the tasks started eagerly); 0 when none.
+    eager: u64,
     fields: TaskObjectLayout,
     coroutine: CoroutineLayout,
 }
 
-/// `_current_tasks` and `Task` once found (0: not yet; written before [`MODULE_READY`]).
-static MODULE_TASKS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+/// [`ModuleAsyncio`]'s `current_tasks`, `task_type`, `scheduled` and `eager` once found
+/// (written before [`MODULE_READY`]).
+static MODULE_TASKS: [AtomicU64; 4] = [
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+];
 /// [`MODULE_TASKS`] is written.
 static MODULE_READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// When the module was last looked for (`CLOCK_MONOTONIC` ns).
@@ -549,26 +558,14 @@ const GATHER_OUTER: u64 = 3;
 impl ModuleAsyncio {
     /// The module's tasks for a sample of the thread with state `tstate` (3.11–3.13):
     /// published, or looked for now through the interpreter's modules (`_asyncio` imported
-    /// yet?) when modules were imported since the last look, at most every
-    /// [`MODULE_LOOK_NS`]. `None` for other versions, before
-    /// `_asyncio` is imported, or when it is not as expected. Async-signal-safe.
+    /// yet?, [`ModuleAsyncio::locate`]) when modules were imported since the last look, at
+    /// most every [`MODULE_LOOK_NS`]. `None` for other versions, before `_asyncio` is
+    /// imported, or when it is not as expected. Async-signal-safe.
     pub fn find(with: &Readers<'_>, tstate: u64) -> Option<ModuleAsyncio> {
-        let (major, minor) = with.layout.version;
-        let fields = TaskObjectLayout::before_314(major, minor)?;
-        let coroutine = with.layout.coroutine?;
-        let found = |[current_tasks, task_type, scheduled]: [u64; 3]| ModuleAsyncio {
-            current_tasks,
-            task_type,
-            scheduled,
-            fields,
-            coroutine,
-        };
         if MODULE_READY.load(Ordering::Acquire) {
-            return Some(found([
-                MODULE_TASKS[0].load(Ordering::Relaxed),
-                MODULE_TASKS[1].load(Ordering::Relaxed),
-                MODULE_TASKS[2].load(Ordering::Relaxed),
-            ]));
+            let [current_tasks, task_type, scheduled, eager] =
+                std::array::from_fn(|i| MODULE_TASKS[i].load(Ordering::Relaxed));
+            return ModuleAsyncio::with_objects(with, [current_tasks, task_type, scheduled, eager]);
         }
         // Looked for again only once modules were imported since (`sys.modules` grew:
         // one read per sample), and not more often than every MODULE_LOOK_NS.
@@ -588,15 +585,31 @@ impl ModuleAsyncio {
             return None;
         }
         MODULES_SEEN.store(imported, Ordering::Relaxed);
+        let found = ModuleAsyncio::locate(with, interp)?;
+        let words = [
+            found.current_tasks,
+            found.task_type,
+            found.scheduled,
+            found.eager,
+        ];
+        for (slot, word) in MODULE_TASKS.iter().zip(words) {
+            slot.store(word, Ordering::Relaxed);
+        }
+        MODULE_READY.store(true, Ordering::Release);
+        Some(found)
+    }
+
+    /// The `_asyncio` module of interpreter `interp` as it is now: its `Task` type (its
+    /// size checked against [`TaskObjectLayout`]), `_current_tasks` (a dict), the set of
+    /// weakrefs of `_scheduled_tasks` (3.11: `_all_tasks`) and `_eager_tasks` (3.12+).
+    /// `None` for other versions, before `_asyncio` is imported, or when it is not as
+    /// expected. Every read checked, nothing allocated: async-signal-safe.
+    pub fn locate(with: &Readers<'_>, interp: u64) -> Option<ModuleAsyncio> {
+        let objects = with.layout.objects.as_ref()?;
         let reader = Reader::new(objects, with.layout, with.types)?;
         let globals = asyncio_globals(&reader, objects, interp)?;
         let task_type = reader.item(globals, Key::Text("Task"))?;
         let current_tasks = reader.item(globals, Key::Text("_current_tasks"))?;
-        if read::word(task_type + TP_BASICSIZE)? != u64::from(fields.size)
-            || !reader.is(current_tasks, Builtin::Dict)
-        {
-            return None;
-        }
         let scheduled = ["_scheduled_tasks", "_all_tasks"]
             .iter()
             .find_map(|name| {
@@ -605,11 +618,61 @@ impl ModuleAsyncio {
             })
             .filter(|&data| reader.is(data, Builtin::Set))
             .unwrap_or(0);
-        MODULE_TASKS[0].store(current_tasks, Ordering::Relaxed);
-        MODULE_TASKS[1].store(task_type, Ordering::Relaxed);
-        MODULE_TASKS[2].store(scheduled, Ordering::Relaxed);
-        MODULE_READY.store(true, Ordering::Release);
-        Some(found([current_tasks, task_type, scheduled]))
+        let eager = reader
+            .item(globals, Key::Text("_eager_tasks"))
+            .filter(|&set| reader.is(set, Builtin::Set))
+            .unwrap_or(0);
+        let found =
+            ModuleAsyncio::with_objects(with, [current_tasks, task_type, scheduled, eager])?;
+        (read::word(task_type + TP_BASICSIZE)? == u64::from(found.fields.size)
+            && reader.is(current_tasks, Builtin::Dict))
+        .then_some(found)
+    }
+
+    /// The model of this version's tasks with the module's objects `[current_tasks,
+    /// task_type, scheduled, eager]`; `None` for versions other than 3.11–3.13.
+    fn with_objects(with: &Readers<'_>, objects: [u64; 4]) -> Option<ModuleAsyncio> {
+        let (major, minor) = with.layout.version;
+        let [current_tasks, task_type, scheduled, eager] = objects;
+        Some(ModuleAsyncio {
+            current_tasks,
+            task_type,
+            scheduled,
+            eager,
+            fields: TaskObjectLayout::before_314(major, minor)?,
+            coroutine: with.layout.coroutine?,
+        })
+    }
+
+    /// Every pending task of the interpreter (not finished; a finished task stays in the
+    /// scheduled `WeakSet` until collected): the running ones, the scheduled ones and the
+    /// eager ones (3.12+), sorted by address, at most [`MAX_TASKS_LISTED`] of each set.
+    /// Allocates: for `pyigprof dump`, not the signal handler.
+    fn pending_tasks(&self, with: &Readers<'_>) -> Vec<u64> {
+        let Some(reader) = with.objects() else {
+            return Vec::new();
+        };
+        let mut tasks = Vec::new();
+        let mut take = |task: u64| {
+            if self.is_task(task, with) {
+                tasks.push(task);
+            }
+            tasks.len() < 3 * MAX_TASKS_LISTED
+        };
+        reader.for_each_dict_value(self.current_tasks, &mut take);
+        if self.scheduled != 0 {
+            // A weakref's referent follows its header (`PyWeakReference.wr_object`).
+            reader.for_each_set_item(self.scheduled, |weakref| {
+                read::word(weakref + 16).is_none_or(&mut take)
+            });
+        }
+        if self.eager != 0 {
+            reader.for_each_set_item(self.eager, &mut take);
+        }
+        tasks.sort_unstable();
+        tasks.dedup();
+        tasks.retain(|&task| read::uint(task + u64::from(self.fields.state)) == Some(0));
+        tasks
     }
 
     /// The tasks whose steps the event loops run now (every thread's), with their
@@ -793,72 +856,24 @@ fn task_name(
 
 /// asyncio's tasks before 3.14 (3.11–3.13) in interpreter `interp`, for `pyigprof dump`
 /// (not for the signal handler: it allocates). Those C tasks publish no offsets and are
-/// in no per-thread list: they are found where asyncio keeps them, the `_asyncio` module's
-/// `_current_tasks` (a dict: event loop → the task whose step runs), `_scheduled_tasks`
-/// (`_all_tasks` in 3.11: a `WeakSet`, whose `data` set holds weakrefs to the tasks) and
-/// `_eager_tasks` (3.12+: a set of tasks), read through [`Reader`] (`objects`: where
-/// `sys.modules` is, how dicts, sets, lists and instance attributes are laid out), each
-/// task's fields at [`TaskObjectLayout`]'s offsets. A task is one whose type is the
-/// module's `Task` (its size checked against the layout) or a subclass, and pending (a
-/// finished task stays in the `WeakSet` until collected). The awaiter is not recorded
-/// before 3.14: task P awaits task T when P's `fut_waiter` is T, or a `gather`'s future
-/// whose `_children` holds T. Which thread's loop runs a task is not known here (0).
-/// Empty when the module is not imported or anything is not as expected.
-pub fn interpreter_tasks(objects: &ObjectLayout, interp: u64, with: &Readers<'_>) -> Vec<TaskNow> {
-    let (major, minor) = with.layout.version;
-    let (Some(fields), Some(coroutine), Some(reader)) = (
-        TaskObjectLayout::before_314(major, minor),
-        with.layout.coroutine,
-        Reader::new(objects, with.layout, with.types),
-    ) else {
+/// in no per-thread list: they are found where asyncio keeps them ([`ModuleAsyncio`]: the
+/// `_asyncio` module's running, scheduled and eager tasks), and read as the handler reads
+/// them: awaiters from each task's first callback, so that a `gather`'s children, a
+/// `TaskGroup`'s and a task awaited directly all name the task that awaits them. Which
+/// thread's loop runs a task is not known here (0). Empty when the module is not imported
+/// or anything is not as expected.
+pub fn interpreter_tasks(interp: u64, with: &Readers<'_>) -> Vec<TaskNow> {
+    let Some(module) = ModuleAsyncio::locate(with, interp) else {
         return Vec::new();
     };
-    let Some((tasks, running)) = listed_tasks(&reader, objects, interp, &fields) else {
-        return Vec::new();
-    };
-    // Who awaits whom: a task's `fut_waiter` is the task it awaits, or a gather's future.
-    let mut awaiters: Vec<(u64, u64)> = Vec::new();
-    for &waiting in &tasks {
-        let Some(awaited) = read::word(waiting + u64::from(fields.fut_waiter)) else {
-            continue;
-        };
-        if awaited == 0 {
-            continue;
-        }
-        if tasks.contains(&awaited) {
-            awaiters.push((awaited, waiting));
-        } else if let Some(children) = reader
-            .attribute(awaited, "_children")
-            .and_then(|list| reader.list_items(list))
-        {
-            for child in children.into_iter().filter(|c| tasks.contains(c)) {
-                awaiters.push((child, waiting));
-            }
-        }
-    }
+    let mut running = vec![(0, 0); MAX_CHAIN * 16];
+    let n = module.running_tasks(with, &mut running);
+    let running: Vec<u64> = running[..n].iter().map(|&(task, _)| task).collect();
     let mut scratch = vec![0u8; super::code::MAX_TEXT];
-    let mut frames = vec![0u64; MAX_COROUTINES];
-    tasks
-        .iter()
-        .filter_map(|&task| {
-            let given = read::word(task + u64::from(fields.name))?;
-            let coro = read::word(task + u64::from(fields.coro))?;
-            let name = task_name(given, coro, &coroutine, with, &mut scratch)?;
-            let running = running.contains(&task);
-            let n = if running {
-                0
-            } else {
-                coroutine_frames(&coroutine, coro, with, &mut scratch, &mut frames)
-            };
-            let mut keys = vec![task_key(name)];
-            keys.extend_from_slice(&frames[..n]);
-            Some(TaskNow {
-                address: task,
-                running,
-                awaited_by: awaiters.iter().find(|(t, _)| *t == task).map(|&(_, by)| by),
-                keys,
-            })
-        })
+    module
+        .pending_tasks(with)
+        .into_iter()
+        .filter_map(|task| task_now(&module, task, running.contains(&task), with, &mut scratch))
         .collect()
 }
 
@@ -871,57 +886,6 @@ fn asyncio_globals(reader: &Reader<'_>, objects: &ObjectLayout, interp: u64) -> 
         return None;
     }
     read::word(module + MODULE_DICT)
-}
-
-/// The pending tasks of interpreter `interp` (sorted by address) and the running ones, from
-/// the `_asyncio` module's attributes ([`interpreter_tasks`]).
-fn listed_tasks(
-    reader: &Reader<'_>,
-    objects: &ObjectLayout,
-    interp: u64,
-    fields: &TaskObjectLayout,
-) -> Option<(Vec<u64>, Vec<u64>)> {
-    let globals = asyncio_globals(reader, objects, interp)?;
-    let task_type = reader.item(globals, Key::Text("Task"))?;
-    if read::word(task_type + TP_BASICSIZE)? != u64::from(fields.size) {
-        return None;
-    }
-    let is_task =
-        |obj: &u64| read::type_of(*obj).is_some_and(|ty| reader.is_subclass(ty, task_type));
-    let running: Vec<u64> = reader
-        .item(globals, Key::Text("_current_tasks"))
-        .and_then(|tasks| reader.dict_values(tasks))
-        .unwrap_or_default()
-        .into_iter()
-        .filter(is_task)
-        .collect();
-    let mut tasks = running.clone();
-    for weak_set in ["_scheduled_tasks", "_all_tasks"] {
-        let refs = reader
-            .item(globals, Key::Text(weak_set))
-            .and_then(|set| reader.attribute(set, "data"))
-            .and_then(|data| reader.set_items(data))
-            .unwrap_or_default();
-        // A weakref's referent follows its header (`PyWeakReference.wr_object`).
-        tasks.extend(
-            refs.into_iter()
-                .filter_map(|r| read::word(r + 16))
-                .filter(is_task),
-        );
-    }
-    if let Some(eager) = reader.item(globals, Key::Text("_eager_tasks")) {
-        tasks.extend(
-            reader
-                .set_items(eager)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(is_task),
-        );
-    }
-    tasks.sort_unstable();
-    tasks.dedup();
-    tasks.retain(|&task| read::uint(task + u64::from(fields.state)) == Some(0));
-    Some((tasks, running))
 }
 
 /// Writes into `out`, outermost first, the frames of the suspended coroutine at `coro`
