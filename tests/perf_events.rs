@@ -660,39 +660,45 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
             let most = if clock == "wall" { 1.5 } else { 12.0 };
             assert!(unsampled < most, "{label}: {unsampled:.2} % unsampled");
             if clock == "wall" {
-                // Each phase's share of the two, against the handlers' own wall times.
-                let (cpu_s, io_s) = (
-                    json_number(&rest, "cpu_part"),
-                    json_number(&rest, "io_part"),
-                );
-                // cpu_part by its CPU time: wall mode counts a thread's time runnable, waiting
-                // for a CPU, in neither phase (issue 56), and on a busy machine that made
-                // the handlers' own wall times 0.805 s for 0.697 s of CPU (18.6 % in the
-                // profile, 21.7 % by wall times, 19.3 % by CPU time; the whole matrix).
-                let cpu_part_cpu = json_number(&rest, "cpu_part_cpu");
-                let seen = 100.0 * cpu / (cpu + io);
-                let measured = 100.0 * cpu_part_cpu / (cpu_part_cpu + io_s);
-                assert!(
-                    (seen - measured).abs() <= 3.0,
-                    "{label}: cpu_part is {seen:.1} % of the two phases, {measured:.1} % measured"
-                );
-                // The handlers' wall times include time spent runnable, waiting for a CPU,
-                // which wall mode counts in neither phase (README, "Clock modes"; issue 56):
-                // so cpu_part is held against its CPU time below and its wall time above.
-                // On sid's 3.15 cpu_part was 0.86-0.88 of its CPU time, the machine quiet
-                // (0.86 of its wall time), and 0.80 of its wall time (0.87 of its CPU time)
-                // in a CI run while the machine was busy; io_part 0.89 of its wall time.
-                // The shares above are what this test holds to 3 points.
-                for (phase, profiled, low, high) in [
-                    ("cpu_part", cpu, cpu_part_cpu, cpu_s),
-                    ("io_part", io, io_s, io_s),
+                // Each phase against the handlers' own wall times: wall mode counts every
+                // thread's elapsed time, its time runnable (waiting for a CPU, from its
+                // schedstat: `<waiting: CPU>`) included (issue 56; before, cpu_part had
+                // 0.80-0.88 of its wall time, counted only in CPU time and blocked time).
+                // io_part, blocked time and runnable time, within 3 % (-3 to +1 % on sid's
+                // 3.15 and 3.12, quiet and with the whole matrix running beside it). The
+                // two phases together within 5 %. cpu_part is mostly CPU time, which the
+                // CPU sampler places as in cpu mode: a short thread's first sample weighs
+                // its interval from before the thread began and its time after its last
+                // sample is its last sample's, both often outside cpu_part (-12 to +6 %;
+                // cpu mode's cpu_part is 8-11 % short, quiet): issue 57.
+                // So cpu_part is held to 0.80 of its CPU time, as in cpu mode.
+                let measured = |phase: &str| json_number(&rest, phase);
+                let cpu_time = measured("cpu_part_cpu");
+                for (phase, low, high) in [
+                    ("cpu_part", 0.80 * cpu_time, 1.08 * measured("cpu_part")),
+                    (
+                        "io_part",
+                        0.97 * measured("io_part"),
+                        1.03 * measured("io_part"),
+                    ),
                 ] {
+                    let (profiled, wall) = (seconds(phase), measured(phase));
+                    eprintln!(
+                        "{label}: {phase} {:+.1} % of its wall time",
+                        100.0 * (profiled / wall - 1.0)
+                    );
                     assert!(
-                        profiled <= 1.08 * high && profiled >= 0.80 * low,
-                        "{label}: {phase} {profiled:.3} s in the profile, measured {low:.3} s \
-                         (CPU time for cpu_part) to {high:.3} s (wall time)"
+                        profiled >= low && profiled <= high,
+                        "{label}: {phase} {profiled:.3} s in the profile, {wall:.3} s of the \
+                         handlers' wall time ({cpu_time:.3} s of CPU time in cpu_part)"
                     );
                 }
+                let (both, wall) = (cpu + io, measured("cpu_part") + measured("io_part"));
+                eprintln!("{label}: the two {:+.1} %", 100.0 * (both / wall - 1.0));
+                assert!(
+                    (both - wall).abs() <= 0.05 * wall,
+                    "{label}: the two phases {both:.3} s in the profile, {wall:.3} s of wall time"
+                );
             } else {
                 // Short by what went unsampled (threads whose event opened late, issue 57:
                 // 5.4-5.8 % of the profile, cpu_part 8-11 % short on sid's 3.15, quiet) and

@@ -297,3 +297,84 @@ fn gil_only_keeps_the_samples_of_the_thread_holding_the_gil() {
         );
     }
 }
+
+/// Four threads that hash 1 MiB buffers (`hashlib` releases the GIL: each is busy on a
+/// CPU, or runnable waiting for one, on this 2-CPU machine) for `argv[1]` seconds each,
+/// in functions named after them; prints each thread's elapsed time.
+const BUSY_THREADS: &str = r#"
+import hashlib, json, sys, threading, time
+duration = float(sys.argv[1])
+data = b"x" * (1 << 20)
+lives = {}
+def work(name):
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < duration:
+        hashlib.sha256(data).digest()
+    lives[name] = time.perf_counter() - t0
+def busy_0(): work("busy_0")
+def busy_1(): work("busy_1")
+def busy_2(): work("busy_2")
+def busy_3(): work("busy_3")
+threads = [threading.Thread(target=f) for f in (busy_0, busy_1, busy_2, busy_3)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps(lives))
+"#;
+
+/// Wall mode counts every thread's elapsed time: with four CPU-bound threads on two CPUs,
+/// each is runnable, waiting for a CPU, about half its life, which neither its CPU samples
+/// nor its blocked samples count; its run delay (the kernel's schedstat) is counted as
+/// `<waiting: CPU>` at its stack, so that each thread's profile time is its elapsed time,
+/// and the summary says how much was runnable. Before: each thread had its CPU time and
+/// an estimate of the rest that lagged (issue 56).
+#[test]
+fn each_threads_wall_time_adds_up_with_its_time_runnable() {
+    let _machine = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
+    let wanted = |i: &Interpreter| i.version >= (3, 7);
+    for python in interpreters_for("runnable", "interpreters from 3.7", wanted) {
+        let (run, profile) = profiled_ok(
+            &python,
+            &["-c", BUSY_THREADS, "1.5"],
+            &[("PYIGPROF_CLOCK", "wall")],
+        );
+        let out = run.stdout();
+        let period = profile.sources[0].tick_period;
+        let all = stacks(&profile);
+        let mut report = Vec::new();
+        for i in 0..4 {
+            let name = format!("busy_{i}");
+            let seconds = |keep: &dyn Fn(&Stack) -> bool| -> f64 {
+                let ticks: i64 = all.iter().filter(|s| keep(s)).map(|s| s.ticks).sum();
+                ticks as f64 * period
+            };
+            let seen = seconds(&|s| s.has(&name));
+            let runnable = seconds(&|s| s.has(&name) && s.has("<waiting: CPU>"));
+            let lived = json_number(&out, &name);
+            report.push(format!(
+                "{name} {seen:.3} s of {lived:.3} s ({runnable:.3} s runnable)"
+            ));
+            assert!(
+                (seen - lived).abs() <= 0.03 * lived,
+                "{}: {name} has {seen:.3} s in the profile, lived {lived:.3} s",
+                python.name
+            );
+            assert!(
+                runnable >= 0.2 * lived,
+                "{}: {name} was runnable {runnable:.3} s of {lived:.3} s, four busy threads \
+                 on two CPUs",
+                python.name
+            );
+        }
+        let said = said_share(&run.stderr(), "CPU");
+        assert!(
+            said.is_some_and(|share| share > 20.0)
+                && run.stderr().contains("of the wall time and runnable "),
+            "{}: the summary:\n{}",
+            python.name,
+            run.stderr()
+        );
+        eprintln!("runnable: {}: {}", python.name, report.join("; "));
+    }
+}

@@ -14,11 +14,45 @@ type PthreadCreate =
 struct Start {
     routine: StartRoutine,
     arg: *mut c_void,
+    /// `CLOCK_MONOTONIC` when `pthread_create` was called (ns).
+    created_ns: u64,
+}
+
+std::thread_local! {
+    /// When the calling thread's `pthread_create` was called (`CLOCK_MONOTONIC` ns; 0 for a
+    /// thread not created through the interposed call).
+    static CREATED_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// When the calling thread's creation was asked for (`CLOCK_MONOTONIC` ns, read by the
+/// interposed [`pthread_create`] in the creating thread): its life, its wait for a first
+/// CPU included, starts there. 0 for the main thread and threads created before the
+/// interposition.
+pub fn created_ns() -> u64 {
+    CREATED_NS.with(|c| c.get())
+}
+
+/// `CLOCK_MONOTONIC` now (ns); 0 if it cannot be read.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the struct.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 extern "C" fn trampoline(start: *mut c_void) -> *mut c_void {
     // SAFETY: `start` is the Box leaked by `pthread_create` below, handed over exactly once.
-    let Start { routine, arg } = *unsafe { Box::from_raw(start.cast::<Start>()) };
+    let Start {
+        routine,
+        arg,
+        created_ns,
+    } = *unsafe { Box::from_raw(start.cast::<Start>()) };
+    CREATED_NS.with(|c| c.set(created_ns));
     if let Some(cb) = crate::callbacks() {
         (cb.thread_started)();
     }
@@ -59,7 +93,11 @@ pub unsafe extern "C" fn create_registered(
     if crate::callbacks().is_none() {
         return unsafe { real(thread, attr, routine, arg) };
     }
-    let start = Box::into_raw(Box::new(Start { routine, arg }));
+    let start = Box::into_raw(Box::new(Start {
+        routine,
+        arg,
+        created_ns: monotonic_ns(),
+    }));
     let rc = unsafe { real(thread, attr, trampoline, start.cast()) };
     if rc != 0 {
         // The thread was not created: the trampoline will never take the box.

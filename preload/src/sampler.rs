@@ -152,6 +152,8 @@ impl Sampler {
             slot.root.store(0, Ordering::Relaxed);
             slot.last_leaf.store(0, Ordering::Relaxed);
             slot.last_cpu_leaf.store(0, Ordering::Relaxed);
+            slot.wait_node.store(0, Ordering::Relaxed);
+            slot.pass_leaf.store(0, Ordering::Relaxed);
             slot.path.root.store(0, Ordering::Relaxed);
         });
     }
@@ -302,12 +304,36 @@ impl Sampler {
             return false;
         }
         // The reason it waits, below the call that waits (when the stack leaves room).
+        let call = captured.len;
         if captured.len < slot.out.len() {
             slot.out[captured.len] = why;
             captured.len += 1;
         }
-        self.record(slot, weight, Thread::Other(thread), &captured);
-        self.stats.blocked.fetch_add(1, Ordering::Relaxed);
+        if weight > 0 {
+            self.record(slot, weight, Thread::Other(thread), &captured);
+            self.stats.blocked.fetch_add(1, Ordering::Relaxed);
+        } else if let Some(root) = self.tree_root(slot) {
+            // Nothing to count yet (wall mode's exact accounting: less than a period
+            // blocked since the last pass), but where it waits is known now: its latest
+            // position (a node without counts is left out of the profile).
+            if let Some(leaf) =
+                self.trees
+                    .find_from(&mut slot.path, root, &slot.out[..captured.len])
+            {
+                slot.last_leaf.store(leaf, Ordering::Relaxed);
+            }
+        }
+        // Its time waiting for a CPU once woken goes to the call that waits (the node
+        // just recorded, found again through the path memo: no new node).
+        if let Some(root) = self.tree_root(slot) {
+            if let Some(node) = self
+                .trees
+                .find_from(&mut slot.path, root, &slot.out[..call])
+                .filter(|_| call > 0)
+            {
+                slot.wait_node.store(node, Ordering::Relaxed);
+            }
+        }
         true
     }
 
@@ -382,7 +408,7 @@ impl Sampler {
 
     /// The root of `slot`'s thread's trace tree, made on its first use; `None` when the
     /// trees have no room for it. From whoever holds the slot.
-    fn tree_root(&self, slot: &Slot) -> Option<u32> {
+    pub(crate) fn tree_root(&self, slot: &Slot) -> Option<u32> {
         match slot.root.load(Ordering::Relaxed) {
             0 => {
                 let fresh = self.trees.new_root()?;
@@ -710,6 +736,7 @@ impl Sampler {
                 slot.last_leaf.store(leaf, Ordering::Relaxed);
                 if let Thread::Current = whose {
                     slot.last_cpu_leaf.store(leaf, Ordering::Relaxed);
+                    slot.wait_node.store(leaf, Ordering::Relaxed);
                 }
             }
             None => return dropped(),

@@ -57,6 +57,9 @@ pub enum Marker {
     /// from outside ([`crate::capture::python::tasks`]): the innermost frame of its stack,
     /// below its await chain's `<task …>` frames and its coroutines' frames.
     Awaiting = 11,
+    /// Wall mode: the thread was runnable, waiting for a CPU (its run delay, from the
+    /// kernel's `schedstat`), at the stack where it last ran or the call it woke from.
+    WaitingCpu = 12,
 }
 
 impl Marker {
@@ -74,6 +77,7 @@ impl Marker {
             Marker::WaitingChild => "<waiting: child process>",
             Marker::WaitingOther => "<waiting: other system call>",
             Marker::Awaiting => "<awaiting>",
+            Marker::WaitingCpu => "<waiting: CPU>",
         }
     }
 
@@ -87,19 +91,21 @@ impl Marker {
             Marker::WaitingSleep => "sleep",
             Marker::WaitingChild => "child process",
             Marker::WaitingOther => "other system call",
+            Marker::WaitingCpu => "CPU",
             _ => return None,
         })
     }
 }
 
-/// The wall-mode wait markers, one per reason a blocked thread waits.
-pub const WAITS: [Marker; 6] = [
+/// The wall-mode wait markers, one per reason a blocked thread waits, and runnable time's.
+pub const WAITS: [Marker; 7] = [
     Marker::WaitingGil,
     Marker::WaitingLock,
     Marker::WaitingIo,
     Marker::WaitingSleep,
     Marker::WaitingChild,
     Marker::WaitingOther,
+    Marker::WaitingCpu,
 ];
 
 /// The key of a Python frame running code record `record` at instruction index `instr`
@@ -163,6 +169,7 @@ pub fn decode(key: u64) -> Frame {
             9 => Marker::WaitingChild,
             10 => Marker::WaitingOther,
             11 => Marker::Awaiting,
+            12 => Marker::WaitingCpu,
             _ => Marker::Truncated,
         })
     } else {
@@ -188,6 +195,7 @@ mod tests {
             Marker::WaitingChild,
             Marker::WaitingOther,
             Marker::Awaiting,
+            Marker::WaitingCpu,
         ];
         for (i, &m) in all.iter().enumerate() {
             assert_eq!(decode(marker_key(m)), Frame::Marker(m));

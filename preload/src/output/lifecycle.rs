@@ -460,13 +460,25 @@ fn summary_lines(
     let threads_ticks = ticks.saturating_sub(task_ticks);
     if !waiting.is_empty() && threads_ticks > 0 {
         let share = |t: u64| 100.0 * t as f64 / threads_ticks as f64;
-        let blocked: u64 = waiting.iter().map(|(_, t)| t).sum();
+        // Runnable time (`<waiting: CPU>`) is waiting, not blocked.
+        let cpu = crate::capture::frames::Marker::WaitingCpu.waiting_for();
+        let runnable: u64 = waiting
+            .iter()
+            .filter(|(reason, _)| Some(reason.as_str()) == cpu)
+            .map(|(_, t)| t)
+            .sum();
+        let blocked: u64 = waiting.iter().map(|(_, t)| t).sum::<u64>() - runnable;
         let each: Vec<String> = waiting
             .iter()
             .map(|(reason, t)| format!("{reason} {:.1}%", share(*t)))
             .collect();
+        let runnable = if runnable > 0 {
+            format!(" and runnable {:.1}%", share(runnable))
+        } else {
+            String::new()
+        };
         lines.push(format!(
-            "pyigprof: blocked {:.1}% of the wall time, waiting for: {}",
+            "pyigprof: blocked {:.1}% of the wall time{runnable}, waiting for: {}",
             share(blocked),
             each.join(", ")
         ));

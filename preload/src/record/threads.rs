@@ -30,6 +30,9 @@ pub const FREE: u8 = 0;
 pub const HANDLING: u8 = 1;
 /// [`Slot::busy`]: the wall-clock source captures the (blocked) thread's stack.
 pub const CAPTURING: u8 = 2;
+/// [`Slot::run_delay`] of a thread whose run delay has not been read yet and started
+/// before sampling: its first reading is only a baseline.
+pub const RUN_DELAY_UNSET: u64 = u64::MAX;
 
 pub use crate::capture::unwind::UnwindCache;
 
@@ -61,6 +64,37 @@ pub struct Slot {
     /// Wall mode: ticks added for periods the thread waited for a CPU (see
     /// `sources::wall`).
     pub waited: AtomicU64,
+    /// Wall mode: the thread's run delay (ns it has spent runnable, waiting for a CPU, the
+    /// second field of `/proc/<pid>/task/<tid>/schedstat`) when the wall-clock source last
+    /// counted it; [`RUN_DELAY_UNSET`] for a thread that existed before sampling began,
+    /// whose first reading is its baseline.
+    pub run_delay: AtomicU64,
+    /// Wall mode: run delay read but not yet counted as ticks (ns, less than a period).
+    pub run_delay_carry: AtomicU64,
+    /// Wall mode: the thread's `schedstat` file open in the helper process's descriptor
+    /// table, + 1 (0: none), and the thread it was opened for. The helper's alone.
+    pub schedstat_fd: AtomicI32,
+    pub schedstat_tid: AtomicI32,
+    /// When the thread's creation was asked for (`CLOCK_MONOTONIC` ns; 0: not known, a
+    /// thread that existed before sampling or the main thread): wall mode counts its
+    /// time from there.
+    pub created_ns: AtomicU64,
+    /// Wall mode: when the thread's `schedstat` was last read (`CLOCK_MONOTONIC` ns; 0:
+    /// not yet for this thread), and its on-CPU time then (ns).
+    pub seen_at: AtomicU64,
+    pub seen_cpu: AtomicU64,
+    /// Wall mode: time the thread spent blocked (neither on a CPU nor runnable) not yet
+    /// given to a blocked sample of it (ns, an `i64` kept as its bits: negative when a
+    /// reading counted as blocked what a later one found run or runnable).
+    pub blocked_ns: AtomicU64,
+    /// Wall mode: the leaf of the blocked sample the latest pass took of the thread (0:
+    /// it found the thread running): where blocked time that ended before the next
+    /// pass goes.
+    pub pass_leaf: AtomicU32,
+    /// Wall mode: the trace-tree node under which the thread's time waiting for a CPU
+    /// goes as `<waiting: CPU>`: its latest CPU sample's leaf, or the call a blocked
+    /// sample found it in (0: none yet; then its tree's root).
+    pub wait_node: AtomicU32,
     /// Kernel thread id the timer signals (0 = none).
     pub tid: AtomicI32,
     /// The timer's first expiry after arming (ns of the thread's clock).
@@ -324,6 +358,17 @@ impl Slots {
             slot.waited.store(0, Ordering::Relaxed);
             slot.ticks.store(0, Ordering::Relaxed);
             slot.last_leaf.store(0, Ordering::Relaxed);
+            // A new process: its one thread's run delay starts at 0; the descriptors
+            // were the parent's helper process's.
+            slot.run_delay.store(0, Ordering::Relaxed);
+            slot.run_delay_carry.store(0, Ordering::Relaxed);
+            slot.created_ns.store(0, Ordering::Relaxed);
+            slot.schedstat_fd.store(0, Ordering::Relaxed);
+            slot.schedstat_tid.store(0, Ordering::Relaxed);
+            slot.seen_at.store(0, Ordering::Relaxed);
+            slot.blocked_ns.store(0, Ordering::Relaxed);
+            slot.wait_node.store(0, Ordering::Relaxed);
+            slot.pass_leaf.store(0, Ordering::Relaxed);
             slot.last_cpu_leaf.store(0, Ordering::Relaxed);
             slot.path.root.store(0, Ordering::Relaxed);
             if slot.owner.load(Ordering::Relaxed) != me {

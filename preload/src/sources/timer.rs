@@ -33,6 +33,8 @@ impl Sampler {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         self.slots.register_current(|slot| {
+            slot.created_ns
+                .store(pyigprof_hooks::threads::created_ns(), Ordering::Relaxed);
             if let Err(e) = self.arm(slot, tid, wait) {
                 failure = Some(e);
             }
@@ -67,7 +69,11 @@ impl Sampler {
         // SAFETY: the thread's timer is not armed yet, so the handler does not run for it.
         unsafe {
             self.slots.register(thread, Some(bounds), |slot| {
-                result = self.arm(slot, tid, perf::Wait::ForAnswer)
+                slot.created_ns.store(0, Ordering::Relaxed);
+                result = self.arm(slot, tid, perf::Wait::ForAnswer);
+                // Its time runnable before sampling began is not the profile's.
+                slot.run_delay
+                    .store(crate::record::threads::RUN_DELAY_UNSET, Ordering::Relaxed);
             })
         };
         result
@@ -99,6 +105,12 @@ impl Sampler {
         slot.pending.store(0, Ordering::Relaxed);
         slot.running_periods.store(0, Ordering::Relaxed);
         slot.waited.store(0, Ordering::Relaxed);
+        // A thread's run delay counts from its start (register_existing_thread: from
+        // its first reading).
+        slot.run_delay.store(0, Ordering::Relaxed);
+        slot.run_delay_carry.store(0, Ordering::Relaxed);
+        slot.wait_node.store(0, Ordering::Relaxed);
+        slot.pass_leaf.store(0, Ordering::Relaxed);
         if let Trigger::Event(event) = &self.trigger {
             perf::arm(event, slot, tid, wait)?;
             slot.tid.store(tid, Ordering::Relaxed);
@@ -322,6 +334,9 @@ impl Sampler {
         };
         if tid == 0 || STATE.load(Ordering::Acquire) != SAMPLING {
             return;
+        }
+        if self.clock == crate::config::Clock::Wall {
+            crate::sources::wall::account_thread_end(self, slot);
         }
         if self.trigger.event().is_some() {
             self.place_unsampled(slot, tail.unwrap_or(0));

@@ -19,17 +19,18 @@
 //! the thread ran meanwhile the capture is dropped. Reads of its memory cannot fault
 //! ([`crate::capture::probe`]: its stack may be unmapped if it ends meanwhile).
 //!
-//! A period in which a thread is blocked is one tick (the passes come at random intervals
-//! around the period, each counting the wall time since the last); a period in which it
-//! runs is counted by its CPU timer; periods in which it was not
-//! blocked and its CPU timer counted nothing (it waited, runnable, for a CPU: a loaded
-//! machine) are added to its latest sample (`count_waiting`). So a thread's ticks add up
-//! to its wall time, less a few periods of timer lag at its end.
+//! Each pass also reads each thread's `schedstat` (time on a CPU, run delay): its time
+//! runnable without a CPU is counted as `<waiting: CPU>`, and its time blocked (its
+//! elapsed time less both) weighs its samples blocked ([`visit`], [`account`]); its CPU
+//! time is its CPU sampler's. So a thread's ticks add up to its elapsed time (the passes
+//! come at random intervals around the period). Without `schedstat`, a blocked pass counts
+//! the periods since the last, and periods its CPU sampler did not count are added to its
+//! latest sample ([`count_waiting`]).
 
-use crate::capture::frames::marker_key;
+use crate::capture::frames::{marker_key, Marker};
 use crate::capture::unwind::{Regs, UNKNOWN_BP};
 use crate::capture::waits::Call;
-use crate::record::threads::{Slot, CAPTURING, FREE};
+use crate::record::threads::{Slot, CAPTURING, FREE, RUN_DELAY_UNSET};
 use crate::sampler::{Sampler, SAMPLING, STATE};
 use crate::signal_guard::InFlight;
 use crate::sources::helper::{self, raw};
@@ -103,14 +104,25 @@ pub(crate) fn run(sampler: &Sampler) {
     }
 }
 
-/// One period of one sampled thread: its sample, if it is blocked in a system call; else
-/// the period is its CPU timer's to count, and what that timer does not count is time it
-/// waited for a CPU ([`count_waiting`]).
+/// One pass over one sampled thread. With the thread's `schedstat` readable (the usual
+/// case), its time since the last pass is split exactly ([`account`]): its time runnable
+/// goes to `<waiting: CPU>` at once ([`count_runnable`]), its time blocked (elapsed, less
+/// on-CPU and runnable time) accrues until a pass finds it blocked in a system call and
+/// samples its stack with that weight, and its CPU time is its CPU sampler's. Without
+/// `schedstat`, a pass that finds it blocked counts the `periods` since the last pass, and
+/// periods its CPU sampler did not count are estimated as runnable ([`count_waiting`]).
 fn visit(sampler: &Sampler, slot: &mut Slot, periods: u64, line: &mut [u8], again: &mut [u8]) {
     let tid = slot.tid.load(Ordering::Relaxed);
     if tid == 0 || !slot.ready.load(Ordering::Acquire) {
         return;
     }
+    // Its time runnable since the last pass is counted before this pass's sample (which
+    // may move where that time goes).
+    let exact = account(sampler, slot, tid, again);
+    let weight = match exact {
+        Some(()) => blocked_ns(slot).max(0) as u64 / sampler.period_ns,
+        None => periods,
+    };
     let captured = match state_of(tid, line) {
         State::Blocked { len, call, sp, pc }
             if slot
@@ -126,17 +138,227 @@ fn visit(sampler: &Sampler, slot: &mut Slot, periods: u64, line: &mut [u8], agai
             // use it, and no other capture runs.
             let regs = Regs::new(pc, sp, UNKNOWN_BP);
             let why = marker_key(sampler.wait_reason(call));
-            let captured = sampler.sample_blocked(slot, periods, regs, why, still_blocked);
+            let captured = sampler.sample_blocked(slot, weight, regs, why, still_blocked);
             slot.busy.store(FREE, Ordering::Release);
             captured
         }
         // Running, runnable, or its handler runs now.
         _ => false,
     };
-    if !captured {
-        slot.running_periods.fetch_add(periods, Ordering::Relaxed);
-        count_waiting(sampler, slot);
+    match exact {
+        Some(()) if captured => {
+            add_blocked_ns(slot, -((weight * sampler.period_ns) as i64));
+            let leaf = slot.last_leaf.load(Ordering::Relaxed);
+            slot.pass_leaf.store(leaf, Ordering::Relaxed);
+        }
+        Some(()) => {
+            // Found running or runnable: the time it was blocked since the last pass ended
+            // before this one. When the last pass found it blocked, that wait went on past
+            // it: the time is that sample's; else it waits for the next blocked sample.
+            let leaf = slot.pass_leaf.swap(0, Ordering::Relaxed);
+            if weight > 0 && leaf != 0 {
+                sampler
+                    .trees
+                    .node(leaf)
+                    .ticks
+                    .fetch_add(weight, Ordering::Relaxed);
+                sampler.stats.ticks.fetch_add(weight, Ordering::Relaxed);
+                add_blocked_ns(slot, -((weight * sampler.period_ns) as i64));
+            }
+        }
+        None if !captured => {
+            slot.running_periods.fetch_add(periods, Ordering::Relaxed);
+            count_waiting(sampler, slot);
+        }
+        None => {}
     }
+}
+
+/// Reads the `schedstat` of the thread of `slot` (kernel id `tid`) and splits the wall
+/// time since the previous reading: its run delay's growth is counted now
+/// ([`count_runnable`]); what it spent neither on a CPU nor runnable was blocked, and is
+/// added to [`Slot::blocked_ns`] for its next blocked sample. The first reading for a
+/// thread is the baseline (its run delay before it counts too, for a thread started
+/// while sampling). `None` when the file cannot be read; `buf` is scratch.
+///
+/// Done holding the slot ([`CAPTURING`]), as the thread's own last accounting at its end
+/// is ([`account_thread_end`]); while its handler holds it, nothing is read and the time
+/// is the next pass's.
+fn account(sampler: &Sampler, slot: &Slot, tid: libc::pid_t, buf: &mut [u8]) -> Option<()> {
+    let (on_cpu, run_delay) = schedstat(slot, tid, buf)?;
+    let now = clock_ns(libc::CLOCK_MONOTONIC)?;
+    if slot
+        .busy
+        .compare_exchange(FREE, CAPTURING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return Some(());
+    }
+    let mut seen_at = slot.seen_at.swap(now, Ordering::Relaxed);
+    let mut seen_cpu = slot.seen_cpu.swap(on_cpu, Ordering::Relaxed);
+    let delay_before = slot.run_delay.load(Ordering::Relaxed);
+    let first = seen_at == 0;
+    let created = slot.created_ns.load(Ordering::Relaxed);
+    if first && created != 0 && delay_before == 0 {
+        // A thread started while sampling: its time so far counts from its creation
+        // (its wait for a first CPU, in its run delay, included).
+        (seen_at, seen_cpu) = (created, 0);
+    }
+    // The first reading of a thread started while sampling: its run delay so far is
+    // mostly its wait for a first CPU after its creation (on a loaded machine, most of a
+    // period), before any of its frames: at its tree's root, not at its latest sample.
+    count_runnable(sampler, slot, run_delay, first);
+    if seen_at != 0 && delay_before != RUN_DELAY_UNSET {
+        // Signed: the kernel adds a wait for a CPU to the run delay when the wait ends,
+        // and a running thread's time on a CPU at its next accounting (tick, switch), so
+        // that a reading can count as blocked what a later one counts as runnable or run;
+        // the later one then takes it back, and the sum over readings is exact.
+        let elapsed = now.saturating_sub(seen_at) as i64;
+        let busy = on_cpu.saturating_sub(seen_cpu) + run_delay.saturating_sub(delay_before);
+        add_blocked_ns(slot, elapsed - busy.min(i64::MAX as u64) as i64);
+    }
+    slot.busy.store(FREE, Ordering::Release);
+    Some(())
+}
+
+/// The calling thread is ending (wall mode): its time since the wall-clock source's last
+/// reading of its `schedstat`, less its CPU time since (its CPU sampler's), and the
+/// blocked time not yet given to a sample, go to its latest sample — the call it last
+/// blocked in, mostly (a handler thread's last sleep), or where it last ran — so that its
+/// ticks add up to its life (the file of an ended thread can no longer be read). Its run
+/// delay since that reading is not known apart from its blocked time here. Waits for a
+/// capture of the slot in progress (microseconds). Not from a signal handler.
+pub(crate) fn account_thread_end(sampler: &Sampler, slot: &Slot) {
+    let mut spins = 0;
+    while slot
+        .busy
+        .compare_exchange(FREE, CAPTURING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        spins += 1;
+        if spins > 10_000 {
+            return;
+        }
+        std::thread::yield_now();
+    }
+    let seen_at = slot.seen_at.swap(0, Ordering::Relaxed);
+    let now = clock_ns(libc::CLOCK_MONOTONIC);
+    let cpu = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+    let leaf = slot.last_leaf.load(Ordering::Relaxed);
+    if let (Some(now), Some(cpu), true) = (now, cpu, seen_at != 0 && leaf != 0) {
+        let ran = cpu.saturating_sub(slot.seen_cpu.load(Ordering::Relaxed));
+        let rest = now.saturating_sub(seen_at) as i64 - ran.min(i64::MAX as u64) as i64
+            + slot.blocked_ns.swap(0, Ordering::Relaxed) as i64
+            + slot.run_delay_carry.swap(0, Ordering::Relaxed) as i64;
+        // Rounded at random, not down: a thread's last part of a period, counted at each
+        // of a thousand short threads' ends, is not lost on average.
+        let rest = rest.max(0) as u64;
+        let period = sampler.period_ns;
+        let mut state = slot.random.load(Ordering::Relaxed);
+        let up = crate::sources::random::uniform(&mut state) * period as f64;
+        slot.random.store(state, Ordering::Relaxed);
+        let ticks = rest / period + u64::from(up < (rest % period) as f64);
+        if ticks > 0 {
+            sampler
+                .trees
+                .node(leaf)
+                .ticks
+                .fetch_add(ticks, Ordering::Relaxed);
+            sampler.stats.ticks.fetch_add(ticks, Ordering::Relaxed);
+            sampler.stats.tail_ticks.fetch_add(ticks, Ordering::Relaxed);
+        }
+    }
+    slot.busy.store(FREE, Ordering::Release);
+}
+
+/// Counts the time the thread of `slot` spent runnable, waiting for a CPU, since the last
+/// pass: the growth of its run delay to `run_delay` (ns), in ticks of the period with the
+/// remainder carried, as a `<waiting: CPU>` frame under its [`Slot::wait_node`] (where it
+/// last ran, or the call it woke from), or at its tree's root (`at_start`, or no sample
+/// yet). Runnable time is in neither the CPU sampler's
+/// ticks nor the blocked samples'. The caller holds the slot ([`CAPTURING`]).
+fn count_runnable(sampler: &Sampler, slot: &Slot, run_delay: u64, at_start: bool) {
+    let base = slot.run_delay.load(Ordering::Relaxed);
+    if base == RUN_DELAY_UNSET {
+        slot.run_delay.store(run_delay, Ordering::Relaxed);
+        return;
+    }
+    let period = sampler.period_ns;
+    let ns = run_delay.saturating_sub(base) + slot.run_delay_carry.load(Ordering::Relaxed);
+    let ticks = ns / period;
+    if ticks > 0 {
+        let node = match slot.wait_node.load(Ordering::Relaxed) {
+            node if node != 0 && !at_start => Some(node),
+            _ => sampler.tree_root(slot),
+        };
+        let marker = [marker_key(Marker::WaitingCpu)];
+        let recorded = node.and_then(|node| sampler.trees.record(node, &marker, 0, ticks));
+        if recorded.is_none() {
+            // The trees are full: not counted, as a dropped sample is not.
+            sampler
+                .stats
+                .dropped_ticks
+                .fetch_add(ticks, Ordering::Relaxed);
+        } else {
+            sampler.stats.ticks.fetch_add(ticks, Ordering::Relaxed);
+            sampler
+                .stats
+                .waiting_ticks
+                .fetch_add(ticks, Ordering::Relaxed);
+        }
+    }
+    slot.run_delay.store(run_delay, Ordering::Relaxed);
+    slot.run_delay_carry.store(ns % period, Ordering::Relaxed);
+}
+
+/// [`Slot::blocked_ns`], an `i64` kept as its bits.
+fn blocked_ns(slot: &Slot) -> i64 {
+    slot.blocked_ns.load(Ordering::Relaxed) as i64
+}
+
+/// Adds `ns` (negative: takes back) to [`Slot::blocked_ns`].
+fn add_blocked_ns(slot: &Slot, ns: i64) {
+    slot.blocked_ns.fetch_add(ns as u64, Ordering::Relaxed);
+}
+
+/// Thread `tid`'s `(on-CPU ns, run delay ns)` since it started (the first two fields of
+/// its `schedstat`, the kernel's `proc_pid_schedstat`), read through the descriptor kept
+/// in its `slot` (opened on the first read for `tid`; one for a previous thread of the
+/// slot is closed). `None` when the file cannot be opened (no `CONFIG_SCHED_INFO`, no
+/// descriptor left) or read (the thread has ended). `buf` is scratch.
+fn schedstat(slot: &Slot, tid: libc::pid_t, buf: &mut [u8]) -> Option<(u64, u64)> {
+    let mut fd = slot.schedstat_fd.load(Ordering::Relaxed);
+    if slot.schedstat_tid.load(Ordering::Relaxed) != tid {
+        if fd != 0 {
+            close(fd as u64 - 1);
+        }
+        fd = open_task_file(tid, b"/schedstat\0").map_or(0, |fd| fd as i32 + 1);
+        slot.schedstat_fd.store(fd, Ordering::Relaxed);
+        slot.schedstat_tid.store(tid, Ordering::Relaxed);
+        slot.seen_at.store(0, Ordering::Relaxed);
+        slot.blocked_ns.store(0, Ordering::Relaxed);
+    }
+    if fd == 0 {
+        return None;
+    }
+    let len = read_from_start(fd as u64 - 1, buf)?;
+    parse_schedstat(&buf[..len])
+}
+
+/// The first two fields of a `schedstat` line (`<on-CPU ns> <run delay ns>
+/// <timeslices>`, the kernel's `proc_pid_schedstat`).
+fn parse_schedstat(line: &[u8]) -> Option<(u64, u64)> {
+    let mut fields = line.split(|&b| b == b' ').map(|field| {
+        if field.is_empty() || field.len() > 20 {
+            return None;
+        }
+        field.iter().try_fold(0u64, |n, &b| {
+            b.is_ascii_digit()
+                .then(|| n.checked_mul(10)?.checked_add(u64::from(b - b'0')))
+                .flatten()
+        })
+    });
+    Some((fields.next()??, fields.next()??))
 }
 
 /// Periods of a running thread that its CPU sampler may not have counted yet: for a CPU
@@ -192,8 +414,9 @@ enum State {
     Running,
 }
 
-/// Reads `/proc/<profiled pid>/task/<tid>/syscall` into `buf` and parses it.
-fn state_of(tid: libc::pid_t, buf: &mut [u8]) -> State {
+/// Opens `/proc/<profiled pid>/task/<tid>/<file>` (`file` NUL-terminated) read-only in
+/// the helper process's descriptor table; its descriptor, or `None`.
+fn open_task_file(tid: libc::pid_t, file: &[u8]) -> Option<u64> {
     let mut path = [0u8; 64];
     let mut n = 0;
     let mut put = |bytes: &[u8]| {
@@ -207,26 +430,45 @@ fn state_of(tid: libc::pid_t, buf: &mut [u8]) -> State {
     ));
     put(b"/task/");
     put(decimal(tid as u32, &mut [0u8; 10]));
-    put(b"/syscall\0");
-    // SAFETY: a NUL-terminated path; reading into our buffer; closing what we opened.
-    let len = unsafe {
+    put(file);
+    // SAFETY: a NUL-terminated path.
+    let fd = unsafe {
         let flags = (libc::O_RDONLY | libc::O_CLOEXEC) as u64;
-        let fd = raw(
+        raw(
             libc::SYS_openat,
             [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags, 0],
-        );
-        if fd < 0 {
-            return State::Running;
-        }
-        let got = raw(
-            libc::SYS_read,
-            [fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64, 0],
-        );
-        raw(libc::SYS_close, [fd as u64, 0, 0, 0]);
-        if got <= 0 {
-            return State::Running;
-        }
-        got as usize
+        )
+    };
+    (fd >= 0).then_some(fd as u64)
+}
+
+/// Reads the file open at `fd` from its start into `buf`: the bytes read, or `None`.
+fn read_from_start(fd: u64, buf: &mut [u8]) -> Option<usize> {
+    // SAFETY: reading into our buffer.
+    let got = unsafe {
+        raw(
+            libc::SYS_pread64,
+            [fd, buf.as_mut_ptr() as u64, buf.len() as u64, 0],
+        )
+    };
+    (got > 0).then_some(got as usize)
+}
+
+/// Closes the helper process's descriptor `fd`.
+fn close(fd: u64) {
+    // SAFETY: a descriptor of ours.
+    unsafe { raw(libc::SYS_close, [fd, 0, 0, 0]) };
+}
+
+/// Reads `/proc/<profiled pid>/task/<tid>/syscall` into `buf` and parses it.
+fn state_of(tid: libc::pid_t, buf: &mut [u8]) -> State {
+    let Some(fd) = open_task_file(tid, b"/syscall\0") else {
+        return State::Running;
+    };
+    let got = read_from_start(fd, buf);
+    close(fd);
+    let Some(len) = got else {
+        return State::Running;
     };
     parse(&buf[..len]).map_or(State::Running, |(call, sp, pc)| State::Blocked {
         len,
@@ -324,5 +566,31 @@ mod tests {
             parse(b"0 0x3 0x1 0x2000 0x0 0x0 0x0 0x7ffcef23d330 0xzz\n"),
             None
         );
+    }
+
+    #[test]
+    fn schedstat_lines_give_the_time_on_a_cpu_and_the_run_delay() {
+        assert_eq!(
+            parse_schedstat(b"1234567 89012 34\n"),
+            Some((1234567, 89012))
+        );
+        assert_eq!(parse_schedstat(b"5 0 1"), Some((5, 0)));
+        assert_eq!(parse_schedstat(b"12 x3 1\n"), None);
+        assert_eq!(parse_schedstat(b"12\n"), None);
+        assert_eq!(parse_schedstat(b""), None);
+        assert_eq!(parse_schedstat(b"99999999999999999999999 1 1\n"), None);
+        // This thread's own: its CPU time grows by what it ran, once the kernel has
+        // accounted for it (at a tick or a switch: the sleep; a running thread's value
+        // lags, which `account` allows for).
+        let read = || {
+            let text = std::fs::read("/proc/thread-self/schedstat").unwrap();
+            parse_schedstat(&text).unwrap()
+        };
+        let (cpu, _) = read();
+        let start = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap();
+        while clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap() < start + 20_000_000 {}
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let ran = read().0 - cpu;
+        assert!((19_000_000..200_000_000).contains(&ran), "{ran} ns");
     }
 }
