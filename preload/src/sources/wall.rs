@@ -96,6 +96,10 @@ pub(crate) fn run(sampler: &Sampler) {
                     if crate::sources::timer::sampled(slot) {
                         visit(sampler, slot, periods, &mut line, &mut again);
                         sampler.sample_suspended_tasks(slot, periods, pass);
+                    } else {
+                        // Its thread has ended: the descriptor goes, as its perf event's
+                        // does (the helper's table also holds the events).
+                        forget_schedstat(slot);
                     }
                 })
             };
@@ -343,6 +347,15 @@ fn schedstat(slot: &Slot, tid: libc::pid_t, buf: &mut [u8]) -> Option<(u64, u64)
     }
     let len = read_from_start(fd as u64 - 1, buf)?;
     parse_schedstat(&buf[..len])
+}
+
+/// Closes the `schedstat` descriptor kept for the thread of `slot`, if any.
+fn forget_schedstat(slot: &Slot) {
+    let fd = slot.schedstat_fd.swap(0, Ordering::Relaxed);
+    if fd != 0 {
+        close(fd as u64 - 1);
+        slot.schedstat_tid.store(0, Ordering::Relaxed);
+    }
 }
 
 /// The first two fields of a `schedstat` line (`<on-CPU ns> <run delay ns>
