@@ -154,6 +154,7 @@ impl Sampler {
             slot.last_cpu_leaf.store(0, Ordering::Relaxed);
             slot.wait_node.store(0, Ordering::Relaxed);
             slot.pass_leaf.store(0, Ordering::Relaxed);
+            slot.given_node.store(0, Ordering::Relaxed);
             slot.path.root.store(0, Ordering::Relaxed);
         });
     }

@@ -91,6 +91,10 @@ pub struct Slot {
     /// it found the thread running): where blocked time that ended before the next
     /// pass goes.
     pub pass_leaf: AtomicU32,
+    /// Wall mode: the node and ticks of the latest blocked time given to a sample of the
+    /// thread, which a later reading may take back (`sources::wall::take_back`).
+    pub given_node: AtomicU32,
+    pub given_ticks: AtomicU64,
     /// Wall mode: the trace-tree node under which the thread's time waiting for a CPU
     /// goes as `<waiting: CPU>`: its latest CPU sample's leaf, or the call a blocked
     /// sample found it in (0: none yet; then its tree's root).
@@ -369,6 +373,7 @@ impl Slots {
             slot.blocked_ns.store(0, Ordering::Relaxed);
             slot.wait_node.store(0, Ordering::Relaxed);
             slot.pass_leaf.store(0, Ordering::Relaxed);
+            slot.given_node.store(0, Ordering::Relaxed);
             slot.last_cpu_leaf.store(0, Ordering::Relaxed);
             slot.path.root.store(0, Ordering::Relaxed);
             if slot.owner.load(Ordering::Relaxed) != me {

@@ -111,6 +111,7 @@ impl Sampler {
         slot.run_delay_carry.store(0, Ordering::Relaxed);
         slot.wait_node.store(0, Ordering::Relaxed);
         slot.pass_leaf.store(0, Ordering::Relaxed);
+        slot.given_node.store(0, Ordering::Relaxed);
         if let Trigger::Event(event) = &self.trigger {
             perf::arm(event, slot, tid, wait)?;
             slot.tid.store(tid, Ordering::Relaxed);

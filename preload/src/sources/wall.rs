@@ -123,6 +123,9 @@ fn visit(sampler: &Sampler, slot: &mut Slot, periods: u64, line: &mut [u8], agai
     // Its time runnable since the last pass is counted before this pass's sample (which
     // may move where that time goes).
     let exact = account(sampler, slot, tid, again);
+    if exact.is_some() {
+        take_back(sampler, slot);
+    }
     let weight = match exact {
         Some(()) => blocked_ns(slot).max(0) as u64 / sampler.period_ns,
         None => periods,
@@ -154,6 +157,9 @@ fn visit(sampler: &Sampler, slot: &mut Slot, periods: u64, line: &mut [u8], agai
             add_blocked_ns(slot, -((weight * sampler.period_ns) as i64));
             let leaf = slot.last_leaf.load(Ordering::Relaxed);
             slot.pass_leaf.store(leaf, Ordering::Relaxed);
+            if weight > 0 {
+                gave(slot, leaf, weight);
+            }
         }
         Some(()) => {
             // Found running or runnable: the time it was blocked since the last pass ended
@@ -168,6 +174,7 @@ fn visit(sampler: &Sampler, slot: &mut Slot, periods: u64, line: &mut [u8], agai
                     .fetch_add(weight, Ordering::Relaxed);
                 sampler.stats.ticks.fetch_add(weight, Ordering::Relaxed);
                 add_blocked_ns(slot, -((weight * sampler.period_ns) as i64));
+                gave(slot, leaf, weight);
             }
         }
         None if !captured => {
@@ -251,16 +258,26 @@ pub(crate) fn account_thread_end(sampler: &Sampler, slot: &Slot) {
     let leaf = slot.last_leaf.load(Ordering::Relaxed);
     if let (Some(now), Some(cpu), true) = (now, cpu, seen_at != 0 && leaf != 0) {
         let ran = cpu.saturating_sub(slot.seen_cpu.load(Ordering::Relaxed));
-        let rest = now.saturating_sub(seen_at) as i64 - ran.min(i64::MAX as u64) as i64
-            + slot.blocked_ns.swap(0, Ordering::Relaxed) as i64
-            + slot.run_delay_carry.swap(0, Ordering::Relaxed) as i64;
+        add_blocked_ns(
+            slot,
+            now.saturating_sub(seen_at) as i64 - ran.min(i64::MAX as u64) as i64
+                + slot.run_delay_carry.swap(0, Ordering::Relaxed) as i64,
+        );
+        take_back(sampler, slot);
+        let rest = slot.blocked_ns.swap(0, Ordering::Relaxed) as i64;
         // Rounded at random, not down: a thread's last part of a period, counted at each
-        // of a thousand short threads' ends, is not lost on average.
-        let rest = rest.max(0) as u64;
+        // of a thousand short threads' ends, is not lost on average; nor is a part owed
+        // (less than a period, after `take_back`) kept.
         let period = sampler.period_ns;
         let mut state = slot.random.load(Ordering::Relaxed);
         let up = crate::sources::random::uniform(&mut state) * period as f64;
         slot.random.store(state, Ordering::Relaxed);
+        let part = rest.unsigned_abs();
+        if rest < 0 && up < part as f64 {
+            add_blocked_ns(slot, -(period as i64));
+            take_back(sampler, slot);
+        }
+        let rest = rest.max(0) as u64;
         let ticks = rest / period + u64::from(up < (rest % period) as f64);
         if ticks > 0 {
             sampler
@@ -313,6 +330,38 @@ fn count_runnable(sampler: &Sampler, slot: &Slot, run_delay: u64, at_start: bool
     }
     slot.run_delay.store(run_delay, Ordering::Relaxed);
     slot.run_delay_carry.store(ns % period, Ordering::Relaxed);
+}
+
+/// Notes that `ticks` of blocked time went to node `leaf`: the latest attribution, which
+/// a later reading may take back ([`take_back`]).
+fn gave(slot: &Slot, leaf: u32, ticks: u64) {
+    slot.given_node.store(leaf, Ordering::Relaxed);
+    slot.given_ticks.store(ticks, Ordering::Relaxed);
+}
+
+/// When the thread's blocked time is negative by a period or more — a later reading found
+/// that time run or runnable (the kernel counts a wait for a CPU when it ends, a running
+/// thread's CPU time at its next tick) — takes the whole periods of it back from the
+/// ticks its latest attribution gave ([`gave`]), where they were counted; a rest waits
+/// for the next blocked time. Without this, a thread that ends owing (a thread-per-request
+/// server's handler on a loaded machine) kept them: its sleep had 3-4 % too much.
+fn take_back(sampler: &Sampler, slot: &Slot) {
+    let period = sampler.period_ns;
+    let owed = blocked_ns(slot).saturating_neg();
+    let (node, given) = (
+        slot.given_node.load(Ordering::Relaxed),
+        slot.given_ticks.load(Ordering::Relaxed),
+    );
+    if owed < period as i64 || node == 0 || given == 0 {
+        return;
+    }
+    let back = given.min(owed as u64 / period);
+    let ticks = &sampler.trees.node(node).ticks;
+    let back = back.min(ticks.load(Ordering::Relaxed));
+    ticks.fetch_sub(back, Ordering::Relaxed);
+    sampler.stats.ticks.fetch_sub(back, Ordering::Relaxed);
+    slot.given_ticks.store(given - back, Ordering::Relaxed);
+    add_blocked_ns(slot, (back * period) as i64);
 }
 
 /// [`Slot::blocked_ns`], an `i64` kept as its bits.
