@@ -320,7 +320,7 @@ asyncio.run(root())
 
 /// Thousands of tasks created and finished per second, sampled at 4 kHz: the program runs
 /// to its end, and every sample's await chain is one the program built (`root`, `root →
-/// mid-J`, `root → mid-J → leaf-I`) — a task freed and its memory reused between two reads
+/// mid-J`, `root → mid-J → leaf-I`, and `asyncio.run`'s shutdown tasks) — a task freed and its memory reused between two reads
 /// is never misread into another chain; the checked reads that faulted are said. 5 s in
 /// the fast tier, 30 s in the whole matrix.
 #[test]
@@ -340,10 +340,19 @@ fn tasks_created_and_finished_fast_are_never_misread() {
                 continue;
             }
             with_tasks += 1;
-            let shape_ok = c[0] == "root"
-                && c.get(1).is_none_or(|m| m.starts_with("mid-"))
-                && c.get(2).is_none_or(|l| l.starts_with("leaf-"))
-                && c.len() <= 3;
+            // asyncio.run's own tasks after `root` ends: the program's too (a 4 kHz sample
+            // landed in one on sid's 3.15, in the whole matrix).
+            let shutdown = c.len() == 1
+                && [
+                    "BaseEventLoop.shutdown_asyncgens",
+                    "BaseEventLoop.shutdown_default_executor",
+                ]
+                .contains(&c[0].as_str());
+            let shape_ok = shutdown
+                || c[0] == "root"
+                    && c.get(1).is_none_or(|m| m.starts_with("mid-"))
+                    && c.get(2).is_none_or(|l| l.starts_with("leaf-"))
+                    && c.len() <= 3;
             assert!(
                 shape_ok,
                 "{}: a chain the program never built: {c:?}",
