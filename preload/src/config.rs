@@ -244,6 +244,12 @@ pub struct Config {
     pub profile_cpu: bool,
     /// Sample allocations (`PYIGPROF_PROFILE` names `mem`).
     pub profile_memory: bool,
+    /// Sample the waits for Python's locks (`PYIGPROF_PROFILE` names `lock`:
+    /// `crate::sources::locks`).
+    pub profile_locks: bool,
+    /// Mean nanoseconds of waiting between two sampled waits (`PYIGPROF_LOCK_RATE`, a
+    /// duration: `500us`, `1ms`, `2ms`, or ns without a unit); 1 records every wait.
+    pub lock_rate_ns: u64,
     /// Mean bytes allocated between two sampled allocations (`PYIGPROF_MEM_RATE`, a number
     /// of bytes with an optional `k`/`K`/`KiB`, `M`/`MiB` or `G`/`GiB` suffix); 1 records
     /// every allocation.
@@ -264,6 +270,19 @@ pub struct Config {
 }
 
 /// Parses a byte count: a whole number with an optional binary suffix (`512k`, `4MiB`).
+/// A duration in nanoseconds: a number with `ns`, `us`, `ms` or `s` (ns without one); `None`
+/// for anything else or 0.
+fn parse_duration_ns(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (number, scale) = [("ns", 1.0), ("us", 1e3), ("ms", 1e6), ("s", 1e9)]
+        .iter()
+        .find_map(|(unit, scale)| Some((text.strip_suffix(unit)?, *scale)))
+        .unwrap_or((text, 1.0));
+    let value: f64 = number.trim().parse().ok()?;
+    let ns = value * scale;
+    (ns.is_finite() && ns >= 1.0 && ns < 1e18).then_some(ns.round() as u64)
+}
+
 fn parse_bytes(text: &str) -> Option<u64> {
     let text = text.trim();
     let digits = text
@@ -555,21 +574,39 @@ impl Config {
                 }
             },
         };
-        let (profile_cpu, profile_memory) = match lookup("PYIGPROF_PROFILE") {
-            None => (true, false),
+        let (profile_cpu, profile_memory, profile_locks) = match lookup("PYIGPROF_PROFILE") {
+            None => (true, false, false),
             Some(raw) => {
                 let text = raw.to_str().unwrap_or("");
                 let parts: Vec<&str> = text.split(',').map(str::trim).collect();
-                if !parts.is_empty() && parts.iter().all(|p| *p == "cpu" || *p == "mem") {
-                    (parts.contains(&"cpu"), parts.contains(&"mem"))
+                if !parts.is_empty() && parts.iter().all(|p| matches!(*p, "cpu" | "mem" | "lock")) {
+                    (
+                        parts.contains(&"cpu"),
+                        parts.contains(&"mem"),
+                        parts.contains(&"lock"),
+                    )
                 } else {
                     complaints.push(format!(
-                        "pyigprof: PYIGPROF_PROFILE={raw:?} is not \"cpu\", \"mem\" or \"cpu,mem\"; \
-                         using the default cpu"
+                        "pyigprof: PYIGPROF_PROFILE={raw:?} is not a list of \"cpu\", \"mem\" and \
+                         \"lock\" (e.g. \"cpu,lock\"); using the default cpu"
                     ));
-                    (true, false)
+                    (true, false, false)
                 }
             }
+        };
+        let default_lock_rate = crate::sources::locks::DEFAULT_RATE_NS;
+        let lock_rate_ns = match lookup("PYIGPROF_LOCK_RATE") {
+            None => default_lock_rate,
+            Some(raw) => match raw.to_str().and_then(parse_duration_ns) {
+                Some(rate) => rate,
+                None => {
+                    complaints.push(format!(
+                        "pyigprof: PYIGPROF_LOCK_RATE={raw:?} is not a duration above 0 (e.g. \
+                         500us, 1ms, 1 for every wait); using the default 1ms"
+                    ));
+                    default_lock_rate
+                }
+            },
         };
         let default_rate = crate::sources::allocations::DEFAULT_RATE;
         let mem_rate = match lookup("PYIGPROF_MEM_RATE") {
@@ -651,6 +688,8 @@ impl Config {
                 only_child_of,
                 profile_cpu,
                 profile_memory,
+                profile_locks,
+                lock_rate_ns,
                 mem_rate,
                 event,
                 perf_events,
@@ -884,6 +923,15 @@ mod tests {
         assert!(!c.profile_cpu && c.profile_memory);
         let (c, _) = parse(&[("PYIGPROF_PROFILE", "cpu, mem")]);
         assert!(c.profile_cpu && c.profile_memory);
+        let (c, _) = parse(&[("PYIGPROF_PROFILE", "cpu,lock")]);
+        assert!(c.profile_cpu && !c.profile_memory && c.profile_locks);
+        assert_eq!(c.lock_rate_ns, crate::sources::locks::DEFAULT_RATE_NS);
+        let (c, complaints) = parse(&[("PYIGPROF_PROFILE", "lock"), ("PYIGPROF_LOCK_RATE", "250us")]);
+        assert!(!c.profile_cpu && c.profile_locks && complaints.is_empty());
+        assert_eq!(c.lock_rate_ns, 250_000);
+        let (c, complaints) = parse(&[("PYIGPROF_PROFILE", "lock"), ("PYIGPROF_LOCK_RATE", "0")]);
+        assert_eq!(c.lock_rate_ns, crate::sources::locks::DEFAULT_RATE_NS);
+        assert!(complaints[0].contains("PYIGPROF_LOCK_RATE=\"0\""), "{complaints:?}");
         let (c, complaints) = parse(&[("PYIGPROF_PROFILE", "memory")]);
         assert!(c.profile_cpu && !c.profile_memory);
         assert!(

@@ -124,6 +124,9 @@ pub extern "C" fn init() {
             return;
         }
     };
+    if config.profile_locks {
+        sources::locks::enable(config.lock_rate_ns);
+    }
     if config.profile_memory {
         sources::allocations::enable(config.mem_rate);
         if let Some(v) = version {

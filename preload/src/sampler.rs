@@ -152,6 +152,7 @@ impl Sampler {
             slot.root.store(0, Ordering::Relaxed);
             slot.last_leaf.store(0, Ordering::Relaxed);
             slot.last_cpu_leaf.store(0, Ordering::Relaxed);
+            slot.lock_root.store(0, Ordering::Relaxed);
             slot.wait_node.store(0, Ordering::Relaxed);
             slot.pass_leaf.store(0, Ordering::Relaxed);
             slot.given_node.store(0, Ordering::Relaxed);
@@ -253,6 +254,47 @@ impl Sampler {
     /// inside anything the program does). `None` when the thread's slot is busy (a
     /// `SIGPROF` handler cannot be, but wall mode's source can) or the tree is full.
     pub(crate) fn allocation_site(&self, regs: Regs, entry: u64) -> Option<u32> {
+        self.call_site(regs, entry, |slot| self.tree_root(slot))
+    }
+
+    /// Records a wait for a lock that the calling thread has just ended in `entry` (the C
+    /// library's function it called; [`crate::sources::locks`]) and that stands for
+    /// `weight_ns` ns of waiting: its call stack, in the thread's tree of lock waits (its
+    /// own root, [`Slot::lock_root`]), one sample and `weight_ns` in ticks of the period
+    /// (rounded at random with `unit`, uniform in `(0, 1]`). False when it could not be
+    /// recorded (the slot busy, the trees full). Not from a signal handler.
+    pub(crate) fn record_lock_wait(&self, regs: Regs, entry: u64, weight_ns: u64, unit: f64) -> bool {
+        let period = self.period_ns.max(1);
+        let ticks = weight_ns / period
+            + u64::from(unit * period as f64 <= (weight_ns % period) as f64 && weight_ns % period > 0);
+        let node = self.call_site(regs, entry, |slot| match slot.lock_root.load(Ordering::Relaxed) {
+            0 => {
+                let root = self.trees.new_root()?;
+                slot.lock_root.store(root, Ordering::Release);
+                Some(root)
+            }
+            root => Some(root),
+        });
+        let Some(node) = node else {
+            return false;
+        };
+        let node = self.trees.node(node);
+        node.samples.fetch_add(1, Ordering::Relaxed);
+        node.ticks.fetch_add(ticks, Ordering::Relaxed);
+        true
+    }
+
+    /// The trace-tree node of the calling thread's call stack, from registers `regs` taken
+    /// in the profiler's code, less the profiler's frames, with `entry` (the function of
+    /// the C library the program called) as its innermost frame, in the tree whose root
+    /// `root` gives (made on first use). Takes the slot as the handler does. `None` when
+    /// the slot is busy or the trees are full.
+    fn call_site(
+        &self,
+        regs: Regs,
+        entry: u64,
+        root: impl FnOnce(&Slot) -> Option<u32>,
+    ) -> Option<u32> {
         // SAFETY: pthread_self only reads the thread pointer.
         let thread = unsafe { libc::pthread_self() } as usize;
         // SAFETY: this is the owner thread; a SIGPROF handler arriving meanwhile finds the
@@ -276,9 +318,7 @@ impl Sampler {
             slot.out[len] = entry;
             len += 1;
         }
-        let node = self
-            .tree_root(slot)
-            .and_then(|root| self.trees.find_from(&mut slot.path, root, &slot.out[..len]));
+        let node = root(slot).and_then(|root| self.trees.find_from(&mut slot.path, root, &slot.out[..len]));
         slot.busy.store(FREE, Ordering::Release);
         node
     }

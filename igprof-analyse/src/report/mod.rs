@@ -119,7 +119,8 @@ pub enum Unit {
 impl Unit {
     /// The unit of the counter called `name`.
     pub fn of(name: &str) -> Unit {
-        if name.ends_with("_TICKS") {
+        // pyigprof's lock profiler writes its waits' time in ticks of the period too.
+        if name.ends_with("_TICKS") || is_lock_time(name) {
             Unit::Ticks
         } else if memory::Kind::of(name).is_some() {
             Unit::Bytes
@@ -140,6 +141,13 @@ impl Unit {
             Unit::Amount => "amount",
         }
     }
+}
+
+/// Whether the counter called `name` is pyigprof's lock profiler's time: `LOCK_WAIT`, the
+/// time threads waited to acquire locks, in ticks of the profile's period, its count the
+/// waits sampled (docs/dump-format.md).
+pub fn is_lock_time(name: &str) -> bool {
+    name == "LOCK_WAIT"
 }
 
 /// `value` (an integer or a decimal number as text) with its thousands separated by

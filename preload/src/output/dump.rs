@@ -38,6 +38,9 @@ pub(crate) struct OutNode {
     pub(crate) ticks: u64,
     /// Its own memory counters.
     pub(crate) memory: Memory,
+    /// Its own `LOCK_WAIT`: waits sampled and the ticks they stand for
+    /// ([`crate::sources::locks`]).
+    pub(crate) lock_wait: (u64, u64),
 }
 
 /// The memory counters of a merged node, summed over threads (the largest allocation
@@ -83,6 +86,10 @@ impl Memory {
         self.total.0 == 0 && self.total.1 == 0 && self.max == 0
     }
 }
+
+/// The counter of the lock profiler's waits ([`crate::sources::locks`]): per node, the
+/// waits sampled there and the ticks of the period they stand for (time, as `PERF_TICKS`).
+pub const LOCK_WAIT: &str = "LOCK_WAIT";
 
 /// The merged profile, ready to be written.
 pub struct Profile {
@@ -508,6 +515,7 @@ impl Profile {
             let node = &self.nodes[index as usize];
             keep[index as usize] = node.samples > 0
                 || node.ticks > 0
+                || node.lock_wait != (0, 0)
                 || !node.memory.is_empty()
                 || node.memory.live.1 > 0
                 || node.children.iter().any(|&c| keep[c as usize]);
@@ -550,16 +558,26 @@ impl Profile {
             samples: 0,
             ticks: 0,
             memory: Memory::default(),
+            lock_wait: (0, 0),
         }];
         let mut edges: HashMap<(u32, u32, u64), u32> = HashMap::new();
         let own = resolver.own.clone();
         let jit = resolver.intern(jit_function());
-        for root in sampler.slots.roots() {
+        // Each thread's trace tree, then its tree of lock waits, whose samples and ticks
+        // are LOCK_WAIT's.
+        let roots = sampler.slots.roots().into_iter().map(|root| (root, false));
+        let lock_roots = sampler.slots.lock_roots().into_iter().map(|root| (root, true));
+        for (root, locks) in roots.chain(lock_roots) {
             // path[d] = merged node at depth d (path[0] = root).
             let mut path: Vec<u32> = vec![0];
             sampler.trees.walk(root, &mut |depth, index, node| {
                 path.truncate(depth);
                 let (samples, ticks, memory) = counting.of(index, node);
+                let (samples, ticks, lock_wait) = if locks {
+                    (0, 0, (samples, ticks))
+                } else {
+                    (samples, ticks, (0, 0))
+                };
                 let parent = path[depth - 1];
                 let (mut function, mut offset) = resolver.resolve(node.key.load(Ordering::Relaxed));
                 // Code outside every object called by the evaluator (a Python frame in the
@@ -579,6 +597,8 @@ impl Profile {
                     out.samples += samples;
                     out.ticks += ticks;
                     out.memory.add(memory);
+                    out.lock_wait.0 += lock_wait.0;
+                    out.lock_wait.1 += lock_wait.1;
                     return;
                 }
                 let index = *edges.entry((parent, function, offset)).or_insert_with(|| {
@@ -589,6 +609,7 @@ impl Profile {
                         samples: 0,
                         ticks: 0,
                         memory: Memory::default(),
+                        lock_wait: (0, 0),
                     });
                     let index = (nodes.len() - 1) as u32;
                     nodes[parent as usize].children.push(index);
@@ -598,6 +619,8 @@ impl Profile {
                 out.samples += samples;
                 out.ticks += ticks;
                 out.memory.add(memory);
+                out.lock_wait.0 += lock_wait.0;
+                out.lock_wait.1 += lock_wait.1;
                 path.push(index);
             });
         }
@@ -612,6 +635,9 @@ impl Profile {
             statistics: {
                 let mut lines = sampler.stats.lines();
                 lines.insert(2, sampling_line(sampler));
+                if crate::sources::locks::enabled() {
+                    lines.push(crate::sources::locks::statistics_line());
+                }
                 lines.extend(crate::sources::budget::statistics_line(
                     (1_000_000_000 / sampler.period_ns.max(1)) as u32,
                 ));
@@ -621,8 +647,10 @@ impl Profile {
             cost,
             first_counter: if sampler.cpu {
                 sampler.trigger.counter()
-            } else {
+            } else if crate::sources::allocations::enabled() {
                 "MEM_TOTAL"
+            } else {
+                LOCK_WAIT
             },
             counter: sampler.trigger.counter(),
         }
@@ -744,6 +772,10 @@ impl Profile {
                     (node.samples, node.ticks, node.ticks),
                     &mut line,
                 );
+            }
+            if node.lock_wait != (0, 0) {
+                let (waits, ticks) = node.lock_wait;
+                ids.counter(LOCK_WAIT, (waits, ticks, ticks), &mut line);
             }
             let m = &node.memory;
             if !m.is_empty() {

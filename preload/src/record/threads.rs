@@ -43,6 +43,9 @@ pub struct Slot {
     pub owner: AtomicUsize,
     /// Root of the thread's trace tree (0 = none yet).
     pub root: AtomicU32,
+    /// Root of the thread's tree of lock waits (`sources::locks`: samples are sampled
+    /// waits, ticks their time; 0 = none yet).
+    pub lock_root: AtomicU32,
     /// Set once `stack` and `cache` are valid.
     pub ready: AtomicBool,
     /// `[low, high)` of the thread's stack.
@@ -346,6 +349,14 @@ impl Slots {
             .collect()
     }
 
+    /// Roots of every thread's tree of lock waits.
+    pub fn lock_roots(&self) -> Vec<u32> {
+        self.claimed()
+            .map(|i| self.at(i).lock_root.load(Ordering::Acquire))
+            .filter(|&r| r != 0)
+            .collect()
+    }
+
     /// After `fork`: only the calling thread exists, and no timer (timers are not
     /// inherited). Forgets every tree, timer and other thread's stack; slots stay claimed
     /// (a new thread with a reused `pthread_t` takes its slot over). Takes no lock.
@@ -354,6 +365,7 @@ impl Slots {
         let me = unsafe { libc::pthread_self() } as usize;
         self.for_each(|slot| {
             slot.root.store(0, Ordering::Relaxed);
+            slot.lock_root.store(0, Ordering::Relaxed);
             slot.timer.store(0, Ordering::Relaxed);
             slot.tail.store(0, Ordering::Relaxed);
             slot.busy.store(FREE, Ordering::Relaxed);

@@ -14,13 +14,16 @@
 //! - [`handler`]: the `SIGPROF` handler, which turns a timer's signal into one sample;
 //! - [`adopt`]: threads that existed before the constructor, found and given timers;
 //! - [`allocations`]: the allocator hooks (`malloc`, …, and CPython's allocator domains),
-//!   which sample allocations for the memory profiler.
+//!   which sample allocations for the memory profiler;
+//! - [`locks`]: the semaphore hooks, which sample the waits of Python's locks for the
+//!   lock profiler.
 
 pub mod adopt;
 pub mod allocations;
 pub mod budget;
 pub mod handler;
 pub mod helper;
+pub mod locks;
 pub mod perf;
 pub mod random;
 pub mod timer;

@@ -270,6 +270,7 @@ impl Sampler {
         self.trees.reset();
         crate::record::memory::reset();
         crate::sources::allocations::reset_after_fork();
+        crate::sources::locks::reset_after_fork();
         self.slots.reset_after_fork();
         self.stats.reset();
         // No locks here: another thread of the parent may have held one at fork time.
@@ -300,6 +301,7 @@ impl Sampler {
         self.slots.for_each(perf::forget_after_fork);
         crate::sources::allocations::disable();
         crate::sources::allocations::reset_after_fork();
+        crate::sources::locks::disable();
         self.slots.reset_after_fork();
     }
 
