@@ -65,11 +65,11 @@ pub fn igprof_style(args: &[OsString]) -> Result<Record, String> {
         output,
         rate: None,
         clock: None,
-        profile: Some(match (cpu, mem) {
-            (true, true) => What::CpuMem,
-            (false, true) => What::Mem,
-            _ => What::Cpu,
-        }),
+        profile: match (cpu, mem) {
+            (true, true) => vec![What::Cpu, What::Mem],
+            (false, true) => vec![What::Mem],
+            _ => vec![What::Cpu],
+        },
         event: None,
         // IgProf profiles the children it starts: -pp covers them too.
         subprocesses: true,

@@ -66,16 +66,26 @@ enum Command {
     },
 }
 
-/// What is sampled (`PYIGPROF_PROFILE`).
+/// What is sampled (`PYIGPROF_PROFILE`; several, comma-separated, in one profile).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum What {
     /// CPU time (or wall time with --clock wall).
     Cpu,
     /// Allocations (the memory profiler).
     Mem,
-    /// Both, in one profile.
-    #[value(name = "cpu,mem")]
-    CpuMem,
+    /// The time threads wait for Python's locks (the lock profiler: LOCK_WAIT).
+    Lock,
+}
+
+impl What {
+    /// Its name in `PYIGPROF_PROFILE`.
+    fn name(self) -> &'static str {
+        match self {
+            What::Cpu => "cpu",
+            What::Mem => "mem",
+            What::Lock => "lock",
+        }
+    }
 }
 
 /// The clock that samples (`PYIGPROF_CLOCK`).
@@ -102,9 +112,10 @@ struct Record {
     #[arg(long, value_enum)]
     clock: Option<Clock>,
 
-    /// What is sampled (`PYIGPROF_PROFILE`).
-    #[arg(long, value_enum)]
-    profile: Option<What>,
+    /// What is sampled (`PYIGPROF_PROFILE`): cpu, mem, lock, or several comma-separated
+    /// (`cpu,lock`).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    profile: Vec<What>,
 
     /// A perf event to sample instead of CPU time, by perf's name, e.g. `page-faults`
     /// (`PYIGPROF_EVENT`).
@@ -190,13 +201,9 @@ impl Record {
             };
             settings.push(("PYIGPROF_CLOCK", name.into()));
         }
-        if let Some(what) = self.profile {
-            let name = match what {
-                What::Cpu => "cpu",
-                What::Mem => "mem",
-                What::CpuMem => "cpu,mem",
-            };
-            settings.push(("PYIGPROF_PROFILE", name.into()));
+        if !self.profile.is_empty() {
+            let names: Vec<&str> = self.profile.iter().map(|what| what.name()).collect();
+            settings.push(("PYIGPROF_PROFILE", names.join(",").into()));
         }
         if let Some(event) = &self.event {
             settings.push(("PYIGPROF_EVENT", event.into()));

@@ -280,7 +280,7 @@ fn parse_duration_ns(text: &str) -> Option<u64> {
         .unwrap_or((text, 1.0));
     let value: f64 = number.trim().parse().ok()?;
     let ns = value * scale;
-    (ns.is_finite() && ns >= 1.0 && ns < 1e18).then_some(ns.round() as u64)
+    (ns.is_finite() && (1.0..1e18).contains(&ns)).then_some(ns.round() as u64)
 }
 
 fn parse_bytes(text: &str) -> Option<u64> {
@@ -926,12 +926,18 @@ mod tests {
         let (c, _) = parse(&[("PYIGPROF_PROFILE", "cpu,lock")]);
         assert!(c.profile_cpu && !c.profile_memory && c.profile_locks);
         assert_eq!(c.lock_rate_ns, crate::sources::locks::DEFAULT_RATE_NS);
-        let (c, complaints) = parse(&[("PYIGPROF_PROFILE", "lock"), ("PYIGPROF_LOCK_RATE", "250us")]);
+        let (c, complaints) = parse(&[
+            ("PYIGPROF_PROFILE", "lock"),
+            ("PYIGPROF_LOCK_RATE", "250us"),
+        ]);
         assert!(!c.profile_cpu && c.profile_locks && complaints.is_empty());
         assert_eq!(c.lock_rate_ns, 250_000);
         let (c, complaints) = parse(&[("PYIGPROF_PROFILE", "lock"), ("PYIGPROF_LOCK_RATE", "0")]);
         assert_eq!(c.lock_rate_ns, crate::sources::locks::DEFAULT_RATE_NS);
-        assert!(complaints[0].contains("PYIGPROF_LOCK_RATE=\"0\""), "{complaints:?}");
+        assert!(
+            complaints[0].contains("PYIGPROF_LOCK_RATE=\"0\""),
+            "{complaints:?}"
+        );
         let (c, complaints) = parse(&[("PYIGPROF_PROFILE", "memory")]);
         assert!(c.profile_cpu && !c.profile_memory);
         assert!(

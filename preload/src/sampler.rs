@@ -263,17 +263,25 @@ impl Sampler {
     /// own root, [`Slot::lock_root`]), one sample and `weight_ns` in ticks of the period
     /// (rounded at random with `unit`, uniform in `(0, 1]`). False when it could not be
     /// recorded (the slot busy, the trees full). Not from a signal handler.
-    pub(crate) fn record_lock_wait(&self, regs: Regs, entry: u64, weight_ns: u64, unit: f64) -> bool {
+    pub(crate) fn record_lock_wait(
+        &self,
+        regs: Regs,
+        entry: u64,
+        weight_ns: u64,
+        unit: f64,
+    ) -> bool {
         let period = self.period_ns.max(1);
-        let ticks = weight_ns / period
-            + u64::from(unit * period as f64 <= (weight_ns % period) as f64 && weight_ns % period > 0);
-        let node = self.call_site(regs, entry, |slot| match slot.lock_root.load(Ordering::Relaxed) {
-            0 => {
-                let root = self.trees.new_root()?;
-                slot.lock_root.store(root, Ordering::Release);
-                Some(root)
+        let left = weight_ns % period;
+        let ticks = weight_ns / period + u64::from(left > 0 && unit * period as f64 <= left as f64);
+        let node = self.call_site(regs, entry, |slot| {
+            match slot.lock_root.load(Ordering::Relaxed) {
+                0 => {
+                    let root = self.trees.new_root()?;
+                    slot.lock_root.store(root, Ordering::Release);
+                    Some(root)
+                }
+                root => Some(root),
             }
-            root => Some(root),
         });
         let Some(node) = node else {
             return false;
@@ -318,7 +326,8 @@ impl Sampler {
             slot.out[len] = entry;
             len += 1;
         }
-        let node = root(slot).and_then(|root| self.trees.find_from(&mut slot.path, root, &slot.out[..len]));
+        let node = root(slot)
+            .and_then(|root| self.trees.find_from(&mut slot.path, root, &slot.out[..len]));
         slot.busy.store(FREE, Ordering::Release);
         node
     }

@@ -88,6 +88,9 @@ mod tests {
         assert_eq!(Unit::of("PERF_RAW_c0"), Unit::Events);
         assert_eq!(Unit::of("PERF_TICKS"), Unit::Ticks);
         assert_eq!(Unit::of("MEM_LIVE"), Unit::Bytes);
+        // pyigprof's lock profiler's waits are time, in ticks.
+        assert_eq!(Unit::of("LOCK_WAIT"), Unit::Ticks);
+        assert!(!is_event_counter("LOCK_WAIT"));
         assert_eq!(Unit::of("FD_USED"), Unit::Amount);
         assert_eq!(Unit::Events.name(), "events");
     }

@@ -566,7 +566,11 @@ impl Profile {
         // Each thread's trace tree, then its tree of lock waits, whose samples and ticks
         // are LOCK_WAIT's.
         let roots = sampler.slots.roots().into_iter().map(|root| (root, false));
-        let lock_roots = sampler.slots.lock_roots().into_iter().map(|root| (root, true));
+        let lock_roots = sampler
+            .slots
+            .lock_roots()
+            .into_iter()
+            .map(|root| (root, true));
         for (root, locks) in roots.chain(lock_roots) {
             // path[d] = merged node at depth d (path[0] = root).
             let mut path: Vec<u32> = vec![0];
@@ -1222,6 +1226,7 @@ pub(crate) mod tests {
             samples,
             ticks,
             memory: Memory::default(),
+            lock_wait: (0, 0),
         };
         let nodes = vec![
             node(u32::MAX, 0, vec![1], 0, 0),

@@ -384,10 +384,17 @@ fn summary_lines(
         String::new()
     };
     if !sampler.cpu {
+        let parts: Vec<String> = [
+            crate::sources::allocations::enabled().then(memory_summary),
+            crate::sources::locks::enabled().then(lock_summary),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         lines.push(format!(
             "pyigprof: wrote {}: {}",
             path.display(),
-            memory_summary()
+            parts.join("; ")
         ));
         return lines;
     }
@@ -497,6 +504,9 @@ fn summary_lines(
             time
         ));
     }
+    if crate::sources::locks::enabled() {
+        lines.push(format!("pyigprof: {}", lock_summary()));
+    }
     lines
 }
 
@@ -519,6 +529,26 @@ fn memory_summary() -> String {
     )
 }
 
+/// The lock profiler's part of the summary: the time waited for locks (exact), the waits
+/// and those sampled, and how to read them.
+fn lock_summary() -> String {
+    use crate::sources::locks::ACTIVITY;
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let rate = match load(&ACTIVITY.rate_ns) {
+        1 => "every wait recorded".to_string(),
+        r => format!(
+            "sampled every {:.3} ms of waiting on average",
+            r as f64 / 1e6
+        ),
+    };
+    format!(
+        "threads waited {:.3} s for locks in {} waits, {} recorded ({rate}): pyigprof-analyse -r LOCK_WAIT",
+        load(&ACTIVITY.waited_ns) as f64 / 1e9,
+        load(&ACTIVITY.waits),
+        load(&ACTIVITY.sampled),
+    )
+}
+
 /// Stops sampling and tells whether the profile has anything in it: ticks of samples, or
 /// of timer expirations the kernel had not delivered (see `Sampler::stop`). A `fork` child
 /// that ran for less than a period before its `exec` failed and it ended with `_exit`
@@ -526,16 +556,20 @@ fn memory_summary() -> String {
 fn stop_with_ticks() -> bool {
     sampler::get().is_some_and(|s| {
         s.stop();
-        s.stats.ticks.load(Ordering::Relaxed) > 0 || allocations_sampled()
+        s.stats.ticks.load(Ordering::Relaxed) > 0 || allocations_or_waits_sampled()
     })
 }
 
 /// Whether the memory profiler sampled an allocation.
-fn allocations_sampled() -> bool {
+fn allocations_or_waits_sampled() -> bool {
     crate::record::memory::ACTIVITY
         .sampled
         .load(Ordering::Relaxed)
         > 0
+        || crate::sources::locks::ACTIVITY
+            .sampled
+            .load(Ordering::Relaxed)
+            > 0
 }
 
 /// `_exit`/`_Exit`: writes the profile if there is anything in it.
@@ -556,7 +590,7 @@ pub fn before_exec() {
     // of nothing but `<unsampled thread time>`.
     let sampled = || {
         sampler::get().is_some_and(|s| s.stats.samples.load(Ordering::Relaxed) > 0)
-            || allocations_sampled()
+            || allocations_or_waits_sampled()
     };
     if !is_owner() {
         return;

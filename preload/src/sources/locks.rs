@@ -238,7 +238,10 @@ fn waited(waited: u64, entry: usize) {
             t.left.set(t.draw(rate));
             t.started.set(true);
         }
-        let left = t.left.get().saturating_sub(waited.min(i64::MAX as u64) as i64);
+        let left = t
+            .left
+            .get()
+            .saturating_sub(waited.min(i64::MAX as u64) as i64);
         if left > 0 && rate > 1 {
             t.left.set(left);
             return;
@@ -249,8 +252,9 @@ fn waited(waited: u64, entry: usize) {
         // SAFETY: __errno_location is the calling thread's errno.
         let errno = unsafe { *libc::__errno_location() };
         let weight = weight_ns(waited, rate);
-        let recorded = crate::sampler::get()
-            .is_some_and(|sampler| sampler.record_lock_wait(regs, entry as u64, weight, t.uniform()));
+        let recorded = crate::sampler::get().is_some_and(|sampler| {
+            sampler.record_lock_wait(regs, entry as u64, weight, t.uniform())
+        });
         if recorded {
             ACTIVITY.sampled.fetch_add(1, Ordering::Relaxed);
         } else {
