@@ -28,7 +28,7 @@ pub mod cpython;
 pub mod dl;
 pub mod got;
 pub mod interruptions;
-mod next;
+pub mod next;
 pub mod process;
 pub mod signals;
 pub mod threads;

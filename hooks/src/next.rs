@@ -4,13 +4,13 @@ use std::ffi::CStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A lazily resolved pointer to the next definition of a C symbol.
-pub(crate) struct Next {
+pub struct Next {
     name: &'static CStr,
     addr: AtomicUsize,
 }
 
 impl Next {
-    pub(crate) const fn new(name: &'static CStr) -> Self {
+    pub const fn new(name: &'static CStr) -> Self {
         Next {
             name,
             addr: AtomicUsize::new(0),
@@ -19,7 +19,7 @@ impl Next {
 
     /// The address of the next definition. Aborts the process with a message when there is
     /// none: an interposed libc function without a real one behind it cannot be forwarded.
-    pub(crate) fn get(&self) -> usize {
+    pub fn get(&self) -> usize {
         let cached = self.addr.load(Ordering::Relaxed);
         if cached != 0 {
             return cached;

@@ -26,7 +26,7 @@
 //! ([`crate::record::memory`]). Allocations the profiler's own code makes while it samples
 //! pass straight through.
 
-use crate::capture::unwind::Regs;
+use crate::capture::unwind::{registers_here, Regs};
 use crate::record::memory::{self, Weight, ACTIVITY};
 use libc::{c_int, c_void};
 use std::cell::Cell;
@@ -245,25 +245,6 @@ fn crossed(size: usize) -> bool {
 #[inline(always)]
 fn crossed_in_interpreter(size: usize) -> bool {
     ENABLED.load(Ordering::Relaxed) && INTERPRETER.take(size)
-}
-
-/// The registers of the caller, for the unwinder.
-#[inline(always)]
-fn registers_here() -> Regs {
-    let (ip, sp, bp): (u64, u64, u64);
-    // SAFETY: reads three registers, touches no memory.
-    unsafe {
-        std::arch::asm!(
-            "lea {ip}, [rip]",
-            "mov {sp}, rsp",
-            "mov {bp}, rbp",
-            ip = out(reg) ip,
-            sp = out(reg) sp,
-            bp = out(reg) bp,
-            options(nomem, nostack, preserves_flags)
-        );
-    }
-    Regs::new(ip, sp, bp)
 }
 
 /// What an allocation of `size` bytes stands for when sampled at `rate` (see the module

@@ -27,11 +27,11 @@
 //! is taken (only then is its length known): it lengthens that critical section by the
 //! capture (microseconds, once per `R` of waiting on average).
 
-use crate::capture::unwind::Regs;
+use crate::capture::unwind::registers_here;
 use libc::{c_int, clockid_t, sem_t, timespec};
+use pyigprof_hooks::next::Next;
 use std::cell::Cell;
-use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Default mean nanoseconds of waiting between samples (`PYIGPROF_LOCK_RATE`): 1 ms, as
 /// the CPU profiler's 1 kHz samples one millisecond of CPU time in each.
@@ -105,36 +105,7 @@ pub fn statistics_line() -> String {
     )
 }
 
-/// A lazily resolved pointer to the C library's definition of a function this library
-/// also defines (`dlsym(RTLD_NEXT)`; the semaphore functions are not called by `dlsym`).
-struct Next {
-    name: &'static CStr,
-    addr: AtomicUsize,
-}
-
-impl Next {
-    const fn new(name: &'static CStr) -> Next {
-        Next {
-            name,
-            addr: AtomicUsize::new(0),
-        }
-    }
-
-    /// The next definition's address (0: none).
-    #[inline(always)]
-    fn get(&self) -> usize {
-        match self.addr.load(Ordering::Acquire) {
-            0 => {
-                // SAFETY: dlsym with a valid name.
-                let found = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) } as usize;
-                self.addr.store(found, Ordering::Release);
-                found
-            }
-            addr => addr,
-        }
-    }
-}
-
+/// The C library's definitions of the functions this library defines.
 static NEXT_SEM_WAIT: Next = Next::new(c"sem_wait");
 static NEXT_SEM_TIMEDWAIT: Next = Next::new(c"sem_timedwait");
 static NEXT_SEM_CLOCKWAIT: Next = Next::new(c"sem_clockwait");
@@ -184,25 +155,6 @@ impl PerThread {
 #[inline(always)]
 fn now_ns() -> u64 {
     crate::sources::timer::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
-}
-
-/// The registers of the caller, for the unwinder.
-#[inline(always)]
-fn registers_here() -> Regs {
-    let (ip, sp, bp): (u64, u64, u64);
-    // SAFETY: reads three registers, touches no memory.
-    unsafe {
-        std::arch::asm!(
-            "lea {ip}, [rip]",
-            "mov {sp}, rsp",
-            "mov {bp}, rbp",
-            ip = out(reg) ip,
-            sp = out(reg) sp,
-            bp = out(reg) bp,
-            options(nomem, nostack, preserves_flags)
-        );
-    }
-    Regs::new(ip, sp, bp)
 }
 
 /// What a wait of `waited` ns stands for when sampled at a mean of `rate` ns:
@@ -317,11 +269,6 @@ pub unsafe extern "C" fn sem_clockwait(
 ) -> c_int {
     type F = unsafe extern "C" fn(*mut sem_t, clockid_t, *const timespec) -> c_int;
     let next = NEXT_SEM_CLOCKWAIT.get();
-    if next == 0 {
-        // SAFETY: setting the calling thread's errno.
-        unsafe { *libc::__errno_location() = libc::ENOSYS };
-        return -1;
-    }
     // SAFETY: the C library's sem_clockwait, with this signature.
     let real: F = unsafe { std::mem::transmute::<usize, F>(next) };
     if !ENABLED.load(Ordering::Relaxed) {

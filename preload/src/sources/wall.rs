@@ -167,12 +167,7 @@ fn visit(sampler: &Sampler, slot: &mut Slot, periods: u64, line: &mut [u8], agai
             // it: the time is that sample's; else it waits for the next blocked sample.
             let leaf = slot.pass_leaf.swap(0, Ordering::Relaxed);
             if weight > 0 && leaf != 0 {
-                sampler
-                    .trees
-                    .node(leaf)
-                    .ticks
-                    .fetch_add(weight, Ordering::Relaxed);
-                sampler.stats.ticks.fetch_add(weight, Ordering::Relaxed);
+                add_ticks(sampler, leaf, weight);
                 add_blocked_ns(slot, -((weight * sampler.period_ns) as i64));
                 gave(slot, leaf, weight);
             }
@@ -280,12 +275,7 @@ pub(crate) fn account_thread_end(sampler: &Sampler, slot: &Slot) {
         let rest = rest.max(0) as u64;
         let ticks = rest / period + u64::from(up < (rest % period) as f64);
         if ticks > 0 {
-            sampler
-                .trees
-                .node(leaf)
-                .ticks
-                .fetch_add(ticks, Ordering::Relaxed);
-            sampler.stats.ticks.fetch_add(ticks, Ordering::Relaxed);
+            add_ticks(sampler, leaf, ticks);
             sampler.stats.tail_ticks.fetch_add(ticks, Ordering::Relaxed);
         }
     }
@@ -330,6 +320,16 @@ fn count_runnable(sampler: &Sampler, slot: &Slot, run_delay: u64, at_start: bool
     }
     slot.run_delay.store(run_delay, Ordering::Relaxed);
     slot.run_delay_carry.store(ns % period, Ordering::Relaxed);
+}
+
+/// Adds `ticks` without a sample to trace-tree node `node` and to the profile's total.
+fn add_ticks(sampler: &Sampler, node: u32, ticks: u64) {
+    sampler
+        .trees
+        .node(node)
+        .ticks
+        .fetch_add(ticks, Ordering::Relaxed);
+    sampler.stats.ticks.fetch_add(ticks, Ordering::Relaxed);
 }
 
 /// Notes that `ticks` of blocked time went to node `leaf`: the latest attribution, which

@@ -237,6 +237,27 @@ pub struct Frames<'a> {
     pub sps: &'a mut [u64],
 }
 
+/// The registers where this (inlined) function is called, for unwinding the calling
+/// thread's own stack from the profiler's code (a sampled allocation, a sampled lock wait):
+/// the instruction, stack and frame pointers. Touches no memory.
+#[inline(always)]
+pub fn registers_here() -> Regs {
+    let (ip, sp, bp): (u64, u64, u64);
+    // SAFETY: reads three registers, touches no memory.
+    unsafe {
+        std::arch::asm!(
+            "lea {ip}, [rip]",
+            "mov {sp}, rsp",
+            "mov {bp}, rbp",
+            ip = out(reg) ip,
+            sp = out(reg) sp,
+            bp = out(reg) bp,
+            options(nomem, nostack, preserves_flags)
+        );
+    }
+    Regs::new(ip, sp, bp)
+}
+
 /// Unwinds from `regs` into `into` (see [`Frames`]). Stack reads are limited to aligned words inside
 /// `stack` (`[low, high)`). `restorer` is the signal trampoline's address (`__restore_rt`):
 /// a frame returning into it was a signal handler, and unwinding continues from the
