@@ -666,11 +666,13 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                 // 0.80-0.88 of its wall time, counted only in CPU time and blocked time).
                 // io_part, blocked time and runnable time, within 3 % (-3 to +1 % on sid's
                 // 3.15 and 3.12, quiet and with the whole matrix running beside it). The
-                // two phases together within 5 %. cpu_part is mostly CPU time, which the
+                // two phases together within 8 % (−0.4 to −4.5 %: cpu_part's shortfall
+                // below, which is larger on a quiet machine). cpu_part is mostly CPU time, which the
                 // CPU sampler places as in cpu mode: a short thread's first sample weighs
                 // its interval from before the thread began and its time after its last
                 // sample is its last sample's, both often outside cpu_part (-12 to +6 %;
-                // cpu mode's cpu_part is 8-11 % short, quiet): issue 57.
+                // cpu mode's cpu_part is 8-11 % short, quiet; in wall mode, quiet, −13 to
+                // −18 % of its wall time): issue 57.
                 // So cpu_part is held to 0.80 of its CPU time, as in cpu mode.
                 let measured = |phase: &str| json_number(&rest, phase);
                 let cpu_time = measured("cpu_part_cpu");
@@ -696,7 +698,7 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                 let (both, wall) = (cpu + io, measured("cpu_part") + measured("io_part"));
                 eprintln!("{label}: the two {:+.1} %", 100.0 * (both / wall - 1.0));
                 assert!(
-                    (both - wall).abs() <= 0.05 * wall,
+                    (both - wall).abs() <= 0.08 * wall,
                     "{label}: the two phases {both:.3} s in the profile, {wall:.3} s of wall time"
                 );
             } else {
