@@ -270,19 +270,8 @@ impl Sampler {
         weight_ns: u64,
         unit: f64,
     ) -> bool {
-        let period = self.period_ns.max(1);
-        let left = weight_ns % period;
-        let ticks = weight_ns / period + u64::from(left > 0 && unit * period as f64 <= left as f64);
-        let node = self.call_site(regs, entry, |slot| {
-            match slot.lock_root.load(Ordering::Relaxed) {
-                0 => {
-                    let root = self.trees.new_root()?;
-                    slot.lock_root.store(root, Ordering::Release);
-                    Some(root)
-                }
-                root => Some(root),
-            }
-        });
+        let ticks = crate::sources::random::round_at_random(weight_ns, self.period_ns.max(1), unit);
+        let node = self.call_site(regs, entry, |slot| self.root_in(&slot.lock_root));
         let Some(node) = node else {
             return false;
         };
@@ -459,10 +448,16 @@ impl Sampler {
     /// The root of `slot`'s thread's trace tree, made on its first use; `None` when the
     /// trees have no room for it. From whoever holds the slot.
     pub(crate) fn tree_root(&self, slot: &Slot) -> Option<u32> {
-        match slot.root.load(Ordering::Relaxed) {
+        self.root_in(&slot.root)
+    }
+
+    /// The root a slot keeps in `root` (its trace tree's, its lock waits'), made on first
+    /// use; `None` when the trees have no room for it. From whoever holds the slot.
+    fn root_in(&self, root: &std::sync::atomic::AtomicU32) -> Option<u32> {
+        match root.load(Ordering::Relaxed) {
             0 => {
                 let fresh = self.trees.new_root()?;
-                slot.root.store(fresh, Ordering::Release);
+                root.store(fresh, Ordering::Release);
                 Some(fresh)
             }
             root => Some(root),

@@ -43,6 +43,17 @@ pub(crate) struct OutNode {
     pub(crate) lock_wait: (u64, u64),
 }
 
+impl OutNode {
+    /// Adds a trace-tree node's counts (of one thread) to this merged node's own.
+    fn count(&mut self, samples: u64, ticks: u64, memory: Memory, lock_wait: (u64, u64)) {
+        self.samples += samples;
+        self.ticks += ticks;
+        self.memory.add(memory);
+        self.lock_wait.0 += lock_wait.0;
+        self.lock_wait.1 += lock_wait.1;
+    }
+}
+
 /// The memory counters of a merged node, summed over threads (the largest allocation
 /// kept): see [`crate::record::memory`]. Bytes, and estimated calls.
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
@@ -597,12 +608,7 @@ impl Profile {
                     // The profiler's own frames (the thread-start trampoline) are not the
                     // program's: their callees hang under their caller.
                     path.push(parent);
-                    let out = &mut nodes[parent as usize];
-                    out.samples += samples;
-                    out.ticks += ticks;
-                    out.memory.add(memory);
-                    out.lock_wait.0 += lock_wait.0;
-                    out.lock_wait.1 += lock_wait.1;
+                    nodes[parent as usize].count(samples, ticks, memory, lock_wait);
                     return;
                 }
                 let index = *edges.entry((parent, function, offset)).or_insert_with(|| {
@@ -619,12 +625,7 @@ impl Profile {
                     nodes[parent as usize].children.push(index);
                     index
                 });
-                let out = &mut nodes[index as usize];
-                out.samples += samples;
-                out.ticks += ticks;
-                out.memory.add(memory);
-                out.lock_wait.0 += lock_wait.0;
-                out.lock_wait.1 += lock_wait.1;
+                nodes[index as usize].count(samples, ticks, memory, lock_wait);
                 path.push(index);
             });
         }

@@ -28,6 +28,7 @@
 
 use crate::capture::unwind::{registers_here, Regs};
 use crate::record::memory::{self, Weight, ACTIVITY};
+use crate::sources::random::LocalRandom;
 use libc::{c_int, c_void};
 use std::cell::Cell;
 use std::ffi::CStr;
@@ -186,8 +187,8 @@ impl Countdown {
 struct PerThread {
     /// The thread's countdown, for the allocator functions.
     countdown: Countdown,
-    /// xorshift64* state; 0 = not seeded.
-    random: Cell<u64>,
+    /// Its random draws.
+    random: LocalRandom,
     /// The profiler is sampling in this thread: its own allocations pass through.
     inside: Cell<bool>,
 }
@@ -196,7 +197,7 @@ thread_local! {
     static THREAD: PerThread = const {
         PerThread {
             countdown: Countdown::new(),
-            random: Cell::new(0),
+            random: LocalRandom::new(),
             inside: Cell::new(false),
         }
     };
@@ -217,20 +218,9 @@ pub fn pass_through_in_this_thread() {
 static INTERPRETER: Countdown = Countdown::new();
 
 impl PerThread {
-    /// A uniform number in `(0, 1]` ([`crate::sources::random::uniform`]).
-    fn uniform(&self) -> f64 {
-        let mut x = self.random.get();
-        let u = crate::sources::random::uniform(&mut x);
-        self.random.set(x);
-        u
-    }
-
     /// A threshold drawn from the exponential distribution with mean `rate` bytes.
     fn draw(&self, rate: u64) -> u64 {
-        let mut x = self.random.get();
-        let draw = crate::sources::random::exponential(&mut x, rate as f64);
-        self.random.set(x);
-        (draw as u64).max(1)
+        (self.random.exponential(rate as f64) as u64).max(1)
     }
 }
 
@@ -295,7 +285,7 @@ fn sample(
                 return None;
             }
             t.inside.set(true);
-            let weight = weight(size, rate, t.uniform());
+            let weight = weight(size, rate, t.random.uniform());
             let served = record(regs, size, align, zeroed, entry, weight);
             t.inside.set(false);
             served
@@ -1125,7 +1115,7 @@ mod tests {
     fn thresholds_are_exponential_with_the_rate_as_mean() {
         let t = PerThread {
             countdown: Countdown::new(),
-            random: Cell::new(0),
+            random: LocalRandom::new(),
             inside: Cell::new(false),
         };
         let n = 200_000;

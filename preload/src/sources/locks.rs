@@ -28,6 +28,7 @@
 //! capture (microseconds, once per `R` of waiting on average).
 
 use crate::capture::unwind::registers_here;
+use crate::sources::random::LocalRandom;
 use libc::{c_int, clockid_t, sem_t, timespec};
 use pyigprof_hooks::next::Next;
 use std::cell::Cell;
@@ -116,8 +117,8 @@ struct PerThread {
     /// sampled); `started` says whether a threshold was drawn.
     left: Cell<i64>,
     started: Cell<bool>,
-    /// xorshift64* state; 0 = not seeded.
-    random: Cell<u64>,
+    /// Its random draws.
+    random: LocalRandom,
     /// The profiler is recording in this thread: its own waits are not the program's.
     inside: Cell<bool>,
 }
@@ -127,7 +128,7 @@ thread_local! {
         PerThread {
             left: Cell::new(0),
             started: Cell::new(false),
-            random: Cell::new(0),
+            random: LocalRandom::new(),
             inside: Cell::new(false),
         }
     };
@@ -136,18 +137,7 @@ thread_local! {
 impl PerThread {
     /// A threshold drawn from the exponential distribution with mean `rate` ns.
     fn draw(&self, rate: u64) -> i64 {
-        let mut x = self.random.get();
-        let draw = crate::sources::random::exponential(&mut x, rate as f64);
-        self.random.set(x);
-        (draw as i64).max(1)
-    }
-
-    /// A uniform number in `(0, 1]`.
-    fn uniform(&self) -> f64 {
-        let mut x = self.random.get();
-        let u = crate::sources::random::uniform(&mut x);
-        self.random.set(x);
-        u
+        (self.random.exponential(rate as f64) as i64).max(1)
     }
 }
 
@@ -184,9 +174,6 @@ fn waited(waited: u64, entry: usize) {
         }
         let rate = ACTIVITY.rate_ns.load(Ordering::Relaxed);
         if !t.started.get() {
-            if t.random.get() == 0 {
-                t.random.set(crate::sources::random::seed(now_ns()));
-            }
             t.left.set(t.draw(rate));
             t.started.set(true);
         }
@@ -205,7 +192,7 @@ fn waited(waited: u64, entry: usize) {
         let errno = unsafe { *libc::__errno_location() };
         let weight = weight_ns(waited, rate);
         let recorded = crate::sampler::get().is_some_and(|sampler| {
-            sampler.record_lock_wait(regs, entry as u64, weight, t.uniform())
+            sampler.record_lock_wait(regs, entry as u64, weight, t.random.uniform())
         });
         if recorded {
             ACTIVITY.sampled.fetch_add(1, Ordering::Relaxed);

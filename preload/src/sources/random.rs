@@ -45,6 +45,48 @@ pub fn exponential(state: &mut u64, mean: f64) -> f64 {
     -uniform(state).ln() * mean
 }
 
+/// A generator whose state lives in a `Cell`: one thread's own (a thread-local sampling
+/// state: the memory profiler's, the lock profiler's). All-zero is a valid, unseeded state
+/// (seeded by [`uniform`] at its first draw).
+pub struct LocalRandom(std::cell::Cell<u64>);
+
+impl LocalRandom {
+    /// An unseeded generator.
+    pub const fn new() -> LocalRandom {
+        LocalRandom(std::cell::Cell::new(0))
+    }
+
+    /// A uniform number in `(0, 1]` ([`uniform`]).
+    pub fn uniform(&self) -> f64 {
+        let mut x = self.0.get();
+        let u = uniform(&mut x);
+        self.0.set(x);
+        u
+    }
+
+    /// A draw from the exponential distribution with mean `mean` ([`exponential`]).
+    pub fn exponential(&self, mean: f64) -> f64 {
+        let mut x = self.0.get();
+        let draw = exponential(&mut x, mean);
+        self.0.set(x);
+        draw
+    }
+}
+
+impl Default for LocalRandom {
+    fn default() -> Self {
+        LocalRandom::new()
+    }
+}
+
+/// `amount` in whole `unit`s, its remainder rounded up with the probability of its share of
+/// a unit (`u`: uniform in `(0, 1]`): unbiased, whatever the amounts' pattern (a weight in
+/// ns turned into ticks of the period).
+pub fn round_at_random(amount: u64, unit: u64, u: f64) -> u64 {
+    let left = amount % unit;
+    amount / unit + u64::from(left > 0 && u * unit as f64 <= left as f64)
+}
+
 /// The interval to the next sample, in the unit of `mean` (nanoseconds of CPU time for a
 /// clock): uniform between half and one and a half times `mean`, and at least `floor` (the
 /// shortest period the kernel arms, 10 µs for its hrtimer-based events).

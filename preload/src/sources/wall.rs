@@ -265,15 +265,13 @@ pub(crate) fn account_thread_end(sampler: &Sampler, slot: &Slot) {
         // (less than a period, after `take_back`) kept.
         let period = sampler.period_ns;
         let mut state = slot.random.load(Ordering::Relaxed);
-        let up = crate::sources::random::uniform(&mut state) * period as f64;
+        let u = crate::sources::random::uniform(&mut state);
         slot.random.store(state, Ordering::Relaxed);
-        let part = rest.unsigned_abs();
-        if rest < 0 && up < part as f64 {
+        if rest < 0 && u * (period as f64) < rest.unsigned_abs() as f64 {
             add_blocked_ns(slot, -(period as i64));
             take_back(sampler, slot);
         }
-        let rest = rest.max(0) as u64;
-        let ticks = rest / period + u64::from(up < (rest % period) as f64);
+        let ticks = crate::sources::random::round_at_random(rest.max(0) as u64, period, u);
         if ticks > 0 {
             add_ticks(sampler, leaf, ticks);
             sampler.stats.tail_ticks.fetch_add(ticks, Ordering::Relaxed);
@@ -410,17 +408,21 @@ fn forget_schedstat(slot: &Slot) {
 /// The first two fields of a `schedstat` line (`<on-CPU ns> <run delay ns>
 /// <timeslices>`, the kernel's `proc_pid_schedstat`).
 fn parse_schedstat(line: &[u8]) -> Option<(u64, u64)> {
-    let mut fields = line.split(|&b| b == b' ').map(|field| {
-        if field.is_empty() || field.len() > 20 {
-            return None;
-        }
-        field.iter().try_fold(0u64, |n, &b| {
-            b.is_ascii_digit()
-                .then(|| n.checked_mul(10)?.checked_add(u64::from(b - b'0')))
-                .flatten()
-        })
-    });
+    let mut fields = line.split(|&b| b == b' ').map(decimal_number);
     Some((fields.next()??, fields.next()??))
+}
+
+/// The unsigned decimal number that is all of `field`; `None` for an empty field, any other
+/// byte, or a value beyond `u64`.
+fn decimal_number(field: &[u8]) -> Option<u64> {
+    if field.is_empty() {
+        return None;
+    }
+    field.iter().try_fold(0u64, |n, &b| {
+        b.is_ascii_digit()
+            .then(|| n.checked_mul(10)?.checked_add(u64::from(b - b'0')))
+            .flatten()
+    })
 }
 
 /// Periods of a running thread that its CPU sampler may not have counted yet: for a CPU
@@ -561,13 +563,7 @@ pub(crate) fn parse(line: &[u8]) -> Option<(Call, u64, u64)> {
     let mut fields = line
         .split(|&b| b == b' ' || b == b'\n')
         .filter(|f| !f.is_empty());
-    let nr = fields.next()?;
-    if nr.is_empty() || !nr.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let nr = nr.iter().try_fold(0u64, |v, &c| {
-        v.checked_mul(10)?.checked_add(u64::from(c - b'0'))
-    })?;
+    let nr = decimal_number(fields.next()?)?;
     let mut words = [0u64; 8];
     for word in &mut words {
         let f = fields.next()?;
