@@ -16,7 +16,7 @@
 //! before sampling; every read of the interrupted program's memory is checked; `errno` is
 //! preserved (by the handler, [`crate::sources::handler`]).
 
-use crate::capture::frames::{marker_key, Marker};
+use crate::capture::frames::{decode, marker_key, Frame, Marker};
 use crate::capture::mixed::{
     compose, insert_below_innermost_python, pair, Evaluator, Native, Python,
 };
@@ -152,7 +152,9 @@ impl Sampler {
             slot.root.store(0, Ordering::Relaxed);
             slot.last_leaf.store(0, Ordering::Relaxed);
             slot.last_cpu_leaf.store(0, Ordering::Relaxed);
-            slot.lock_root.store(0, Ordering::Relaxed);
+            slot.lock_roots
+                .iter()
+                .for_each(|r| r.store(0, Ordering::Relaxed));
             slot.wait_node.store(0, Ordering::Relaxed);
             slot.pass_leaf.store(0, Ordering::Relaxed);
             slot.given_node.store(0, Ordering::Relaxed);
@@ -254,24 +256,37 @@ impl Sampler {
     /// inside anything the program does). `None` when the thread's slot is busy (a
     /// `SIGPROF` handler cannot be, but wall mode's source can) or the tree is full.
     pub(crate) fn allocation_site(&self, regs: Regs, entry: u64) -> Option<u32> {
-        self.call_site(regs, entry, |slot| self.tree_root(slot))
+        self.call_site(regs, entry, |slot| self.tree_root(slot), |_| None)
     }
 
-    /// Records a wait for a lock that the calling thread has just ended in `entry` (the C
-    /// library's function it called; [`crate::sources::locks`]) and that stands for
-    /// `weight_ns` ns of waiting: its call stack, in the thread's tree of lock waits (its
-    /// own root, [`Slot::lock_root`]), one sample and `weight_ns` in ticks of the period
-    /// (rounded at random with `unit`, uniform in `(0, 1]`). False when it could not be
-    /// recorded (the slot busy, the trees full). Not from a signal handler.
-    pub(crate) fn record_lock_wait(
+    /// Records a wait for a lock, or a hold of one, that the calling thread has just ended
+    /// in `entry` (the C library's function it called; [`crate::sources::locks`]) and that
+    /// stands for `weight_ns` ns: its call stack, in the thread's tree for `counter` (its
+    /// own root, [`Slot::lock_roots`]), with the lock's frame that `lock` gives (from the
+    /// innermost frame of the program's, the instruction that called `entry`; `None`: no
+    /// lock frame) at the leaf, one sample and `weight_ns` in ticks of [`crate::sources::locks::TICK_NS`] (rounded
+    /// at random with `unit`, uniform in `(0, 1]`). False when it could not be recorded
+    /// (the slot busy, the trees full). Not from a signal handler.
+    pub(crate) fn record_lock(
         &self,
+        counter: crate::sources::locks::Counter,
         regs: Regs,
         entry: u64,
+        lock: impl FnOnce(u64) -> Option<u64>,
         weight_ns: u64,
         unit: f64,
     ) -> bool {
-        let ticks = crate::sources::random::round_at_random(weight_ns, self.period_ns.max(1), unit);
-        let node = self.call_site(regs, entry, |slot| self.root_in(&slot.lock_root));
+        let ticks = crate::sources::random::round_at_random(
+            weight_ns,
+            crate::sources::locks::TICK_NS,
+            unit,
+        );
+        let node = self.call_site(
+            regs,
+            entry,
+            |slot| self.root_in(&slot.lock_roots[counter as usize]),
+            lock,
+        );
         let Some(node) = node else {
             return false;
         };
@@ -284,13 +299,15 @@ impl Sampler {
     /// The trace-tree node of the calling thread's call stack, from registers `regs` taken
     /// in the profiler's code, less the profiler's frames, with `entry` (the function of
     /// the C library the program called) as its innermost frame, in the tree whose root
-    /// `root` gives (made on first use). Takes the slot as the handler does. `None` when
-    /// the slot is busy or the trees are full.
+    /// `root` gives (made on first use), and below it the frame `leaf` gives (from the
+    /// instruction that called `entry`, 0 when unknown), if any. Takes the slot as the
+    /// handler does. `None` when the slot is busy or the trees are full.
     fn call_site(
         &self,
         regs: Regs,
         entry: u64,
         root: impl FnOnce(&Slot) -> Option<u32>,
+        leaf: impl FnOnce(u64) -> Option<u64>,
     ) -> Option<u32> {
         // SAFETY: pthread_self only reads the thread pointer.
         let thread = unsafe { libc::pthread_self() } as usize;
@@ -311,9 +328,15 @@ impl Sampler {
             None => 1,
         };
         let mut len = captured.len.saturating_sub(ours);
-        if len < slot.out.len() {
-            slot.out[len] = entry;
-            len += 1;
+        let caller = match len.checked_sub(1).map(|i| decode(slot.out[i])) {
+            Some(Frame::Native(pc)) => pc,
+            _ => 0,
+        };
+        for key in [Some(entry), leaf(caller)].into_iter().flatten() {
+            if len < slot.out.len() {
+                slot.out[len] = key;
+                len += 1;
+            }
         }
         let node = root(slot)
             .and_then(|root| self.trees.find_from(&mut slot.path, root, &slot.out[..len]));

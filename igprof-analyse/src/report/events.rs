@@ -91,6 +91,8 @@ mod tests {
         // pyigprof's lock profiler's waits are time, in ticks.
         assert_eq!(Unit::of("LOCK_WAIT"), Unit::Ticks);
         assert!(!is_event_counter("LOCK_WAIT"));
+        assert_eq!(Unit::of("LOCK_HOLD"), Unit::Ticks);
+        assert!(!is_event_counter("LOCK_HOLD"));
         assert_eq!(Unit::of("FD_USED"), Unit::Amount);
         assert_eq!(Unit::Events.name(), "events");
     }

@@ -144,10 +144,10 @@ impl Unit {
 }
 
 /// Whether the counter called `name` is pyigprof's lock profiler's time: `LOCK_WAIT`, the
-/// time threads waited to acquire locks, in ticks of the profile's period, its count the
-/// waits sampled (docs/dump-format.md).
+/// time threads waited to acquire locks, or `LOCK_HOLD`, the time they held them, in ticks
+/// of the profile's period, its count the waits (holds) sampled (docs/dump-format.md).
 pub fn is_lock_time(name: &str) -> bool {
-    name == "LOCK_WAIT"
+    name == "LOCK_WAIT" || name == "LOCK_HOLD"
 }
 
 /// `value` (an integer or a decimal number as text) with its thousands separated by
@@ -573,10 +573,18 @@ impl Measure {
             counter: name.to_string(),
             unit,
             total: id.map_or_else(Values::default, |id| profile.total(id)),
-            tick_period: profile
-                .sources
-                .first()
-                .map_or(0.0, |source| source.tick_period),
+            tick_period: profile.sources.first().map_or(0.0, |source| {
+                // The lock counters' own tick (`#pyigprof locks tick_ns`; the period `T`
+                // in profiles written before it).
+                let lock_tick = source
+                    .statistic("locks.tick_ns")
+                    .and_then(|ns| ns.parse::<f64>().ok())
+                    .filter(|&ns| ns > 0.0);
+                match lock_tick {
+                    Some(ns) if is_lock_time(name) => ns / 1e9,
+                    _ => source.tick_period,
+                }
+            }),
             sampling,
             peaks: profile.peaks,
             design_effect: match unit {

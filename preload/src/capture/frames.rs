@@ -5,7 +5,8 @@
 //! | bit 63 clear, bit 62 clear | a native frame: the instruction address. The interrupted frame keeps its exact address; a caller's return address is stored minus one, so that it points inside the call instruction (the right function and line even when the call is the last instruction of a function). |
 //! | bit 63 set | a Python frame: bits 32–62 the code record ([`crate::capture::python::code`]), bits 0–31 the instruction index plus one (0 = the frame has not started executing). |
 //! | bit 62 set, bit 63 clear, bit 61 clear | a marker frame ([`Marker`]), e.g. where a too-deep stack was cut. |
-//! | bits 62 and 61 set, bit 63 clear | an asyncio task ([`crate::capture::python::tasks`]): bits 0–31 its name's index in the task names. |
+//! | bits 62 and 61 set, bits 63 and 60 clear | an asyncio task ([`crate::capture::python::tasks`]): bits 0–31 its name's index in the task names. |
+//! | bits 62, 61 and 60 set, bit 63 clear | a lock ([`Lock`], [`crate::sources::locks`]): bit 59 clear, a Python lock named by the frame that created it (bits 28–58 the code record, bits 0–27 the instruction index plus one); bits 59 set and 58 clear, a native lock at a static address (bits 0–47); bits 59 and 58 set, a native lock named by the instruction that first waited for it (bits 0–47). |
 //!
 //! User-space addresses on x86-64 are below 2^47, so the three never collide.
 
@@ -15,6 +16,39 @@ pub const PYTHON_BIT: u64 = 1 << 63;
 pub const MARKER_BIT: u64 = 1 << 62;
 /// Bit that, with [`MARKER_BIT`], marks an asyncio task's frame key.
 pub const TASK_BIT: u64 = 1 << 61;
+
+/// Bit that, with [`MARKER_BIT`] and [`TASK_BIT`], marks a lock's frame key.
+pub const LOCK_BIT: u64 = 1 << 60;
+const LOCK_NATIVE: u64 = 1 << 59;
+const LOCK_BY_WAITER: u64 = 1 << 58;
+const ADDRESS: u64 = (1 << 48) - 1;
+
+/// A lock, as its frame names it (at the leaf of a lock profile's call stacks, below the
+/// call that waited for or released it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lock {
+    /// A Python lock, named by where it was created: the Python frame's code record and
+    /// instruction index (`None`: not started), as in [`python_key`].
+    Python { record: u32, instr: Option<u32> },
+    /// A native lock at a static address (inside a loaded object's data).
+    Static(u64),
+    /// A native lock elsewhere (the heap, a stack), named by the instruction that first
+    /// waited for it: one name per lock whichever call site waits later.
+    FirstWaiter(u64),
+}
+
+/// The key of a lock's frame.
+pub fn lock_key(lock: Lock) -> u64 {
+    let kind = MARKER_BIT | TASK_BIT | LOCK_BIT;
+    match lock {
+        Lock::Python { record, instr } => {
+            let pos = instr.map_or(0, |i| u64::from(i.saturating_add(1)).min((1 << 28) - 1));
+            kind | (u64::from(record & 0x7fff_ffff) << 28) | pos
+        }
+        Lock::Static(address) => kind | LOCK_NATIVE | (address & ADDRESS),
+        Lock::FirstWaiter(pc) => kind | LOCK_NATIVE | LOCK_BY_WAITER | (pc & ADDRESS),
+    }
+}
 
 /// Frames that stand for something other than code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,6 +179,8 @@ pub enum Frame {
     Marker(Marker),
     /// An asyncio task: its name's index in the task names.
     Task(u32),
+    /// A lock.
+    Lock(Lock),
 }
 
 /// Decodes a key written by this module.
@@ -155,6 +191,17 @@ pub fn decode(key: u64) -> Frame {
             record: ((key >> 32) & 0x7fff_ffff) as u32,
             instr: pos.checked_sub(1),
         }
+    } else if key & (MARKER_BIT | TASK_BIT | LOCK_BIT) == MARKER_BIT | TASK_BIT | LOCK_BIT {
+        Frame::Lock(if key & LOCK_NATIVE == 0 {
+            Lock::Python {
+                record: ((key >> 28) & 0x7fff_ffff) as u32,
+                instr: ((key & ((1 << 28) - 1)) as u32).checked_sub(1),
+            }
+        } else if key & LOCK_BY_WAITER == 0 {
+            Lock::Static(key & ADDRESS)
+        } else {
+            Lock::FirstWaiter(key & ADDRESS)
+        })
     } else if key & (MARKER_BIT | TASK_BIT) == MARKER_BIT | TASK_BIT {
         Frame::Task(key as u32)
     } else if key & MARKER_BIT != 0 {
@@ -205,6 +252,25 @@ mod tests {
                 assert_eq!(m.name(), format!("<waiting: {word}>"));
             }
         }
+    }
+
+    #[test]
+    fn lock_keys_round_trip_apart_from_tasks() {
+        for lock in [
+            Lock::Python {
+                record: 0x7fff_ffff,
+                instr: Some(123_456),
+            },
+            Lock::Python {
+                record: 3,
+                instr: None,
+            },
+            Lock::Static(0x7fff_1234_5678),
+            Lock::FirstWaiter(0x5555_1234_5678),
+        ] {
+            assert_eq!(decode(lock_key(lock)), Frame::Lock(lock));
+        }
+        assert_eq!(decode(task_key(u32::MAX)), Frame::Task(u32::MAX));
     }
 
     #[test]

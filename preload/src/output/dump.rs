@@ -2,7 +2,7 @@
 //! written in IgProf's text format (docs/dump-format.md; IgProf `doc/dump-format`, `HEX`
 //! variant). Runs after sampling stopped (at exit), so it may allocate and read files.
 
-use crate::capture::frames::{decode, Frame, WAITS};
+use crate::capture::frames::{decode, Frame, Lock, WAITS};
 use crate::capture::python::lines::line_for_offset;
 use crate::capture::symbols::table_for;
 use crate::capture::unwind::copies;
@@ -38,19 +38,21 @@ pub(crate) struct OutNode {
     pub(crate) ticks: u64,
     /// Its own memory counters.
     pub(crate) memory: Memory,
-    /// Its own `LOCK_WAIT`: waits sampled and the ticks they stand for
-    /// ([`crate::sources::locks`]).
-    pub(crate) lock_wait: (u64, u64),
+    /// Its own `LOCK_WAIT` and `LOCK_HOLD` ([`LOCK_COUNTERS`]): waits (holds) sampled
+    /// and the ticks they stand for ([`crate::sources::locks`]).
+    pub(crate) locks: [(u64, u64); 2],
 }
 
 impl OutNode {
     /// Adds a trace-tree node's counts (of one thread) to this merged node's own.
-    fn count(&mut self, samples: u64, ticks: u64, memory: Memory, lock_wait: (u64, u64)) {
+    fn count(&mut self, samples: u64, ticks: u64, memory: Memory, locks: [(u64, u64); 2]) {
         self.samples += samples;
         self.ticks += ticks;
         self.memory.add(memory);
-        self.lock_wait.0 += lock_wait.0;
-        self.lock_wait.1 += lock_wait.1;
+        for (mine, theirs) in self.locks.iter_mut().zip(locks) {
+            mine.0 += theirs.0;
+            mine.1 += theirs.1;
+        }
     }
 }
 
@@ -101,6 +103,10 @@ impl Memory {
 /// The counter of the lock profiler's waits ([`crate::sources::locks`]): per node, the
 /// waits sampled there and the ticks of the period they stand for (time, as `PERF_TICKS`).
 pub const LOCK_WAIT: &str = "LOCK_WAIT";
+
+/// The lock profiler's counters, in [`crate::sources::locks::Counter`] order: waits, and
+/// holds (from acquisition to release, recorded at the release).
+pub const LOCK_COUNTERS: [&str; 2] = [LOCK_WAIT, "LOCK_HOLD"];
 
 /// The merged profile, ready to be written.
 pub struct Profile {
@@ -228,6 +234,14 @@ impl<'a> Resolver<'a> {
                 },
                 0,
             ),
+            Frame::Lock(lock) => (
+                Function {
+                    file: STATISTICS_FILE.to_vec(),
+                    start: 0,
+                    name: self.lock_name(lock),
+                },
+                0,
+            ),
         };
         let resolved = (self.intern(function), offset);
         if let Frame::Python { .. } = frame {
@@ -235,6 +249,54 @@ impl<'a> Resolver<'a> {
         }
         self.by_key.insert(key, resolved);
         resolved
+    }
+
+    /// A lock frame's name: `<lock FILE:LINE>` for a Python lock (the file's last
+    /// component, and its directory's for a package's `__init__.py`), `<mutex
+    /// OBJECT+0xOFFSET>` for a native lock at a static address, `<mutex first locked in
+    /// FUNCTION>` for one elsewhere.
+    fn lock_name(&mut self, lock: Lock) -> Vec<u8> {
+        let name = match lock {
+            Lock::Python { record, instr } => {
+                let (function, offset) = self.python(record, instr);
+                let path = function.file.as_slice();
+                let mut parts = path.rsplit(|&b| b == b'/');
+                let last = parts.next().unwrap_or(path);
+                let file = match parts.next() {
+                    Some(dir) if last == b"__init__.py" => [dir, b"/", last].concat(),
+                    _ => last.to_vec(),
+                };
+                format!(
+                    "<lock {}:{}>",
+                    String::from_utf8_lossy(&file),
+                    function.start + offset
+                )
+            }
+            Lock::Static(address) => match self
+                .objects
+                .iter()
+                .rposition(|o| o.range.0 <= address && address < o.range.1)
+            {
+                Some(index) => {
+                    let object = &self.objects[index];
+                    let file = object.path.file_name().unwrap_or(object.path.as_os_str());
+                    format!(
+                        "<mutex {}+{:#x}>",
+                        file.to_string_lossy(),
+                        address - object.bias
+                    )
+                }
+                None => format!("<mutex {address:#x}>"),
+            },
+            Lock::FirstWaiter(pc) => {
+                let (function, _) = self.native(pc);
+                format!(
+                    "<mutex first locked in {}>",
+                    String::from_utf8_lossy(&function.name)
+                )
+            }
+        };
+        name.into_bytes()
     }
 
     fn native(&mut self, pc: u64) -> (Function, u64) {
@@ -526,7 +588,7 @@ impl Profile {
             let node = &self.nodes[index as usize];
             keep[index as usize] = node.samples > 0
                 || node.ticks > 0
-                || node.lock_wait != (0, 0)
+                || node.locks != [(0, 0); 2]
                 || !node.memory.is_empty()
                 || node.memory.live.1 > 0
                 || node.children.iter().any(|&c| keep[c as usize]);
@@ -569,29 +631,32 @@ impl Profile {
             samples: 0,
             ticks: 0,
             memory: Memory::default(),
-            lock_wait: (0, 0),
+            locks: [(0, 0); 2],
         }];
         let mut edges: HashMap<(u32, u32, u64), u32> = HashMap::new();
         let own = resolver.own.clone();
         let jit = resolver.intern(jit_function());
-        // Each thread's trace tree, then its tree of lock waits, whose samples and ticks
-        // are LOCK_WAIT's.
-        let roots = sampler.slots.roots().into_iter().map(|root| (root, false));
+        // Each thread's trace tree, then its trees of lock waits and holds, whose samples
+        // and ticks are LOCK_WAIT's and LOCK_HOLD's.
+        let roots = sampler.slots.roots().into_iter().map(|root| (root, None));
         let lock_roots = sampler
             .slots
             .lock_roots()
             .into_iter()
-            .map(|root| (root, true));
-        for (root, locks) in roots.chain(lock_roots) {
+            .map(|(root, counter)| (root, Some(counter)));
+        for (root, lock_counter) in roots.chain(lock_roots) {
             // path[d] = merged node at depth d (path[0] = root).
             let mut path: Vec<u32> = vec![0];
             sampler.trees.walk(root, &mut |depth, index, node| {
                 path.truncate(depth);
                 let (samples, ticks, memory) = counting.of(index, node);
-                let (samples, ticks, lock_wait) = if locks {
-                    (0, 0, (samples, ticks))
-                } else {
-                    (samples, ticks, (0, 0))
+                let mut locks = [(0, 0); 2];
+                let (samples, ticks) = match lock_counter {
+                    Some(counter) => {
+                        locks[counter as usize] = (samples, ticks);
+                        (0, 0)
+                    }
+                    None => (samples, ticks),
                 };
                 let parent = path[depth - 1];
                 let (mut function, mut offset) = resolver.resolve(node.key.load(Ordering::Relaxed));
@@ -608,7 +673,7 @@ impl Profile {
                     // The profiler's own frames (the thread-start trampoline) are not the
                     // program's: their callees hang under their caller.
                     path.push(parent);
-                    nodes[parent as usize].count(samples, ticks, memory, lock_wait);
+                    nodes[parent as usize].count(samples, ticks, memory, locks);
                     return;
                 }
                 let index = *edges.entry((parent, function, offset)).or_insert_with(|| {
@@ -619,13 +684,13 @@ impl Profile {
                         samples: 0,
                         ticks: 0,
                         memory: Memory::default(),
-                        lock_wait: (0, 0),
+                        locks: [(0, 0); 2],
                     });
                     let index = (nodes.len() - 1) as u32;
                     nodes[parent as usize].children.push(index);
                     index
                 });
-                nodes[index as usize].count(samples, ticks, memory, lock_wait);
+                nodes[index as usize].count(samples, ticks, memory, locks);
                 path.push(index);
             });
         }
@@ -778,9 +843,10 @@ impl Profile {
                     &mut line,
                 );
             }
-            if node.lock_wait != (0, 0) {
-                let (waits, ticks) = node.lock_wait;
-                ids.counter(LOCK_WAIT, (waits, ticks, ticks), &mut line);
+            for (name, &(count, ticks)) in LOCK_COUNTERS.iter().zip(&node.locks) {
+                if (count, ticks) != (0, 0) {
+                    ids.counter(name, (count, ticks, ticks), &mut line);
+                }
             }
             let m = &node.memory;
             if !m.is_empty() {
@@ -1227,7 +1293,7 @@ pub(crate) mod tests {
             samples,
             ticks,
             memory: Memory::default(),
-            lock_wait: (0, 0),
+            locks: [(0, 0); 2],
         };
         let nodes = vec![
             node(u32::MAX, 0, vec![1], 0, 0),

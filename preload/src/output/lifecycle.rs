@@ -529,23 +529,27 @@ fn memory_summary() -> String {
     )
 }
 
-/// The lock profiler's part of the summary: the time waited for locks (exact), the waits
-/// and those sampled, and how to read them.
+/// The lock profiler's part of the summary: the time waited for locks and held (exact),
+/// the waits and holds and those sampled, and how to read them.
 fn lock_summary() -> String {
     use crate::sources::locks::ACTIVITY;
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let rate = match load(&ACTIVITY.rate_ns) {
-        1 => "every wait recorded".to_string(),
+        1 => "every one recorded".to_string(),
         r => format!(
-            "sampled every {:.3} ms of waiting on average",
+            "sampled every {:.3} ms of waiting or holding on average",
             r as f64 / 1e6
         ),
     };
+    let [wait, hold] = &ACTIVITY.tallies;
     format!(
-        "threads waited {:.3} s for locks in {} waits, {} recorded ({rate}): pyigprof-analyse -r LOCK_WAIT",
-        load(&ACTIVITY.waited_ns) as f64 / 1e9,
-        load(&ACTIVITY.waits),
-        load(&ACTIVITY.sampled),
+        "threads waited {:.3} s for locks in {} waits, {} recorded, and held locks {:.3} s in {} holds, {} recorded ({rate}): pyigprof-analyse -r LOCK_WAIT, -r LOCK_HOLD",
+        load(&wait.ns) as f64 / 1e9,
+        load(&wait.count),
+        load(&wait.sampled),
+        load(&hold.ns) as f64 / 1e9,
+        load(&hold.count),
+        load(&hold.sampled),
     )
 }
 
@@ -567,9 +571,9 @@ fn allocations_or_waits_sampled() -> bool {
         .load(Ordering::Relaxed)
         > 0
         || crate::sources::locks::ACTIVITY
-            .sampled
-            .load(Ordering::Relaxed)
-            > 0
+            .tallies
+            .iter()
+            .any(|t| t.sampled.load(Ordering::Relaxed) > 0)
 }
 
 /// `_exit`/`_Exit`: writes the profile if there is anything in it.

@@ -43,9 +43,10 @@ pub struct Slot {
     pub owner: AtomicUsize,
     /// Root of the thread's trace tree (0 = none yet).
     pub root: AtomicU32,
-    /// Root of the thread's tree of lock waits (`sources::locks`: samples are sampled
-    /// waits, ticks their time; 0 = none yet).
-    pub lock_root: AtomicU32,
+    /// Roots of the thread's trees of lock waits and lock holds, in
+    /// [`crate::sources::locks::Counter`] order (samples are sampled waits or holds, ticks
+    /// their time; 0 = none yet).
+    pub lock_roots: [AtomicU32; 2],
     /// Set once `stack` and `cache` are valid.
     pub ready: AtomicBool,
     /// `[low, high)` of the thread's stack.
@@ -349,11 +350,16 @@ impl Slots {
             .collect()
     }
 
-    /// Roots of every thread's tree of lock waits.
-    pub fn lock_roots(&self) -> Vec<u32> {
+    /// Roots of every thread's trees of lock waits and holds, each with its counter.
+    pub fn lock_roots(&self) -> Vec<(u32, crate::sources::locks::Counter)> {
+        use crate::sources::locks::Counter;
         self.claimed()
-            .map(|i| self.at(i).lock_root.load(Ordering::Acquire))
-            .filter(|&r| r != 0)
+            .flat_map(|i| {
+                let roots = &self.at(i).lock_roots;
+                [Counter::Wait, Counter::Hold]
+                    .map(|c| (roots[c as usize].load(Ordering::Acquire), c))
+            })
+            .filter(|&(r, _)| r != 0)
             .collect()
     }
 
@@ -365,7 +371,9 @@ impl Slots {
         let me = unsafe { libc::pthread_self() } as usize;
         self.for_each(|slot| {
             slot.root.store(0, Ordering::Relaxed);
-            slot.lock_root.store(0, Ordering::Relaxed);
+            slot.lock_roots
+                .iter()
+                .for_each(|r| r.store(0, Ordering::Relaxed));
             slot.timer.store(0, Ordering::Relaxed);
             slot.tail.store(0, Ordering::Relaxed);
             slot.busy.store(FREE, Ordering::Relaxed);

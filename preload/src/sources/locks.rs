@@ -27,109 +27,194 @@
 //! is taken (only then is its length known): it lengthens that critical section by the
 //! capture (microseconds, once per `R` of waiting on average).
 
+use crate::capture::frames::{lock_key, Lock};
+use crate::capture::python::creation::{lock_creation, Role};
 use crate::capture::unwind::registers_here;
+use crate::record::lock_names::LockNames;
 use crate::sources::random::LocalRandom;
-use libc::{c_int, clockid_t, sem_t, timespec};
-use pyigprof_hooks::next::Next;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
-/// Default mean nanoseconds of waiting between samples (`PYIGPROF_LOCK_RATE`): 1 ms, as
-/// the CPU profiler's 1 kHz samples one millisecond of CPU time in each.
+/// Default mean nanoseconds of waiting (of holding) between samples
+/// (`PYIGPROF_LOCK_RATE`): 1 ms, as the CPU profiler's 1 kHz samples one millisecond of
+/// CPU time in each.
 pub const DEFAULT_RATE_NS: u64 = 1_000_000;
 
-/// Whether waits are sampled.
+/// The lock counters' tick, ns: a microsecond, whatever the CPU profiler's period (waits
+/// and holds are often shorter than its 4 ms, and a sample's time rounded at random to
+/// whole periods would add that much noise). Written as `#pyigprof locks tick_ns`.
+pub const TICK_NS: u64 = 1_000;
+
+/// Whether waits and holds are sampled.
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
-/// What the lock profiler did, for the profile's statistics (`#pyigprof locks`).
-pub struct Activity {
-    /// Mean nanoseconds of waiting between samples; 0 while waits are not sampled.
-    pub rate_ns: AtomicU64,
-    /// Waits timed, all threads.
-    pub waits: AtomicU64,
+/// The lock profiler's two measures, each a counter of the profile
+/// ([`crate::output::dump::LOCK_COUNTERS`]) and a trace tree per thread
+/// ([`crate::record::threads::Slot::lock_roots`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// `LOCK_WAIT`: from the call that acquires to the acquisition, recorded on the call
+    /// stack of that call.
+    Wait = 0,
+    /// `LOCK_HOLD`: from the acquisition to the release, by the same thread, recorded on
+    /// the call stack of the release (for `with lock:`, the same Python function's).
+    Hold = 1,
+}
+
+/// What the lock profiler did for one [`Counter`], for the profile's statistics.
+pub struct Tally {
+    /// Waits (holds) timed, all threads.
+    pub count: AtomicU64,
     /// Their total time, ns, exact.
-    pub waited_ns: AtomicU64,
-    /// Waits sampled (their call stacks recorded).
+    pub ns: AtomicU64,
+    /// Those sampled (their call stacks recorded).
     pub sampled: AtomicU64,
-    /// Sampled waits whose call stack could not be recorded (counted nowhere).
+    /// Those sampled whose call stack could not be recorded (counted nowhere).
     pub unrecorded: AtomicU64,
+}
+
+/// What the lock profiler did (`#pyigprof locks`).
+pub struct Activity {
+    /// Mean nanoseconds of waiting (holding) between samples; 0 while nothing is sampled.
+    pub rate_ns: AtomicU64,
+    /// Per [`Counter`].
+    pub tallies: [Tally; 2],
 }
 
 /// The lock profiler's [`Activity`].
 pub static ACTIVITY: Activity = Activity {
     rate_ns: AtomicU64::new(0),
-    waits: AtomicU64::new(0),
-    waited_ns: AtomicU64::new(0),
-    sampled: AtomicU64::new(0),
-    unrecorded: AtomicU64::new(0),
+    tallies: [Tally::zero(), Tally::zero()],
 };
 
-/// Starts sampling waits, every `rate_ns` ns of waiting on average (1: every wait).
+impl Tally {
+    const fn zero() -> Tally {
+        Tally {
+            count: AtomicU64::new(0),
+            ns: AtomicU64::new(0),
+            sampled: AtomicU64::new(0),
+            unrecorded: AtomicU64::new(0),
+        }
+    }
+
+    fn counters(&self) -> [&AtomicU64; 4] {
+        [&self.count, &self.ns, &self.sampled, &self.unrecorded]
+    }
+}
+
+/// Which lock an address is: its frame key, and whether its holds are not counted (bit 63,
+/// which no lock key uses: a thread's `join` lock, held by the thread for its whole life).
+struct Tables {
+    /// A semaphore's or mutex's address → its name.
+    locks: LockNames,
+    /// A Python object's address (an `Event`, a `Queue`, a `Thread` …) → the name of the
+    /// locks made by its methods (its `__init__`'s creation site).
+    owners: LockNames,
+}
+
+/// Set in a [`Tables::locks`] value: holds of this lock are not counted.
+const NOT_HELD: u64 = 1 << 63;
+
+static TABLES: OnceLock<Tables> = OnceLock::new();
+
+/// The address of the interpreter's `PyThread_allocate_lock`: a semaphore made by code of
+/// the object that holds it (libpython, or the executable of a static build, whose
+/// link-time optimization inlines the allocator into its callers) is a Python lock (0 when
+/// not found: no Python lock is named).
+static RUNTIME: AtomicU64 = AtomicU64::new(0);
+
+/// Starts sampling waits and holds, every `rate_ns` ns of each on average (1: every one).
+/// Maps the lock names' tables (64 Ki entries each) and finds the interpreter's lock
+/// allocator. Not from a signal handler.
 pub fn enable(rate_ns: u64) {
+    let _ = TABLES.get_or_init(|| Tables {
+        locks: LockNames::new(16 * 1024).expect("pyigprof: cannot map the lock names"),
+        owners: LockNames::new(16 * 1024).expect("pyigprof: cannot map the lock names"),
+    });
+    RUNTIME.store(
+        pyigprof_hooks::cpython::symbol(c"PyThread_allocate_lock") as u64,
+        Ordering::Relaxed,
+    );
     ACTIVITY.rate_ns.store(rate_ns.max(1), Ordering::Relaxed);
     ENABLED.store(true, Ordering::Release);
 }
 
-/// Stops sampling waits (a fork child that is not profiled). Async-signal-safe.
+/// Stops sampling (a fork child that is not profiled). Async-signal-safe.
 pub fn disable() {
     ENABLED.store(false, Ordering::Release);
 }
 
-/// Whether waits are sampled.
+/// Whether waits and holds are sampled.
+#[inline(always)]
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// Forgets what was counted before a fork (in the child, whose trees are forgotten).
+/// Forgets what was counted before a fork (in the child, whose trees are forgotten; the
+/// lock names stay: the child has the same locks).
 pub fn reset_after_fork() {
-    for counter in [
-        &ACTIVITY.waits,
-        &ACTIVITY.waited_ns,
-        &ACTIVITY.sampled,
-        &ACTIVITY.unrecorded,
-    ] {
-        counter.store(0, Ordering::Relaxed);
+    for tally in &ACTIVITY.tallies {
+        for counter in tally.counters() {
+            counter.store(0, Ordering::Relaxed);
+        }
     }
 }
 
-/// The statistics line `#pyigprof locks rate_ns=<R> waits=<n> waited_ns=<exact total>
-/// sampled=<n> unrecorded=<n>` (docs/dump-format.md).
+/// The statistics line `#pyigprof locks tick_ns=<the counters' tick> rate_ns=<R> waits=<n> waited_ns=<exact total>
+/// sampled=<n> unrecorded=<n> holds=<n> held_ns=<exact total> holds_sampled=<n>
+/// holds_unrecorded=<n>` (docs/dump-format.md).
 pub fn statistics_line() -> String {
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let [w, h] = &ACTIVITY.tallies;
     format!(
-        "#pyigprof locks rate_ns={} waits={} waited_ns={} sampled={} unrecorded={}",
+        "#pyigprof locks tick_ns={TICK_NS} rate_ns={} waits={} waited_ns={} sampled={} unrecorded={} holds={} held_ns={} holds_sampled={} holds_unrecorded={}",
         load(&ACTIVITY.rate_ns),
-        load(&ACTIVITY.waits),
-        load(&ACTIVITY.waited_ns),
-        load(&ACTIVITY.sampled),
-        load(&ACTIVITY.unrecorded),
+        load(&w.count),
+        load(&w.ns),
+        load(&w.sampled),
+        load(&w.unrecorded),
+        load(&h.count),
+        load(&h.ns),
+        load(&h.sampled),
+        load(&h.unrecorded),
     )
 }
 
-/// The C library's definitions of the functions this library defines.
-static NEXT_SEM_WAIT: Next = Next::new(c"sem_wait");
-static NEXT_SEM_TIMEDWAIT: Next = Next::new(c"sem_timedwait");
-static NEXT_SEM_CLOCKWAIT: Next = Next::new(c"sem_clockwait");
+/// Locks a thread holds at most in its table of acquisitions; an acquisition beyond
+/// replaces the oldest (whose hold is then not counted).
+const HELD: usize = 8;
 
 /// A thread's sampling state. All-zero (the initial value) is "not started".
 struct PerThread {
-    /// Nanoseconds of waiting before the next sample (≤ 0: the wait that made it so is
-    /// sampled); `started` says whether a threshold was drawn.
-    left: Cell<i64>,
-    started: Cell<bool>,
+    /// Per [`Counter`]: nanoseconds before the next sample (≤ 0: the wait or hold that made
+    /// it so is sampled); `started` says whether a threshold was drawn.
+    left: [Cell<i64>; 2],
+    started: [Cell<bool>; 2],
     /// Its random draws.
     random: LocalRandom,
-    /// The profiler is recording in this thread: its own waits are not the program's.
+    /// The profiler is at work in this thread (recording, or keeping its tables): a call
+    /// it makes, or one from a signal handler that interrupted it, is passed through.
     inside: Cell<bool>,
+    /// The locks it holds: address, when acquired (ns), acquisitions (a recursive mutex's
+    /// depth); `held` are used, oldest first.
+    addresses: [Cell<u64>; HELD],
+    since: [Cell<u64>; HELD],
+    depth: [Cell<u32>; HELD],
+    held: Cell<usize>,
 }
 
 thread_local! {
     static THREAD: PerThread = const {
         PerThread {
-            left: Cell::new(0),
-            started: Cell::new(false),
+            left: [const { Cell::new(0) }; 2],
+            started: [const { Cell::new(false) }; 2],
             random: LocalRandom::new(),
             inside: Cell::new(false),
+            addresses: [const { Cell::new(0) }; HELD],
+            since: [const { Cell::new(0) }; HELD],
+            depth: [const { Cell::new(0) }; HELD],
+            held: Cell::new(0),
         }
     };
 }
@@ -139,16 +224,41 @@ impl PerThread {
     fn draw(&self, rate: u64) -> i64 {
         (self.random.exponential(rate as f64) as i64).max(1)
     }
+
+    /// Runs `f` unless the profiler is already at work in this thread.
+    #[inline(always)]
+    fn guarded(&self, f: impl FnOnce(&PerThread)) {
+        if !self.inside.replace(true) {
+            f(self);
+            self.inside.set(false);
+        }
+    }
+
+    fn find(&self, address: u64) -> Option<usize> {
+        (0..self.held.get())
+            .rev()
+            .find(|&i| self.addresses[i].get() == address)
+    }
+
+    fn remove(&self, i: usize) {
+        let n = self.held.get();
+        for j in i + 1..n {
+            self.addresses[j - 1].set(self.addresses[j].get());
+            self.since[j - 1].set(self.since[j].get());
+            self.depth[j - 1].set(self.depth[j].get());
+        }
+        self.held.set(n - 1);
+    }
 }
 
 /// `CLOCK_MONOTONIC` now, ns (the vDSO's: no system call).
 #[inline(always)]
-fn now_ns() -> u64 {
+pub fn now_ns() -> u64 {
     crate::sources::timer::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
 }
 
-/// What a wait of `waited` ns stands for when sampled at a mean of `rate` ns:
-/// `waited / p` ns with `p = 1 - exp(-waited/rate)` (every wait when `rate` is 1).
+/// What a wait (hold) of `waited` ns stands for when sampled at a mean of `rate` ns:
+/// `waited / p` ns with `p = 1 - exp(-waited/rate)` (every one when `rate` is 1).
 pub fn weight_ns(waited: u64, rate: u64) -> u64 {
     if rate <= 1 {
         return waited;
@@ -160,111 +270,266 @@ pub fn weight_ns(waited: u64, rate: u64) -> u64 {
     (waited as f64 / p).round() as u64
 }
 
-/// Counts a wait of `waited` ns that the calling thread has just ended, in the C library's
-/// `entry` (the function the program called: where the recorded stack ends), and records
-/// its call stack when it crosses the thread's threshold. Keeps `errno`.
+/// How a semaphore or mutex was acquired, for [`acquired`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A semaphore: an acquisition while the thread's table has it means another thread
+    /// released it meanwhile (a `Condition`'s waiter): the hold starts again.
+    Semaphore,
+    /// A mutex or read-write lock, which may be recursive: acquisitions nest.
+    Mutex,
+}
+
+/// Counts a wait of `ns` ns for the lock at `address` that the calling thread has just
+/// ended in the C library's `entry` (the function the program called: where the recorded
+/// stack ends, above the lock's frame). Keeps `errno`.
 #[inline(never)]
-fn waited(waited: u64, entry: usize) {
-    ACTIVITY.waits.fetch_add(1, Ordering::Relaxed);
-    ACTIVITY.waited_ns.fetch_add(waited, Ordering::Relaxed);
+pub fn waited(ns: u64, entry: usize, address: u64) {
     let regs = registers_here();
+    let _ = THREAD.try_with(|t| t.guarded(|t| count(t, Counter::Wait, ns, entry, address, regs)));
+}
+
+/// Notes that the calling thread has acquired the lock at `address`: its hold starts.
+#[inline(always)]
+pub fn acquired(address: u64, kind: Kind) {
     let _ = THREAD.try_with(|t| {
-        if t.inside.get() {
-            return;
-        }
-        let rate = ACTIVITY.rate_ns.load(Ordering::Relaxed);
-        if !t.started.get() {
-            t.left.set(t.draw(rate));
-            t.started.set(true);
-        }
-        let left = t
-            .left
-            .get()
-            .saturating_sub(waited.min(i64::MAX as u64) as i64);
-        if left > 0 && rate > 1 {
-            t.left.set(left);
-            return;
-        }
-        // Crossed: sampled, and the next threshold is again exponential (memoryless).
-        t.left.set(t.draw(rate));
-        t.inside.set(true);
-        // SAFETY: __errno_location is the calling thread's errno.
-        let errno = unsafe { *libc::__errno_location() };
-        let weight = weight_ns(waited, rate);
-        let recorded = crate::sampler::get().is_some_and(|sampler| {
-            sampler.record_lock_wait(regs, entry as u64, weight, t.random.uniform())
-        });
-        if recorded {
-            ACTIVITY.sampled.fetch_add(1, Ordering::Relaxed);
-        } else {
-            ACTIVITY.unrecorded.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: as above.
-        unsafe { *libc::__errno_location() = errno };
-        t.inside.set(false);
+        t.guarded(|t| {
+            if let Some(i) = t.find(address) {
+                match kind {
+                    Kind::Mutex => t.depth[i].set(t.depth[i].get() + 1),
+                    Kind::Semaphore => t.since[i].set(now_ns()),
+                }
+                return;
+            }
+            if t.held.get() == HELD {
+                t.remove(0);
+            }
+            let i = t.held.get();
+            t.addresses[i].set(address);
+            t.since[i].set(now_ns());
+            t.depth[i].set(1);
+            t.held.set(i + 1);
+        })
     });
 }
 
-/// Interposed `sem_wait(3)`: the C library's, timed when the lock profiler runs.
-///
-/// # Safety
-/// As `sem_wait(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn sem_wait(sem: *mut sem_t) -> c_int {
-    type F = unsafe extern "C" fn(*mut sem_t) -> c_int;
-    let next = NEXT_SEM_WAIT.get();
-    // SAFETY: the C library's sem_wait, with this signature.
-    let real: F = unsafe { std::mem::transmute::<usize, F>(next) };
-    if !ENABLED.load(Ordering::Relaxed) {
-        return unsafe { real(sem) };
-    }
-    let start = now_ns();
-    let rc = unsafe { real(sem) };
-    waited(now_ns().saturating_sub(start), next);
-    rc
+/// Notes that the calling thread releases the lock at `address` in the C library's
+/// `entry`: a hold it began ends and is counted. A release of a lock the thread did not
+/// acquire (another thread's, a semaphore posted as a signal) counts nothing. Keeps
+/// `errno`.
+#[inline(never)]
+pub fn released(address: u64, entry: usize) {
+    let regs = registers_here();
+    let _ = THREAD.try_with(|t| {
+        t.guarded(|t| {
+            let Some(i) = t.find(address) else {
+                return;
+            };
+            let depth = t.depth[i].get();
+            if depth > 1 {
+                t.depth[i].set(depth - 1);
+                return;
+            }
+            let ns = now_ns().saturating_sub(t.since[i].get());
+            t.remove(i);
+            let not_held = TABLES
+                .get()
+                .and_then(|tables| tables.locks.get(address))
+                .is_some_and(|key| key & NOT_HELD != 0);
+            if !not_held {
+                count(t, Counter::Hold, ns, entry, address, regs);
+            }
+        })
+    });
 }
 
-/// Interposed `sem_timedwait(3)`: as [`sem_wait`].
-///
-/// # Safety
-/// As `sem_timedwait(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn sem_timedwait(sem: *mut sem_t, abstime: *const timespec) -> c_int {
-    type F = unsafe extern "C" fn(*mut sem_t, *const timespec) -> c_int;
-    let next = NEXT_SEM_TIMEDWAIT.get();
-    // SAFETY: the C library's sem_timedwait, with this signature.
-    let real: F = unsafe { std::mem::transmute::<usize, F>(next) };
-    if !ENABLED.load(Ordering::Relaxed) {
-        return unsafe { real(sem, abstime) };
-    }
-    let start = now_ns();
-    let rc = unsafe { real(sem, abstime) };
-    waited(now_ns().saturating_sub(start), next);
-    rc
+/// Notes that the lock at `address` is destroyed (`sem_destroy`, `pthread_mutex_destroy`):
+/// its memory may hold another lock next.
+pub fn destroyed(address: u64) {
+    let _ = THREAD.try_with(|t| {
+        t.guarded(|t| {
+            if let Some(i) = t.find(address) {
+                t.remove(i);
+            }
+            if let Some(tables) = TABLES.get() {
+                tables.locks.remove(address);
+            }
+        })
+    });
 }
 
-/// Interposed `sem_clockwait(3)` (glibc 2.30+; CPython 3.10+ waits with it): as
-/// [`sem_wait`].
-///
-/// # Safety
-/// As `sem_clockwait(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn sem_clockwait(
-    sem: *mut sem_t,
-    clock: clockid_t,
-    abstime: *const timespec,
-) -> c_int {
-    type F = unsafe extern "C" fn(*mut sem_t, clockid_t, *const timespec) -> c_int;
-    let next = NEXT_SEM_CLOCKWAIT.get();
-    // SAFETY: the C library's sem_clockwait, with this signature.
-    let real: F = unsafe { std::mem::transmute::<usize, F>(next) };
-    if !ENABLED.load(Ordering::Relaxed) {
-        return unsafe { real(sem, clock, abstime) };
+/// Counts `ns` for `counter` and records the call stack when it crosses the thread's
+/// threshold (the profiler's guard held).
+fn count(
+    t: &PerThread,
+    counter: Counter,
+    ns: u64,
+    entry: usize,
+    address: u64,
+    regs: crate::capture::unwind::Regs,
+) {
+    let tally = &ACTIVITY.tallies[counter as usize];
+    tally.count.fetch_add(1, Ordering::Relaxed);
+    tally.ns.fetch_add(ns, Ordering::Relaxed);
+    let rate = ACTIVITY.rate_ns.load(Ordering::Relaxed);
+    let c = counter as usize;
+    if !t.started[c].get() {
+        t.left[c].set(t.draw(rate));
+        t.started[c].set(true);
     }
-    let start = now_ns();
-    let rc = unsafe { real(sem, clock, abstime) };
-    waited(now_ns().saturating_sub(start), next);
-    rc
+    let left = t.left[c]
+        .get()
+        .saturating_sub(ns.min(i64::MAX as u64) as i64);
+    if left > 0 && rate > 1 {
+        t.left[c].set(left);
+        return;
+    }
+    // Crossed: sampled, and the next threshold is again exponential (memoryless).
+    t.left[c].set(t.draw(rate));
+    // SAFETY: __errno_location is the calling thread's errno.
+    let errno = unsafe { *libc::__errno_location() };
+    let weight = weight_ns(ns, rate);
+    let recorded = crate::sampler::get().is_some_and(|sampler| {
+        sampler.record_lock(
+            counter,
+            regs,
+            entry as u64,
+            |caller| name_of(sampler, address, caller),
+            weight,
+            t.random.uniform(),
+        )
+    });
+    if recorded {
+        tally.sampled.fetch_add(1, Ordering::Relaxed);
+    } else {
+        tally.unrecorded.fetch_add(1, Ordering::Relaxed);
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// The frame key that names the lock at `address`, acquired or released from `caller` (a
+/// native instruction; 0 when unknown): its name when the table has one; none for a lock
+/// the interpreter made without being named (before the profiler attached to it; 3.14+'s
+/// parking semaphores); a static native lock by its address; another native lock by the
+/// first caller seen, kept for it.
+fn name_of(sampler: &crate::sampler::Sampler, address: u64, caller: u64) -> Option<u64> {
+    let tables = TABLES.get()?;
+    if let Some(key) = tables.locks.get(address) {
+        return Some(key & !NOT_HELD).filter(|&key| key != 0);
+    }
+    let snapshot = crate::capture::unwind::modules::current()?;
+    let runtime = RUNTIME.load(Ordering::Relaxed);
+    if sampler.python.is_some() && runtime != 0 && snapshot.same_object(caller, runtime) {
+        return None;
+    }
+    if snapshot.in_object(address) {
+        return Some(lock_key(Lock::Static(address)));
+    }
+    if caller == 0 {
+        return None;
+    }
+    let key = lock_key(Lock::FirstWaiter(caller));
+    tables.locks.insert(address, key);
+    Some(key)
+}
+
+/// Whether `address` is the GIL's (its mutex and condition variables, 3.7–3.12): not a
+/// lock here.
+#[inline]
+pub fn is_gil(address: u64) -> bool {
+    crate::sampler::get()
+        .and_then(|s| s.python.as_ref())
+        .is_some_and(|rt| rt.gil_words.contains(address))
+}
+
+/// Names the semaphore at `sem` that `sem_init` has just made, called from `caller`: when
+/// the interpreter made it, by the creating thread's Python frames
+/// ([`crate::capture::python::creation`]). A Python lock is a semaphore made by
+/// `PyThread_allocate_lock` on 3.7–3.13.0 (`threading.Lock`, `RLock`); 3.13.1 made
+/// `threading.Lock` a `PyMutex` (CPython gh-117721, backported), 3.14 `RLock` too, and
+/// a `PyMutex` makes no semaphore: its contended waits park on one made for the wait
+/// (named only through its owner object, below). 3.14+: nothing is named. Not from a
+/// signal handler (`sem_init` is not async-signal-safe), but under the handler's rules
+/// all the same: it runs inside the interpreter.
+pub fn created(sem: u64, caller: u64) {
+    let runtime = RUNTIME.load(Ordering::Relaxed);
+    if runtime == 0
+        || !crate::capture::unwind::modules::current()
+            .is_some_and(|snapshot| snapshot.same_object(caller, runtime))
+    {
+        return;
+    }
+    let Some(tables) = TABLES.get() else {
+        return;
+    };
+    let Some(sampler) = crate::sampler::get() else {
+        return;
+    };
+    let Some(rt) = sampler
+        .python
+        .as_ref()
+        .filter(|rt| rt.layout.version < (3, 14))
+    else {
+        return;
+    };
+    let _ = THREAD.try_with(|t| {
+        t.guarded(|_| {
+            let mut seen = 0;
+            let tstate = rt.current_thread_state(&mut seen);
+            let mut scratch = [0u8; crate::capture::python::code::MAX_TEXT];
+            let creation = (tstate != 0)
+                .then(|| lock_creation(tstate, &rt.layout, &rt.types, &sampler.codes, &mut scratch))
+                .flatten();
+            let Some(creation) = creation.filter(|c| c.site.is_some() || c.owner.is_some()) else {
+                // The interpreter's own lock, made while no Python code runs (the import
+                // lock, faulthandler's, at start-up): unnamed, its holds not counted
+                // (faulthandler's is held from start to end).
+                tables.locks.insert(sem, NOT_HELD);
+                return;
+            };
+            let site = creation.site.map(lock_key);
+            // A semaphore in a caller's frame is made for one wait: the one a thread parks
+            // on for a `PyMutex` (3.13+'s `join`; 3.13.1+'s `threading.Lock`, 3.14+'s
+            // every lock), and says nothing of where the lock was made: named only as the
+            // object whose method waits (a `Thread`'s, made when its `__init__` made a
+            // semaphore), never by the line that waits.
+            let here = 0u8;
+            let here = std::ptr::addr_of!(here) as u64;
+            if sem > here && sem - here < 1 << 20 {
+                match creation
+                    .owner
+                    .and_then(|(owner, _)| tables.owners.get(owner))
+                {
+                    Some(key) => tables.locks.insert(sem, key),
+                    None => {
+                        tables.locks.remove(sem);
+                        true
+                    }
+                };
+                return;
+            }
+            let key = match creation.owner {
+                None => site,
+                Some((owner, Role::Init)) => {
+                    if let Some(site) = site {
+                        tables.owners.insert(owner, site);
+                    }
+                    site
+                }
+                Some((owner, Role::Method)) => tables.owners.get(owner).or(site),
+                Some((owner, Role::ThreadLock)) => {
+                    tables.owners.get(owner).or(site).map(|k| k | NOT_HELD)
+                }
+            };
+            match key {
+                Some(key) => {
+                    tables.locks.insert(sem, key);
+                }
+                None => tables.locks.remove(sem),
+            }
+        })
+    });
 }
 
 #[cfg(test)]

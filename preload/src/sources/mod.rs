@@ -15,14 +15,17 @@
 //! - [`adopt`]: threads that existed before the constructor, found and given timers;
 //! - [`allocations`]: the allocator hooks (`malloc`, …, and CPython's allocator domains),
 //!   which sample allocations for the memory profiler;
-//! - [`locks`]: the semaphore hooks, which sample the waits of Python's locks for the
-//!   lock profiler.
+//! - [`locks`]: the lock profiler's accounting: waits and holds of locks sampled on
+//!   nanoseconds, and the locks' names;
+//! - [`lock_calls`]: the semaphore, mutex, read-write lock and condition variable hooks
+//!   that time them.
 
 pub mod adopt;
 pub mod allocations;
 pub mod budget;
 pub mod handler;
 pub mod helper;
+pub mod lock_calls;
 pub mod locks;
 pub mod perf;
 pub mod random;

@@ -39,7 +39,7 @@ pub fn runtime(version: (u8, u8, u8)) -> Option<Runtime> {
         (Vec::new(), "the type objects".to_string())
     } else {
         (
-            evaluator_ranges(evaluator_name),
+            function_ranges(evaluator_name),
             format!("{evaluator_name} or the type objects"),
         )
     };
@@ -385,9 +385,11 @@ fn layout_of(major: u8, minor: u8) -> Result<Layout, String> {
     })
 }
 
-/// Run-time address ranges of every part of the evaluator function: the symbol table of the
-/// object that defines it (`.symtab` has the `.cold` parts), or its dynamic symbol's size.
-fn evaluator_ranges(name: &str) -> Vec<(u64, u64)> {
+/// Run-time address ranges of every part of the exported function `name` (the evaluator,
+/// the lock allocator): the symbol table of the object that defines it (`.symtab` has the
+/// `.cold` parts), or its dynamic symbol's size. Empty when it is not found. Not from a
+/// signal handler.
+pub(crate) fn function_ranges(name: &str) -> Vec<(u64, u64)> {
     let Ok(cname) = std::ffi::CString::new(name) else {
         return Vec::new();
     };

@@ -229,6 +229,12 @@ pub struct Layout {
     pub frame_back: u16,
     /// Where the current instruction is kept.
     pub position: Position,
+    /// Offset of the frame's first local (`f_localsplus` ≤ 3.10, `localsplus` 3.11+): a
+    /// method's `self` while it runs (lock names, [`super::creation`]). Measured with
+    /// ctypes (the address of a function's argument found in its frame): 360 on 3.7–3.9,
+    /// 352 on 3.10, 72 on 3.11 and 3.12 (`Include/internal/pycore_frame.h`); 3.13+ from
+    /// `_Py_DebugOffsets` (a tagged `_PyStackRef` from 3.14). `None` before 3.7.
+    pub frame_locals: Option<u16>,
     /// 3.13: (offset of `co_flags`, flag bit) that marks interpreter shim code such as
     /// `_Py_InitCleanup`, which is not user code.
     pub shim_flag: Option<(u16, u32)>,
@@ -293,6 +299,11 @@ impl Layout {
             } else {
                 Position::LastiBytes { offset: lasti }
             },
+            frame_locals: match (major, minor) {
+                (3, 7..=9) => Some(360),
+                (3, 10) => Some(352),
+                _ => None,
+            },
             shim_flag: None,
             co_filename: filename,
             co_name: filename + 8,
@@ -334,6 +345,7 @@ impl Layout {
                 offset: 56,
                 code_start: 192,
             },
+            frame_locals: Some(72),
             shim_flag: None,
             co_filename: 112,
             co_name: 120,
@@ -460,6 +472,7 @@ impl Layout {
                 offset: w(map.instr_ptr)?,
                 code_start: w(map.code_adaptive)?,
             },
+            frame_locals: Some(w(map.localsplus)?),
             shim_flag: Some((constants.co_flags, constants.shim_flag)),
             co_filename: w(map.filename)?,
             co_name: w(map.name)?,
@@ -941,6 +954,7 @@ struct DebugOffsetsMap {
     previous: usize,
     executable: usize,
     instr_ptr: usize,
+    localsplus: usize,
     owner: usize,
     code_size: usize,
     filename: usize,
@@ -1026,6 +1040,7 @@ impl DebugOffsetsMap {
             previous: frame + 1,
             executable: frame + 2,
             instr_ptr: frame + 3,
+            localsplus: frame + 4,
             owner,
             code_size,
             filename,

@@ -5,11 +5,13 @@
 //! - [`read`]: checked reads of interpreter memory;
 //! - [`code`]: code records captured in the handler's own memory;
 //! - [`stack`]: walking one thread's frame chain;
+//! - [`creation`]: where a lock is created (the lock profiler's names);
 //! - [`lines`]: line tables, decoded when the profile is written;
 //! - [`tasks`]: asyncio's task await chains (3.14+);
 //! - [`names`]: the names `threading` gives threads, for `pyigprof dump`.
 
 pub mod code;
+pub mod creation;
 pub mod discover;
 pub mod layout;
 pub mod lines;

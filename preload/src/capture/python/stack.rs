@@ -163,7 +163,7 @@ pub fn walk(
 }
 
 /// The thread's innermost frame (0 when it runs no Python code).
-fn current_frame(tstate: u64, layout: &Layout) -> Option<u64> {
+pub(crate) fn current_frame(tstate: u64, layout: &Layout) -> Option<u64> {
     let field = read::word(tstate + u64::from(layout.thread_frame))?;
     match layout.cframe_current {
         None => Some(field),

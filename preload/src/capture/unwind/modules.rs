@@ -65,6 +65,12 @@ impl Snapshot {
         inside(&self.code, addr)
     }
 
+    /// Whether `addr` lies in a loaded object (its code or its data). Async-signal-safe.
+    #[inline]
+    pub fn in_object(&self, addr: u64) -> bool {
+        inside(&self.spans, addr)
+    }
+
     /// Whether `a` and `b` lie in the same loaded object. Async-signal-safe.
     pub fn same_object(&self, a: u64, b: u64) -> bool {
         let i = self.spans.partition_point(|r| r.0 <= a);

@@ -1,0 +1,518 @@
+//! The lock profiler's hooks: the C library's semaphore, mutex, read-write lock and
+//! condition variable functions, defined by this library, which (preloaded) every caller
+//! outside the C library reaches first — the interpreter, shared or linked into the
+//! executable, through its PLT, and C/C++ extensions. Each forwards to the C library's
+//! definition and, while the lock profiler runs ([`locks::enabled`]), times it for
+//! [`crate::sources::locks`]:
+//!
+//! - a wait: the time a call that acquires spends before it returns, when the lock was
+//!   not free (`sem_wait`, `sem_timedwait`, `sem_clockwait`; `pthread_mutex_lock` and the
+//!   read-write locks' after their `try` form failed);
+//! - a hold: from a successful acquisition (the `try` forms included) to the same thread's
+//!   release (`sem_post`, `pthread_mutex_unlock`, `pthread_rwlock_unlock`); a condition
+//!   variable's wait releases its mutex and takes it back, so it ends a hold and starts
+//!   another;
+//! - `sem_init` names a Python lock where it is created, and `sem_destroy`,
+//!   `pthread_mutex_destroy` and `pthread_rwlock_destroy` forget a lock.
+//!
+//! The GIL's mutex and condition variables (3.7–3.12; [`locks::is_gil`]) are passed
+//! through: waiting for the GIL is wall mode's `<waiting: GIL>`.
+
+use crate::sources::locks::{self, Kind};
+use libc::{
+    c_int, c_uint, clockid_t, pthread_cond_t, pthread_mutex_t, pthread_rwlock_t, sem_t, timespec,
+};
+use pyigprof_hooks::next::Next;
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static NEXT_SEM_INIT: Next = Next::new(c"sem_init");
+static NEXT_SEM_DESTROY: Next = Next::new(c"sem_destroy");
+static NEXT_SEM_WAIT: Next = Next::new(c"sem_wait");
+static NEXT_SEM_TIMEDWAIT: Next = Next::new(c"sem_timedwait");
+static NEXT_SEM_CLOCKWAIT: Next = Next::new(c"sem_clockwait");
+static NEXT_SEM_TRYWAIT: Next = Next::new(c"sem_trywait");
+static NEXT_SEM_POST: Next = Next::new(c"sem_post");
+static NEXT_MUTEX_LOCK: Next = Next::new(c"pthread_mutex_lock");
+static NEXT_MUTEX_TRYLOCK: Next = Next::new(c"pthread_mutex_trylock");
+static NEXT_MUTEX_UNLOCK: Next = Next::new(c"pthread_mutex_unlock");
+static NEXT_MUTEX_DESTROY: Next = Next::new(c"pthread_mutex_destroy");
+static NEXT_RWLOCK_RDLOCK: Next = Next::new(c"pthread_rwlock_rdlock");
+static NEXT_RWLOCK_WRLOCK: Next = Next::new(c"pthread_rwlock_wrlock");
+static NEXT_RWLOCK_TRYRDLOCK: Next = Next::new(c"pthread_rwlock_tryrdlock");
+static NEXT_RWLOCK_TRYWRLOCK: Next = Next::new(c"pthread_rwlock_trywrlock");
+static NEXT_RWLOCK_UNLOCK: Next = Next::new(c"pthread_rwlock_unlock");
+static NEXT_RWLOCK_DESTROY: Next = Next::new(c"pthread_rwlock_destroy");
+static NEXT_COND_CLOCKWAIT: Next = Next::new(c"pthread_cond_clockwait");
+
+/// The next definition of a versioned symbol: `pthread_cond_wait` and
+/// `pthread_cond_timedwait` have two in glibc on x86-64 (`GLIBC_2.2.5`, the old
+/// LinuxThreads-compatible one, and `GLIBC_2.3.2`, what programs link to), and
+/// `dlsym(RTLD_NEXT, …)` may give the old one; `dlvsym` asks for the current.
+struct VersionedNext {
+    name: &'static CStr,
+    version: &'static CStr,
+    addr: AtomicUsize,
+}
+
+impl VersionedNext {
+    const fn new(name: &'static CStr, version: &'static CStr) -> Self {
+        VersionedNext {
+            name,
+            version,
+            addr: AtomicUsize::new(0),
+        }
+    }
+
+    fn get(&self) -> usize {
+        let cached = self.addr.load(Ordering::Relaxed);
+        if cached != 0 {
+            return cached;
+        }
+        // SAFETY: dlvsym with valid NUL-terminated names.
+        let found =
+            unsafe { libc::dlvsym(libc::RTLD_NEXT, self.name.as_ptr(), self.version.as_ptr()) }
+                as usize;
+        if found == 0 {
+            let msg = b"pyigprof: cannot find the next definition of an interposed function\n";
+            // SAFETY: writing a static buffer to stderr.
+            unsafe {
+                libc::write(2, msg.as_ptr().cast(), msg.len());
+                libc::abort();
+            }
+        }
+        self.addr.store(found, Ordering::Relaxed);
+        found
+    }
+}
+
+static NEXT_COND_WAIT: VersionedNext = VersionedNext::new(c"pthread_cond_wait", c"GLIBC_2.3.2");
+static NEXT_COND_TIMEDWAIT: VersionedNext =
+    VersionedNext::new(c"pthread_cond_timedwait", c"GLIBC_2.3.2");
+
+/// The C library's function at `next`, as `F`.
+///
+/// # Safety
+/// `next` must be a function of type `F`.
+#[inline(always)]
+unsafe fn real<F: Copy>(next: usize) -> F {
+    debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
+    // SAFETY: as the caller says.
+    unsafe { std::mem::transmute_copy::<usize, F>(&next) }
+}
+
+/// Calls `acquire` (the C library's blocking acquisition at `next`), timed as a wait for
+/// the lock at `lock`, and notes the acquisition when `acquire` says it succeeded.
+#[inline(always)]
+fn timed_acquire(
+    next: usize,
+    lock: u64,
+    kind: Kind,
+    acquire: impl FnOnce() -> c_int,
+    succeeded: impl Fn(c_int) -> bool,
+) -> c_int {
+    let start = locks::now_ns();
+    let rc = acquire();
+    locks::waited(locks::now_ns().saturating_sub(start), next, lock);
+    if succeeded(rc) {
+        locks::acquired(lock, kind);
+    }
+    rc
+}
+
+/// Interposed `sem_init(3)`: the C library's; while the lock profiler runs, a semaphore
+/// made by the interpreter's lock allocator is named by the Python frame creating it. The
+/// caller's address (the return address, at the stack pointer on entry) is passed to
+/// [`sem_init_from`] as a fourth argument.
+///
+/// # Safety
+/// As `sem_init(3)`.
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn sem_init(sem: *mut sem_t, pshared: c_int, value: c_uint) -> c_int {
+    std::arch::naked_asm!("mov rcx, [rsp]", "jmp {target}", target = sym sem_init_from)
+}
+
+/// [`sem_init`] with its caller's return address.
+unsafe extern "C" fn sem_init_from(
+    sem: *mut sem_t,
+    pshared: c_int,
+    value: c_uint,
+    caller: u64,
+) -> c_int {
+    type F = unsafe extern "C" fn(*mut sem_t, c_int, c_uint) -> c_int;
+    // SAFETY: the C library's sem_init, with this signature.
+    let rc = unsafe { real::<F>(NEXT_SEM_INIT.get())(sem, pshared, value) };
+    if rc == 0 && locks::enabled() {
+        locks::created(sem as u64, caller);
+    }
+    rc
+}
+
+/// Interposed `sem_destroy(3)`.
+///
+/// # Safety
+/// As `sem_destroy(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn sem_destroy(sem: *mut sem_t) -> c_int {
+    type F = unsafe extern "C" fn(*mut sem_t) -> c_int;
+    if locks::enabled() {
+        locks::destroyed(sem as u64);
+    }
+    // SAFETY: the C library's sem_destroy, with this signature.
+    unsafe { real::<F>(NEXT_SEM_DESTROY.get())(sem) }
+}
+
+/// Interposed `sem_wait(3)`: timed as a wait.
+///
+/// # Safety
+/// As `sem_wait(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn sem_wait(sem: *mut sem_t) -> c_int {
+    type F = unsafe extern "C" fn(*mut sem_t) -> c_int;
+    let next = NEXT_SEM_WAIT.get();
+    // SAFETY: the C library's sem_wait, with this signature.
+    let f = unsafe { real::<F>(next) };
+    if !locks::enabled() {
+        return unsafe { f(sem) };
+    }
+    timed_acquire(
+        next,
+        sem as u64,
+        Kind::Semaphore,
+        || unsafe { f(sem) },
+        |rc| rc == 0,
+    )
+}
+
+/// Interposed `sem_timedwait(3)`: as [`sem_wait`].
+///
+/// # Safety
+/// As `sem_timedwait(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn sem_timedwait(sem: *mut sem_t, abstime: *const timespec) -> c_int {
+    type F = unsafe extern "C" fn(*mut sem_t, *const timespec) -> c_int;
+    let next = NEXT_SEM_TIMEDWAIT.get();
+    // SAFETY: the C library's sem_timedwait, with this signature.
+    let f = unsafe { real::<F>(next) };
+    if !locks::enabled() {
+        return unsafe { f(sem, abstime) };
+    }
+    timed_acquire(
+        next,
+        sem as u64,
+        Kind::Semaphore,
+        || unsafe { f(sem, abstime) },
+        |rc| rc == 0,
+    )
+}
+
+/// Interposed `sem_clockwait(3)` (glibc 2.30+; CPython 3.10+ waits with it): as
+/// [`sem_wait`].
+///
+/// # Safety
+/// As `sem_clockwait(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn sem_clockwait(
+    sem: *mut sem_t,
+    clock: clockid_t,
+    abstime: *const timespec,
+) -> c_int {
+    type F = unsafe extern "C" fn(*mut sem_t, clockid_t, *const timespec) -> c_int;
+    let next = NEXT_SEM_CLOCKWAIT.get();
+    // SAFETY: the C library's sem_clockwait, with this signature.
+    let f = unsafe { real::<F>(next) };
+    if !locks::enabled() {
+        return unsafe { f(sem, clock, abstime) };
+    }
+    timed_acquire(
+        next,
+        sem as u64,
+        Kind::Semaphore,
+        || unsafe { f(sem, clock, abstime) },
+        |rc| rc == 0,
+    )
+}
+
+/// Interposed `sem_trywait(3)`: a success starts a hold (CPython's uncontended acquire).
+///
+/// # Safety
+/// As `sem_trywait(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn sem_trywait(sem: *mut sem_t) -> c_int {
+    type F = unsafe extern "C" fn(*mut sem_t) -> c_int;
+    // SAFETY: the C library's sem_trywait, with this signature.
+    let rc = unsafe { real::<F>(NEXT_SEM_TRYWAIT.get())(sem) };
+    if rc == 0 && locks::enabled() {
+        locks::acquired(sem as u64, Kind::Semaphore);
+    }
+    rc
+}
+
+/// Interposed `sem_post(3)`: ends the calling thread's hold (async-signal-safe as the C
+/// library's: a post from a signal handler that interrupted the profiler's work in its
+/// thread is passed through).
+///
+/// # Safety
+/// As `sem_post(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn sem_post(sem: *mut sem_t) -> c_int {
+    type F = unsafe extern "C" fn(*mut sem_t) -> c_int;
+    let next = NEXT_SEM_POST.get();
+    if locks::enabled() {
+        locks::released(sem as u64, next);
+    }
+    // SAFETY: the C library's sem_post, with this signature.
+    unsafe { real::<F>(next)(sem) }
+}
+
+/// Interposed `pthread_mutex_lock(3)`: tried first; when the mutex is taken, the blocking
+/// call is timed as a wait.
+///
+/// # Safety
+/// As `pthread_mutex_lock(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_mutex_lock(mutex: *mut pthread_mutex_t) -> c_int {
+    type F = unsafe extern "C" fn(*mut pthread_mutex_t) -> c_int;
+    let next = NEXT_MUTEX_LOCK.get();
+    // SAFETY: the C library's pthread_mutex_lock, with this signature.
+    let lock = unsafe { real::<F>(next) };
+    if !locks::enabled() || locks::is_gil(mutex as u64) {
+        return unsafe { lock(mutex) };
+    }
+    // SAFETY: the C library's pthread_mutex_trylock, with this signature.
+    let rc = unsafe { real::<F>(NEXT_MUTEX_TRYLOCK.get())(mutex) };
+    if rc == 0 || rc == libc::EOWNERDEAD {
+        locks::acquired(mutex as u64, Kind::Mutex);
+        return rc;
+    }
+    timed_acquire(
+        next,
+        mutex as u64,
+        Kind::Mutex,
+        || unsafe { lock(mutex) },
+        |rc| rc == 0 || rc == libc::EOWNERDEAD,
+    )
+}
+
+/// Interposed `pthread_mutex_trylock(3)`: a success starts a hold.
+///
+/// # Safety
+/// As `pthread_mutex_trylock(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_mutex_trylock(mutex: *mut pthread_mutex_t) -> c_int {
+    type F = unsafe extern "C" fn(*mut pthread_mutex_t) -> c_int;
+    // SAFETY: the C library's pthread_mutex_trylock, with this signature.
+    let rc = unsafe { real::<F>(NEXT_MUTEX_TRYLOCK.get())(mutex) };
+    if (rc == 0 || rc == libc::EOWNERDEAD) && locks::enabled() && !locks::is_gil(mutex as u64) {
+        locks::acquired(mutex as u64, Kind::Mutex);
+    }
+    rc
+}
+
+/// Interposed `pthread_mutex_unlock(3)`: ends the calling thread's hold.
+///
+/// # Safety
+/// As `pthread_mutex_unlock(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_mutex_unlock(mutex: *mut pthread_mutex_t) -> c_int {
+    type F = unsafe extern "C" fn(*mut pthread_mutex_t) -> c_int;
+    let next = NEXT_MUTEX_UNLOCK.get();
+    if locks::enabled() && !locks::is_gil(mutex as u64) {
+        locks::released(mutex as u64, next);
+    }
+    // SAFETY: the C library's pthread_mutex_unlock, with this signature.
+    unsafe { real::<F>(next)(mutex) }
+}
+
+/// Interposed `pthread_mutex_destroy(3)`.
+///
+/// # Safety
+/// As `pthread_mutex_destroy(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_mutex_destroy(mutex: *mut pthread_mutex_t) -> c_int {
+    type F = unsafe extern "C" fn(*mut pthread_mutex_t) -> c_int;
+    if locks::enabled() {
+        locks::destroyed(mutex as u64);
+    }
+    // SAFETY: the C library's pthread_mutex_destroy, with this signature.
+    unsafe { real::<F>(NEXT_MUTEX_DESTROY.get())(mutex) }
+}
+
+/// A read-write lock's blocking acquisition (`rdlock`/`wrlock` at `next`), tried first with
+/// its `try` form at `try_next`.
+fn rwlock_acquire(rwlock: *mut pthread_rwlock_t, next: usize, try_next: usize) -> c_int {
+    type F = unsafe extern "C" fn(*mut pthread_rwlock_t) -> c_int;
+    // SAFETY: the C library's functions at `next` and `try_next` have this signature.
+    let (lock, try_lock) = unsafe { (real::<F>(next), real::<F>(try_next)) };
+    if !locks::enabled() {
+        return unsafe { lock(rwlock) };
+    }
+    let rc = unsafe { try_lock(rwlock) };
+    if rc == 0 {
+        locks::acquired(rwlock as u64, Kind::Mutex);
+        return rc;
+    }
+    timed_acquire(
+        next,
+        rwlock as u64,
+        Kind::Mutex,
+        || unsafe { lock(rwlock) },
+        |rc| rc == 0,
+    )
+}
+
+/// A read-write lock's `try` acquisition at `next`: a success starts a hold.
+fn rwlock_try(rwlock: *mut pthread_rwlock_t, next: usize) -> c_int {
+    type F = unsafe extern "C" fn(*mut pthread_rwlock_t) -> c_int;
+    // SAFETY: the C library's function at `next` has this signature.
+    let rc = unsafe { real::<F>(next)(rwlock) };
+    if rc == 0 && locks::enabled() {
+        locks::acquired(rwlock as u64, Kind::Mutex);
+    }
+    rc
+}
+
+/// Interposed `pthread_rwlock_rdlock(3)`: as [`pthread_mutex_lock`].
+///
+/// # Safety
+/// As `pthread_rwlock_rdlock(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_rwlock_rdlock(rwlock: *mut pthread_rwlock_t) -> c_int {
+    rwlock_acquire(
+        rwlock,
+        NEXT_RWLOCK_RDLOCK.get(),
+        NEXT_RWLOCK_TRYRDLOCK.get(),
+    )
+}
+
+/// Interposed `pthread_rwlock_wrlock(3)`: as [`pthread_mutex_lock`].
+///
+/// # Safety
+/// As `pthread_rwlock_wrlock(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_rwlock_wrlock(rwlock: *mut pthread_rwlock_t) -> c_int {
+    rwlock_acquire(
+        rwlock,
+        NEXT_RWLOCK_WRLOCK.get(),
+        NEXT_RWLOCK_TRYWRLOCK.get(),
+    )
+}
+
+/// Interposed `pthread_rwlock_tryrdlock(3)`: a success starts a hold.
+///
+/// # Safety
+/// As `pthread_rwlock_tryrdlock(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_rwlock_tryrdlock(rwlock: *mut pthread_rwlock_t) -> c_int {
+    rwlock_try(rwlock, NEXT_RWLOCK_TRYRDLOCK.get())
+}
+
+/// Interposed `pthread_rwlock_trywrlock(3)`: a success starts a hold.
+///
+/// # Safety
+/// As `pthread_rwlock_trywrlock(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_rwlock_trywrlock(rwlock: *mut pthread_rwlock_t) -> c_int {
+    rwlock_try(rwlock, NEXT_RWLOCK_TRYWRLOCK.get())
+}
+
+/// Interposed `pthread_rwlock_unlock(3)`: ends the calling thread's hold.
+///
+/// # Safety
+/// As `pthread_rwlock_unlock(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_rwlock_unlock(rwlock: *mut pthread_rwlock_t) -> c_int {
+    type F = unsafe extern "C" fn(*mut pthread_rwlock_t) -> c_int;
+    let next = NEXT_RWLOCK_UNLOCK.get();
+    if locks::enabled() {
+        locks::released(rwlock as u64, next);
+    }
+    // SAFETY: the C library's pthread_rwlock_unlock, with this signature.
+    unsafe { real::<F>(next)(rwlock) }
+}
+
+/// Interposed `pthread_rwlock_destroy(3)`.
+///
+/// # Safety
+/// As `pthread_rwlock_destroy(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_rwlock_destroy(rwlock: *mut pthread_rwlock_t) -> c_int {
+    type F = unsafe extern "C" fn(*mut pthread_rwlock_t) -> c_int;
+    if locks::enabled() {
+        locks::destroyed(rwlock as u64);
+    }
+    // SAFETY: the C library's pthread_rwlock_destroy, with this signature.
+    unsafe { real::<F>(NEXT_RWLOCK_DESTROY.get())(rwlock) }
+}
+
+/// A condition variable's wait (`wait`, run by the caller): it releases `mutex` and takes
+/// it back, so the thread's hold of `mutex` ends (counted, at the wait's call stack) and
+/// another starts when it returns. The wait itself is neither a lock wait nor a hold
+/// (wall mode has it). The GIL's are passed through.
+fn condition_wait(mutex: *mut pthread_mutex_t, next: usize, wait: impl FnOnce() -> c_int) -> c_int {
+    if !locks::enabled() || locks::is_gil(mutex as u64) {
+        return wait();
+    }
+    locks::released(mutex as u64, next);
+    let rc = wait();
+    locks::acquired(mutex as u64, Kind::Mutex);
+    rc
+}
+
+/// Interposed `pthread_cond_wait(3)` (the `GLIBC_2.3.2` version).
+///
+/// # Safety
+/// As `pthread_cond_wait(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_cond_wait(
+    cond: *mut pthread_cond_t,
+    mutex: *mut pthread_mutex_t,
+) -> c_int {
+    type F = unsafe extern "C" fn(*mut pthread_cond_t, *mut pthread_mutex_t) -> c_int;
+    let next = NEXT_COND_WAIT.get();
+    // SAFETY: the C library's pthread_cond_wait, with this signature.
+    let f = unsafe { real::<F>(next) };
+    condition_wait(mutex, next, || unsafe { f(cond, mutex) })
+}
+
+/// Interposed `pthread_cond_timedwait(3)` (the `GLIBC_2.3.2` version).
+///
+/// # Safety
+/// As `pthread_cond_timedwait(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_cond_timedwait(
+    cond: *mut pthread_cond_t,
+    mutex: *mut pthread_mutex_t,
+    abstime: *const timespec,
+) -> c_int {
+    type F =
+        unsafe extern "C" fn(*mut pthread_cond_t, *mut pthread_mutex_t, *const timespec) -> c_int;
+    let next = NEXT_COND_TIMEDWAIT.get();
+    // SAFETY: the C library's pthread_cond_timedwait, with this signature.
+    let f = unsafe { real::<F>(next) };
+    condition_wait(mutex, next, || unsafe { f(cond, mutex, abstime) })
+}
+
+/// Interposed `pthread_cond_clockwait(3)` (glibc 2.30+).
+///
+/// # Safety
+/// As `pthread_cond_clockwait(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_cond_clockwait(
+    cond: *mut pthread_cond_t,
+    mutex: *mut pthread_mutex_t,
+    clock: clockid_t,
+    abstime: *const timespec,
+) -> c_int {
+    type F = unsafe extern "C" fn(
+        *mut pthread_cond_t,
+        *mut pthread_mutex_t,
+        clockid_t,
+        *const timespec,
+    ) -> c_int;
+    let next = NEXT_COND_CLOCKWAIT.get();
+    // SAFETY: the C library's pthread_cond_clockwait, with this signature.
+    let f = unsafe { real::<F>(next) };
+    condition_wait(mutex, next, || unsafe { f(cond, mutex, clock, abstime) })
+}
