@@ -73,7 +73,7 @@ enum What {
     Cpu,
     /// Allocations (the memory profiler).
     Mem,
-    /// The time threads wait for Python's locks (the lock profiler: LOCK_WAIT).
+    /// The time threads wait for and hold locks (the lock profiler: LOCK_WAIT, LOCK_HOLD).
     Lock,
 }
 

@@ -244,11 +244,12 @@ pub struct Config {
     pub profile_cpu: bool,
     /// Sample allocations (`PYIGPROF_PROFILE` names `mem`).
     pub profile_memory: bool,
-    /// Sample the waits for Python's locks (`PYIGPROF_PROFILE` names `lock`:
+    /// Sample the waits for locks and their holds (`PYIGPROF_PROFILE` names `lock`:
     /// `crate::sources::locks`).
     pub profile_locks: bool,
-    /// Mean nanoseconds of waiting between two sampled waits (`PYIGPROF_LOCK_RATE`, a
-    /// duration: `500us`, `1ms`, `2ms`, or ns without a unit); 1 records every wait.
+    /// Mean nanoseconds of waiting (of holding) between two sampled waits (holds)
+    /// (`PYIGPROF_LOCK_RATE`, a duration: `500us`, `1ms`, `2ms`, or ns without a unit); 1
+    /// records every one.
     pub lock_rate_ns: u64,
     /// Mean bytes allocated between two sampled allocations (`PYIGPROF_MEM_RATE`, a number
     /// of bytes with an optional `k`/`K`/`KiB`, `M`/`MiB` or `G`/`GiB` suffix); 1 records

@@ -1,31 +1,43 @@
-//! The lock profiler's hooks (`PYIGPROF_PROFILE=lock`): the time threads spend waiting to
-//! acquire a lock, `LOCK_WAIT`, on the mixed call stack of the wait.
+//! The lock profiler (`PYIGPROF_PROFILE=lock`): the time threads spend waiting to acquire
+//! a lock, `LOCK_WAIT`, and holding one, `LOCK_HOLD`, on the mixed call stack of the wait
+//! (of the release), each lock named by where it was made. The calls are timed by the
+//! hooks of [`crate::sources::lock_calls`]; this module counts, samples and names.
 //!
-//! Python's locks wait on POSIX semaphores: `threading.Lock` (and `RLock`, `Condition`,
-//! `Semaphore`, `Event`, `queue.Queue`, which are built on it) is a `sem_t` on 3.7–3.13,
-//! acquired without waiting by `sem_trywait` and, when another thread holds it, by
-//! `sem_wait` or `sem_clockwait`/`sem_timedwait` with the GIL released; from 3.14 a
-//! `PyMutex` whose waiters park on their thread's semaphore. Measured with a counting
-//! preload on pyenv's 3.7, 3.12, 3.13, Debian's static 3.11 and sid's 3.15: 100,000
-//! uncontended `with lock:` made 100,000 `sem_trywait` and `sem_post` (3.7–3.13) or no call
-//! (3.15), and two threads contending made 5–82 `sem_wait` calls. The GIL waits on a
-//! condition variable, not a semaphore: it is not a lock here (wall mode's `<waiting:
-//! GIL>` has it). The library defines `sem_wait`, `sem_timedwait` and `sem_clockwait`,
-//! which, preloaded, every caller outside the C library reaches first (the interpreter,
-//! shared or linked into the executable, calls them through its PLT); each times the
-//! call it forwards to the C library's.
+//! Python's locks are POSIX semaphores on 3.7–3.13.0 (`threading.Lock`, `RLock`, and
+//! `Condition`, `Semaphore`, `Event`, `queue.Queue`, `Thread.join` built on them), made by
+//! `sem_init`, taken by `sem_trywait` when free (no wait) and by `sem_wait` or
+//! `sem_clockwait` with the GIL released when another thread holds them, released by
+//! `sem_post`. 3.13.1 made `threading.Lock` a `PyMutex` (CPython gh-117721), 3.14 `RLock`
+//! too: taken and released without a call, a contended waiter parking on a semaphore made
+//! for the wait. Measured with a counting preload on pyenv's 3.7, 3.12, 3.13.0, Debian's
+//! static 3.11 and sid's 3.15: 100,000 uncontended `with lock:` made 100,000 `sem_trywait`
+//! and `sem_post` (3.7–3.13.0) or none (trixie's 3.13.5, 3.15), and two threads contending
+//! 5–82 `sem_wait` calls. So on 3.13.1+ waits are counted (unnamed) and holds are not
+//! seen. The GIL waits on a condition variable and its mutex, passed through: it is not a
+//! lock here (wall mode's `<waiting: GIL>` has it). Native code's `pthread_mutex_*` and
+//! `pthread_rwlock_*` are timed the same way (tried first; a wait when the `try` fails).
 //!
 //! Sampling is Poisson sampling of nanoseconds, as the memory profiler samples bytes
-//! ([`crate::sources::allocations`]): each thread counts down the nanoseconds it waits from
-//! a threshold drawn from an exponential distribution with mean `R`
-//! (`PYIGPROF_LOCK_RATE`); the wait that crosses it is sampled, so a wait of `w` ns is
-//! sampled with probability `p = 1 - exp(-w/R)` and stands for `w/p` ns: unbiased,
-//! whatever the waits' lengths. A sampled wait captures the thread's mixed call stack
-//! (`Sampler::lock_site`) into a trace tree of its own per thread, whose nodes count the
-//! waits sampled and their time in ticks of the profile's period; every wait's time is
-//! also summed exactly ([`Activity::waited_ns`]). A wait's capture comes after the lock
-//! is taken (only then is its length known): it lengthens that critical section by the
-//! capture (microseconds, once per `R` of waiting on average).
+//! ([`crate::sources::allocations`]), for each counter apart: each thread counts down the
+//! nanoseconds it waits (holds) from a threshold drawn from an exponential distribution
+//! with mean `R` (`PYIGPROF_LOCK_RATE`); the wait that crosses it is sampled, so a wait of
+//! `w` ns is sampled with probability `p = 1 - exp(-w/R)` and stands for `w/p` ns:
+//! unbiased, whatever the lengths. A sampled wait (hold) captures the thread's mixed call
+//! stack (`Sampler::record_lock`) into a trace tree of its own per thread and counter,
+//! whose nodes count the waits sampled and their time in ticks of [`TICK_NS`]; every
+//! one's time is also summed exactly ([`Tally::ns`]). A wait's capture comes after the
+//! lock is taken (only then is its length known): it lengthens that critical section by
+//! the capture (microseconds, once per `R` of waiting on average). A hold is recorded at
+//! its release, on the release's call stack (for `with lock:`, the function that
+//! acquired; Go's mutex profile does the same), and only when the thread that acquired
+//! releases: a semaphore posted by another thread (a `Condition`'s waiter, notified)
+//! ends no hold.
+//!
+//! Names: a Python lock's semaphore is named when `sem_init` makes it, from the creating
+//! thread's Python frames ([`crate::capture::python::creation`]), and the name is kept by
+//! address ([`LockNames`]) until `sem_destroy`. A native lock is named by its address when
+//! it lies in a loaded object's data (a `static pthread_mutex_t`), else by the caller that
+//! first waited for it or released it.
 
 use crate::capture::frames::{lock_key, Lock};
 use crate::capture::python::creation::{lock_creation, Role};
