@@ -10,7 +10,8 @@ Programs (written to a temporary directory):
   profiler times (a hold each); 3.13.1+'s `PyMutex` makes no call;
 - `contended`: examples/locks.py (four threads, one lock held ~1 ms, 150 times each);
 - `mutex_loop`: a C program taking and releasing a `pthread_mutex_t` 20 M times on one
-  thread (every C/C++ library's mutexes go through the hooks).
+  thread (every C/C++ library's mutexes go through the hooks; profiled with
+  `PYIGPROF_ALL_PROCESSES=1`, as a non-Python program is only on request).
 
 Modes, alternated round by round (paired): `plain` (no preload), `cpu` (the preload's
 default: the lock hooks pass through), `lock` (`PYIGPROF_PROFILE=lock`), `cpu,lock`.
@@ -99,6 +100,8 @@ def main():
                     env["LD_PRELOAD"] = LIBRARY
                     env["PYIGPROF_OUTPUT"] = os.path.join(work, "profile.%p.gz")
                     env.update(MODES[mode])
+                    if name == "mutex_loop":
+                        env["PYIGPROF_ALL_PROCESSES"] = "1"  # not Python: profiled on request
                 res = run_once(argv, env, work, 300)
                 if not res["ok"]:
                     sys.exit("%s %s: %s" % (name, mode, res["error"]))

@@ -126,6 +126,7 @@ pub extern "C" fn init() {
     };
     if config.profile_locks {
         sources::locks::enable(config.lock_rate_ns);
+        sources::lock_calls::install();
     }
     if config.profile_memory {
         sources::allocations::enable(config.mem_rate);
@@ -154,6 +155,9 @@ pub extern "C" fn init() {
         },
         objects_added: || {
             modules::rescan();
+            if sources::locks::enabled() {
+                sources::lock_calls::install();
+            }
             with_sampler(|s| s.discover_tasks());
             cpython::try_attach();
             // An extension module is being imported, with the GIL held: the interpreter

@@ -623,6 +623,7 @@ impl Profile {
     fn collect_counting(sampler: &Sampler, mut counting: Counting<'_>) -> Profile {
         // The writing thread's bytes since its last recorded allocation.
         crate::sources::allocations::flush_thread_bytes();
+        crate::sources::locks::flush_thread_tallies();
         let mut resolver = Resolver::new(sampler);
         let mut nodes = vec![OutNode {
             function: u32::MAX,

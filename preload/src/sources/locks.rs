@@ -148,6 +148,7 @@ pub fn enable(rate_ns: u64) {
         pyigprof_hooks::cpython::symbol(c"PyThread_allocate_lock") as u64,
         Ordering::Relaxed,
     );
+    calibrate_hold_clock();
     ACTIVITY.rate_ns.store(rate_ns.max(1), Ordering::Relaxed);
     ENABLED.store(true, Ordering::Release);
 }
@@ -161,6 +162,14 @@ pub fn disable() {
 #[inline(always)]
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
+}
+
+/// Adds the calling thread's counts not yet added to the process's: at its exit (its
+/// exit key's destructor), and in the thread writing the profile, before it reads them.
+/// Other threads' counts since their last recorded wait or hold (less than `R` of their
+/// time on average, or 4,096) are not yet in a profile written while they run.
+pub fn flush_thread_tallies() {
+    let _ = THREAD.try_with(|t| t.guarded(|t| (0..2).for_each(|c| t.flush(c))));
 }
 
 /// Forgets what was counted before a fork (in the child, whose trees are forgotten; the
@@ -214,6 +223,9 @@ struct PerThread {
     since: [Cell<u64>; HELD],
     depth: [Cell<u32>; HELD],
     held: Cell<usize>,
+    /// Per [`Counter`]: waits (holds) and their ns not yet added to [`ACTIVITY`].
+    pending: [Cell<u64>; 2],
+    pending_ns: [Cell<u64>; 2],
 }
 
 thread_local! {
@@ -227,6 +239,8 @@ thread_local! {
             since: [const { Cell::new(0) }; HELD],
             depth: [const { Cell::new(0) }; HELD],
             held: Cell::new(0),
+            pending: [const { Cell::new(0) }; 2],
+            pending_ns: [const { Cell::new(0) }; 2],
         }
     };
 }
@@ -235,6 +249,13 @@ impl PerThread {
     /// A threshold drawn from the exponential distribution with mean `rate` ns.
     fn draw(&self, rate: u64) -> i64 {
         (self.random.exponential(rate as f64) as i64).max(1)
+    }
+
+    /// Adds the thread's counts for counter `c` to the process's.
+    fn flush(&self, c: usize) {
+        let tally = &ACTIVITY.tallies[c];
+        tally.count.fetch_add(self.pending[c].replace(0), Ordering::Relaxed);
+        tally.ns.fetch_add(self.pending_ns[c].replace(0), Ordering::Relaxed);
     }
 
     /// Runs `f` unless the profiler is already at work in this thread.
@@ -269,6 +290,81 @@ pub fn now_ns() -> u64 {
     crate::sources::timer::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
 }
 
+/// Nanoseconds per TSC tick (an `f64`'s bits), when holds are timed with the TSC; 0 when
+/// they are timed with `CLOCK_MONOTONIC`. A hold is two readings on every uncontended
+/// `with lock:` (3.7–3.13.0) and `pthread_mutex_lock`/`unlock`: `rdtsc` costs about a
+/// third of the vDSO's `clock_gettime` (which reads the TSC too, then converts), so it is
+/// used where the kernel's clock source is the TSC (`constant_tsc`, synchronized across
+/// CPUs: a hold may end on another CPU than it began).
+static NS_PER_TICK: AtomicU64 = AtomicU64::new(0);
+/// The TSC and `CLOCK_MONOTONIC` when the lock profiler started: the ratio is refined
+/// from them at each recorded hold.
+static TSC_BASE: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// The time-stamp counter.
+#[inline(always)]
+fn tsc() -> u64 {
+    // SAFETY: rdtsc has no preconditions on x86-64.
+    unsafe { std::arch::x86_64::_rdtsc() }
+}
+
+/// Chooses how holds are timed, and measures the TSC's rate over 200 µs when it is used.
+fn calibrate_hold_clock() {
+    let source =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .unwrap_or_default();
+    if source.trim() != "tsc" {
+        return;
+    }
+    let (t0, n0) = (tsc(), now_ns());
+    let (mut t1, mut n1) = (t0, n0);
+    while n1.saturating_sub(n0) < 200_000 {
+        (t1, n1) = (tsc(), now_ns());
+    }
+    if t1 > t0 {
+        TSC_BASE[0].store(t0, Ordering::Relaxed);
+        TSC_BASE[1].store(n0, Ordering::Relaxed);
+        let rate = (n1 - n0) as f64 / (t1 - t0) as f64;
+        NS_PER_TICK.store(rate.to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// Now, in the hold clock's units (TSC ticks, or ns).
+#[inline(always)]
+fn hold_clock() -> u64 {
+    if NS_PER_TICK.load(Ordering::Relaxed) != 0 {
+        tsc()
+    } else {
+        now_ns()
+    }
+}
+
+/// `units` of the hold clock in ns.
+#[inline(always)]
+fn hold_ns(units: u64) -> u64 {
+    match NS_PER_TICK.load(Ordering::Relaxed) {
+        0 => units,
+        bits => (units as f64 * f64::from_bits(bits)) as u64,
+    }
+}
+
+/// Refines the TSC's rate from the lock profiler's start to now (at each recorded hold:
+/// microseconds apart at least).
+fn refine_hold_clock() {
+    if NS_PER_TICK.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let (t, n) = (tsc(), now_ns());
+    let (t0, n0) = (
+        TSC_BASE[0].load(Ordering::Relaxed),
+        TSC_BASE[1].load(Ordering::Relaxed),
+    );
+    if t > t0 && n > n0 + 10_000_000 {
+        let rate = (n - n0) as f64 / (t - t0) as f64;
+        NS_PER_TICK.store(rate.to_bits(), Ordering::Relaxed);
+    }
+}
+
 /// What a wait (hold) of `waited` ns stands for when sampled at a mean of `rate` ns:
 /// `waited / p` ns with `p = 1 - exp(-waited/rate)` (every one when `rate` is 1).
 pub fn weight_ns(waited: u64, rate: u64) -> u64 {
@@ -297,8 +393,7 @@ pub enum Kind {
 /// stack ends, above the lock's frame). Keeps `errno`.
 #[inline(never)]
 pub fn waited(ns: u64, entry: usize, address: u64) {
-    let regs = registers_here();
-    let _ = THREAD.try_with(|t| t.guarded(|t| count(t, Counter::Wait, ns, entry, address, regs)));
+    let _ = THREAD.try_with(|t| t.guarded(|t| count(t, Counter::Wait, ns, entry, address)));
 }
 
 /// Notes that the calling thread has acquired the lock at `address`: its hold starts.
@@ -309,7 +404,7 @@ pub fn acquired(address: u64, kind: Kind) {
             if let Some(i) = t.find(address) {
                 match kind {
                     Kind::Mutex => t.depth[i].set(t.depth[i].get() + 1),
-                    Kind::Semaphore => t.since[i].set(now_ns()),
+                    Kind::Semaphore => t.since[i].set(hold_clock()),
                 }
                 return;
             }
@@ -318,7 +413,7 @@ pub fn acquired(address: u64, kind: Kind) {
             }
             let i = t.held.get();
             t.addresses[i].set(address);
-            t.since[i].set(now_ns());
+            t.since[i].set(hold_clock());
             t.depth[i].set(1);
             t.held.set(i + 1);
         })
@@ -331,7 +426,6 @@ pub fn acquired(address: u64, kind: Kind) {
 /// `errno`.
 #[inline(never)]
 pub fn released(address: u64, entry: usize) {
-    let regs = registers_here();
     let _ = THREAD.try_with(|t| {
         t.guarded(|t| {
             let Some(i) = t.find(address) else {
@@ -342,14 +436,14 @@ pub fn released(address: u64, entry: usize) {
                 t.depth[i].set(depth - 1);
                 return;
             }
-            let ns = now_ns().saturating_sub(t.since[i].get());
+            let ns = hold_ns(hold_clock().saturating_sub(t.since[i].get()));
             t.remove(i);
             let not_held = TABLES
                 .get()
                 .and_then(|tables| tables.locks.get(address))
                 .is_some_and(|key| key & NOT_HELD != 0);
             if !not_held {
-                count(t, Counter::Hold, ns, entry, address, regs);
+                count(t, Counter::Hold, ns, entry, address);
             }
         })
     });
@@ -372,19 +466,17 @@ pub fn destroyed(address: u64) {
 
 /// Counts `ns` for `counter` and records the call stack when it crosses the thread's
 /// threshold (the profiler's guard held).
-fn count(
-    t: &PerThread,
-    counter: Counter,
-    ns: u64,
-    entry: usize,
-    address: u64,
-    regs: crate::capture::unwind::Regs,
-) {
-    let tally = &ACTIVITY.tallies[counter as usize];
-    tally.count.fetch_add(1, Ordering::Relaxed);
-    tally.ns.fetch_add(ns, Ordering::Relaxed);
-    let rate = ACTIVITY.rate_ns.load(Ordering::Relaxed);
+#[inline(always)]
+fn count(t: &PerThread, counter: Counter, ns: u64, entry: usize, address: u64) {
     let c = counter as usize;
+    // The exact totals: kept in the thread, added to the process's at each recorded one
+    // (and every 4,096), so that an uncontended hold makes no atomic read-modify-write.
+    t.pending[c].set(t.pending[c].get() + 1);
+    t.pending_ns[c].set(t.pending_ns[c].get() + ns);
+    if t.pending[c].get() >= 4096 {
+        t.flush(c);
+    }
+    let rate = ACTIVITY.rate_ns.load(Ordering::Relaxed);
     if !t.started[c].get() {
         t.left[c].set(t.draw(rate));
         t.started[c].set(true);
@@ -396,11 +488,29 @@ fn count(
         t.left[c].set(left);
         return;
     }
+    record(t, counter, ns, rate, entry, address);
+}
+
+/// Records the wait (hold) of `ns` that crossed the thread's threshold for `counter`, at
+/// the C library's `entry` on the lock at `address`, sampled at the mean `rate`; draws the
+/// next threshold. Keeps `errno`.
+#[cold]
+#[inline(never)]
+fn record(t: &PerThread, counter: Counter, ns: u64, rate: u64, entry: usize, address: u64) {
+    let c = counter as usize;
+    let tally = &ACTIVITY.tallies[c];
     // Crossed: sampled, and the next threshold is again exponential (memoryless).
     t.left[c].set(t.draw(rate));
+    t.flush(c);
+    if counter == Counter::Hold {
+        refine_hold_clock();
+    }
     // SAFETY: __errno_location is the calling thread's errno.
     let errno = unsafe { *libc::__errno_location() };
     let weight = weight_ns(ns, rate);
+    // Taken here, only for a recorded one: the profiler's frames (this function's and its
+    // callers' in this library) are left out of the recorded stack.
+    let regs = registers_here();
     let recorded = crate::sampler::get().is_some_and(|sampler| {
         sampler.record_lock(
             counter,

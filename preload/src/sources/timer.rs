@@ -545,6 +545,8 @@ pub fn create_timer(
 
 /// Destructor of the exit key: a registered thread is exiting; stop its timer.
 extern "C" fn thread_exiting(_value: *mut libc::c_void) {
+    // The exact totals of the lock profiler's waits and holds: the thread's own part.
+    crate::sources::locks::flush_thread_tallies();
     if let Some(sampler) = get() {
         sampler.unregister_current_thread();
     }
