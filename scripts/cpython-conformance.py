@@ -18,6 +18,7 @@ listed, not counted, and so are the tests CPython itself skips when `LD_PRELOAD`
     python3 scripts/cpython-conformance.py --modes cpu,wall     # both modes
     python3 scripts/cpython-conformance.py --modes record       # through pyigprof record
     python3 scripts/cpython-conformance.py --modes mem --pythons 3.12   # the memory profiler
+    python3 scripts/cpython-conformance.py --modes lock --pythons 3.12  # the lock profiler
     python3 scripts/cpython-conformance.py --full --modes cpu   # every test file (a quiet machine, hours)
     python3 scripts/cpython-conformance.py --pythons 3.12 --tests test_signal,test_os
     python3 scripts/cpython-conformance.py --pythons sid-3.15=/path/to/python3.15
@@ -216,7 +217,7 @@ def main():
     ap.add_argument("--tests", help="comma-separated test files; default the CI set")
     ap.add_argument("--full", action="store_true", help="every test file of each interpreter (hours)")
     ap.add_argument("--modes", default="cpu",
-                    help="profiled modes: cpu, wall, mem (the memory profiler), record (cpu through "
+                    help="profiled modes: cpu, wall, mem (the memory profiler), lock (the lock profiler), record (cpu through "
                          "pyigprof record --subprocesses), comma-separated (default cpu)")
     ap.add_argument("--jobs", type=int, default=2, help="regrtest worker processes (default 2)")
     ap.add_argument("--timeout", type=int, default=600, help="per test file, s (default 600)")
@@ -227,8 +228,8 @@ def main():
     args = ap.parse_args()
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if any(m not in ("cpu", "wall", "mem", "record") for m in modes):
-        sys.exit("conformance: --modes takes cpu, wall, mem and record")
+    if any(m not in ("cpu", "wall", "mem", "lock", "record") for m in modes):
+        sys.exit("conformance: --modes takes cpu, wall, mem, lock and record")
     for path in (args.preload, args.analyse, args.command):
         if not os.path.exists(path):
             log("conformance: %s is missing (cargo build --release)" % path)
@@ -267,8 +268,8 @@ def main():
                                "-o", output, "--")
                 else:
                     env = {"LD_PRELOAD": args.preload, "PYIGPROF_OUTPUT": output}
-                if mode == "mem":
-                    env["PYIGPROF_PROFILE"] = "mem"
+                if mode in ("mem", "lock"):
+                    env["PYIGPROF_PROFILE"] = mode
                 elif mode != "record":
                     env["PYIGPROF_CLOCK"] = mode
                 log("conformance: %s: the same under the profiler, %s mode" % (name, mode))

@@ -414,3 +414,92 @@ fn bad_lock_settings_are_said_in_one_line() {
         );
     }
 }
+
+/// A library whose constructor `dlopen`s (as libGLdispatch's does), a dependency of one
+/// whose constructor needs it initialized first: `libouter.so` needs `libinner.so`, whose
+/// constructor calls `dlopen` before it sets `inner_ready`; `libouter.so`'s constructor
+/// aborts if it runs before. Loaded through ctypes under the lock profiler, whose hooks are
+/// written into each object `dlopen` adds (while the outer `dlopen` is still running
+/// constructors): it loads as without the profiler, and `libouter.so`'s mutex, taken while
+/// another thread holds it, is timed as a wait, named by its static address. (CPython's
+/// `test_ctypes`, in the whole matrix's lock mode, loads libGL, whose constructors crashed
+/// when the hooks opened objects by name: a `dlopen(RTLD_NOLOAD)` there ran libGLX's
+/// constructor before libGLdispatch's had finished.)
+const INNER: &str = r#"
+#include <dlfcn.h>
+int inner_ready;
+__attribute__((constructor)) static void inner_init(void) {
+    void *self = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    if (self) dlclose(self);
+    inner_ready = 1;
+}
+"#;
+
+const OUTER: &str = r#"
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+extern int inner_ready;
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+__attribute__((constructor)) static void outer_init(void) {
+    if (!inner_ready) abort();
+}
+void hold(long ns) {
+    struct timespec t = { 0, ns };
+    pthread_mutex_lock(&m);
+    nanosleep(&t, NULL);
+    pthread_mutex_unlock(&m);
+}
+"#;
+
+#[test]
+fn a_library_that_dlopens_in_its_constructor_loads_as_without_the_profiler() {
+    let _machine = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch_dir("lock_constructors");
+    c_library(&dir, "inner", INNER, &["-O1"]);
+    let dir_text = dir.to_string_lossy().into_owned();
+    let outer = c_library(
+        &dir,
+        "outer",
+        OUTER,
+        &[
+            "-O1",
+            "-pthread",
+            "-L",
+            &dir_text,
+            "-Wl,--no-as-needed",
+            "-linner",
+            "-Wl,-rpath",
+            &dir_text,
+        ],
+    );
+    let outer = outer.to_string_lossy().into_owned();
+    let program = r#"
+import ctypes, sys, threading
+lib = ctypes.CDLL(sys.argv[1])
+threads = [threading.Thread(target=lib.hold, args=(20_000_000,)) for _ in range(3)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("loaded")
+"#;
+    let python = &interpreters_for("lock_constructors", "3.x interpreters", |i| {
+        i.version >= (3, 7)
+    })[0];
+    let (run, profile) = profiled_ok(
+        python,
+        &["-c", program, &outer],
+        &[("PYIGPROF_PROFILE", "lock")],
+    );
+    assert_eq!(run.stdout().trim(), "loaded", "{}", run.stderr());
+    // Three holds of 20 ms, one after another: the second waits ~20 ms, the third ~40.
+    let waited = lock_seconds(&profile, "LOCK_WAIT", &|s| {
+        lock_frame(s).is_some_and(|f| f.starts_with("<mutex libouter.so+0x"))
+    });
+    assert!(
+        (0.05..0.08).contains(&waited),
+        "{}: libouter's mutex waited {waited:.3} s (about 0.060 expected)",
+        python.name
+    );
+}

@@ -45,18 +45,51 @@ fn hooks() -> [(&'static str, *const c_void); 20] {
         ("sem_trywait", sem_trywait as *const c_void),
         ("sem_post", sem_post as *const c_void),
         ("pthread_mutex_lock", pthread_mutex_lock as *const c_void),
-        ("pthread_mutex_trylock", pthread_mutex_trylock as *const c_void),
-        ("pthread_mutex_unlock", pthread_mutex_unlock as *const c_void),
-        ("pthread_mutex_destroy", pthread_mutex_destroy as *const c_void),
-        ("pthread_rwlock_rdlock", pthread_rwlock_rdlock as *const c_void),
-        ("pthread_rwlock_wrlock", pthread_rwlock_wrlock as *const c_void),
-        ("pthread_rwlock_tryrdlock", pthread_rwlock_tryrdlock as *const c_void),
-        ("pthread_rwlock_trywrlock", pthread_rwlock_trywrlock as *const c_void),
-        ("pthread_rwlock_unlock", pthread_rwlock_unlock as *const c_void),
-        ("pthread_rwlock_destroy", pthread_rwlock_destroy as *const c_void),
+        (
+            "pthread_mutex_trylock",
+            pthread_mutex_trylock as *const c_void,
+        ),
+        (
+            "pthread_mutex_unlock",
+            pthread_mutex_unlock as *const c_void,
+        ),
+        (
+            "pthread_mutex_destroy",
+            pthread_mutex_destroy as *const c_void,
+        ),
+        (
+            "pthread_rwlock_rdlock",
+            pthread_rwlock_rdlock as *const c_void,
+        ),
+        (
+            "pthread_rwlock_wrlock",
+            pthread_rwlock_wrlock as *const c_void,
+        ),
+        (
+            "pthread_rwlock_tryrdlock",
+            pthread_rwlock_tryrdlock as *const c_void,
+        ),
+        (
+            "pthread_rwlock_trywrlock",
+            pthread_rwlock_trywrlock as *const c_void,
+        ),
+        (
+            "pthread_rwlock_unlock",
+            pthread_rwlock_unlock as *const c_void,
+        ),
+        (
+            "pthread_rwlock_destroy",
+            pthread_rwlock_destroy as *const c_void,
+        ),
         ("pthread_cond_wait", pthread_cond_wait as *const c_void),
-        ("pthread_cond_timedwait", pthread_cond_timedwait as *const c_void),
-        ("pthread_cond_clockwait", pthread_cond_clockwait as *const c_void),
+        (
+            "pthread_cond_timedwait",
+            pthread_cond_timedwait as *const c_void,
+        ),
+        (
+            "pthread_cond_clockwait",
+            pthread_cond_clockwait as *const c_void,
+        ),
     ]
 }
 
@@ -71,17 +104,22 @@ fn left_alone(path: &std::path::Path) -> bool {
         use std::os::unix::ffi::OsStrExt;
         n.as_bytes()
     });
-    [&b"libc.so"[..], b"ld-linux", b"libpthread.so", b"libpyigprof", b"linux-vdso"]
-        .iter()
-        .any(|prefix| name.starts_with(prefix))
+    [
+        &b"libc.so"[..],
+        b"ld-linux",
+        b"libpthread.so",
+        b"libpyigprof",
+        b"linux-vdso",
+    ]
+    .iter()
+    .any(|prefix| name.starts_with(prefix))
 }
 
 /// Writes the hooks into the import tables of every loaded object not seen yet (see the
 /// module's documentation): at start-up when the lock profiler is on, and after each
 /// `dlopen`. An object that imports none of the functions is left as it is. Not from a
-/// signal handler (opens objects with `dlopen(RTLD_NOLOAD)`, allocates). The `dlopen`
-/// that opening an object makes reaches this library's `dlopen` hook, which calls back
-/// here: that call, in the same thread, loads nothing and returns at once.
+/// signal handler (allocates, may `mprotect`). A call made while one runs in the same
+/// thread returns at once.
 pub fn install() {
     thread_local! {
         static INSTALLING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -99,7 +137,7 @@ fn install_into_new_objects() {
     };
     let own = install as *const () as u64;
     let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-    for (index, object) in snapshot.objects.iter().enumerate() {
+    for object in &snapshot.objects {
         let key = (object.bias, object.range.0);
         if seen.contains(&key) {
             continue;
@@ -111,21 +149,45 @@ fn install_into_new_objects() {
         {
             continue;
         }
-        let file = if index == 0 {
-            plthook::ObjectFile::open_main_program()
-        } else {
-            plthook::ObjectFile::open_file(&object.path)
-        };
-        let Ok(file) = file else {
-            continue;
-        };
-        for (name, hook) in hooks() {
-            // SAFETY: each hook has the signature of the C library's function it replaces.
-            if let Ok(mut replaced) = unsafe { file.replace(name, hook) } {
-                replaced.discard();
+        let mut file: *mut c_void = std::ptr::null_mut();
+        // SAFETY: an address inside a loaded object; plthook finds its link map with
+        // `dladdr1`, reads its dynamic section and writes its GOT entries (making a
+        // read-only page writable for the write). Not `plthook_open` by name: that is a
+        // `dlopen(RTLD_NOLOAD)`, which, called from an object's constructor (a library
+        // that `dlopen`s in its initializer, as libGLdispatch does), runs the
+        // constructors of objects loaded with it before their dependencies' finished.
+        unsafe {
+            if plthook_open_by_address(&mut file, object.range.0 as *mut c_void) != 0 {
+                continue;
             }
+            for (name, hook) in hooks() {
+                let Ok(name) = std::ffi::CString::new(name) else {
+                    continue;
+                };
+                plthook_replace(
+                    file,
+                    name.as_ptr(),
+                    hook as *mut c_void,
+                    std::ptr::null_mut(),
+                );
+            }
+            plthook_close(file);
         }
     }
+}
+
+// kubo's plthook (C, built and linked by the `plthook` crate, whose Rust API opens objects
+// only by name or handle): `plthook.h`.
+use plthook as _;
+extern "C" {
+    fn plthook_open_by_address(out: *mut *mut c_void, address: *mut c_void) -> libc::c_int;
+    fn plthook_replace(
+        plthook: *mut c_void,
+        name: *const libc::c_char,
+        address: *mut c_void,
+        old: *mut *mut c_void,
+    ) -> libc::c_int;
+    fn plthook_close(plthook: *mut c_void);
 }
 
 static NEXT_SEM_INIT: Next = Next::new(c"sem_init");

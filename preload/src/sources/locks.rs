@@ -254,8 +254,12 @@ impl PerThread {
     /// Adds the thread's counts for counter `c` to the process's.
     fn flush(&self, c: usize) {
         let tally = &ACTIVITY.tallies[c];
-        tally.count.fetch_add(self.pending[c].replace(0), Ordering::Relaxed);
-        tally.ns.fetch_add(self.pending_ns[c].replace(0), Ordering::Relaxed);
+        tally
+            .count
+            .fetch_add(self.pending[c].replace(0), Ordering::Relaxed);
+        tally
+            .ns
+            .fetch_add(self.pending_ns[c].replace(0), Ordering::Relaxed);
     }
 
     /// Runs `f` unless the profiler is already at work in this thread.
