@@ -329,9 +329,10 @@ struct Cli {
     #[arg(long, hide = true)]
     show_locality_metrics: bool,
 
-    /// Read a profile that ends before the call tree its statistics announce (its
-    /// writing stopped: a full disk, a process killed while writing), with a warning
-    /// line, instead of refusing it. Its reports miss what was never written.
+    /// Read a profile that stops before its end (its writing stopped: a full disk, a
+    /// process killed while writing, a copy cut short; gzip or plain, cut anywhere) up to
+    /// its last whole line, with a warning line saying how much was read, instead of
+    /// refusing it. Its reports miss what was never written.
     #[arg(long)]
     read_cut_short: bool,
 
