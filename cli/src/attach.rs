@@ -39,7 +39,7 @@ pub struct Attach {
 
     /// Samples per second of each thread's CPU time (default 250). A process keeps the
     /// rate of its first attachment.
-    #[arg(short, long, value_name = "HZ")]
+    #[arg(short, long, value_name = "HZ", value_parser = crate::parse_rate)]
     pub rate: Option<u32>,
 
     /// The library to load. Default: `$PYIGPROF_LIB`, else `libpyigprof.so` next to this

@@ -198,8 +198,9 @@ pub fn record(record: &Record) -> ExitCode {
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
+            // It never ran: no process of it wrote anything.
             eprintln!(
-                "pyigprof: cannot run {}: {e}",
+                "pyigprof: the program failed to start: cannot run {}: {e}; no profile was written",
                 record.command[0].to_string_lossy()
             );
             return ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound {

@@ -49,7 +49,7 @@ pub struct Top {
     /// Samples per second of each thread's CPU time in a process that was not started
     /// under pyigprof, or in the program started (default 250; a process started under
     /// pyigprof keeps its own).
-    #[arg(short, long, value_name = "HZ")]
+    #[arg(short, long, value_name = "HZ", value_parser = crate::parse_rate)]
     pub rate: Option<u32>,
 
     /// Starts in the Python view: the time of native frames goes to the Python function
