@@ -459,8 +459,9 @@ pub fn attach(args: &Attach) -> ExitCode {
         None => "until Ctrl-C".into(),
     };
     eprintln!(
-        "pyigprof attach: sampling process {pid} ({comm}), {threads} threads, {until}; attached \
+        "pyigprof attach: sampling process {pid} ({comm}), {threads} {}, {until}; attached \
          in {} ms",
+        pyigprof_pprof::plural(threads.trim().parse::<i64>().unwrap_or(0), "thread"),
         started.elapsed().as_millis()
     );
     let ended_early = wait(args.duration, &stream);

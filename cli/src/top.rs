@@ -287,12 +287,13 @@ struct Rates {
 fn header(pid: i32, comm: &str, now: &Snapshot, rates: &Rates, view: &View) -> Vec<String> {
     vec![
         format!(
-            "pyigprof top — process {pid} ({comm}) — {} thread{} sampled, CPU {:.0} % of a core, {:.0} samples/s, {} samples since start",
+            "pyigprof top — process {pid} ({comm}) — {} {} sampled, CPU {:.0} % of a core, {:.0} samples/s, {} {} since start",
             now.threads,
-            if now.threads == 1 { "" } else { "s" },
+            pyigprof_pprof::plural(now.threads, "thread"),
             100.0 * rates.cpu_cores,
             rates.samples_per_s,
-            now.samples
+            now.samples,
+            pyigprof_pprof::plural(now.samples, "sample")
         ),
         format!(
             "view: {} — sorted by {} — {}",

@@ -23,6 +23,7 @@ use igprof_analyse::stats::Correction;
 use igprof_analyse::transform::{self, AncestorRule, CountFilter, MergeRule, Value};
 use igprof_analyse::view::View;
 use igprof_analyse::{Error, Profile};
+use pyigprof_pprof::plural;
 
 /// Reads IgProf-format profiles (from pyigprof or IgProf, plain or gzip) and prints
 /// reports. Several profiles are merged into one. By default the Python view is shown
@@ -761,12 +762,15 @@ fn read_with_notes(
     if cli.verbose && notes {
         let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         eprintln!(
-            "{}: read {}: {} call-tree nodes, {} functions, {} files, counters: {}; reporting {counter}{}",
+            "{}: read {}: {} {}, {} {}, {} {}, counters: {}; reporting {counter}{}",
             igprof_analyse::error::PROGRAM,
             names.join(", "),
             profile.nodes().len(),
+            plural(profile.nodes().len(), "call-tree node"),
             profile.functions().len(),
+            plural(profile.functions().len(), "function"),
             profile.files().len(),
+            plural(profile.files().len(), "file"),
             profile.counters().join(", "),
             match (cli.counter.is_none(), default_is_first) {
                 (false, _) => "",

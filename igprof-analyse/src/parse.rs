@@ -1240,7 +1240,7 @@ C2 FN5=(F4=(/lib/libm.so)+40 N=(sin))+4 V0:(3,3,3)
         let text = b"P=(HEX ID=1 N=(x) T=0.004000)\nC1 FN0=(F0=(/a)+0 N=(f))+0 V0=(PERF_TICKS):(1,1,1)\nC1 FN1=(F0+0 N=(squ";
         assert_eq!(
             refused(text),
-            "pyigprof-analyse: t.txt: cut short: read 1 call-tree lines before the cut; its last line stops in the middle (left out); its writing stopped before the end (--read-cut-short reads what there is)"
+            "pyigprof-analyse: t.txt: cut short: read 1 call-tree line before the cut; its last line stops in the middle (left out); its writing stopped before the end (--read-cut-short reads what there is)"
         );
         let profile = parse(text).unwrap();
         assert_eq!(profile.total(0).amount, 1);

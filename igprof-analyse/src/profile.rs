@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::symbol::{is_python_code_name, is_python_file};
+use pyigprof_pprof::plural;
 
 /// Index of a node in [`Profile::nodes`].
 pub type NodeId = u32;
@@ -96,13 +97,22 @@ impl std::fmt::Display for CutShort {
         match self.announced {
             Some((lines, samples)) => write!(
                 f,
-                "read {} of the {lines} call-tree lines its statistics announce, {} of {samples} samples",
-                self.lines, self.samples
+                "read {} of the {lines} {} its statistics announce, {} of {samples} {}",
+                self.lines,
+                plural(lines, "call-tree line"),
+                self.samples,
+                plural(samples, "sample")
             )?,
-            None if self.lines > 0 => {
-                write!(f, "read {} call-tree lines before the cut", self.lines)?
-            }
-            None => write!(f, "nothing after its header, neither statistics nor call tree")?,
+            None if self.lines > 0 => write!(
+                f,
+                "read {} {} before the cut",
+                self.lines,
+                plural(self.lines, "call-tree line")
+            )?,
+            None => write!(
+                f,
+                "nothing after its header, neither statistics nor call tree"
+            )?,
         }
         match self.ending {
             Ending::LineBoundary => Ok(()),

@@ -354,3 +354,46 @@ fn lines_errors_like_top() {
         "pyigprof-analyse: lines.txt: no counter MEM_TOTAL in the profile; its counters: PERF_TICKS\n",
     );
 }
+
+/// One sample of one tick reads in the singular, in the report's header and in the flame
+/// graph's subtitle and tooltips; two in the plural.
+#[test]
+fn one_sample_and_one_tick_are_singular() {
+    let dir = TempDir::new("one_sample_and_one_tick_are_singular");
+    let dump = |count: u32| {
+        format!(
+            "P=(HEX ID=1 N=(python3 one.py) T=0.004000)\nC1 FN0=(F0=(/one.py)+1 N=(<module>))+2 V0=(PERF_TICKS):({count:x},{count:x},{count:x})\n"
+        )
+    };
+    dir.write("one.txt", dump(1).as_bytes());
+    dir.write("two.txt", dump(2).as_bytes());
+    for (name, expected) in [
+        (
+            "one.txt",
+            "PERF_TICKS: 1 sample, 1 tick of 4.000 ms = 0.004 s; ",
+        ),
+        (
+            "two.txt",
+            "PERF_TICKS: 2 samples, 2 ticks of 4.000 ms = 0.008 s; ",
+        ),
+    ] {
+        let output = run(&["--top", name, "--flamegraph", "f.svg"], &dir.0);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let report = stdout(&output);
+        let second = report.lines().nth(1).unwrap_or_default();
+        assert!(second.starts_with(expected), "{name}: {second}");
+        let svg = std::fs::read_to_string(dir.0.join("f.svg")).unwrap();
+        assert!(
+            svg.contains(expected.trim_end_matches("; ")),
+            "{name}: {svg}"
+        );
+        let count = &name[..3];
+        let tooltip = if count == "one" {
+            "(1 × 4.000 ms tick, 100%)"
+        } else {
+            "(2 × 4.000 ms tick, 100%)"
+        };
+        assert!(svg.contains(tooltip), "{name}: {svg}");
+        assert!(!svg.contains(" ticks of 4.000 ms, 100%"), "{name}");
+    }
+}
