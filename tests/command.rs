@@ -375,3 +375,35 @@ fn report_help_lists_the_analysers_options() {
         }
     }
 }
+
+/// One window of continuous profiling reads in the singular, in the library's line and in
+/// the command's list, which still finds it (`1 window of 60 s: …`).
+#[test]
+fn one_window_is_singular_and_listed() {
+    let python = python311("one window")
+        .into_iter()
+        .next()
+        .expect("a Python 3.11");
+    let dir = scratch_dir("command-one-window");
+    let out = pyigprof(
+        &[
+            "record",
+            "--window",
+            "60",
+            "--",
+            python.path.to_str().unwrap(),
+            "-c",
+            "sum(i * i for i in range(1000000))",
+        ],
+        &dir,
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let written = file_names_in(&dir);
+    assert_eq!(written.len(), 1, "{written:?}: {stderr}");
+    assert!(
+        stderr.contains("pyigprof: wrote 1 window of 60 s: ")
+            && stderr.contains(&format!("pyigprof: 1 window: {0} … {0}\n", written[0])),
+        "{stderr}"
+    );
+}
