@@ -160,9 +160,18 @@ fn igprofs_spelling_and_its_options() {
 #[test]
 fn a_missing_program_or_library_is_one_clear_line() {
     let dir = scratch_dir("command-errors");
+    // A program that cannot be executed at all: said, nothing written, 127 as a shell.
     let out = pyigprof(&["record", "--", "/nonexistent/python"], &dir);
     assert_eq!(out.status.code(), Some(127));
-    assert!(text(&out.stderr).starts_with("pyigprof: cannot run /nonexistent/python: "));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr
+            .starts_with("pyigprof: the program failed to start: cannot run /nonexistent/python: ")
+            && stderr.trim_end().ends_with("; no profile was written")
+            && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    assert_eq!(file_names_in(&dir), Vec::<String>::new());
     let out = pyigprof(
         &["record", "--lib", "/nonexistent/lib.so", "--", "true"],
         &dir,
@@ -279,4 +288,122 @@ fn record_leaves_the_programs_streams_alone_and_lists_every_profile() {
             "{args:?}: {record}"
         );
     }
+}
+
+/// `record`'s options are checked before anything runs: an unknown one is refused as
+/// clap refuses `report`'s (with the option it resembles), not run as the program, and a
+/// rate that is not a whole number from 1 to 100000 is refused (the library would take
+/// 250 Hz instead with a warning), as by `attach` and `top`; exit status 2, nothing run.
+#[test]
+fn records_unknown_options_and_bad_rates_are_refused() {
+    let dir = scratch_dir("command-options");
+    let out = pyigprof(
+        &["record", "--rate-hz", "100", "--", "python3", "-c", "pass"],
+        &dir,
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.lines().next(),
+        Some("error: unexpected argument '--rate-hz' found"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("a similar argument exists: '--rate'"),
+        "{stderr}"
+    );
+    for rate in ["abc", "0", "100001", "2.5"] {
+        for command in ["record", "attach", "top"] {
+            let mut args = vec![command, "-r", rate];
+            args.extend(match command {
+                "record" => &["--", "true"][..],
+                _ => &["1"][..],
+            });
+            let out = pyigprof(&args, &dir);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{command} -r {rate}: {stderr}");
+            assert_eq!(
+                stderr.lines().next().unwrap_or_default(),
+                format!(
+                    "error: invalid value '{rate}' for '--rate <HZ>': \"{rate}\" is not a whole \
+                     number of samples per second from 1 to 100000"
+                ),
+                "{command} -r {rate}"
+            );
+        }
+    }
+    // The program after the options, without `--`, keeps its own options.
+    let out = pyigprof(
+        &[
+            "record",
+            "-q",
+            "-r",
+            "100",
+            "sh",
+            "-c",
+            "echo \"$0 $1\"",
+            "-x",
+            "--y",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "-x --y\n");
+    assert_eq!(file_names_in(&dir), Vec::<String>::new());
+}
+
+/// `pyigprof report --help` is pyigprof-analyse's help: its options, not a list of none.
+#[test]
+fn report_help_lists_the_analysers_options() {
+    let dir = scratch_dir("command-report-help");
+    for help in ["--help", "-h"] {
+        let out = pyigprof(&["report", help], &dir);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.starts_with("Reads IgProf-format profiles"),
+            "{help}: {stdout}"
+        );
+        for option in [
+            "--top",
+            "--tree",
+            "--flamegraph",
+            "--read-cut-short",
+            "--diff",
+        ] {
+            assert!(stdout.contains(option), "{help}: no {option}: {stdout}");
+        }
+    }
+}
+
+/// One window of continuous profiling reads in the singular, in the library's line and in
+/// the command's list, which still finds it (`1 window of 60 s: …`).
+#[test]
+fn one_window_is_singular_and_listed() {
+    let python = python311("one window")
+        .into_iter()
+        .next()
+        .expect("a Python 3.11");
+    let dir = scratch_dir("command-one-window");
+    let out = pyigprof(
+        &[
+            "record",
+            "--window",
+            "60",
+            "--",
+            python.path.to_str().unwrap(),
+            "-c",
+            "sum(i * i for i in range(1000000))",
+        ],
+        &dir,
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let written = file_names_in(&dir);
+    assert_eq!(written.len(), 1, "{written:?}: {stderr}");
+    assert!(
+        stderr.contains("pyigprof: wrote 1 window of 60 s: ")
+            && stderr.contains(&format!("pyigprof: 1 window: {0} … {0}\n", written[0])),
+        "{stderr}"
+    );
 }

@@ -39,7 +39,7 @@ pub struct Attach {
 
     /// Samples per second of each thread's CPU time (default 250). A process keeps the
     /// rate of its first attachment.
-    #[arg(short, long, value_name = "HZ")]
+    #[arg(short, long, value_name = "HZ", value_parser = crate::parse_rate)]
     pub rate: Option<u32>,
 
     /// The library to load. Default: `$PYIGPROF_LIB`, else `libpyigprof.so` next to this
@@ -459,8 +459,9 @@ pub fn attach(args: &Attach) -> ExitCode {
         None => "until Ctrl-C".into(),
     };
     eprintln!(
-        "pyigprof attach: sampling process {pid} ({comm}), {threads} threads, {until}; attached \
+        "pyigprof attach: sampling process {pid} ({comm}), {threads} {}, {until}; attached \
          in {} ms",
+        pyigprof_pprof::plural(threads.trim().parse::<i64>().unwrap_or(0), "thread"),
         started.elapsed().as_millis()
     );
     let ended_early = wait(args.duration, &stream);

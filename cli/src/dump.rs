@@ -244,11 +244,12 @@ fn place(frame: &Frame) -> String {
 
 fn text(answer: &Answer, python_only: bool) -> String {
     let mut out = format!(
-        "Process {}: {}\nPython {}; {} threads; frames innermost first\n",
+        "Process {}: {}\nPython {}; {} {}; frames innermost first\n",
         answer.pid,
         answer.command,
         answer.python,
-        answer.threads.len()
+        answer.threads.len(),
+        pyigprof_pprof::plural(answer.threads.len(), "thread")
     );
     for thread in &answer.threads {
         out.push_str(&format!(

@@ -198,8 +198,9 @@ pub fn record(record: &Record) -> ExitCode {
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
+            // It never ran: no process of it wrote anything.
             eprintln!(
-                "pyigprof: cannot run {}: {e}",
+                "pyigprof: the program failed to start: cannot run {}: {e}; no profile was written",
                 record.command[0].to_string_lossy()
             );
             return ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound {
@@ -234,7 +235,8 @@ pub fn record(record: &Record) -> ExitCode {
             _ if !windows.is_empty() => {
                 for (count, first, last) in &windows {
                     eprintln!(
-                        "pyigprof: {count} windows: {} … {}",
+                        "pyigprof: {count} {}: {} … {}",
+                        pyigprof_pprof::plural(*count, "window"),
                         shown(first),
                         shown(last)
                     );
@@ -340,13 +342,15 @@ fn profiles_written(lines: &[String]) -> Vec<PathBuf> {
 }
 
 /// The windows that the summary lines among `lines` name (`pyigprof: wrote N windows of S
-/// s: FIRST … LAST`, from `PYIGPROF_WINDOW`): (N, FIRST, LAST) per process.
+/// s: FIRST … LAST`, `1 window of` for one, from `PYIGPROF_WINDOW`): (N, FIRST, LAST) per process.
 fn windows_written(lines: &[String]) -> Vec<(u32, PathBuf, PathBuf)> {
     lines
         .iter()
         .filter_map(|l| l.strip_prefix("pyigprof: wrote "))
         .filter_map(|rest| {
-            let (count, rest) = rest.split_once(" windows of ")?;
+            let (count, rest) = rest
+                .split_once(" windows of ")
+                .or_else(|| rest.split_once(" window of "))?;
             let (_, paths) = rest.split_once(" s: ")?;
             let (first, last) = paths.split_once(" … ")?;
             let last = last.split(" (").next().unwrap_or(last);

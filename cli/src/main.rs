@@ -58,9 +58,10 @@ enum Command {
     /// the start. `pyigprof top PID`, or `pyigprof top -- python app.py`.
     Top(top::Top),
     /// Prints reports from profiles: pyigprof-analyse, with the same options
-    /// (`pyigprof report --help`).
+    /// (`pyigprof report --help` lists them).
+    #[command(disable_help_flag = true)]
     Report {
-        /// Profiles and pyigprof-analyse's options.
+        /// Profiles and pyigprof-analyse's options; `--help` prints pyigprof-analyse's.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<OsString>,
     },
@@ -104,8 +105,9 @@ struct Record {
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
 
-    /// Samples per second of each thread's CPU (or wall) time (`PYIGPROF_HZ`; default 250).
-    #[arg(short, long, value_name = "HZ")]
+    /// Samples per second of each thread's CPU (or wall) time (`PYIGPROF_HZ`; default
+    /// 250): a whole number from 1 to 100000.
+    #[arg(short, long, value_name = "HZ", value_parser = parse_rate)]
     rate: Option<u32>,
 
     /// The clock that samples (`PYIGPROF_CLOCK`).
@@ -179,8 +181,9 @@ struct Record {
     #[arg(long, value_name = "PATH")]
     lib: Option<PathBuf>,
 
-    /// The program and its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, num_args = 1..)]
+    /// The program and its arguments (after `--`, or after the options: an unknown
+    /// option before the program is refused, not run as the program).
+    #[arg(required = true, trailing_var_arg = true, num_args = 1..)]
     command: Vec<OsString>,
 }
 
@@ -254,6 +257,20 @@ fn parse_push(text: &str) -> Result<String, String> {
         Some(host) if !host.is_empty() && !host.ends_with('@') => Ok(text.to_string()),
         _ => Err(format!(
             "{text:?} is not an http:// or https:// URL with a host (e.g. http://pyroscope:4040)"
+        )),
+    }
+}
+
+/// The highest sampling rate the library takes (`PYIGPROF_HZ`, the preload's `MAX_HZ`).
+const MAX_HZ: u32 = 100_000;
+
+/// `--rate`'s value: a whole number of samples per second from 1 to [`MAX_HZ`] (what the
+/// library takes; it would replace another by its default with only a warning).
+pub(crate) fn parse_rate(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(hz) if (1..=MAX_HZ).contains(&hz) => Ok(hz),
+        _ => Err(format!(
+            "{text:?} is not a whole number of samples per second from 1 to {MAX_HZ}"
         )),
     }
 }

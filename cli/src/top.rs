@@ -49,7 +49,7 @@ pub struct Top {
     /// Samples per second of each thread's CPU time in a process that was not started
     /// under pyigprof, or in the program started (default 250; a process started under
     /// pyigprof keeps its own).
-    #[arg(short, long, value_name = "HZ")]
+    #[arg(short, long, value_name = "HZ", value_parser = crate::parse_rate)]
     pub rate: Option<u32>,
 
     /// Starts in the Python view: the time of native frames goes to the Python function
@@ -287,12 +287,13 @@ struct Rates {
 fn header(pid: i32, comm: &str, now: &Snapshot, rates: &Rates, view: &View) -> Vec<String> {
     vec![
         format!(
-            "pyigprof top — process {pid} ({comm}) — {} thread{} sampled, CPU {:.0} % of a core, {:.0} samples/s, {} samples since start",
+            "pyigprof top — process {pid} ({comm}) — {} {} sampled, CPU {:.0} % of a core, {:.0} samples/s, {} {} since start",
             now.threads,
-            if now.threads == 1 { "" } else { "s" },
+            pyigprof_pprof::plural(now.threads, "thread"),
             100.0 * rates.cpu_cores,
             rates.samples_per_s,
-            now.samples
+            now.samples,
+            pyigprof_pprof::plural(now.samples, "sample")
         ),
         format!(
             "view: {} — sorted by {} — {}",

@@ -23,6 +23,7 @@ use igprof_analyse::stats::Correction;
 use igprof_analyse::transform::{self, AncestorRule, CountFilter, MergeRule, Value};
 use igprof_analyse::view::View;
 use igprof_analyse::{Error, Profile};
+use pyigprof_pprof::plural;
 
 /// Reads IgProf-format profiles (from pyigprof or IgProf, plain or gzip) and prints
 /// reports. Several profiles are merged into one. By default the Python view is shown
@@ -329,9 +330,10 @@ struct Cli {
     #[arg(long, hide = true)]
     show_locality_metrics: bool,
 
-    /// Read a profile that ends before the call tree its statistics announce (its
-    /// writing stopped: a full disk, a process killed while writing), with a warning
-    /// line, instead of refusing it. Its reports miss what was never written.
+    /// Read a profile that stops before its end (its writing stopped: a full disk, a
+    /// process killed while writing, a copy cut short; gzip or plain, cut anywhere) up to
+    /// its last whole line, with a warning line saying how much was read, instead of
+    /// refusing it. Its reports miss what was never written.
     #[arg(long)]
     read_cut_short: bool,
 
@@ -760,12 +762,15 @@ fn read_with_notes(
     if cli.verbose && notes {
         let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         eprintln!(
-            "{}: read {}: {} call-tree nodes, {} functions, {} files, counters: {}; reporting {counter}{}",
+            "{}: read {}: {} {}, {} {}, {} {}, counters: {}; reporting {counter}{}",
             igprof_analyse::error::PROGRAM,
             names.join(", "),
             profile.nodes().len(),
+            plural(profile.nodes().len(), "call-tree node"),
             profile.functions().len(),
+            plural(profile.functions().len(), "function"),
             profile.files().len(),
+            plural(profile.files().len(), "file"),
             profile.counters().join(", "),
             match (cli.counter.is_none(), default_is_first) {
                 (false, _) => "",

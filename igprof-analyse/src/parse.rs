@@ -36,7 +36,7 @@ use flate2::read::MultiGzDecoder;
 
 use crate::error::{describe_found, Error};
 use crate::escape::unescape;
-use crate::profile::{CapacityError, CutShort, Profile, Source, Values};
+use crate::profile::{CapacityError, CutShort, Ending, Profile, Source, Values};
 
 /// The first two bytes of every gzip stream.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -148,7 +148,11 @@ impl From<CapacityError> for Fail {
     }
 }
 
-/// Reads all lines of one dump.
+/// Reads all lines of one dump. A dump that stops before its end is read as far as it
+/// goes, its [`Source::cut_short`] saying so (after its header: before it, the error
+/// stands): a gzip stream that stops in the middle (an error of kind `UnexpectedEof`)
+/// is read up to its last whole line, and a last line without its newline that does not
+/// follow the format is left out.
 fn parse_lines<R: BufRead>(
     profile: &mut Profile,
     name: &str,
@@ -158,25 +162,39 @@ fn parse_lines<R: BufRead>(
     let mut line = Vec::new();
     let mut number: u64 = 0;
     let mut state: Option<DumpState> = None;
+    let mut ending = Ending::LineBoundary;
     loop {
         line.clear();
-        let read = reader.read_until(b'\n', &mut line).map_err(|error| {
-            let detail = error.to_string();
-            let file = name.to_string();
-            if gzip {
-                Error::Gzip { file, detail }
-            } else {
-                Error::Io { file, detail }
+        let read = match reader.read_until(b'\n', &mut line) {
+            Ok(read) => read,
+            // The compressed stream stops mid-way: what came before it is read, the line
+            // it stops in is not.
+            Err(error)
+                if gzip && error.kind() == io::ErrorKind::UnexpectedEof && state.is_some() =>
+            {
+                ending = Ending::Gzip;
+                break;
             }
-        })?;
+            Err(error) => {
+                let detail = error.to_string();
+                let file = name.to_string();
+                return Err(if gzip {
+                    Error::Gzip { file, detail }
+                } else {
+                    Error::Io { file, detail }
+                });
+            }
+        };
         if read == 0 {
             break;
         }
         number += 1;
+        let ended = line.last() == Some(&b'\n');
         if let Some(state) = &mut state {
-            state.last_line_ended = line.last() == Some(&b'\n');
+            state.last_line_ended = ended;
         }
         let text = trim_line(&line);
+        let counted = state.as_ref().map(|s| (s.lines, s.tree_lines));
         let result = match &mut state {
             // A comment, e.g. the profiler's own statistics (`#pyigprof stats …`).
             Some(_) if text.first() == Some(&b'#') => Ok(()),
@@ -190,12 +208,23 @@ fn parse_lines<R: BufRead>(
             },
             None => header(profile, name, text).map(|hex| state = Some(DumpState::new(hex))),
         };
-        result.map_err(|fail| Error::Syntax {
-            file: name.to_string(),
-            line: number,
-            expected: fail.expected,
-            found: fail.found,
-        })?;
+        match (result, &mut state, counted) {
+            (Ok(()), _, _) => {}
+            // The last line (no newline), cut in the middle: left out, and not counted.
+            (Err(_), Some(state), Some((lines, tree_lines))) if !ended => {
+                state.lines = lines;
+                state.tree_lines = tree_lines;
+                ending = Ending::MidLine;
+            }
+            (Err(fail), _, _) => {
+                return Err(Error::Syntax {
+                    file: name.to_string(),
+                    line: number,
+                    expected: fail.expected,
+                    found: fail.found,
+                })
+            }
+        }
     }
     if number == 0 {
         return Err(Error::Empty {
@@ -203,7 +232,7 @@ fn parse_lines<R: BufRead>(
         });
     }
     if let Some(state) = state {
-        let cut_short = state.cut_short(profile);
+        let cut_short = state.cut_short(profile, ending);
         if let Some(source) = profile.sources.last_mut() {
             source.cut_short = cut_short;
         }
@@ -339,40 +368,44 @@ impl DumpState {
         }
     }
 
-    /// At the end of the dump (the last of `profile.sources`): what is missing when its
-    /// statistics announce more of the call tree (`tree.lines`, `tree.samples` of the
-    /// counter `sampling.counter`) than was read or its last line lacks its newline, or
-    /// when nothing followed its header.
-    fn cut_short(&self, profile: &Profile) -> Option<CutShort> {
+    /// At the end of the dump (the last of `profile.sources`), which stops as `ending`
+    /// says: what is missing when its statistics announce more of the call tree
+    /// (`tree.lines`, `tree.samples` of the counter `sampling.counter`) than was read or
+    /// its last line lacks its newline, when nothing followed its header, or when it
+    /// stops in the middle of a line or of its gzip stream.
+    fn cut_short(&self, profile: &Profile, ending: Ending) -> Option<CutShort> {
         let source = profile.sources.last()?;
-        if self.lines == 0 {
-            return Some(CutShort {
-                lines: 0,
-                samples: 0,
-                announced: None,
-            });
-        }
         let stat = |key: &str| source.statistic(key);
-        let lines: u64 = stat("tree.lines")?.parse().ok()?;
-        let samples: i64 = stat("tree.samples")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
         let counter = stat("sampling.counter").unwrap_or("PERF_TICKS");
         let read = profile
             .counter_id(counter)
             .and_then(|id| self.counts.get(&id))
             .copied()
             .unwrap_or(0);
+        let announced = stat("tree.lines")
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|lines| {
+                let samples = stat("tree.samples")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                (lines, samples)
+            });
+        let cut = CutShort {
+            lines: self.tree_lines,
+            samples: read,
+            announced,
+            ending,
+        };
+        if self.lines == 0 || ending != Ending::LineBoundary {
+            return Some(cut);
+        }
+        let (lines, samples) = announced?;
         // A cut inside the last line can leave it well-formed (an offset or the values
         // cut off): its newline is missing, and maybe its samples.
         if self.tree_lines >= lines && read >= samples && self.last_line_ended {
             return None;
         }
-        Some(CutShort {
-            lines: self.tree_lines,
-            samples: read,
-            announced: Some((lines, samples)),
-        })
+        Some(cut)
     }
 
     /// Parses one `C<depth> ...` line and merges it into `profile`.
@@ -1033,16 +1066,62 @@ C2 FN5=(F4=(/lib/libm.so)+40 N=(sin))+4 V0:(3,3,3)
         );
     }
 
+    /// What reading `text` as a whole dump says: its error, or that it is cut short.
+    fn refused(text: &[u8]) -> String {
+        match parse(text).and_then(|profile| whole(&profile)) {
+            Ok(()) => panic!("accepted {:?}", String::from_utf8_lossy(text)),
+            Err(error) => error.to_string(),
+        }
+    }
+
     #[test]
-    fn error_truncated_gzip() {
+    fn truncated_gzip_is_cut_short_up_to_its_last_whole_line() {
         let data = gzip(HEX_DUMP);
-        // Cut in the compressed data, then in the trailer (CRC and size).
+        // Cut in the compressed data: the lines before the cut are read, the one it
+        // stops in is not (the deflate stream's last block holds all six here, so a
+        // cut 12 bytes before the end leaves none of the tree: the header at most).
+        for cut in [data.len() - 12, data.len() - 4] {
+            let text = refused(&data[..cut]);
+            assert!(
+                text.starts_with("pyigprof-analyse: t.txt: cut short: ")
+                    && text.contains("its gzip stream stops in the middle")
+                    && text.ends_with("(--read-cut-short reads what there is)"),
+                "{cut}: {text}"
+            );
+        }
+        // Cut in the trailer (CRC and size): every line is read, and still said.
+        let profile = parse(&data[..data.len() - 4]).unwrap();
+        assert_eq!(profile.total(0).amount, 0x1c);
         assert_eq!(
-            error(&data[..data.len() - 12]),
-            "pyigprof-analyse: t.txt: not a valid gzip stream: incomplete deflate stream"
+            profile.sources[0].cut_short,
+            Some(CutShort {
+                lines: 6,
+                samples: 7,
+                announced: None,
+                ending: Ending::Gzip
+            })
         );
+        // A larger dump cut in the middle of its compressed bytes: every whole line
+        // before the cut, none after.
+        let mut big = HEX_DUMP.to_vec();
+        for i in 0..2000 {
+            big.extend_from_slice(format!("C4 FN3+{i:x} V0:(1,1,1)\n").as_bytes());
+        }
+        let whole_profile = parse(&gzip(&big)).unwrap();
+        let compressed = gzip(&big);
+        let profile = parse(&compressed[..compressed.len() / 2]).unwrap();
+        let cut = profile.sources[0].cut_short.expect("cut short");
+        assert_eq!(cut.ending, Ending::Gzip);
+        assert!(
+            cut.lines > 6 && cut.lines < 2006,
+            "{} of 2006 lines",
+            cut.lines
+        );
+        assert_eq!(profile.total(0).amount, 0x1c + cut.lines as i64 - 6);
+        assert!(profile.total(0).amount < whole_profile.total(0).amount);
+        // Cut in the gzip header, before the dump's header: nothing to read.
         assert_eq!(
-            error(&data[..data.len() - 4]),
+            error(&data[..5]),
             "pyigprof-analyse: t.txt: not a valid gzip stream: unexpected end of file"
         );
     }
@@ -1157,10 +1236,21 @@ C2 FN5=(F4=(/lib/libm.so)+40 N=(sin))+4 V0:(3,3,3)
     }
 
     #[test]
-    fn error_truncated_line() {
+    fn a_last_line_cut_in_the_middle_is_left_out() {
+        let text = b"P=(HEX ID=1 N=(x) T=0.004000)\nC1 FN0=(F0=(/a)+0 N=(f))+0 V0=(PERF_TICKS):(1,1,1)\nC1 FN1=(F0+0 N=(squ";
         assert_eq!(
-            error(b"P=(HEX ID=1 N=(x) T=0.004000)\nC1 FN0=(F0=(/a)+0 N=(squ"),
-            "pyigprof-analyse: t.txt:2: expected \")\" closing the function name, found end of line"
+            refused(text),
+            "pyigprof-analyse: t.txt: cut short: read 1 call-tree line before the cut; its last line stops in the middle (left out); its writing stopped before the end (--read-cut-short reads what there is)"
+        );
+        let profile = parse(text).unwrap();
+        assert_eq!(profile.total(0).amount, 1);
+        assert_eq!(profile.functions().len(), 1);
+        // A line that is not the last one (it has its newline) is an error as before.
+        let mut text = text.to_vec();
+        text.push(b'\n');
+        assert_eq!(
+            error(&text),
+            "pyigprof-analyse: t.txt:3: expected \")\" closing the function name, found end of line"
         );
     }
 

@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::symbol::{is_python_code_name, is_python_file};
+use pyigprof_pprof::plural;
 
 /// Index of a node in [`Profile::nodes`].
 pub type NodeId = u32;
@@ -57,31 +58,69 @@ impl Source {
     }
 }
 
-/// A dump that ends before the call tree it announces: its writer stopped (a full disk, a
-/// process killed while writing) after a line boundary, so the file reads as a dump.
+/// A dump that ends before its end: before the call tree it announces (its writer
+/// stopped after a line boundary: a full disk, a process killed while writing), in the
+/// middle of its last line, or where its gzip stream stops (a copy cut short).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CutShort {
-    /// Call-tree lines read (the statistics nodes not counted).
+    /// Call-tree lines read (the statistics nodes not counted), whole lines only.
     pub lines: u64,
     /// Samples read: the counts of the counter the profile was sampled on
     /// (`sampling.counter`, `PERF_TICKS` when unnamed).
     pub samples: i64,
     /// What the statistics announce (`tree.lines`, `tree.samples`); `None` for a dump
-    /// that ends right after its header, before any statistics or call tree.
+    /// that announces nothing (IgProf's) or ends before its statistics.
     pub announced: Option<(u64, i64)>,
+    /// Where the file stops: at a line boundary, or in the middle of a line or of its
+    /// gzip stream.
+    pub ending: Ending,
+}
+
+/// Where a dump that is [`CutShort`] stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// After a whole line.
+    LineBoundary,
+    /// In the middle of its last line, which is left out (it lacks its newline and does
+    /// not follow the format).
+    MidLine,
+    /// Where its gzip stream stops before the stream's end (no checksum): what
+    /// decompresses is read up to its last whole line.
+    Gzip,
 }
 
 impl std::fmt::Display for CutShort {
-    /// `35 of the 1312 call-tree lines its statistics announce, 4 of 3047 samples`, or
-    /// `nothing after its header`.
+    /// `35 of the 1312 call-tree lines its statistics announce, 4 of 3047 samples`,
+    /// `read 35 call-tree lines before the cut`, or `nothing after its header`, then
+    /// where it stops unless at a line boundary (`; its gzip stream stops in the middle`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.announced {
             Some((lines, samples)) => write!(
                 f,
-                "{} of the {lines} call-tree lines its statistics announce, {} of {samples} samples",
-                self.lines, self.samples
+                "read {} of the {lines} {} its statistics announce, {} of {samples} {}",
+                self.lines,
+                plural(lines, "call-tree line"),
+                self.samples,
+                plural(samples, "sample")
+            )?,
+            None if self.lines > 0 => write!(
+                f,
+                "read {} {} before the cut",
+                self.lines,
+                plural(self.lines, "call-tree line")
+            )?,
+            None => write!(
+                f,
+                "nothing after its header, neither statistics nor call tree"
+            )?,
+        }
+        match self.ending {
+            Ending::LineBoundary => Ok(()),
+            Ending::MidLine => write!(f, "; its last line stops in the middle (left out)"),
+            Ending::Gzip => write!(
+                f,
+                "; its gzip stream stops in the middle (read up to the last whole line)"
             ),
-            None => write!(f, "nothing after its header, neither statistics nor call tree"),
         }
     }
 }

@@ -115,16 +115,97 @@ PERF_TICKS: 2 samples, 2 ticks of 10.000 ms = 0.020 s; a 10 % share is 0.5-72.1 
     );
 }
 
+/// A profile cut short, as a copy that stopped makes it: its gzip bytes cut in the
+/// middle (`head -c 3000`, or all but the last 100 bytes), or its plain text cut in the
+/// middle of a line. Refused with one line that names the file and suggests
+/// `--read-cut-short`, exit status 2; with it, read up to the last whole line before the
+/// cut, saying how many lines that is, exit status 0.
 #[test]
-fn truncated_gzip_is_an_error() {
-    let dir = TempDir::new("truncated_gzip_is_an_error");
-    let data = gzip(RECURSIVE);
-    dir.write("cut.gz", &data[..data.len() / 2]);
-    let output = run(&["cut.gz"], &dir.0);
-    assert_fails(
-        &output,
-        "pyigprof-analyse: cut.gz: not a valid gzip stream: incomplete deflate stream\n",
-    );
+fn a_profile_cut_short_is_refused_and_read_with_read_cut_short() {
+    let dir = TempDir::new("a_profile_cut_short");
+    let data = std::fs::read(common::data().join("mixed-base-1.gz")).unwrap();
+    let mut plain = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&data[..]), &mut plain).unwrap();
+    // 643 call-tree lines: the dump has no statistics announcing them (an older one).
+    let all = plain.iter().filter(|&&b| b == b'\n').count() - 1;
+    dir.write("whole.gz", &data);
+    let whole = run(&["--top", "whole.gz"], &dir.0);
+    assert_eq!(whole.status.code(), Some(0), "{}", stderr(&whole));
+    let cuts = [
+        (
+            "cut.gz",
+            data[..3000].to_vec(),
+            "its gzip stream stops in the middle",
+        ),
+        (
+            "end.gz",
+            data[..data.len() - 100].to_vec(),
+            "its gzip stream stops in the middle",
+        ),
+        (
+            "cut.txt",
+            plain[..plain.len() * 2 / 3].to_vec(),
+            "its last line stops in the middle",
+        ),
+    ];
+    for (name, bytes, ending) in cuts {
+        dir.write(name, &bytes);
+        let refused = run(&["--top", name], &dir.0);
+        assert_eq!(
+            refused.status.code(),
+            Some(2),
+            "{name}: {}",
+            stderr(&refused)
+        );
+        assert!(stdout(&refused).is_empty(), "{name}: {}", stdout(&refused));
+        let message = stderr(&refused);
+        assert!(
+            message.starts_with(&format!("pyigprof-analyse: {name}: cut short: read "))
+                && message.contains(ending)
+                && message.ends_with("(--read-cut-short reads what there is)\n")
+                && message.lines().count() == 1,
+            "{name}: {message}"
+        );
+        let read = run(&["--top", "--read-cut-short", name], &dir.0);
+        assert_eq!(read.status.code(), Some(0), "{name}: {}", stderr(&read));
+        let note = stderr(&read);
+        let first = note.lines().next().unwrap_or_default();
+        let lines: usize = first
+            .strip_prefix(&format!("pyigprof-analyse: {name}: cut short: read "))
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{name}: {note}"));
+        assert!(
+            lines > 0 && lines < all && first.ends_with("reading what there is (--read-cut-short)"),
+            "{name}: {lines} of {all} lines: {note}"
+        );
+        assert_eq!(
+            stdout(&read).lines().next(),
+            Some(format!("pyigprof-analyse: {name}: /root/.pyenv/versions/3.11.7/bin/python3 mixed.py 15 (pid 24288)").as_str()),
+            "{name}"
+        );
+        // Fewer samples than the whole profile's.
+        let samples = |out: &str| -> u64 {
+            let line = out.lines().nth(1).unwrap_or_default();
+            line.split(' ')
+                .nth(1)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        assert!(
+            samples(&stdout(&read)) < samples(&stdout(&whole)),
+            "{name}: {}",
+            stdout(&read)
+        );
+    }
+    // Cut inside the gzip header, before the dump's: nothing to read, with or without.
+    dir.write("head.gz", &data[..5]);
+    for args in [&["head.gz"][..], &["--read-cut-short", "head.gz"][..]] {
+        assert_fails(
+            &run(args, &dir.0),
+            "pyigprof-analyse: head.gz: not a valid gzip stream: unexpected end of file\n",
+        );
+    }
 }
 
 #[test]
@@ -272,4 +353,47 @@ fn lines_errors_like_top() {
         &output,
         "pyigprof-analyse: lines.txt: no counter MEM_TOTAL in the profile; its counters: PERF_TICKS\n",
     );
+}
+
+/// One sample of one tick reads in the singular, in the report's header and in the flame
+/// graph's subtitle and tooltips; two in the plural.
+#[test]
+fn one_sample_and_one_tick_are_singular() {
+    let dir = TempDir::new("one_sample_and_one_tick_are_singular");
+    let dump = |count: u32| {
+        format!(
+            "P=(HEX ID=1 N=(python3 one.py) T=0.004000)\nC1 FN0=(F0=(/one.py)+1 N=(<module>))+2 V0=(PERF_TICKS):({count:x},{count:x},{count:x})\n"
+        )
+    };
+    dir.write("one.txt", dump(1).as_bytes());
+    dir.write("two.txt", dump(2).as_bytes());
+    for (name, expected) in [
+        (
+            "one.txt",
+            "PERF_TICKS: 1 sample, 1 tick of 4.000 ms = 0.004 s; ",
+        ),
+        (
+            "two.txt",
+            "PERF_TICKS: 2 samples, 2 ticks of 4.000 ms = 0.008 s; ",
+        ),
+    ] {
+        let output = run(&["--top", name, "--flamegraph", "f.svg"], &dir.0);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let report = stdout(&output);
+        let second = report.lines().nth(1).unwrap_or_default();
+        assert!(second.starts_with(expected), "{name}: {second}");
+        let svg = std::fs::read_to_string(dir.0.join("f.svg")).unwrap();
+        assert!(
+            svg.contains(expected.trim_end_matches("; ")),
+            "{name}: {svg}"
+        );
+        let count = &name[..3];
+        let tooltip = if count == "one" {
+            "(1 × 4.000 ms tick, 100%)"
+        } else {
+            "(2 × 4.000 ms tick, 100%)"
+        };
+        assert!(svg.contains(tooltip), "{name}: {svg}");
+        assert!(!svg.contains(" ticks of 4.000 ms, 100%"), "{name}");
+    }
 }

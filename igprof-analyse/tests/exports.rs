@@ -144,7 +144,7 @@ fn flame_graph_is_well_formed_svg() {
         roxmltree::Document::parse_with_options(&text, options).expect("well-formed XML");
     let root = document.root_element();
     assert_eq!(root.tag_name().name(), "svg");
-    // One <title> per frame, e.g. "python_work (/tmp/…:22) (1,163 ticks of 4.000 ms,
+    // One <title> per frame, e.g. "python_work (/tmp/…:22) (1,163 × 4.000 ms tick,
     // 30.93%)"; the whole graph's frame is "all".
     let titles: Vec<&str> = root
         .descendants()
@@ -161,7 +161,7 @@ fn flame_graph_is_well_formed_svg() {
     assert!(
         titles
             .iter()
-            .any(|title| title.starts_with("all (3,760 ticks of 4.000 ms")),
+            .any(|title| title.starts_with("all (3,760 × 4.000 ms tick, 100%)")),
         "{titles:?}"
     );
     // Frames named `<module>` are escaped, and the subtitle gives the total.

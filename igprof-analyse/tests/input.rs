@@ -75,7 +75,9 @@ fn broken_dumps_name_file_line_and_expectation() {
             "3: expected a depth from 1 to 2 (one more than the previous line at most), found \"C5\"",
         ),
         (
-            "C1 FN0=(F0=(/x.py)+1 N=(<modu",
+            // With its newline: a line that does not follow the format (without it, the
+            // last line cut in the middle: cli.rs's cut-short test).
+            "C1 FN0=(F0=(/x.py)+1 N=(<modu\n",
             "2: expected \")\" closing the function name, found end of line",
         ),
         (

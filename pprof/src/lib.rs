@@ -269,3 +269,27 @@ pub fn stack_lines(profile: &PprofProfile) -> Vec<String> {
         })
         .collect()
 }
+
+/// `noun` as it follows the number `count`: as given (singular) for 1 and -1, with an `s`
+/// otherwise (`1 sample`, `2 samples`, `0 samples`). Here because this crate is the one the
+/// library's summary lines, the analyser and the command all build on.
+pub fn plural<N: TryInto<i64>>(count: N, noun: &str) -> String {
+    match count.try_into() {
+        Ok(1 | -1) => noun.to_string(),
+        _ => format!("{noun}s"),
+    }
+}
+
+#[cfg(test)]
+mod plural_tests {
+    use super::plural;
+
+    #[test]
+    fn singular_for_one_only() {
+        assert_eq!(plural(1u64, "sample"), "sample");
+        assert_eq!(plural(-1i64, "tick"), "tick");
+        assert_eq!(plural(0usize, "thread"), "threads");
+        assert_eq!(plural(2u32, "call-tree line"), "call-tree lines");
+        assert_eq!(plural(u64::MAX, "sample"), "samples");
+    }
+}

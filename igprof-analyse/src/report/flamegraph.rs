@@ -64,7 +64,9 @@ pub fn write(profile: &Profile, graph: &FlameGraph, out: &mut dyn Write) -> io::
     }
     options.subtitle = Some(elide_end(&subtitle, subtitle_chars));
     options.count_name = match measure.unit {
-        Unit::Ticks => format!("ticks of {:.3} ms", measure.tick_period * 1000.0),
+        // inferno writes `(<count> <count_name>, <share>)` for any count: `(1 × 4.000 ms
+        // tick, …)` reads right for one tick and for several.
+        Unit::Ticks => format!("× {:.3} ms tick", measure.tick_period * 1000.0),
         Unit::Bytes => "bytes".to_string(),
         Unit::Events => "events".to_string(),
         Unit::Amount => measure.counter.clone(),

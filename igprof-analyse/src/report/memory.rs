@@ -171,8 +171,9 @@ impl Sampling {
             .recorded
             .map(|count| {
                 format!(
-                    " ({} allocations recorded)",
-                    super::thousands(&count.to_string(), ',')
+                    " ({} {} recorded)",
+                    super::thousands(&count.to_string(), ','),
+                    pyigprof_pprof::plural(count, "allocation")
                 )
             })
             .unwrap_or_default();

@@ -50,6 +50,7 @@ use std::io::{self, Write};
 
 use crate::error::Error;
 use crate::profile::{Combine, CounterId, FunctionId, NodeId, Profile, Values};
+use pyigprof_pprof::plural;
 
 /// The counter reported when none is asked for: CPU time in ticks.
 pub const DEFAULT_COUNTER: &str = "PERF_TICKS";
@@ -431,10 +432,12 @@ impl Measure {
         let total = self.total.amount;
         match self.unit {
             Unit::Ticks => format!(
-                "{}: {} samples, {} ticks of {:.3} ms = {:.3} s",
+                "{}: {} {}, {} {} of {:.3} ms = {:.3} s",
                 self.counter,
                 self.total.count,
+                plural(self.total.count, "sample"),
                 total,
+                plural(total, "tick"),
                 self.tick_period * 1000.0,
                 self.seconds(total)
             ),
@@ -461,10 +464,12 @@ impl Measure {
                 line
             }
             Unit::Events => format!(
-                "{}: {} samples, {} events",
+                "{}: {} {}, {} {}",
                 self.counter,
                 thousands(&self.total.count.to_string(), ','),
-                events::format_events(total)
+                plural(self.total.count, "sample"),
+                events::format_events(total),
+                plural(total, "event")
             ),
             Unit::Amount => format!(
                 "{}: {} calls, {} total",

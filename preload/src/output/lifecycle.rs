@@ -28,6 +28,7 @@ use crate::sampler;
 use crate::signal_guard::BlockSignals;
 use crate::sources::{handler, timer};
 use pyigprof_hooks::signals;
+use pyigprof_pprof::plural;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -379,7 +380,7 @@ fn summary_lines(
     let dropped = stats.dropped_no_slot.load(Ordering::Relaxed)
         + stats.dropped_tree_full.load(Ordering::Relaxed);
     let dropped = if dropped > 0 {
-        format!(", {dropped} samples dropped")
+        format!(", {dropped} {} dropped", plural(dropped, "sample"))
     } else {
         String::new()
     };
@@ -427,15 +428,21 @@ fn summary_lines(
         (crate::sources::perf::refusals(), sampler.trigger.event())
     {
         lines.push(format!(
-            "pyigprof: {threads} thread(s) were not sampled: cannot open the {} event: {why}",
+            "pyigprof: {threads} {} not sampled: cannot open the {} event: {why}",
+            if threads == 1 {
+                "thread was"
+            } else {
+                "threads were"
+            },
             event.name
         ));
     }
     let trigger = sampler.trigger.describe();
     if let Some(event) = sampler.trigger.event().filter(|e| !e.is_time()) {
         lines.push(format!(
-            "pyigprof: wrote {}: {recorded} samples of {ticks} {} ({}, by {trigger}); {shares}",
+            "pyigprof: wrote {}: {recorded} {} of {ticks} {} ({}, by {trigger}); {shares}",
             path.display(),
+            plural(recorded, "sample"),
             event.name,
             event.counter,
         ));
@@ -452,10 +459,12 @@ fn summary_lines(
         0.0
     };
     lines.push(format!(
-        "pyigprof: wrote {}: {recorded} samples, {:.3} s of {time} ({ticks} ticks of {:.3} ms), \
+        "pyigprof: wrote {}: {recorded} {}, {:.3} s of {time} ({ticks} {} of {:.3} ms), \
          {rate:.0} samples per second by {trigger}; {shares}",
         path.display(),
+        plural(recorded, "sample"),
         seconds,
+        plural(ticks, "tick"),
         period_ns as f64 / 1e6,
     ));
     // Wall mode: what the blocked time waited for (the `<waiting: …>` frames).
@@ -495,13 +504,14 @@ fn summary_lines(
         let all = ticks + left_out;
         lines.push(format!(
             "pyigprof: PYIGPROF_GIL=1: kept the samples of threads holding the GIL, {:.1}% of \
-             the {}; left out {left_out} ticks",
+             the {}; left out {left_out} {}",
             if all == 0 {
                 0.0
             } else {
                 100.0 * ticks as f64 / all as f64
             },
-            time
+            time,
+            plural(left_out, "tick")
         ));
     }
     if crate::sources::locks::enabled() {
@@ -515,13 +525,16 @@ fn memory_summary() -> String {
     use crate::sources::allocations;
     let (live, peak) = crate::record::memory::live_and_peak();
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    let sampled = crate::record::memory::ACTIVITY
+        .sampled
+        .load(Ordering::Relaxed);
     let rate = match allocations::rate() {
         1 => "every allocation recorded".to_string(),
         r => format!("sampled every {} KiB on average", r / 1024),
     };
     format!(
-        "{} allocations recorded of {:.1} MiB allocated ({rate}); {:.1} MiB live {}, {:.1} MiB at the peak",
-        crate::record::memory::ACTIVITY.sampled.load(Ordering::Relaxed),
+        "{sampled} {} recorded of {:.1} MiB allocated ({rate}); {:.1} MiB live {}, {:.1} MiB at the peak",
+        plural(sampled, "allocation"),
         mib(crate::record::memory::ACTIVITY.allocated_bytes.load(Ordering::Relaxed)),
         mib(live),
         if crate::record::memory::frozen() { "when the program's code ended" } else { "at the end" },
@@ -543,12 +556,14 @@ fn lock_summary() -> String {
     };
     let [wait, hold] = &ACTIVITY.tallies;
     format!(
-        "threads waited {:.3} s for locks in {} waits, {} recorded, and held locks {:.3} s in {} holds, {} recorded ({rate}): pyigprof-analyse -r LOCK_WAIT, -r LOCK_HOLD",
+        "threads waited {:.3} s for locks in {} {}, {} recorded, and held locks {:.3} s in {} {}, {} recorded ({rate}): pyigprof-analyse -r LOCK_WAIT, -r LOCK_HOLD",
         load(&wait.ns) as f64 / 1e9,
         load(&wait.count),
+        plural(load(&wait.count), "wait"),
         load(&wait.sampled),
         load(&hold.ns) as f64 / 1e9,
         load(&hold.count),
+        plural(load(&hold.count), "hold"),
         load(&hold.sampled),
     )
 }

@@ -131,7 +131,8 @@ pub fn summary_line(config: &Config, pid: u32) -> String {
         n => format!(" ({n} could not be written)"),
     };
     format!(
-        "pyigprof: wrote {written} windows of {} s: {} … {}{failed}",
+        "pyigprof: wrote {written} {} of {} s: {} … {}{failed}",
+        pyigprof_pprof::plural(written, "window"),
         WINDOW_MS.load(Ordering::Relaxed) as f64 / 1000.0,
         path(0),
         path(last)
