@@ -260,11 +260,17 @@ fn jitted_code_keeps_its_python_frames() {
             100.0 * with_python
         );
         // The summary line says how much ran in jitted code, as the profile counts it (by
-        // samples; the shares above weigh samples by their CPU time).
+        // samples; the shares above weigh samples by their CPU time). The two differ by a
+        // few points: a sample's weight is the CPU time since the previous one, kernel time
+        // included (perf events sample in user mode only), so phases with page faults and
+        // system calls (zlib's and hashlib's buffers) have heavier samples. Measured on sid's
+        // 3.14, 3 s runs: |time share - sample share| 0.1-2.6 points over 12 runs (this
+        // library and the one before the lock profiler's hooks alike), 3.5 in one test run;
+        // the bound is 5.
         let counted = 100.0 * run.fraction_of_samples("tree.jit_samples");
         let said = format!("{counted:.1}% in JIT-compiled code");
         assert!(
-            (counted - jitted).abs() < 2.0 && run.stderr().contains(&said),
+            (counted - jitted).abs() < 5.0 && run.stderr().contains(&said),
             "{who}: {jitted:.1}% of the time in jitted code, {counted:.1}% of the samples; \
              the summary says:\n{}",
             run.stderr()
