@@ -362,7 +362,10 @@ fn a_c_extensions_mutexes_are_timed_and_named() {
     let (run, profile) = profiled_ok(
         python,
         &["-c", MUTEX_PROGRAM, &library],
-        &[("PYIGPROF_PROFILE", "lock"), ("PYIGPROF_LOCK_RATE", "250us")],
+        &[
+            ("PYIGPROF_PROFILE", "lock"),
+            ("PYIGPROF_LOCK_RATE", "250us"),
+        ],
     );
     let out = run.stdout();
     let name = &python.name;

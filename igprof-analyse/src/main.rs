@@ -538,8 +538,30 @@ fn igprof_spellings(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     out
 }
 
+/// The `N` of IgProf's `--top N` (with a space) on the command line `args`, before any
+/// `--`: the stack listing, not the function table that `--top=N` prints.
+fn igprof_top(args: &[OsString]) -> Option<&str> {
+    args.iter()
+        .take_while(|arg| *arg != "--")
+        .zip(args.iter().skip(1))
+        .find(|(arg, next)| {
+            *arg == "--top"
+                && next
+                    .to_str()
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .and_then(|(_, n)| n.to_str())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(igprof_spellings(std::env::args_os()));
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if let Some(n) = igprof_top(&args) {
+        // Said once, on stderr: the report itself is what IgProf prints for it.
+        eprintln!(
+            "pyigprof-analyse: --top {n} (with a space) is IgProf's --top: the {n} heaviest call stacks; --top={n} lists the {n} functions with the most cost"
+        );
+    }
+    let cli = Cli::parse_from(igprof_spellings(args));
     let view = if cli.all_frames {
         View::AllFrames
     } else {

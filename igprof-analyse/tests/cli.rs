@@ -397,3 +397,42 @@ fn one_sample_and_one_tick_are_singular() {
         assert!(!svg.contains(" ticks of 4.000 ms, 100%"), "{name}");
     }
 }
+
+/// IgProf's `--top N`, with a space, keeps its meaning (the N heaviest call stacks), and
+/// says once on stderr what it is and how to get the function table; `--top=N` says
+/// nothing.
+#[test]
+fn top_with_a_space_is_igprofs_stack_listing_and_says_so() {
+    let dir = TempDir::new("top_with_a_space");
+    dir.write("rec.gz", &gzip(RECURSIVE));
+    let spaced = run(&["--top", "2", "rec.gz"], &dir.0);
+    assert_eq!(spaced.status.code(), Some(0), "{}", stderr(&spaced));
+    assert!(
+        stdout(&spaced).starts_with("## Entry 1"),
+        "{}",
+        stdout(&spaced)
+    );
+    assert_eq!(
+        stderr(&spaced)
+            .matches(
+                "pyigprof-analyse: --top 2 (with a space) is IgProf's --top: the 2 heaviest \
+                 call stacks; --top=2 lists the 2 functions with the most cost"
+            )
+            .count(),
+        1,
+        "{}",
+        stderr(&spaced)
+    );
+    let joined = run(&["--top=2", "rec.gz"], &dir.0);
+    assert_eq!(joined.status.code(), Some(0), "{}", stderr(&joined));
+    assert!(
+        !stderr(&joined).contains("with a space"),
+        "{}",
+        stderr(&joined)
+    );
+    assert!(
+        stdout(&joined).starts_with("pyigprof-analyse: rec.gz"),
+        "{}",
+        stdout(&joined)
+    );
+}
