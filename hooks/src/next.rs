@@ -1,4 +1,5 @@
-//! Resolving the definition that an interposed symbol hides (`dlsym(RTLD_NEXT, name)`).
+//! Resolving the definition that an interposed symbol hides (`dlsym(RTLD_NEXT, name)`,
+//! or `dlvsym` for one version of it).
 
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -6,6 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// A lazily resolved pointer to the next definition of a C symbol.
 pub struct Next {
     name: &'static CStr,
+    /// The symbol version wanted (`dlvsym`); `None`: the default one (`dlsym`).
+    version: Option<&'static CStr>,
     addr: AtomicUsize,
 }
 
@@ -13,6 +16,19 @@ impl Next {
     pub const fn new(name: &'static CStr) -> Self {
         Next {
             name,
+            version: None,
+            addr: AtomicUsize::new(0),
+        }
+    }
+
+    /// The next definition of version `version` of `name`: for a symbol the C library has
+    /// in two versions, where `dlsym` may give the old one (x86-64 glibc's
+    /// `pthread_cond_wait` and `pthread_cond_timedwait`: `GLIBC_2.2.5`, LinuxThreads'
+    /// layout, and `GLIBC_2.3.2`, what programs link to).
+    pub const fn versioned(name: &'static CStr, version: &'static CStr) -> Self {
+        Next {
+            name,
+            version: Some(version),
             addr: AtomicUsize::new(0),
         }
     }
@@ -24,8 +40,13 @@ impl Next {
         if cached != 0 {
             return cached;
         }
-        // SAFETY: dlsym with a valid NUL-terminated name.
-        let found = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) } as usize;
+        // SAFETY: dlsym or dlvsym with valid NUL-terminated names.
+        let found = unsafe {
+            match self.version {
+                None => libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()),
+                Some(v) => libc::dlvsym(libc::RTLD_NEXT, self.name.as_ptr(), v.as_ptr()),
+            }
+        } as usize;
         if found == 0 {
             let msg = b"pyigprof: cannot find the next definition of an interposed function\n";
             // SAFETY: writing a static buffer to stderr.

@@ -125,8 +125,11 @@ pub extern "C" fn init() {
         }
     };
     if config.profile_locks {
-        sources::locks::enable(config.lock_rate_ns);
-        sources::lock_calls::install();
+        if sources::locks::enable(config.lock_rate_ns) {
+            sources::lock_calls::install();
+        } else {
+            crate::notice!("pyigprof: cannot map the lock profiler's tables; not profiling locks");
+        }
     }
     if config.profile_memory {
         sources::allocations::enable(config.mem_rate);

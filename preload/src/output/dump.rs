@@ -272,11 +272,7 @@ impl<'a> Resolver<'a> {
                     function.start + offset
                 )
             }
-            Lock::Static(address) => match self
-                .objects
-                .iter()
-                .rposition(|o| o.range.0 <= address && address < o.range.1)
-            {
+            Lock::Static(address) => match self.object_at(address) {
                 Some(index) => {
                     let object = &self.objects[index];
                     let file = object.path.file_name().unwrap_or(object.path.as_os_str());
@@ -299,14 +295,16 @@ impl<'a> Resolver<'a> {
         name.into_bytes()
     }
 
-    fn native(&mut self, pc: u64) -> (Function, u64) {
-        // The newest object that covered the address (an address range can be reused after
-        // dlclose).
-        let Some(index) = self
-            .objects
+    /// The index of the newest object that covered `address` (an address range can be
+    /// reused after `dlclose`); the executable's is 0.
+    fn object_at(&self, address: u64) -> Option<usize> {
+        self.objects
             .iter()
-            .rposition(|o| o.range.0 <= pc && pc < o.range.1)
-        else {
+            .rposition(|o| o.range.0 <= address && address < o.range.1)
+    }
+
+    fn native(&mut self, pc: u64) -> (Function, u64) {
+        let Some(index) = self.object_at(pc) else {
             return self.anonymous(pc);
         };
         let object = &self.objects[index];

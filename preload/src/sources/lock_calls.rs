@@ -31,63 +31,62 @@ use libc::{
 };
 use pyigprof_hooks::next::Next;
 use std::ffi::{c_void, CStr};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// The hooks, by the name of the C library's function each stands for.
-fn hooks() -> [(&'static str, *const c_void); 20] {
+fn hooks() -> [(&'static CStr, *const c_void); 20] {
     [
-        ("sem_init", sem_init as *const c_void),
-        ("sem_destroy", sem_destroy as *const c_void),
-        ("sem_wait", sem_wait as *const c_void),
-        ("sem_timedwait", sem_timedwait as *const c_void),
-        ("sem_clockwait", sem_clockwait as *const c_void),
-        ("sem_trywait", sem_trywait as *const c_void),
-        ("sem_post", sem_post as *const c_void),
-        ("pthread_mutex_lock", pthread_mutex_lock as *const c_void),
+        (c"sem_init", sem_init as *const c_void),
+        (c"sem_destroy", sem_destroy as *const c_void),
+        (c"sem_wait", sem_wait as *const c_void),
+        (c"sem_timedwait", sem_timedwait as *const c_void),
+        (c"sem_clockwait", sem_clockwait as *const c_void),
+        (c"sem_trywait", sem_trywait as *const c_void),
+        (c"sem_post", sem_post as *const c_void),
+        (c"pthread_mutex_lock", pthread_mutex_lock as *const c_void),
         (
-            "pthread_mutex_trylock",
+            c"pthread_mutex_trylock",
             pthread_mutex_trylock as *const c_void,
         ),
         (
-            "pthread_mutex_unlock",
+            c"pthread_mutex_unlock",
             pthread_mutex_unlock as *const c_void,
         ),
         (
-            "pthread_mutex_destroy",
+            c"pthread_mutex_destroy",
             pthread_mutex_destroy as *const c_void,
         ),
         (
-            "pthread_rwlock_rdlock",
+            c"pthread_rwlock_rdlock",
             pthread_rwlock_rdlock as *const c_void,
         ),
         (
-            "pthread_rwlock_wrlock",
+            c"pthread_rwlock_wrlock",
             pthread_rwlock_wrlock as *const c_void,
         ),
         (
-            "pthread_rwlock_tryrdlock",
+            c"pthread_rwlock_tryrdlock",
             pthread_rwlock_tryrdlock as *const c_void,
         ),
         (
-            "pthread_rwlock_trywrlock",
+            c"pthread_rwlock_trywrlock",
             pthread_rwlock_trywrlock as *const c_void,
         ),
         (
-            "pthread_rwlock_unlock",
+            c"pthread_rwlock_unlock",
             pthread_rwlock_unlock as *const c_void,
         ),
         (
-            "pthread_rwlock_destroy",
+            c"pthread_rwlock_destroy",
             pthread_rwlock_destroy as *const c_void,
         ),
-        ("pthread_cond_wait", pthread_cond_wait as *const c_void),
+        (c"pthread_cond_wait", pthread_cond_wait as *const c_void),
         (
-            "pthread_cond_timedwait",
+            c"pthread_cond_timedwait",
             pthread_cond_timedwait as *const c_void,
         ),
         (
-            "pthread_cond_clockwait",
+            c"pthread_cond_clockwait",
             pthread_cond_clockwait as *const c_void,
         ),
     ]
@@ -161,9 +160,6 @@ fn install_into_new_objects() {
                 continue;
             }
             for (name, hook) in hooks() {
-                let Ok(name) = std::ffi::CString::new(name) else {
-                    continue;
-                };
                 plthook_replace(
                     file,
                     name.as_ptr(),
@@ -209,50 +205,10 @@ static NEXT_RWLOCK_UNLOCK: Next = Next::new(c"pthread_rwlock_unlock");
 static NEXT_RWLOCK_DESTROY: Next = Next::new(c"pthread_rwlock_destroy");
 static NEXT_COND_CLOCKWAIT: Next = Next::new(c"pthread_cond_clockwait");
 
-/// The next definition of a versioned symbol: `pthread_cond_wait` and
-/// `pthread_cond_timedwait` have two in glibc on x86-64 (`GLIBC_2.2.5`, the old
-/// LinuxThreads-compatible one, and `GLIBC_2.3.2`, what programs link to), and
-/// `dlsym(RTLD_NEXT, …)` may give the old one; `dlvsym` asks for the current.
-struct VersionedNext {
-    name: &'static CStr,
-    version: &'static CStr,
-    addr: AtomicUsize,
-}
-
-impl VersionedNext {
-    const fn new(name: &'static CStr, version: &'static CStr) -> Self {
-        VersionedNext {
-            name,
-            version,
-            addr: AtomicUsize::new(0),
-        }
-    }
-
-    fn get(&self) -> usize {
-        let cached = self.addr.load(Ordering::Relaxed);
-        if cached != 0 {
-            return cached;
-        }
-        // SAFETY: dlvsym with valid NUL-terminated names.
-        let found =
-            unsafe { libc::dlvsym(libc::RTLD_NEXT, self.name.as_ptr(), self.version.as_ptr()) }
-                as usize;
-        if found == 0 {
-            let msg = b"pyigprof: cannot find the next definition of an interposed function\n";
-            // SAFETY: writing a static buffer to stderr.
-            unsafe {
-                libc::write(2, msg.as_ptr().cast(), msg.len());
-                libc::abort();
-            }
-        }
-        self.addr.store(found, Ordering::Relaxed);
-        found
-    }
-}
-
-static NEXT_COND_WAIT: VersionedNext = VersionedNext::new(c"pthread_cond_wait", c"GLIBC_2.3.2");
-static NEXT_COND_TIMEDWAIT: VersionedNext =
-    VersionedNext::new(c"pthread_cond_timedwait", c"GLIBC_2.3.2");
+/// `pthread_cond_wait` and `pthread_cond_timedwait` of the version programs link to
+/// ([`Next::versioned`]).
+static NEXT_COND_WAIT: Next = Next::versioned(c"pthread_cond_wait", c"GLIBC_2.3.2");
+static NEXT_COND_TIMEDWAIT: Next = Next::versioned(c"pthread_cond_timedwait", c"GLIBC_2.3.2");
 
 /// The C library's function at `next`, as `F`.
 ///

@@ -138,12 +138,16 @@ static RUNTIME: AtomicU64 = AtomicU64::new(0);
 
 /// Starts sampling waits and holds, every `rate_ns` ns of each on average (1: every one).
 /// Maps the lock names' tables (64 Ki entries each) and finds the interpreter's lock
-/// allocator. Not from a signal handler.
-pub fn enable(rate_ns: u64) {
-    let _ = TABLES.get_or_init(|| Tables {
-        locks: LockNames::new(16 * 1024).expect("pyigprof: cannot map the lock names"),
-        owners: LockNames::new(16 * 1024).expect("pyigprof: cannot map the lock names"),
-    });
+/// allocator. False, and nothing sampled, when the tables cannot be mapped. Not from a
+/// signal handler.
+pub fn enable(rate_ns: u64) -> bool {
+    if TABLES.get().is_none() {
+        let (Some(locks), Some(owners)) = (LockNames::new(16 * 1024), LockNames::new(16 * 1024))
+        else {
+            return false;
+        };
+        let _ = TABLES.set(Tables { locks, owners });
+    }
     RUNTIME.store(
         pyigprof_hooks::cpython::symbol(c"PyThread_allocate_lock") as u64,
         Ordering::Relaxed,
@@ -151,6 +155,7 @@ pub fn enable(rate_ns: u64) {
     calibrate_hold_clock();
     ACTIVITY.rate_ns.store(rate_ns.max(1), Ordering::Relaxed);
     ENABLED.store(true, Ordering::Release);
+    true
 }
 
 /// Stops sampling (a fork child that is not profiled). Async-signal-safe.

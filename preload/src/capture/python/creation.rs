@@ -49,6 +49,18 @@ pub enum Role {
     ThreadLock,
 }
 
+impl Creation {
+    /// The creation at `site`, the owner's role made [`Role::ThreadLock`] when the
+    /// innermost synchronization frame is `Thread._set_tstate_lock` (`thread_lock`).
+    fn of(site: Option<Lock>, owner: Option<(u64, Role)>, thread_lock: Option<bool>) -> Self {
+        let owner = owner.map(|(this, role)| match thread_lock {
+            Some(true) => (this, Role::ThreadLock),
+            _ => (this, role),
+        });
+        Creation { site, owner }
+    }
+}
+
 /// Whether `file` (a code object's `co_filename`) is one of the standard library's
 /// synchronization modules.
 fn is_synchronization(file: &[u8]) -> bool {
@@ -88,22 +100,11 @@ pub fn lock_creation(
             let record = codes.record_for(code, layout, types, scratch).ok()?;
             let captured = codes.get(record)?;
             if !is_synchronization(captured.file) {
-                return Some(Creation {
-                    site: Some(Lock::Python {
-                        record,
-                        instr: position(frame, code, layout),
-                    }),
-                    owner: owner.map(|(this, role)| {
-                        (
-                            this,
-                            if thread_lock == Some(true) {
-                                Role::ThreadLock
-                            } else {
-                                role
-                            },
-                        )
-                    }),
-                });
+                let site = Lock::Python {
+                    record,
+                    instr: position(frame, code, layout),
+                };
+                return Some(Creation::of(Some(site), owner, thread_lock));
             }
             thread_lock.get_or_insert(captured.name.ends_with(b"_set_tstate_lock"));
             let this = read::word(frame + u64::from(locals)).unwrap_or(0);
@@ -116,17 +117,5 @@ pub fn lock_creation(
         }
         frame = back;
     }
-    Some(Creation {
-        site: None,
-        owner: owner.map(|(this, role)| {
-            (
-                this,
-                if thread_lock == Some(true) {
-                    Role::ThreadLock
-                } else {
-                    role
-                },
-            )
-        }),
-    })
+    Some(Creation::of(None, owner, thread_lock))
 }
