@@ -651,33 +651,52 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
             // Of wall time (mostly blocked) under 1 %; of CPU time (cpu mode) it is the
             // threads' whose time after their last sample was more than two intervals, or
             // that ran before the helper process opened their event and were not sampled
-            // after: 3.1-5.5 % on sid's 3.15 on a quiet machine (December 5), 6.2 % and
-            // 8.5 % in CI runs (the helper's wake-up is late). Issue 57 asks for < 3 % of
-            // short threads' time; until then this holds the 50-60 % it was before short
-            // threads were sampled from their first interval (docs/design.md) from coming
-            // back. What goes unsampled is counted, not lost: the cpu-mode check below
-            // holds cpu_part with it to the thread's own CPU time.
-            let most = if clock == "wall" { 1.5 } else { 12.0 };
+            // after: 3.1-8.5 % while the helper, woken by a starting thread, waited up to
+            // a scheduler tick for a CPU; 0.5-2 % since it asks for a short time slice
+            // (December 5, `helper::ask_short_slice`). Issue 57 asks for < 3 %. What goes
+            // unsampled is counted, not lost: the cpu-mode check below holds cpu_part
+            // with it to the thread's own CPU time.
+            let most = if clock == "wall" { 1.5 } else { 5.0 };
             assert!(unsampled < most, "{label}: {unsampled:.2} % unsampled");
             if clock == "wall" {
                 // Each phase against the handlers' own wall times: wall mode counts every
                 // thread's elapsed time, its time runnable (waiting for a CPU, from its
-                // schedstat: `<waiting: CPU>`) included (issue 56; before, cpu_part had
-                // 0.80-0.88 of its wall time, counted only in CPU time and blocked time).
-                // io_part, blocked time and runnable time, within 3 % (-3 to +1 % on sid's
-                // 3.15 and 3.12, quiet and with the whole matrix running beside it). The
-                // two phases together within 8 % (−0.4 to −4.5 %: cpu_part's shortfall
-                // below, which is larger on a quiet machine). cpu_part is mostly CPU time, which the
-                // CPU sampler places as in cpu mode: a short thread's first sample weighs
-                // its interval from before the thread began and its time after its last
-                // sample is its last sample's, both often outside cpu_part (-12 to +6 %;
-                // cpu mode's cpu_part is 8-11 % short, quiet; in wall mode, quiet, −13 to
-                // −18 % of its wall time): issue 57.
-                // So cpu_part is held to 0.80 of its CPU time, as in cpu mode.
+                // schedstat: `<waiting: CPU>`) included (issue 56).
                 let measured = |phase: &str| json_number(&rest, phase);
                 let cpu_time = measured("cpu_part_cpu");
+                // cpu_part's CPU time, as the CPU sampler placed it: −0.9 to 0 % of the
+                // handlers' own thread_time on sid's 3.15 and 3.12 (−5 to −7 % before the
+                // helper re-armed events keeping their phase and read their counts,
+                // docs/design.md "Wall mode").
+                let on_cpu: i64 = stacks(&profile)
+                    .iter()
+                    .filter(|s| {
+                        s.has("cpu_part")
+                            && !s.frames.iter().any(|(f, _)| f.starts_with("<waiting"))
+                    })
+                    .map(|s| s.ticks)
+                    .sum();
+                let on_cpu = on_cpu as f64 * profile.sources[0].tick_period;
+                eprintln!(
+                    "{label}: cpu_part's CPU time {:+.1} % of its own",
+                    100.0 * (on_cpu / cpu_time - 1.0)
+                );
+                assert!(
+                    (on_cpu - cpu_time).abs() <= 0.03 * cpu_time,
+                    "{label}: cpu_part's CPU time {on_cpu:.3} s in the profile, {cpu_time:.3} s \
+                     measured"
+                );
+                // io_part (blocked, then runnable once woken) within 3 % (+0.3 to +1.9 %).
+                // cpu_part within 3 % above and 7 % below: its time off a CPU (7-9 % of its
+                // wall time here: preempted, or waiting for the GIL between two passes) is
+                // half placed, the rest going to the thread's next blocked sample, its
+                // sleep (−3.9 to −5.4 %; −7 to −13 % before; issue 56 asks for 3 %).
                 for (phase, low, high) in [
-                    ("cpu_part", 0.80 * cpu_time, 1.08 * measured("cpu_part")),
+                    (
+                        "cpu_part",
+                        0.93 * measured("cpu_part"),
+                        1.03 * measured("cpu_part"),
+                    ),
                     (
                         "io_part",
                         0.97 * measured("io_part"),
@@ -698,7 +717,7 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                 let (both, wall) = (cpu + io, measured("cpu_part") + measured("io_part"));
                 eprintln!("{label}: the two {:+.1} %", 100.0 * (both / wall - 1.0));
                 assert!(
-                    (both - wall).abs() <= 0.08 * wall,
+                    (both - wall).abs() <= 0.04 * wall,
                     "{label}: the two phases {both:.3} s in the profile, {wall:.3} s of wall time"
                 );
             } else {

@@ -156,6 +156,8 @@ impl Sampler {
                 .iter()
                 .for_each(|r| r.store(0, Ordering::Relaxed));
             slot.wait_node.store(0, Ordering::Relaxed);
+            slot.runnable_pending.store(0, Ordering::Relaxed);
+            slot.blocked_last.store(false, Ordering::Relaxed);
             slot.pass_leaf.store(0, Ordering::Relaxed);
             slot.given_node.store(0, Ordering::Relaxed);
             slot.path.root.store(0, Ordering::Relaxed);
@@ -394,6 +396,7 @@ impl Sampler {
                 .filter(|_| call > 0)
             {
                 slot.wait_node.store(node, Ordering::Relaxed);
+                slot.blocked_last.store(true, Ordering::Relaxed);
             }
         }
         true
@@ -805,11 +808,32 @@ impl Sampler {
                 if let Thread::Current = whose {
                     slot.last_cpu_leaf.store(leaf, Ordering::Relaxed);
                     slot.wait_node.store(leaf, Ordering::Relaxed);
+                    slot.blocked_last.store(false, Ordering::Relaxed);
+                    self.record_runnable(slot, leaf);
                 }
             }
             None => return dropped(),
         }
         (captured.native, captured.python)
+    }
+
+    /// Wall mode: records the thread's time runnable that waits for its next CPU sample
+    /// ([`Slot::runnable_pending`], ticks) as `<waiting: CPU>` under trace-tree node
+    /// `node`: the sample's leaf, or at the thread's end its latest CPU sample's. From
+    /// whoever holds the slot; async-signal-safe.
+    pub(crate) fn record_runnable(&self, slot: &Slot, node: u32) {
+        if slot.runnable_pending.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let ticks = slot.runnable_pending.swap(0, Ordering::Relaxed);
+        let marker = [marker_key(Marker::WaitingCpu)];
+        if self.trees.record(node, &marker, 0, ticks).is_some() {
+            self.stats.ticks.fetch_add(ticks, Ordering::Relaxed);
+            self.stats.waiting_ticks.fetch_add(ticks, Ordering::Relaxed);
+        } else {
+            // The trees are full: not counted, as a dropped sample is not.
+            self.stats.dropped_ticks.fetch_add(ticks, Ordering::Relaxed);
+        }
     }
 }
 

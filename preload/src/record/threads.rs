@@ -83,10 +83,13 @@ pub struct Slot {
     /// thread that existed before sampling or the main thread): wall mode counts its
     /// time from there.
     pub created_ns: AtomicU64,
-    /// Wall mode: when the thread's `schedstat` was last read (`CLOCK_MONOTONIC` ns; 0:
-    /// not yet for this thread), and its on-CPU time then (ns).
+    /// Wall mode: when the thread's time was last split (`CLOCK_MONOTONIC` ns; 0: its
+    /// `schedstat` not yet read), and its on-CPU time then (ns; from its event's count, or
+    /// its `schedstat` read while it was off its CPU: `sources::wall::account`).
     pub seen_at: AtomicU64,
     pub seen_cpu: AtomicU64,
+    /// Wall mode: the thread's run delay (ns, its `schedstat`) at `seen_at`.
+    pub seen_delay: AtomicU64,
     /// Wall mode: time the thread spent blocked (neither on a CPU nor runnable) not yet
     /// given to a blocked sample of it (ns, an `i64` kept as its bits: negative when a
     /// reading counted as blocked what a later one found run or runnable).
@@ -103,6 +106,16 @@ pub struct Slot {
     /// goes as `<waiting: CPU>`: its latest CPU sample's leaf, or the call a blocked
     /// sample found it in (0: none yet; then its tree's root).
     pub wait_node: AtomicU32,
+    /// Wall mode: ticks of time the thread spent runnable, waiting for a CPU, while it ran
+    /// code (not woken from a call it was seen blocked in), which its next CPU sample
+    /// records as `<waiting: CPU>` under its own stack (`sources::wall::count_runnable`,
+    /// `Sampler::record_runnable`).
+    pub runnable_pending: AtomicU64,
+    /// Wall mode: whether the latest the sampler saw of the thread was a sample of it
+    /// blocked (set by the sampler process's capture, cleared by the thread's CPU
+    /// samples): its next wait for a CPU is then its wake-up's, and goes to the call it
+    /// blocked in ([`Slot::wait_node`]).
+    pub blocked_last: AtomicBool,
     /// Kernel thread id the timer signals (0 = none).
     pub tid: AtomicI32,
     /// The timer's first expiry after arming (ns of the thread's clock).
@@ -161,6 +174,11 @@ pub struct Slot {
     /// thread's current interval can be, beyond which the time after its last sample was
     /// missed or spent in the kernel (`sources::perf::weigh`, `disarm`).
     pub drawn: AtomicU64,
+    /// The count of the thread's event (ns of CPU time for `task-clock`) when the helper
+    /// process last armed it (0: opened, not re-armed since): from it, `drawn` and the
+    /// count now, the helper finds how long ago the latest overflow was
+    /// (`sources::perf::Keeper::look`, wall mode).
+    pub arm_count: AtomicU64,
     /// `drawn` as the thread's latest sample saw it (ns of CPU time): when it differs from
     /// `drawn`, the helper re-armed the event since that sample.
     pub armed_at_sample: AtomicU64,
@@ -392,6 +410,8 @@ impl Slots {
             slot.seen_at.store(0, Ordering::Relaxed);
             slot.blocked_ns.store(0, Ordering::Relaxed);
             slot.wait_node.store(0, Ordering::Relaxed);
+            slot.runnable_pending.store(0, Ordering::Relaxed);
+            slot.blocked_last.store(false, Ordering::Relaxed);
             slot.pass_leaf.store(0, Ordering::Relaxed);
             slot.given_node.store(0, Ordering::Relaxed);
             slot.last_cpu_leaf.store(0, Ordering::Relaxed);

@@ -94,7 +94,8 @@ pub(crate) fn run(sampler: &Sampler) {
             unsafe {
                 sampler.slots.for_each_mut(|slot| {
                     if crate::sources::timer::sampled(slot) {
-                        visit(sampler, slot, periods, &mut line, &mut again);
+                        let u = crate::sources::random::uniform(&mut state);
+                        visit(sampler, slot, periods, u, &mut line, &mut again);
                         sampler.sample_suspended_tasks(slot, periods, pass);
                     } else {
                         // Its thread has ended: the descriptor goes, as its perf event's
@@ -115,14 +116,24 @@ pub(crate) fn run(sampler: &Sampler) {
 /// samples its stack with that weight, and its CPU time is its CPU sampler's. Without
 /// `schedstat`, a pass that finds it blocked counts the `periods` since the last pass, and
 /// periods its CPU sampler did not count are estimated as runnable ([`count_waiting`]).
-fn visit(sampler: &Sampler, slot: &mut Slot, periods: u64, line: &mut [u8], again: &mut [u8]) {
+fn visit(
+    sampler: &Sampler,
+    slot: &mut Slot,
+    periods: u64,
+    u: f64,
+    line: &mut [u8],
+    again: &mut [u8],
+) {
     let tid = slot.tid.load(Ordering::Relaxed);
     if tid == 0 || !slot.ready.load(Ordering::Acquire) {
         return;
     }
     // Its time runnable since the last pass is counted before this pass's sample (which
-    // may move where that time goes).
-    let exact = account(sampler, slot, tid, again);
+    // may move where that time goes); its state first, which says whether its time on a
+    // CPU is up to date ([`account`]).
+    let state = state_of(tid, line);
+    let off_cpu = matches!(state, State::Blocked { .. });
+    let exact = account(sampler, slot, tid, off_cpu, again);
     if exact.is_some() {
         take_back(sampler, slot);
     }
@@ -130,7 +141,7 @@ fn visit(sampler: &Sampler, slot: &mut Slot, periods: u64, line: &mut [u8], agai
         Some(()) => blocked_ns(slot).max(0) as u64 / sampler.period_ns,
         None => periods,
     };
-    let captured = match state_of(tid, line) {
+    let captured = match state {
         State::Blocked { len, call, sp, pc }
             if slot
                 .busy
@@ -164,8 +175,16 @@ fn visit(sampler: &Sampler, slot: &mut Slot, periods: u64, line: &mut [u8], agai
         Some(()) => {
             // Found running or runnable: the time it was blocked since the last pass ended
             // before this one. When the last pass found it blocked, that wait went on past
-            // it: the time is that sample's; else it waits for the next blocked sample.
+            // it: the time is that sample's, all of it (the part under a period rounded at
+            // random; left for the next blocked sample, it went, in a thread that then ran
+            // to its end, to its latest CPU sample); else it waits for the next blocked
+            // sample.
             let leaf = slot.pass_leaf.swap(0, Ordering::Relaxed);
+            let weight = crate::sources::random::round_at_random(
+                blocked_ns(slot).max(0) as u64,
+                sampler.period_ns,
+                u,
+            );
             if weight > 0 && leaf != 0 {
                 add_ticks(sampler, leaf, weight);
                 add_blocked_ns(slot, -((weight * sampler.period_ns) as i64));
@@ -180,18 +199,44 @@ fn visit(sampler: &Sampler, slot: &mut Slot, periods: u64, line: &mut [u8], agai
     }
 }
 
-/// Reads the `schedstat` of the thread of `slot` (kernel id `tid`) and splits the wall
-/// time since the previous reading: its run delay's growth is counted now
-/// ([`count_runnable`]); what it spent neither on a CPU nor runnable was blocked, and is
-/// added to [`Slot::blocked_ns`] for its next blocked sample. The first reading for a
-/// thread is the baseline (its run delay before it counts too, for a thread started
-/// while sampling). `None` when the file cannot be read; `buf` is scratch.
+/// Reads the `schedstat` of the thread of `slot` (kernel id `tid`): its run delay's growth
+/// since the last reading is counted now ([`count_runnable`]); the wall time since the last
+/// reading that knew its time on a CPU, less that time and its run delay since, was
+/// blocked, and is added to [`Slot::blocked_ns`] for its blocked samples. The first
+/// reading for a thread is the baseline (its run delay before it counts too, for a thread
+/// started while sampling). `None` when the file cannot be read; `buf` is scratch.
+///
+/// Its time on a CPU comes from its `task-clock` event's count where it has one
+/// ([`crate::sources::perf::thread_cpu_from_event`]), else from `schedstat` when the pass
+/// found it off its CPU (`off_cpu`: blocked in a system call), and otherwise the reading
+/// does not split its time. The kernel brings a running thread's `schedstat` time on a CPU
+/// up to date at its ticks and switches only (it does not call `update_curr`, as the CPU
+/// clock does): a thread that ran 3.7 ms without a switch showed no CPU time at three
+/// readings, which counted that time blocked; a later reading took it back from the
+/// blocked samples it had gone to, and at the thread's end what was left went to its last
+/// CPU sample (a thread that slept 6 ms, then computed, had 6–10 % too much in its
+/// computation).
 ///
 /// Done holding the slot ([`CAPTURING`]), as the thread's own last accounting at its end
 /// is ([`account_thread_end`]); while its handler holds it, nothing is read and the time
 /// is the next pass's.
-fn account(sampler: &Sampler, slot: &Slot, tid: libc::pid_t, buf: &mut [u8]) -> Option<()> {
+fn account(
+    sampler: &Sampler,
+    slot: &Slot,
+    tid: libc::pid_t,
+    off_cpu: bool,
+    buf: &mut [u8],
+) -> Option<()> {
     let (on_cpu, run_delay) = schedstat(slot, tid, buf)?;
+    // Its event's count, where it has one, is up to date even while it runs.
+    let exact = sampler
+        .trigger
+        .event()
+        .and_then(|event| crate::sources::perf::thread_cpu_from_event(event, slot));
+    let (on_cpu, current) = match exact {
+        Some(cpu) => (cpu, true),
+        None => (on_cpu, off_cpu),
+    };
     let now = clock_ns(libc::CLOCK_MONOTONIC)?;
     if slot
         .busy
@@ -200,27 +245,34 @@ fn account(sampler: &Sampler, slot: &Slot, tid: libc::pid_t, buf: &mut [u8]) -> 
     {
         return Some(());
     }
-    let mut seen_at = slot.seen_at.swap(now, Ordering::Relaxed);
-    let mut seen_cpu = slot.seen_cpu.swap(on_cpu, Ordering::Relaxed);
     let delay_before = slot.run_delay.load(Ordering::Relaxed);
-    let first = seen_at == 0;
-    let created = slot.created_ns.load(Ordering::Relaxed);
-    if first && created != 0 && delay_before == 0 {
-        // A thread started while sampling: its time so far counts from its creation
-        // (its wait for a first CPU, in its run delay, included).
-        (seen_at, seen_cpu) = (created, 0);
+    let first = slot.seen_at.load(Ordering::Relaxed) == 0;
+    if first {
+        let created = slot.created_ns.load(Ordering::Relaxed);
+        let (at, cpu, delay) = if created != 0 && delay_before == 0 {
+            // A thread started while sampling: its time so far counts from its creation
+            // (its wait for a first CPU, in its run delay, included).
+            (created, 0, 0)
+        } else {
+            (now, on_cpu, run_delay)
+        };
+        slot.seen_at.store(at, Ordering::Relaxed);
+        slot.seen_cpu.store(cpu, Ordering::Relaxed);
+        slot.seen_delay.store(delay, Ordering::Relaxed);
     }
     // The first reading of a thread started while sampling: its run delay so far is
     // mostly its wait for a first CPU after its creation (on a loaded machine, most of a
     // period), before any of its frames: at its tree's root, not at its latest sample.
     count_runnable(sampler, slot, run_delay, first);
-    if seen_at != 0 && delay_before != RUN_DELAY_UNSET {
-        // Signed: the kernel adds a wait for a CPU to the run delay when the wait ends,
-        // and a running thread's time on a CPU at its next accounting (tick, switch), so
-        // that a reading can count as blocked what a later one counts as runnable or run;
-        // the later one then takes it back, and the sum over readings is exact.
+    if current && delay_before != RUN_DELAY_UNSET {
+        // Signed: the kernel adds a wait for a CPU to the run delay when the wait ends, so
+        // that a reading can count as blocked what a later one counts as runnable; the
+        // later one then takes it back, and the sum over readings is exact.
+        let seen_at = slot.seen_at.swap(now, Ordering::Relaxed);
+        let seen_cpu = slot.seen_cpu.swap(on_cpu, Ordering::Relaxed);
+        let seen_delay = slot.seen_delay.swap(run_delay, Ordering::Relaxed);
         let elapsed = now.saturating_sub(seen_at) as i64;
-        let busy = on_cpu.saturating_sub(seen_cpu) + run_delay.saturating_sub(delay_before);
+        let busy = on_cpu.saturating_sub(seen_cpu) + run_delay.saturating_sub(seen_delay);
         add_blocked_ns(slot, elapsed - busy.min(i64::MAX as u64) as i64);
     }
     slot.busy.store(FREE, Ordering::Release);
@@ -251,41 +303,111 @@ pub(crate) fn account_thread_end(sampler: &Sampler, slot: &Slot) {
     let now = clock_ns(libc::CLOCK_MONOTONIC);
     let cpu = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
     let leaf = slot.last_leaf.load(Ordering::Relaxed);
+    // Time runnable that waited for a CPU sample the thread will not have: its latest.
+    match slot.last_cpu_leaf.load(Ordering::Relaxed) {
+        0 => {}
+        cpu_leaf => sampler.record_runnable(slot, cpu_leaf),
+    }
     if let (Some(now), Some(cpu), true) = (now, cpu, seen_at != 0 && leaf != 0) {
         let ran = cpu.saturating_sub(slot.seen_cpu.load(Ordering::Relaxed));
-        add_blocked_ns(
-            slot,
-            now.saturating_sub(seen_at) as i64 - ran.min(i64::MAX as u64) as i64
-                + slot.run_delay_carry.swap(0, Ordering::Relaxed) as i64,
-        );
-        take_back(sampler, slot);
-        let rest = slot.blocked_ns.swap(0, Ordering::Relaxed) as i64;
-        // Rounded at random, not down: a thread's last part of a period, counted at each
-        // of a thousand short threads' ends, is not lost on average; nor is a part owed
-        // (less than a period, after `take_back`) kept.
-        let period = sampler.period_ns;
+        // The run delay counted since that reading (at readings of it on a CPU).
+        let delay = match slot.run_delay.load(Ordering::Relaxed) {
+            RUN_DELAY_UNSET => 0,
+            counted => counted.saturating_sub(slot.seen_delay.load(Ordering::Relaxed)),
+        };
         let mut state = slot.random.load(Ordering::Relaxed);
-        let u = crate::sources::random::uniform(&mut state);
+        // What is left of its waits (under a period either way) is theirs: given to where
+        // its blocked time last went, as `take_back` takes from there. (Given to its
+        // latest CPU sample, a thread that slept 6 ms and then computed had 10 % too much
+        // in its computation: its sleeps' remainders given there, their overshoots taken
+        // back from the sleep.)
+        let waits = match slot.given_node.load(Ordering::Relaxed) {
+            0 => leaf,
+            node => node,
+        };
+        settle(sampler, slot, waits, &mut state);
+        // Its time since that reading neither on a CPU nor counted runnable. When the
+        // last pass found it blocked, that wait went on past it, as a pass that finds it
+        // running afterwards counts (`visit`): that sample's. Else mostly a wait for a CPU
+        // as it ends (the thread its exit wakes, a joiner, takes its CPU; its run delay is
+        // counted when it runs again, and it no longer does): `<waiting: CPU>` at its
+        // tree's root, outside its code. (Given to its latest sample, a thread that slept
+        // 6 ms, then computed, had 5-7 % too much in its computation.) Less than nothing
+        // is taken back from where its blocked time last went.
+        let end = now.saturating_sub(seen_at) as i64
+            - ran.min(i64::MAX as u64) as i64
+            - delay.min(i64::MAX as u64) as i64
+            + slot.run_delay_carry.swap(0, Ordering::Relaxed) as i64;
+        let blocked_at = slot.pass_leaf.swap(0, Ordering::Relaxed);
+        if end > 0 && blocked_at != 0 {
+            let u = crate::sources::random::uniform(&mut state);
+            let ticks = crate::sources::random::round_at_random(end as u64, sampler.period_ns, u);
+            if ticks > 0 {
+                add_ticks(sampler, blocked_at, ticks);
+                sampler.stats.tail_ticks.fetch_add(ticks, Ordering::Relaxed);
+            }
+        } else if end > 0 {
+            let u = crate::sources::random::uniform(&mut state);
+            let ticks = crate::sources::random::round_at_random(end as u64, sampler.period_ns, u);
+            let marker = [marker_key(Marker::WaitingCpu)];
+            match sampler
+                .tree_root(slot)
+                .and_then(|root| sampler.trees.record(root, &marker, 0, ticks))
+            {
+                _ if ticks == 0 => {}
+                Some(_) => {
+                    sampler.stats.ticks.fetch_add(ticks, Ordering::Relaxed);
+                    sampler
+                        .stats
+                        .waiting_ticks
+                        .fetch_add(ticks, Ordering::Relaxed);
+                }
+                None => {
+                    sampler
+                        .stats
+                        .dropped_ticks
+                        .fetch_add(ticks, Ordering::Relaxed);
+                }
+            }
+        } else {
+            add_blocked_ns(slot, end);
+            settle(sampler, slot, waits, &mut state);
+        }
         slot.random.store(state, Ordering::Relaxed);
-        if rest < 0 && u * (period as f64) < rest.unsigned_abs() as f64 {
-            add_blocked_ns(slot, -(period as i64));
-            take_back(sampler, slot);
-        }
-        let ticks = crate::sources::random::round_at_random(rest.max(0) as u64, period, u);
-        if ticks > 0 {
-            add_ticks(sampler, leaf, ticks);
-            sampler.stats.tail_ticks.fetch_add(ticks, Ordering::Relaxed);
-        }
     }
     slot.busy.store(FREE, Ordering::Release);
 }
 
+/// At a thread's end: gives its blocked time not yet given to a sample
+/// ([`Slot::blocked_ns`]) to trace-tree node `node`, or takes what it owes back
+/// ([`take_back`]), rounded at random, not down: a thread's last part of a period, counted
+/// at each of a thousand short threads' ends, is not lost on average; nor is a part owed
+/// kept. `state` is the random state.
+fn settle(sampler: &Sampler, slot: &Slot, node: u32, state: &mut u64) {
+    take_back(sampler, slot);
+    let rest = slot.blocked_ns.swap(0, Ordering::Relaxed) as i64;
+    let period = sampler.period_ns;
+    let u = crate::sources::random::uniform(state);
+    if rest < 0 && u * (period as f64) < rest.unsigned_abs() as f64 {
+        add_blocked_ns(slot, -(period as i64));
+        take_back(sampler, slot);
+        slot.blocked_ns.store(0, Ordering::Relaxed);
+    }
+    let ticks = crate::sources::random::round_at_random(rest.max(0) as u64, period, u);
+    if ticks > 0 {
+        add_ticks(sampler, node, ticks);
+        sampler.stats.tail_ticks.fetch_add(ticks, Ordering::Relaxed);
+    }
+}
+
 /// Counts the time the thread of `slot` spent runnable, waiting for a CPU, since the last
 /// pass: the growth of its run delay to `run_delay` (ns), in ticks of the period with the
-/// remainder carried, as a `<waiting: CPU>` frame under its [`Slot::wait_node`] (where it
-/// last ran, or the call it woke from), or at its tree's root (`at_start`, or no sample
-/// yet). Runnable time is in neither the CPU sampler's
-/// ticks nor the blocked samples'. The caller holds the slot ([`CAPTURING`]).
+/// remainder carried, as a `<waiting: CPU>` frame: under the call it woke from when the
+/// latest the sampler saw of it was that call ([`Slot::blocked_last`], [`Slot::wait_node`]);
+/// else, preempted while it ran, under its next CPU sample's stack
+/// ([`Slot::runnable_pending`]); at its tree's root for its first reading (`at_start`) or
+/// before any sample. Runnable time is in neither the CPU sampler's ticks nor the blocked
+/// samples'. The caller holds the slot ([`CAPTURING`]).
 fn count_runnable(sampler: &Sampler, slot: &Slot, run_delay: u64, at_start: bool) {
     let base = slot.run_delay.load(Ordering::Relaxed);
     if base == RUN_DELAY_UNSET {
@@ -295,7 +417,17 @@ fn count_runnable(sampler: &Sampler, slot: &Slot, run_delay: u64, at_start: bool
     let period = sampler.period_ns;
     let ns = run_delay.saturating_sub(base) + slot.run_delay_carry.load(Ordering::Relaxed);
     let ticks = ns / period;
-    if ticks > 0 {
+    let woken = slot.blocked_last.load(Ordering::Relaxed);
+    if ticks > 0 && !at_start && !woken && slot.last_cpu_leaf.load(Ordering::Relaxed) != 0 {
+        // Not woken from a call it was last seen blocked in: it was preempted while it
+        // ran. That wait lies among the CPU time its next CPU sample weighs (the kernel
+        // adds it to the run delay only once the thread runs again), and that sample
+        // records it under its own stack, as it records the CPU time around it. (Put under
+        // the latest CPU sample or blocked call instead, a thread-per-request server's
+        // `cpu_part` got 0.03 s of its 0.11 s runnable: that node was mostly the GIL wait
+        // at the thread's start or a sample before the phase began.)
+        slot.runnable_pending.fetch_add(ticks, Ordering::Relaxed);
+    } else if ticks > 0 {
         let node = match slot.wait_node.load(Ordering::Relaxed) {
             node if node != 0 && !at_start => Some(node),
             _ => sampler.tree_root(slot),
