@@ -235,6 +235,16 @@ fn attach_profiles_a_running_server_and_leaves_it_as_it_was() {
         let threads_before = settled(&server);
         let signals_before = caught_but_sigprof(&server);
         let (py0, dg0) = server.cpu();
+        let process_cpu = |pid: i32| -> f64 {
+            // utime and stime, fields 14 and 15 of /proc/PID/stat, in clock ticks.
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+            let ticks: f64 =
+                fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+            // SAFETY: sysconf has no preconditions.
+            ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+        };
+        let cpu_before = process_cpu(server.pid());
         let stop = AtomicBool::new(false);
         let (out, answered) = std::thread::scope(|scope| {
             let asking = scope.spawn(|| keep_asking(&server, &expected, &stop));
@@ -249,6 +259,7 @@ fn attach_profiles_a_running_server_and_leaves_it_as_it_was() {
             (out, asking.join().unwrap())
         });
         let (py1, dg1) = server.cpu();
+        let window_cpu = process_cpu(server.pid()) - cpu_before;
         let stderr = text(&out.stderr);
         assert!(
             out.status.success(),
@@ -264,6 +275,20 @@ fn attach_profiles_a_running_server_and_leaves_it_as_it_was() {
         assert!(
             answered > 5,
             "{}: {answered} requests during the window",
+            python.name
+        );
+        // The summary gives the helper's cost against the program's CPU time over the
+        // window, not over its life (issue 58: "0.1 % of the program's 104.443 s" for a
+        // 2.3 s window).
+        let program_s: f64 = stderr
+            .split("of the program's ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("{}: no helper cost in {stderr}", python.name));
+        assert!(
+            program_s <= window_cpu + 0.1 && program_s >= 0.7 * window_cpu - 0.1,
+            "{}: the summary's program CPU {program_s:.3} s, {window_cpu:.2} s over the window",
             python.name
         );
         // The command says where the profile is and how to read it.

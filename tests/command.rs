@@ -352,6 +352,66 @@ fn records_unknown_options_and_bad_rates_are_refused() {
     assert_eq!(file_names_in(&dir), Vec::<String>::new());
 }
 
+/// A profile that cannot be written is said before anything starts, in one line, exit 2:
+/// `record` does not run the program, `attach` does not attach, `top` does not start
+/// (issue 58: `record -o /nonexistent/x.gz` ran the whole program first, then said the
+/// profile could not be created with a wrong hint; `attach -d 60` sampled the minute and
+/// lost it).
+#[test]
+fn an_output_that_cannot_be_written_is_said_before_the_program_runs() {
+    let dir = scratch_dir("command-unwritable");
+    let marker = dir.join("ran");
+    let out = pyigprof(
+        &[
+            "record",
+            "-o",
+            "/nonexistent/x.gz",
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}", marker.display()),
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        "pyigprof: cannot write the profile /nonexistent/x.gz: the directory /nonexistent \
+         does not exist; the program was not started\n"
+    );
+    assert!(!marker.exists(), "the program ran");
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let inside = file.join("x.gz");
+    let out = pyigprof(
+        &["attach", "-d", "60", "-o", inside.to_str().unwrap(), "1"],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "pyigprof attach: cannot write the profile {}: the directory {} is not a \
+             directory; process 1 was not attached to\n",
+            inside.display(),
+            file.display()
+        )
+    );
+    let out = pyigprof(
+        &["top", "--batch", "1", "-o", "/nonexistent/t.gz", "1"],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).starts_with(
+            "pyigprof top: cannot write the profile /nonexistent/t.gz: the directory \
+             /nonexistent does not exist"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 /// `pyigprof report --help` is pyigprof-analyse's help: its options, not a list of none.
 #[test]
 fn report_help_lists_the_analysers_options() {

@@ -430,6 +430,74 @@ fn dump_refuses_a_process_that_is_not_python_in_one_line() {
     );
 }
 
+/// pyigprof's helper process shares the program's memory, so `ps` and `pgrep -f` show its
+/// command line as the program's: it names itself `pyigprof-helper`, and `dump`, `attach`
+/// and `top` pointed at it say whose helper it is, in one line, exit 2 (issue 58: `dump`
+/// printed `Thread 22058 "": state ?`).
+#[test]
+fn dump_attach_and_top_pointed_at_the_helper_process_name_its_program() {
+    let python = &interpreters_with_python_frames("dump")[0];
+    let dir = scratch_dir("dump-helper");
+    let script =
+        "import sys, time\nsys.stdout.write('ready\\n')\nsys.stdout.flush()\ntime.sleep(60)\n";
+    let program = start_until_ready(&mut live_program(
+        &python.path,
+        script,
+        &dir,
+        Some("cpu"),
+        "helper.%p.gz",
+        &[],
+    ));
+    let pid = program.0.id();
+    // The helper: the process whose parent is the program and whose name is its own.
+    let helper = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&candidate| {
+            let status =
+                std::fs::read_to_string(format!("/proc/{candidate}/status")).unwrap_or_default();
+            status.lines().any(|l| l == format!("PPid:\t{pid}"))
+                && status.lines().any(|l| l == "Name:\tpyigprof-helper")
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: no process named pyigprof-helper under {pid}",
+                python.name
+            )
+        });
+    for what in [
+        vec!["dump".to_string(), helper.to_string()],
+        vec![
+            "attach".to_string(),
+            "-d".to_string(),
+            "1".to_string(),
+            helper.to_string(),
+        ],
+        vec![
+            "top".to_string(),
+            "--batch".to_string(),
+            "1".to_string(),
+            helper.to_string(),
+        ],
+    ] {
+        let args: Vec<&str> = what.iter().map(String::as_str).collect();
+        let out = pyigprof(&args, &dir);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "this is pyigprof's helper process for PID {pid} (it shares that process's \
+                 memory and command line): point `pyigprof {}` at PID {pid}",
+                args[0]
+            )),
+            "{args:?}: {err}"
+        );
+    }
+    drop(program);
+}
+
 /// Three named tasks awaiting, through a coroutine, an event nobody sets, gathered by the
 /// main task: the program hangs with its one thread in `epoll_wait`.
 const HUNG_TASKS: &str = r#"

@@ -165,19 +165,63 @@ fn top_reports_each_functions_share_in_a_started_an_attached_and_a_launched_prog
             .stderr(Stdio::piped())
             .spawn()
             .expect("pyigprof top --");
+        // After its reports top waits for the program it started, as `record` does, and
+        // says so once (issue 58: it returned while the program ran on, whose output then
+        // came after the shell's prompt); it ends with the program's status.
+        let stderr = top.stderr.take().unwrap();
+        let (lines, said) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut all = String::new();
+            for line in
+                std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok)
+            {
+                let _ = lines.send(line.clone());
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let waiting = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match said.recv_timeout(left) {
+                Ok(line) if line.contains("reports done; waiting for the program") => break line,
+                Ok(_) => {}
+                Err(_) => panic!("{what}: top did not say it waits for the program"),
+            }
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            top.try_wait().unwrap().is_none(),
+            "{what}: top ended before the program ({waiting})"
+        );
+        let pid = std::fs::read_to_string(dir.join("pid")).unwrap();
+        assert!(
+            waiting.contains(&format!("(PID {})", pid.trim())),
+            "{what}: {waiting}"
+        );
+        drop(launched);
         let deadline = Instant::now() + Duration::from_secs(60);
         while top.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "{what}: top did not end");
+            assert!(
+                Instant::now() < deadline,
+                "{what}: top did not end with its program"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
-        // The program runs on after top, holding the pipes: end it, then read them.
-        let out = {
-            drop(launched);
-            top.wait_with_output().unwrap()
-        };
+        let mut out = top.wait_with_output().unwrap();
+        out.stderr = reader.join().unwrap().into_bytes();
+        // SIGKILL: 128 + 9, as a shell says.
+        assert_eq!(
+            out.status.code(),
+            Some(137),
+            "{what}: {}",
+            text(&out.stderr)
+        );
         let stdout = text(&out.stdout);
         // The program's own `ready` is first on the shared stdout.
         assert!(stdout.starts_with("ready\n"), "{what}: {stdout}");
+        out.status = std::process::ExitStatus::default();
         check_report(&out, &dir, &what);
     }
 }

@@ -291,6 +291,24 @@ impl Refused {
     }
 }
 
+/// The name pyigprof's helper process gives itself (`preload/src/sources/helper.rs`,
+/// `HELPER_NAME`).
+const HELPER_COMM: &str = "pyigprof-helper";
+
+/// When process `pid` (named `comm`) is pyigprof's helper process, the PID of the program
+/// it serves: its parent (the helper is a `clone` of the program, `CLONE_VM` without
+/// `CLONE_THREAD`, which ends with it).
+fn helper_of(pid: i32, comm: &str) -> Option<i32> {
+    if comm != HELPER_COMM {
+        return None;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix("PPid:"))
+        .and_then(|ppid| ppid.trim().parse().ok())
+}
+
 /// Opens a window in process `pid`: checks that it is Python, loads the library into it
 /// (`lib`; a process that has a `libpyigprof.so` mapped already gets that one, which may
 /// be another build) and calls `pyigprof_attach` with the control socket's path,
@@ -309,6 +327,15 @@ pub(crate) fn open_window(
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|c| c.trim().to_string())
         .unwrap_or_default();
+    if let Some(program) = helper_of(pid, &comm) {
+        return Err(Refused {
+            why: format!(
+                "this is pyigprof's helper process for PID {program} (it shares that \
+                 process's memory and command line): point `pyigprof {what}` at PID {program}"
+            ),
+            status: 2,
+        });
+    }
     let maps = mappings(pid).map_err(Refused::one)?;
     if python_object(pid, &maps).is_none() {
         return Err(Refused::one(format!(
@@ -440,6 +467,10 @@ pub fn attach(args: &Attach) -> ExitCode {
     let rate = args
         .rate
         .map_or(String::new(), |rate| format!("PYIGPROF_HZ={rate}\n"));
+    if let Some(why) = crate::launch::unwritable(&output) {
+        eprintln!("pyigprof attach: {why}; process {pid} was not attached to");
+        return ExitCode::from(2);
+    }
     let session = match open_window(pid, &lib, &output, &rate, "attach") {
         Ok(session) => session,
         Err(refused) => {

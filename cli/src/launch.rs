@@ -163,6 +163,36 @@ fn preload_with(lib: &Path) -> OsString {
 /// on their own stdout or stderr: their lines (each profile's summary, warnings) go to a
 /// file of this command's (`PYIGPROF_LOG`), which it prints on its own stderr when the
 /// program has ended, with the list of every profile written and how to read them.
+/// Why profiles named by `pattern` (`%p`, `%n` and the like in the file name only) could
+/// not be written: its directory does not exist, is not a directory or cannot be written.
+/// Checked before a program is started or attached to, so that the run is not lost at its
+/// end (issue 58: `record -o /nonexistent/x.gz` ran the whole program, `attach -d 60` sampled
+/// a minute). `None` when it can be.
+pub fn unwritable(pattern: &Path) -> Option<String> {
+    let dir = match pattern.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let problem = match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".to_string(),
+        Err(e) => e.to_string(),
+        Ok(meta) if !meta.is_dir() => "is not a directory".to_string(),
+        Ok(_) => {
+            let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+            // SAFETY: a NUL-terminated path.
+            if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0 {
+                return None;
+            }
+            format!("cannot be written ({})", std::io::Error::last_os_error())
+        }
+    };
+    Some(format!(
+        "cannot write the profile {}: the directory {} {problem}",
+        pattern.display(),
+        dir.display()
+    ))
+}
+
 pub fn record(record: &Record) -> ExitCode {
     let lib = match library(record.lib.as_deref()) {
         Ok(lib) => lib,
@@ -176,6 +206,11 @@ pub fn record(record: &Record) -> ExitCode {
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from("pyigprof.%p.gz"));
+    let pushed_only = record.push.is_some() && record.output.is_none();
+    if let Some(why) = unwritable(&pattern).filter(|_| !pushed_only) {
+        eprintln!("pyigprof: {why}; the program was not started");
+        return ExitCode::from(2);
+    }
     let log = match Log::create() {
         Ok(log) => log,
         Err(message) => {
@@ -253,6 +288,8 @@ pub fn record(record: &Record) -> ExitCode {
             }
             // Pushed only: the library's line said where.
             0 if record.push.is_some() && record.output.is_none() => {}
+            // The library's own line said why it could not write one.
+            0 if lines.iter().any(|l| l.contains("cannot create the profile") || l.contains("cannot write the profile")) => {}
             0 => eprintln!(
                 "pyigprof: no profile was written to {} (a program that runs no Python writes none unless --all-processes)",
                 pattern.display()

@@ -62,7 +62,9 @@ pub struct Top {
     #[arg(long, conflicts_with = "python")]
     pub tasks: bool,
 
-    /// Prints N reports, one per interval, as text, instead of the live view.
+    /// Prints N reports, one per interval, as text, instead of the live view. A program
+    /// started with `--` runs on after them: top waits for it to end (saying so once on
+    /// stderr) and ends with its exit status, as `pyigprof record` does.
     #[arg(long, value_name = "N")]
     pub batch: Option<u32>,
 
@@ -426,6 +428,11 @@ pub fn top(args: &Top) -> ExitCode {
         eprintln!("pyigprof top: --interval must be a positive number of seconds");
         return ExitCode::from(2);
     }
+    // Where `w` writes its profiles: checked before anything starts.
+    if let Some(why) = crate::launch::unwritable(&crate::attach::absolute(args.output.clone())) {
+        eprintln!("pyigprof top: {why} (the `w` key's profiles)");
+        return ExitCode::from(2);
+    }
     let (mut target, session) = if args.command.is_empty() {
         let pid = args.pid.unwrap_or(0);
         let rate = args
@@ -455,7 +462,7 @@ pub fn top(args: &Top) -> ExitCode {
         }
     };
     let result = match args.batch {
-        Some(n) => batch(args, &target, session, n),
+        Some(n) => batch(args, &target, session, n).and_then(|()| wait_for_program(&mut target)),
         None => live(args, &mut target, session),
     };
     match result {
@@ -465,6 +472,39 @@ pub fn top(args: &Top) -> ExitCode {
             eprintln!("pyigprof top: process {}: {why}", target.pid);
             ExitCode::from(1)
         }
+    }
+}
+
+/// After `--batch`'s reports, the program `top` started with `--` (if any) runs on: `top`
+/// waits for it, as `pyigprof record` does (its output then comes before the shell's
+/// prompt, not after; issue 58), says so once on stderr, and ends with its exit status.
+/// Ctrl-C and Ctrl-\ reach the program, not `top`.
+fn wait_for_program(target: &mut Target) -> Result<(), Ended> {
+    use std::os::unix::process::ExitStatusExt;
+    let Some(child) = target.child.as_mut() else {
+        return Ok(());
+    };
+    if let Ok(Some(_)) = child.try_wait() {
+        return program_ended(target).map_or(Ok(()), |code| Err(Ended::Program(code)));
+    }
+    eprintln!(
+        "pyigprof top: reports done; waiting for the program (PID {}) to end",
+        target.pid
+    );
+    // SAFETY: setting dispositions of this process to "ignore".
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    }
+    let status = child
+        .wait()
+        .map_err(|e| Ended::Failed(format!("cannot wait for the program: {e}")))?;
+    let code = status
+        .code()
+        .map_or_else(|| 128 + status.signal().unwrap_or(0) as u8, |c| c as u8);
+    match code {
+        0 => Ok(()),
+        code => Err(Ended::Program(code)),
     }
 }
 

@@ -358,7 +358,7 @@ enum OrderArg {
     /// Self (exclusive) cost first.
     #[value(name = "self")]
     SelfCost,
-    /// Cumulative (inclusive) cost first.
+    /// Cumulative (inclusive) cost first (also `ascending`, IgProf's name for it).
     #[value(name = "cumulative", alias = "ascending")]
     Cumulative,
     /// IgProf's descending: the smallest cumulative cost first.

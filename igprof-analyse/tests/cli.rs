@@ -289,6 +289,15 @@ fn usage_errors_exit_2() {
     assert_eq!(output.status.code(), Some(0));
     assert!(stdout(&output).contains("--top"));
     assert!(stdout(&output).contains("--lines[=<N>]"));
+    // IgProf's `-o ascending` works, and the help's list of values says so (issue 58).
+    assert!(
+        stdout(&output).contains("also `ascending`, IgProf's name for it"),
+        "{}",
+        stdout(&output)
+    );
+    let dir_profile = lines_dir("usage_errors_exit_2_ascending");
+    let output = run(&["-o", "ascending", "--top", "lines.txt"], &dir_profile.0);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
 }
 
 /// `python3 app.py` with recursion, Python calling native code (and native code calling

@@ -27,6 +27,12 @@ pub const RATE_KEY: &str = "memory.rate_bytes";
 /// The statistic giving how many allocations pyigprof recorded.
 pub const RECORDED_KEY: &str = "memory.sampled";
 
+/// The statistic giving the bytes the program allocated, which pyigprof counts exactly in
+/// each thread apart from its samples (`#pyigprof memory allocated_bytes=…`,
+/// docs/dump-format.md): `MEM_TOTAL`'s exact total. (Its `live_bytes` and
+/// `peak_live_bytes` are estimates from the samples.)
+pub const ALLOCATED_KEY: &str = "memory.allocated_bytes";
+
 /// Which memory counter a counter is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -112,6 +118,9 @@ pub struct Sampling {
     /// How many allocations were recorded ([`RECORDED_KEY`], summed over the dumps);
     /// `None` when some dump does not say.
     pub recorded: Option<u64>,
+    /// The bytes the program allocated, counted exactly apart from the samples
+    /// ([`ALLOCATED_KEY`], summed over the dumps); `None` when some dump does not say.
+    pub allocated: Option<u64>,
 }
 
 impl Sampling {
@@ -125,6 +134,7 @@ impl Sampling {
     pub fn of(profile: &Profile) -> Result<Option<Sampling>, Error> {
         let mut rates: Vec<f64> = Vec::new();
         let mut recorded = Some(0u64);
+        let mut allocated = Some(0u64);
         for source in &profile.sources {
             let value = |key: &str| source.statistic(key);
             let invalid = |key: &str, text: &str, expected: &str| Error::Report {
@@ -146,6 +156,13 @@ impl Sampling {
                 },
                 _ => None,
             };
+            allocated = match (allocated, value(ALLOCATED_KEY)) {
+                (Some(sum), Some(text)) => match text.parse::<u64>() {
+                    Ok(bytes) => Some(sum.saturating_add(bytes)),
+                    Err(_) => return Err(invalid(ALLOCATED_KEY, text, "a number of bytes")),
+                },
+                _ => None,
+            };
         }
         let largest = rates.iter().copied().fold(1.0, f64::max);
         let smallest = rates.iter().copied().fold(largest, f64::min);
@@ -153,6 +170,7 @@ impl Sampling {
             rate_bytes: largest,
             mixed: smallest < largest,
             recorded,
+            allocated,
         }))
     }
 

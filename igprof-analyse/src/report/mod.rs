@@ -460,6 +460,19 @@ impl Measure {
                 if let Some(sampling) = &self.sampling {
                     line.push_str("; ");
                     line.push_str(&sampling.note());
+                    // The exact figure beside the estimate (issue 58): the summary line
+                    // at exit gives it, and the two must not look like a contradiction.
+                    let exact = sampling.allocated.filter(|_| {
+                        !self.peaks && memory::Kind::of(&self.counter) == Some(memory::Kind::Total)
+                    });
+                    if let Some(bytes) = exact {
+                        line.push_str(&format!(
+                            "; exactly {} {} as counted apart from the samples ({} bytes)",
+                            memory::format_bytes(bytes.min(i64::MAX as u64) as i64),
+                            words,
+                            thousands(&bytes.to_string(), ',')
+                        ));
+                    }
                 }
                 line
             }
@@ -1285,6 +1298,7 @@ mod tests {
                 rate_bytes,
                 mixed: false,
                 recorded: None,
+                allocated: None,
             }),
             peaks: false,
             design_effect: 1.0,

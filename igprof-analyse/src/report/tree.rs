@@ -13,7 +13,7 @@ use std::io::{self, Write};
 
 use super::{
     cumulative_counts, format_interval, interval_heading, percent, table_line, write_preamble,
-    CallTree, Measure, Options,
+    CallTree, Measure, Options, Unit,
 };
 use crate::error::Error;
 use crate::profile::Profile;
@@ -87,14 +87,17 @@ pub fn write(profile: &Profile, tree: &Tree, out: &mut dyn Write) -> io::Result<
     }
     // Nodes without any of the counter (a memory profile's nodes with allocations but
     // nothing live, a cpu,mem profile's allocation sites in a CPU report) are left out,
-    // with their callees (which have none either), as IgProf leaves them out.
+    // with their callees (which have none either), as IgProf leaves them out. So are a
+    // time counter's nodes whose samples weigh no tick (a sample's time since the one
+    // before, rounded at random, is 0 ticks one time in eight at the default spread): a
+    // row of 0.000 s and 3 samples said nothing but looked like an error (issue 58).
     let order: Vec<_> = tree
         .calls
         .preorder()
         .into_iter()
         .filter(|&id| {
             let node = &tree.calls.nodes[id as usize];
-            node.cumulative != 0 || node.self_values.count != 0
+            node.cumulative != 0 || (node.self_values.count != 0 && measure.unit != Unit::Ticks)
         })
         .collect();
     let counts = cumulative_counts(&tree.calls);
@@ -189,6 +192,23 @@ C3 FN3=(F0+12 N=(inner))+0 V0:(1,10,10) V1:(0,0,10)
         );
         let total = text("MEM_TOTAL");
         assert!(total.contains("temp") && total.contains("inner"), "{total}");
+    }
+
+    #[test]
+    fn samples_that_weigh_no_tick_make_no_row() {
+        // `Balloc`'s three samples weighed 0 ticks (a sample's time rounded at random):
+        // no row of 0.000 s (issue 58); its caller's samples still count them.
+        let profile = load(
+            "z.txt",
+            b"P=(HEX ID=1 N=(p) T=0.004)
+C1 FN0=(F0=(/a.py)+1 N=(main))+0 V0=(PERF_TICKS):(2,5,5)
+C2 FN1=(F0+5 N=(work))+0 V0:(4,6,6)
+C2 FN2=(F1=(/usr/lib/libpython3.12.so)+9 N=(Balloc))+0 V0:(3,0,0)
+",
+        );
+        let text = text(&profile);
+        assert!(text.contains("work") && !text.contains("Balloc"), "{text}");
+        assert!(text.contains("PERF_TICKS: 9 samples, 11 ticks"), "{text}");
     }
 
     #[test]

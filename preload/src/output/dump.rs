@@ -11,7 +11,7 @@ use crate::sampler::Sampler;
 use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A function of the profile: where it is, where it starts, what it is called.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -895,7 +895,8 @@ pub fn sampling_line(sampler: &Sampler) -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cost {
     /// The profiled process's CPU time (`CLOCK_PROCESS_CPUTIME_ID`: every thread, the
-    /// signal handler's work included), ns.
+    /// signal handler's work included) since sampling began in it (its start, or when
+    /// it was attached to), ns.
     pub process_ns: u64,
     /// The helper process's ([`crate::sources::helper::cpu_ns`]), ns; `None` without one.
     pub helper_ns: Option<u64>,
@@ -905,11 +906,22 @@ pub struct Cost {
     pub rearms: u64,
 }
 
+/// The profiled process's CPU time (ns) when sampling began in it: 0 when the library was
+/// preloaded (it starts with the process), its CPU time so far when it was attached to
+/// (`pyigprof attach`, `dump`, `top`): [`Cost::process_ns`] counts from there.
+static PROCESS_NS_BEFORE: AtomicU64 = AtomicU64::new(0);
+
 impl Cost {
-    /// The figures now, of the profiled process: in the child that writes a snapshot or
-    /// a fatal signal's profile for it, its parent's CPU clock (the child's own is a few
-    /// milliseconds: a summary said the helper had used 1,368 % of it).
-    pub fn now() -> Cost {
+    /// Counts the profiled process's CPU time from now on (attaching to a running
+    /// process).
+    pub fn start_here() {
+        PROCESS_NS_BEFORE.store(Cost::process_cpu_ns(), Ordering::Relaxed);
+    }
+
+    /// The profiled process's CPU time since it started, ns: in the child that writes a
+    /// snapshot or a fatal signal's profile for it, its parent's CPU clock (the child's
+    /// own is a few milliseconds: a summary said the helper had used 1,368 % of it).
+    fn process_cpu_ns() -> u64 {
         use crate::sources::timer::{clock_ns, process_cpu_clock};
         let owner = crate::output::lifecycle::owner();
         // SAFETY: getpid has no preconditions.
@@ -917,8 +929,15 @@ impl Cost {
             true => process_cpu_clock(owner),
             false => libc::CLOCK_PROCESS_CPUTIME_ID,
         };
+        clock_ns(clock).unwrap_or(0)
+    }
+
+    /// The figures now, of the profiled process since sampling began in it
+    /// ([`Cost::start_here`]).
+    pub fn now() -> Cost {
         Cost {
-            process_ns: clock_ns(clock).unwrap_or(0),
+            process_ns: Cost::process_cpu_ns()
+                .saturating_sub(PROCESS_NS_BEFORE.load(Ordering::Relaxed)),
             helper_ns: crate::sources::helper::cpu_ns(),
             helper_wakeups: crate::sources::helper::WAKEUPS.load(Ordering::Relaxed),
             rearms: crate::sources::perf::REARMS.load(Ordering::Relaxed),

@@ -331,6 +331,14 @@ extern "C" fn helper_process(arg: *mut libc::c_void) -> libc::c_int {
             raw(libc::SYS_exit, [0; 4]);
         }
         ask_short_slice();
+        // A name of its own (`ps`, `top`, `/proc/PID/comm`); its command line is the
+        // program's (the memory it is read from is shared), so `pgrep -f app.py` finds it
+        // too: `pgrep -f app.py | xargs ps -o pid,comm -p` tells them apart, and the CLI's
+        // `dump`, `attach` and `top` say so when pointed at it.
+        raw(
+            libc::SYS_prctl,
+            [libc::PR_SET_NAME as u64, HELPER_NAME.as_ptr() as u64, 0, 0],
+        );
         match job() {
             Job::Wall | Job::WallAndEvents => crate::sources::wall::run(sampler),
             Job::Events => crate::sources::perf::serve(sampler),
@@ -339,6 +347,10 @@ extern "C" fn helper_process(arg: *mut libc::c_void) -> libc::c_int {
     }
     0
 }
+
+/// The helper process's name (`/proc/PID/comm`, at most 15 bytes and a NUL), which
+/// `pyigprof dump`, `attach` and `top` recognize (`cli/src/attach.rs`).
+pub const HELPER_NAME: &[u8; 16] = b"pyigprof-helper\0";
 
 /// The scheduler's time slice the helper process asks for (`sched_attr.sched_runtime` of
 /// `SCHED_OTHER`, ns; Linux 6.12+'s EEVDF: the shortest it allows).
