@@ -596,9 +596,17 @@ fn inject(
         }
         tracee.call(function, &[settings_at], below, timeout)
     })();
-    tracee.write_u32(errno_at, errno)?;
-    tracee.release()?;
-    result.map(|rc| rc & 0xffff_ffff)
+    // The thread is put back whatever the calls did; a failure to put it back does not
+    // hide why a call failed (both are said).
+    let put_back = tracee
+        .write_u32(errno_at, errno)
+        .and_then(|()| tracee.release());
+    match (result, put_back) {
+        (Ok(rc), Ok(())) => Ok(rc & 0xffff_ffff),
+        (Ok(_), Err(back)) => Err(back),
+        (Err(why), Ok(())) => Err(why),
+        (Err(why), Err(back)) => Err(format!("{why}; then, putting the thread back: {back}")),
+    }
 }
 
 /// Waits for the duration (forever without one) or Ctrl-C/SIGTERM, or until the library
