@@ -235,15 +235,7 @@ fn attach_profiles_a_running_server_and_leaves_it_as_it_was() {
         let threads_before = settled(&server);
         let signals_before = caught_but_sigprof(&server);
         let (py0, dg0) = server.cpu();
-        let process_cpu = |pid: i32| -> f64 {
-            // utime and stime, fields 14 and 15 of /proc/PID/stat, in clock ticks.
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-            let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-            let ticks: f64 =
-                fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-            // SAFETY: sysconf has no preconditions.
-            ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
-        };
+        let process_cpu = |pid: i32| cpu_seconds(pid as u32).expect("the server runs");
         let cpu_before = process_cpu(server.pid());
         let stop = AtomicBool::new(false);
         let (out, answered) = std::thread::scope(|scope| {

@@ -238,15 +238,6 @@ def handle(environ, start_response):
 app = handle
 "#;
 
-/// CPU time of process `pid` so far (user + system, from `/proc/PID/stat`), seconds.
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
-    let ticks: f64 = fields[11].parse::<f64>().ok()? + fields[12].parse::<f64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    Some(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
-}
-
 /// The windows `pid` pushed among `requests` (its `pid=` label), and their CPU seconds.
 fn pushed_by(requests: &[pyigprof_suite::ingest::Request], pid: u32) -> (usize, f64) {
     let label = format!("pid={pid},");

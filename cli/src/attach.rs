@@ -154,13 +154,7 @@ fn refusal(pid: i32, errno: i32) -> String {
     if errno == libc::ESRCH {
         return "no such process".into();
     }
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(|v| v.split_whitespace().next().unwrap_or("").to_string())
-    };
+    let field = |name: &str| status_field(pid, name);
     if let Some(tracer) = field("TracerPid:").filter(|t| t != "0") {
         return format!(
             "cannot trace it ({error}): process {tracer} traces it already (a debugger, strace, \
@@ -302,11 +296,17 @@ fn helper_of(pid: i32, comm: &str) -> Option<i32> {
     if comm != HELPER_COMM {
         return None;
     }
+    status_field(pid, "PPid:")?.parse().ok()
+}
+
+/// The first word of field `name` (with its colon: `"Uid:"`) of `/proc/PID/status`;
+/// `None` when the process or the field is not there.
+fn status_field(pid: i32, name: &str) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()?
         .lines()
-        .find_map(|line| line.strip_prefix("PPid:"))
-        .and_then(|ppid| ppid.trim().parse().ok())
+        .find_map(|line| line.strip_prefix(name))
+        .map(|value| value.split_whitespace().next().unwrap_or("").to_string())
 }
 
 /// Opens a window in process `pid`: checks that it is Python, loads the library into it
@@ -370,13 +370,7 @@ pub(crate) fn open_window(
         })
         .map(|m| PathBuf::from(&m.path));
     let lib = loaded.as_deref().unwrap_or(lib);
-    let target_uid = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        });
+    let target_uid = status_field(pid, "Uid:").and_then(|uid| uid.parse().ok());
     let control = Control::new(target_uid).map_err(|e| Refused {
         why: format!("cannot make the control socket: {e}"),
         status: 1,

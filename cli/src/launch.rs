@@ -247,11 +247,7 @@ pub fn record(record: &Record) -> ExitCode {
     };
     // Ctrl-C and Ctrl-\ reach the program (the terminal's process group): this command
     // waits for it to end, then says where its profile is.
-    // SAFETY: setting dispositions of this process to "ignore".
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-    }
+    leave_interrupts_to_the_program();
     let status = match child.wait() {
         Ok(status) => status,
         Err(e) => {
@@ -435,6 +431,17 @@ fn shown(path: &Path) -> String {
 
 /// The program's exit status as this command's: its exit code, or its signal sent again
 /// to this process with the default action.
+/// Ignores Ctrl-C and Ctrl-\ (`SIGINT`, `SIGQUIT`) in this command while it waits for a
+/// program it started: the terminal sends them to its whole process group, and the
+/// program decides what they do (`record`, `top --batch … -- CMD`).
+pub fn leave_interrupts_to_the_program() {
+    // SAFETY: setting dispositions of this process to "ignore".
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    }
+}
+
 fn pass_through(status: std::process::ExitStatus) -> ExitCode {
     if let Some(code) = status.code() {
         return ExitCode::from(code as u8);

@@ -480,7 +480,6 @@ pub fn top(args: &Top) -> ExitCode {
 /// prompt, not after; issue 58), says so once on stderr, and ends with its exit status.
 /// Ctrl-C and Ctrl-\ reach the program, not `top`.
 fn wait_for_program(target: &mut Target) -> Result<(), Ended> {
-    use std::os::unix::process::ExitStatusExt;
     let Some(child) = target.child.as_mut() else {
         return Ok(());
     };
@@ -491,18 +490,11 @@ fn wait_for_program(target: &mut Target) -> Result<(), Ended> {
         "pyigprof top: reports done; waiting for the program (PID {}) to end",
         target.pid
     );
-    // SAFETY: setting dispositions of this process to "ignore".
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-    }
+    crate::launch::leave_interrupts_to_the_program();
     let status = child
         .wait()
         .map_err(|e| Ended::Failed(format!("cannot wait for the program: {e}")))?;
-    let code = status
-        .code()
-        .map_or_else(|| 128 + status.signal().unwrap_or(0) as u8, |c| c as u8);
-    match code {
+    match exit_code(status) {
         0 => Ok(()),
         code => Err(Ended::Program(code)),
     }
@@ -527,13 +519,16 @@ fn ask(session: &mut Session) -> Result<Snapshot, String> {
 
 /// The program's exit status, if `top` started it and it ended.
 fn program_ended(target: &mut Target) -> Option<u8> {
-    use std::os::unix::process::ExitStatusExt;
     let status = target.child.as_mut()?.try_wait().ok()??;
-    Some(
-        status
-            .code()
-            .map_or_else(|| 128 + status.signal().unwrap_or(0) as u8, |c| c as u8),
-    )
+    Some(exit_code(status))
+}
+
+/// A program's exit status as a shell gives it: its code, or 128 + the signal that ended it.
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .map_or_else(|| 128 + status.signal().unwrap_or(0) as u8, |c| c as u8)
 }
 
 fn batch(args: &Top, target: &Target, mut session: Session, n: u32) -> Result<(), Ended> {

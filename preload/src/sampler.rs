@@ -826,12 +826,25 @@ impl Sampler {
             return;
         }
         let ticks = slot.runnable_pending.swap(0, Ordering::Relaxed);
+        self.record_waiting_cpu(Some(node), ticks);
+    }
+
+    /// Wall mode: records `ticks` of time runnable, waiting for a CPU, as a `<waiting:
+    /// CPU>` frame under trace-tree node `node`, counted in the profile's total and in
+    /// `waiting_ticks`; with no node (no root could be made) or the trees full, counted
+    /// as dropped, as a dropped sample is. Async-signal-safe.
+    pub(crate) fn record_waiting_cpu(&self, node: Option<u32>, ticks: u64) {
+        if ticks == 0 {
+            return;
+        }
         let marker = [marker_key(Marker::WaitingCpu)];
-        if self.trees.record(node, &marker, 0, ticks).is_some() {
+        if node
+            .and_then(|node| self.trees.record(node, &marker, 0, ticks))
+            .is_some()
+        {
             self.stats.ticks.fetch_add(ticks, Ordering::Relaxed);
             self.stats.waiting_ticks.fetch_add(ticks, Ordering::Relaxed);
         } else {
-            // The trees are full: not counted, as a dropped sample is not.
             self.stats.dropped_ticks.fetch_add(ticks, Ordering::Relaxed);
         }
     }

@@ -714,6 +714,16 @@ pub fn numpy_interpreters(test: &str) -> Vec<NumpyVenv> {
     covered
 }
 
+/// CPU time of process `pid` so far (user + system, from `/proc/PID/stat`), seconds; `None`
+/// once it has ended.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().ok()? + fields[12].parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    Some(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+}
+
 /// A program's process that is killed when dropped: a test's program that never ends by
 /// itself (a server, a hung program) must not outlive a failed assertion.
 pub struct Killed(pub Child);

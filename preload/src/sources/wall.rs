@@ -27,7 +27,7 @@
 //! the periods since the last, and periods its CPU sampler did not count are added to its
 //! latest sample ([`count_waiting`]).
 
-use crate::capture::frames::{marker_key, Marker};
+use crate::capture::frames::marker_key;
 use crate::capture::unwind::{Regs, UNKNOWN_BP};
 use crate::capture::waits::Call;
 use crate::record::threads::{Slot, CAPTURING, FREE, RUN_DELAY_UNSET};
@@ -339,35 +339,16 @@ pub(crate) fn account_thread_end(sampler: &Sampler, slot: &Slot) {
             - delay.min(i64::MAX as u64) as i64
             + slot.run_delay_carry.swap(0, Ordering::Relaxed) as i64;
         let blocked_at = slot.pass_leaf.swap(0, Ordering::Relaxed);
-        if end > 0 && blocked_at != 0 {
+        if end > 0 {
             let u = crate::sources::random::uniform(&mut state);
             let ticks = crate::sources::random::round_at_random(end as u64, sampler.period_ns, u);
-            if ticks > 0 {
-                add_ticks(sampler, blocked_at, ticks);
-                sampler.stats.tail_ticks.fetch_add(ticks, Ordering::Relaxed);
-            }
-        } else if end > 0 {
-            let u = crate::sources::random::uniform(&mut state);
-            let ticks = crate::sources::random::round_at_random(end as u64, sampler.period_ns, u);
-            let marker = [marker_key(Marker::WaitingCpu)];
-            match sampler
-                .tree_root(slot)
-                .and_then(|root| sampler.trees.record(root, &marker, 0, ticks))
-            {
-                _ if ticks == 0 => {}
-                Some(_) => {
-                    sampler.stats.ticks.fetch_add(ticks, Ordering::Relaxed);
-                    sampler
-                        .stats
-                        .waiting_ticks
-                        .fetch_add(ticks, Ordering::Relaxed);
+            if blocked_at != 0 {
+                if ticks > 0 {
+                    add_ticks(sampler, blocked_at, ticks);
+                    sampler.stats.tail_ticks.fetch_add(ticks, Ordering::Relaxed);
                 }
-                None => {
-                    sampler
-                        .stats
-                        .dropped_ticks
-                        .fetch_add(ticks, Ordering::Relaxed);
-                }
+            } else {
+                sampler.record_waiting_cpu(sampler.tree_root(slot), ticks);
             }
         } else {
             add_blocked_ns(slot, end);
@@ -432,21 +413,7 @@ fn count_runnable(sampler: &Sampler, slot: &Slot, run_delay: u64, at_start: bool
             node if node != 0 && !at_start => Some(node),
             _ => sampler.tree_root(slot),
         };
-        let marker = [marker_key(Marker::WaitingCpu)];
-        let recorded = node.and_then(|node| sampler.trees.record(node, &marker, 0, ticks));
-        if recorded.is_none() {
-            // The trees are full: not counted, as a dropped sample is not.
-            sampler
-                .stats
-                .dropped_ticks
-                .fetch_add(ticks, Ordering::Relaxed);
-        } else {
-            sampler.stats.ticks.fetch_add(ticks, Ordering::Relaxed);
-            sampler
-                .stats
-                .waiting_ticks
-                .fetch_add(ticks, Ordering::Relaxed);
-        }
+        sampler.record_waiting_cpu(node, ticks);
     }
     slot.run_delay.store(run_delay, Ordering::Relaxed);
     slot.run_delay_carry.store(ns % period, Ordering::Relaxed);
