@@ -405,6 +405,11 @@ pub(crate) fn open_window(
                 "its Python interpreter is not initialised (or is not CPython)",
             ))
         }
+        HEAP_HELD => {
+            return Err(Refused::one(
+                "pyigprof's own heap stayed locked in it for 2 s; try again",
+            ))
+        }
         _ => {
             return Err(Refused::one(
                 "the library could not start its control thread",
@@ -538,9 +543,15 @@ pub(crate) fn absolute(path: PathBuf) -> PathBuf {
     }
 }
 
-/// Loads the library into process `pid` and calls `pyigprof_attach(settings)` there;
-/// returns its result. `libc_fns` are the process's `dlopen`, `dlsym`, `dlerror` and
-/// `__errno_location`. The thread's `errno` is put back with its registers.
+/// What `pyigprof_attach` returns when the library's own heap is held (the library's
+/// `attach::AGAIN`): nothing was done, and it is called again after the thread ran a
+/// moment ([`inject`]).
+const HEAP_HELD: u64 = 5;
+
+/// Loads the library into process `pid` and calls `pyigprof_attach(settings)` there
+/// (again, after letting the thread run 4 ms, while the library says its heap is held:
+/// up to 2 s); returns its result. `libc_fns` are the process's `dlopen`, `dlsym`,
+/// `dlerror` and `__errno_location`. The thread's `errno` is put back with its registers.
 fn inject(
     pid: i32,
     lib: &Path,
@@ -552,44 +563,58 @@ fn inject(
         Ok(errno) => refusal(pid, errno),
         Err(message) => message,
     })?;
-    // A point where the thread holds no lock of the C library's: it runs Python or an
-    // extension, or is blocked in a system call that is not an allocator's.
-    let mut tries = 0;
-    while !tracee.at_safe_point(unsafe_code) {
-        tries += 1;
-        if tries > 500 {
-            return Err("its main thread stayed inside the C library for 2 s; try again".into());
+    let (mut tries, mut heap_held) = (0, 0);
+    let (errno_at, errno, result) = loop {
+        // A point where the thread holds no lock of the C library's: it runs Python or an
+        // extension, or is blocked in a system call that is not an allocator's.
+        while !tracee.at_safe_point(unsafe_code) {
+            tries += 1;
+            if tries > 500 {
+                return Err(
+                    "its main thread stayed inside the C library for 2 s; try again".into(),
+                );
+            }
+            tracee.step_away(Duration::from_millis(4))?;
         }
-        tracee.step_away(Duration::from_millis(4))?;
-    }
-    let mut below = tracee.stack_pointer();
-    let cstr = |s: &str| {
-        let mut bytes = s.as_bytes().to_vec();
-        bytes.push(0);
-        bytes
+        let mut below = tracee.stack_pointer();
+        let cstr = |s: &str| {
+            let mut bytes = s.as_bytes().to_vec();
+            bytes.push(0);
+            bytes
+        };
+        use std::os::unix::ffi::OsStrExt;
+        let mut lib_bytes = lib.as_os_str().as_bytes().to_vec();
+        lib_bytes.push(0);
+        let lib_at = tracee.push_bytes(&mut below, &lib_bytes)?;
+        let name_at = tracee.push_bytes(&mut below, &cstr("pyigprof_attach"))?;
+        let settings_at = tracee.push_bytes(&mut below, &cstr(settings))?;
+        let timeout = Duration::from_secs(10);
+        let errno_at = tracee.call(errno_location, &[], below, timeout)?;
+        let errno = tracee.read_u32(errno_at)?;
+        let result = (|| {
+            let handle = tracee.call(dlopen, &[lib_at, libc::RTLD_NOW as u64], below, timeout)?;
+            if handle == 0 {
+                let message = tracee.call(dlerror, &[], below, timeout)?;
+                let text = tracee.read_string(message);
+                return Err(format!("dlopen of {} failed in it: {text}", lib.display()));
+            }
+            let function = tracee.call(dlsym, &[handle, name_at], below, timeout)?;
+            if function == 0 {
+                return Err(format!("{} has no pyigprof_attach", lib.display()));
+            }
+            tracee.call(function, &[settings_at], below, timeout)
+        })();
+        // The library's own heap was held, maybe by this thread, stopped inside the
+        // library: let it run on a moment (past the holder's few microseconds) and call
+        // again, everything pushed anew (its stack moved).
+        if matches!(result, Ok(rc) if rc & 0xffff_ffff == HEAP_HELD) && heap_held < 500 {
+            heap_held += 1;
+            tracee.write_u32(errno_at, errno)?;
+            tracee.step_away(Duration::from_millis(4))?;
+            continue;
+        }
+        break (errno_at, errno, result);
     };
-    use std::os::unix::ffi::OsStrExt;
-    let mut lib_bytes = lib.as_os_str().as_bytes().to_vec();
-    lib_bytes.push(0);
-    let lib_at = tracee.push_bytes(&mut below, &lib_bytes)?;
-    let name_at = tracee.push_bytes(&mut below, &cstr("pyigprof_attach"))?;
-    let settings_at = tracee.push_bytes(&mut below, &cstr(settings))?;
-    let timeout = Duration::from_secs(10);
-    let errno_at = tracee.call(errno_location, &[], below, timeout)?;
-    let errno = tracee.read_u32(errno_at)?;
-    let result = (|| {
-        let handle = tracee.call(dlopen, &[lib_at, libc::RTLD_NOW as u64], below, timeout)?;
-        if handle == 0 {
-            let message = tracee.call(dlerror, &[], below, timeout)?;
-            let text = tracee.read_string(message);
-            return Err(format!("dlopen of {} failed in it: {text}", lib.display()));
-        }
-        let function = tracee.call(dlsym, &[handle, name_at], below, timeout)?;
-        if function == 0 {
-            return Err(format!("{} has no pyigprof_attach", lib.display()));
-        }
-        tracee.call(function, &[settings_at], below, timeout)
-    })();
     // The thread is put back whatever the calls did; a failure to put it back does not
     // hide why a call failed (both are said).
     let put_back = tracee

@@ -232,6 +232,8 @@ impl Tracee {
     /// Lets the thread run for `pause`, then stops it again (to leave a point where calling
     /// into the C library is not safe: see [`Tracee::at_safe_point`]).
     pub fn step_away(&mut self, pause: Duration) -> Result<(), String> {
+        // As it was stopped, whatever calls were made in it since.
+        self.put_back()?;
         ptrace(libc::PTRACE_CONT, self.tid, 0, 0)
             .map_err(|e| format!("PTRACE_CONT: {}", errno_text(e)))?;
         std::thread::sleep(pause);
@@ -398,10 +400,15 @@ impl Tracee {
         self.let_go()
     }
 
+    /// Puts back the registers, extended state and signal mask saved at its last stop.
+    fn put_back(&self) -> Result<(), String> {
+        self.set_regs(&self.saved)?;
+        self.set_xstate(&self.saved_xstate)?;
+        self.set_mask(self.saved_mask)
+    }
+
     fn let_go(&mut self) -> Result<(), String> {
-        self.set_regs(&self.saved.clone())?;
-        self.set_xstate(&self.saved_xstate.clone())?;
-        self.set_mask(self.saved_mask)?;
+        self.put_back()?;
         ptrace(libc::PTRACE_DETACH, self.tid, 0, 0)
             .map(|_| ())
             .map_err(|e| format!("PTRACE_DETACH: {}", errno_text(e)))

@@ -47,6 +47,23 @@ pub static SAMPLED: Heap<Mapped> = Heap::new(dlmalloc::Dlmalloc::new_with_alloca
     marked: true,
 }));
 
+/// Whether the library's own heap is held now, by any thread of this process.
+/// [`crate::attach::pyigprof_attach`], called by `pyigprof attach`/`dump` in a thread
+/// stopped wherever it was, must not allocate while it is: that thread may be the holder
+/// (a server's main thread starts a thread per request, and the library's `pthread_create`
+/// allocates), and the spin lock would wait for it forever — a `dump` of such a server
+/// hung it, once in a few hundred.
+pub fn own_heap_held() -> bool {
+    OWN.locked.load(Ordering::Acquire)
+}
+
+/// Runs `f` with the library's own heap held by the calling thread (tests: a thread
+/// stopped inside the library). `f` must not allocate from it.
+#[cfg(test)]
+pub(crate) fn with_own_heap_held<R>(f: impl FnOnce() -> R) -> R {
+    OWN.with(|_| f())
+}
+
 fn pid() -> i32 {
     // SAFETY: getpid has no preconditions.
     unsafe { libc::getpid() }

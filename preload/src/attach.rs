@@ -75,6 +75,10 @@ pub const BUSY: c_int = 2;
 pub const NOT_PYTHON: c_int = 3;
 /// [`pyigprof_attach`]: the settings are missing or the control thread cannot start.
 pub const CANNOT_START: c_int = 4;
+/// [`pyigprof_attach`]: the library's own heap is held ([`crate::alloc::own_heap_held`]),
+/// maybe by the very thread the call runs in: nothing was done; the command lets the
+/// thread run a moment and calls again.
+pub const AGAIN: c_int = 5;
 
 /// Whether an attachment window is open (from [`pyigprof_attach`] until the profile is
 /// written).
@@ -101,7 +105,7 @@ struct Window {
 /// must run on a Python thread and starts the control thread. `settings` is a
 /// NUL-terminated text of `NAME=value` lines: `PYIGPROF_*` settings as the environment
 /// would give them, and `PYIGPROF_ATTACH_SOCKET`. Returns [`STARTED`], or [`PRELOADED`],
-/// [`BUSY`], [`NOT_PYTHON`], [`CANNOT_START`].
+/// [`BUSY`], [`NOT_PYTHON`], [`CANNOT_START`], [`AGAIN`].
 ///
 /// # Safety
 /// `settings` is null or a NUL-terminated string.
@@ -109,6 +113,10 @@ struct Window {
 pub unsafe extern "C" fn pyigprof_attach(settings: *const c_char) -> c_int {
     if settings.is_null() {
         return CANNOT_START;
+    }
+    // Before anything allocates: the thread may have been stopped holding the heap.
+    if crate::alloc::own_heap_held() {
+        return AGAIN;
     }
     // SAFETY: the caller's NUL-terminated string.
     let text = unsafe { CStr::from_ptr(settings) }
@@ -635,5 +643,23 @@ fn own_base() -> usize {
         let mut info: libc::Dl_info = std::mem::zeroed();
         libc::dladdr(own_base as *const libc::c_void, &mut info);
         info.dli_fbase as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_made_while_the_heap_is_held_does_nothing_and_says_again() {
+        // The heap held by the calling thread itself, as by a thread that `dump` stopped
+        // inside the library: the call returns at once, before anything allocates (which
+        // would wait for the holder, itself, forever).
+        let settings = c"PYIGPROF_ATTACH_PURPOSE=live\n";
+        // SAFETY: a NUL-terminated string.
+        let rc = crate::alloc::with_own_heap_held(|| unsafe { pyigprof_attach(settings.as_ptr()) });
+        assert_eq!(rc, AGAIN);
+        // SAFETY: as above.
+        assert_ne!(unsafe { pyigprof_attach(settings.as_ptr()) }, AGAIN);
     }
 }

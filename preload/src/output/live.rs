@@ -3,7 +3,7 @@
 //! A thread blocked in a system call (a lock, a sleep, a read) is captured as it is, from
 //! the registers the kernel saved at the call (`/proc/self/task/<tid>/syscall`, as wall
 //! mode's sampler does: [`crate::sampler::Sampler::stack_of_blocked`]), and re-read
-//! afterwards to check it did not run meanwhile. A thread that runs is not stopped: its
+//! afterwards to check it did not run meanwhile (if it did, it is looked at again). A thread that runs is not stopped: its
 //! call stack is that of its latest CPU sample (`Slot::last_cpu_leaf`, a few milliseconds
 //! old at the rate sampled), looked up in its trace tree. A thread with neither yet (just
 //! attached, no sample) is waited for, up to a deadline; then it is listed without frames.
@@ -176,7 +176,14 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
                     && thread.syscall.is_none()
                     && MAIN_SYSCALL.load(Ordering::Relaxed) >= 0
                     && Instant::now() < deadline;
-                if thread.taken == Taken::Unknown && !resuming {
+                // A thread found blocked whose capture did not hold (it woke while being
+                // read, or a sample held its slot) is looked at again, up to `wait`: its
+                // latest CPU sample can be from long before (a server's main thread, which
+                // rarely runs a whole sampling period, showed its imports).
+                let woke = thread.syscall.is_some()
+                    && thread.taken == Taken::Unknown
+                    && Instant::now() < deadline;
+                if thread.taken == Taken::Unknown && !resuming && !woke {
                     let root = slot.root.load(Ordering::Acquire);
                     let leaf = slot.last_cpu_leaf.load(Ordering::Acquire);
                     if let Some(keys) = sampler.trees.path_to(root, leaf) {
