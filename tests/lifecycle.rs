@@ -98,6 +98,83 @@ fn the_profile_is_written_however_the_process_ends() {
     }
 }
 
+/// A parent that adopts orphans (a child subreaper, as a container's PID 1 is) and waits
+/// only for the processes it started: runs the profiled program once per ending, in cpu
+/// and in wall mode, waits for it, and lists its other children at once. Prints the
+/// processes it adopted, one per line (`PID NAME STATE`), and `done`.
+const SUBREAPER: &str = r#"
+import ctypes, os, signal, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_CHILD_SUBREAPER = 36
+assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+library, program = sys.argv[1], sys.argv[2]
+for clock in ("cpu", "wall"):
+    for ending in sys.argv[3:]:
+        env = dict(os.environ, LD_PRELOAD=library, PYIGPROF_CLOCK=clock, PYIGPROF_QUIET="1")
+        code = "sum(i * i for i in range(300000))\n" + ending
+        subprocess.run([program, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        me = str(os.getpid())
+        for pid in os.listdir("/proc"):
+            try:
+                stat = open("/proc/%s/stat" % pid).read()
+            except (OSError, ValueError):
+                continue
+            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            if rest[1] == me:
+                print(clock, repr(ending), pid, name, rest[0], flush=True)
+                os.waitpid(int(pid), os.__dict__.get("__WALL", 0x40000000))
+print("done")
+"#;
+
+/// No helper process is left to whoever adopts the program's orphans (issue 57): the
+/// helper (a `clone` of the program, its child) is ended and reaped before the program
+/// ends, however it ends short of `SIGKILL` — before, each profiled process left a zombie
+/// `pyigprof-helper` to a child subreaper or a container's PID 1, which reap only what
+/// they started.
+#[test]
+fn no_helper_process_is_left_to_the_process_that_adopts_orphans() {
+    let python = python();
+    let endings = [
+        "",
+        "import sys; sys.exit(3)",
+        "import os; os._exit(0)",
+        "import os, signal; os.kill(os.getpid(), signal.SIGTERM)",
+        "import ctypes, faulthandler; faulthandler.disable(); ctypes.string_at(0)",
+        "import os; os.execv('/bin/true', ['true'])",
+    ];
+    let mut args = vec![
+        "-c".to_string(),
+        SUBREAPER.to_string(),
+        artifacts().preload.display().to_string(),
+        python.path.display().to_string(),
+    ];
+    args.extend(endings.iter().map(|e| e.to_string()));
+    let out = Command::new(&python.path)
+        .args(&args)
+        .current_dir(scratch_dir("subreaper"))
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    let said = text(&out.stdout);
+    assert!(
+        out.status.success() && said.ends_with("done\n"),
+        "the subreaper failed: {}\n{said}",
+        text(&out.stderr)
+    );
+    let adopted: Vec<&str> = said.lines().filter(|l| *l != "done").collect();
+    eprintln!(
+        "{}: {} endings × cpu, wall; processes left to the subreaper: {}",
+        python.name,
+        endings.len(),
+        adopted.len()
+    );
+    assert!(
+        adopted.is_empty(),
+        "processes left to the subreaper (clock, ending, pid, name, state):\n{}",
+        adopted.join("\n")
+    );
+}
+
 /// A `SIGTERM` sent while the process is already ending (as `multiprocessing.Pool`'s
 /// `terminate` does to workers that are exiting on their own) arrives while the profile is
 /// being written.

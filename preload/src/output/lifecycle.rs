@@ -187,6 +187,17 @@ pub extern "C" fn after_fork_in_child() {
 pub extern "C" fn at_exit() {
     block_sigprof_for_good();
     write_profile();
+    end_helper();
+}
+
+/// At the process's end, once its profile is written: the helper process ended and reaped
+/// ([`crate::sources::helper::end_and_reap`]), so that no zombie of it is left to the
+/// process that adopts it. (A process killed by `SIGKILL` leaves one: its helper then ends
+/// by `PR_SET_PDEATHSIG`, after it.) Async-signal-safe.
+fn end_helper() {
+    if is_owner() {
+        crate::sources::helper::end_and_reap();
+    }
 }
 
 /// Blocks `SIGPROF` in the calling thread for the rest of its life: while the process
@@ -598,6 +609,7 @@ pub fn process_ending() {
         if stop_with_ticks() {
             write_profile();
         }
+        end_helper();
     }
 }
 
@@ -619,7 +631,7 @@ pub fn before_exec() {
             *BEFORE_EXEC.lock().unwrap_or_else(|e| e.into_inner()) = Some(path);
         }
     }
-    crate::sources::helper::end_before_exec();
+    crate::sources::helper::end_and_reap();
 }
 
 /// The `exec` failed: the process goes on, sampled again; its profile will be written at
@@ -659,6 +671,7 @@ pub fn signalling_self(signal: libc::c_int) {
     // A guarded signal reaches on_fatal_signal, which writes the profile itself.
     if default_and_deliverable {
         write_from_child(None);
+        end_helper();
     }
 }
 
@@ -668,6 +681,7 @@ pub fn signalling_self(signal: libc::c_int) {
 pub fn end_by_signal(signal: libc::c_int) {
     if is_owner() {
         write_from_child(None);
+        end_helper();
     }
     signals::restore_default(signal);
     // SAFETY: raw system calls with valid arguments.
@@ -761,6 +775,7 @@ extern "C" fn on_fatal_signal(
     let _ = uc;
     if is_owner() && signals::program_sees_default(signal) {
         write_from_child(None);
+        end_helper();
     }
     signals::restore_default(signal);
     // SAFETY: the kernel passes a valid siginfo.

@@ -177,15 +177,19 @@ pub(crate) fn restart_after_fork(sampler: &Sampler) {
     }
 }
 
-/// Before an `exec` (sampling stopped): ends the sampler process, which would otherwise
-/// keep the old image's memory alive, and reaps it. It is told through `QUIT`, not by a
-/// signal: a fork child that changed its user before exec (`subprocess`'s `user=`) may no
-/// longer signal it. Waits at most `END_WAIT_NS`.
-pub fn end_before_exec() {
+/// Before an `exec` and at the process's end (sampling stopped): ends the sampler process
+/// and reaps it. Before an `exec` it would otherwise keep the old image's memory alive; at
+/// the end, left to die with its parent (`PR_SET_PDEATHSIG`), it became a zombie of
+/// whichever process adopted it — a container's PID 1 or a child subreaper that reaps
+/// only what it started kept one per profiled process. Reaped here, it is gone before the
+/// program's parent sees the program end. It is told through `QUIT`, not by a signal: a
+/// fork child that changed its user before exec (`subprocess`'s `user=`) may no longer
+/// signal it. Waits at most `END_WAIT_NS` (it ends within microseconds). Async-signal-safe.
+pub fn end_and_reap() {
     end(END_WAIT_NS);
 }
 
-/// Ends the helper process as [`end_before_exec`] does, waiting at most `wait_ns` for it;
+/// Ends the helper process as [`end_and_reap`] does, waiting at most `wait_ns` for it;
 /// returns whether it has ended (or none ran). `pyigprof attach` waits longer: the perf
 /// events the helper holds must be closed before `SIGPROF` gets its default action back.
 pub fn end(wait_ns: u64) -> bool {
