@@ -603,6 +603,9 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
     use std::io::{BufRead, Write};
     use std::process::{Command, Stdio};
     let script = write_script("thread_per_request.py", THREAD_PER_REQUEST);
+    // Requests per run: each phase's share is an estimate whose spread falls as the
+    // samples grow (at 400, cpu_part's CPU time, 750 samples, spread over ±4 %).
+    const REQUESTS: usize = 1200;
     for python in newest("thread_per_request") {
         for clock in ["wall", "cpu"] {
             let dir = scratch_dir("thread-per-request");
@@ -624,7 +627,7 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                 .trim()
                 .parse()
                 .unwrap_or_else(|_| panic!("port: {line:?}"));
-            load(port, 400);
+            load(port, REQUESTS);
             child.stdin.take().unwrap().write_all(b"\n").unwrap();
             let output = child.wait_with_output().unwrap();
             let mut rest = String::new();
@@ -632,7 +635,7 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
             let run = Run { output, dir };
             assert!(run.output.status.success(), "{}", run.stderr());
             let profile = run.profile();
-            let label = format!("{}: {clock} mode, 400 requests", python.name);
+            let label = format!("{}: {clock} mode, {REQUESTS} requests", python.name);
             let seconds = |phase: &str| {
                 let ticks: i64 = stacks(&profile)
                     .iter()
@@ -664,10 +667,11 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                 // schedstat: `<waiting: CPU>`) included (issue 56).
                 let measured = |phase: &str| json_number(&rest, phase);
                 let cpu_time = measured("cpu_part_cpu");
-                // cpu_part's CPU time, as the CPU sampler placed it: −1.0 to +1.5 % of the
-                // handlers' own thread_time on 3.12 on a quiet machine, −2.7 % on sid's
-                // 3.15 in a CI run (−5 to −7 % before the helper re-armed events keeping
-                // their phase and read their counts, docs/design.md "Wall mode").
+                // cpu_part's CPU time, as the CPU sampler placed it: −1.1 to +2.6 % of the
+                // handlers' own thread_time at 1,200 requests on sid's 3.15 (8 runs; at
+                // 400, 750 samples, up to +4.2 %); −5 to −7 % before the helper re-armed
+                // events keeping their phase and read their counts (docs/design.md "Wall
+                // mode").
                 let on_cpu: i64 = stacks(&profile)
                     .iter()
                     .filter(|s| {
@@ -686,17 +690,18 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                     "{label}: cpu_part's CPU time {on_cpu:.3} s in the profile, {cpu_time:.3} s \
                      measured"
                 );
-                // io_part (blocked, then runnable once woken) within 3 % (−0.9 to 0 %).
-                // cpu_part within 3 % above and 10 % below: its time off a CPU (5-9 % of
-                // its wall time here: preempted, or waiting for the GIL, between two
-                // passes) is partly placed, the rest going to the thread's next blocked
-                // sample, its sleep (−2.4 to −4.9 % on 3.12, quiet; −7.1 % on sid's 3.15
-                // in a CI run; −7 to −13 % before; issue 56 asks for 3 %).
+                // Each phase within 3 % of the handlers' own wall time, as issue 56 asks,
+                // less the spread of the estimate: cpu_part's wall time is a quarter CPU,
+                // the rest waits for the GIL and for a CPU, placed by passes 1 ms apart.
+                // At 1,200 requests, 16 runs on sid's 3.15 (December 5): cpu_part −0.4 %
+                // median, −4.1 to +2.7 % (15 within 3 %); io_part +0.4 to +1.3 %. At 400
+                // requests cpu_part spread from −4.5 to +1.8 %. (−7 to −13 % before the
+                // fixes of December 4–5, docs/design.md "Wall mode".)
                 for (phase, low, high) in [
                     (
                         "cpu_part",
-                        0.90 * measured("cpu_part"),
-                        1.03 * measured("cpu_part"),
+                        0.95 * measured("cpu_part"),
+                        1.05 * measured("cpu_part"),
                     ),
                     (
                         "io_part",
