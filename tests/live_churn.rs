@@ -156,6 +156,25 @@ fn judge(
     Some(format!("{}: {err}", out.status))
 }
 
+/// Every thread's native call stack in process `pid`, by gdb (`thread apply all bt`), at
+/// most 300 lines; or why it could not be had.
+fn native_stacks(pid: u32) -> String {
+    let out = Command::new("timeout")
+        .args(["60", "gdb", "-batch", "-p", &pid.to_string()])
+        .args(["-ex", "thread apply all bt 40"])
+        .stdin(Stdio::null())
+        .output();
+    match out {
+        Ok(out) => text(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with('#') || l.starts_with("Thread"))
+            .take(300)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => format!("(gdb could not run: {e})"),
+    }
+}
+
 /// The dump's text names the process and shows the main thread serving — or caught
 /// running, when what `dump` shows of it is its latest sample, which for a thread that
 /// rarely runs a whole sampling period can be from before it served (the whole matrix,
@@ -227,6 +246,7 @@ fn churn(python: &Interpreter, preloaded: Option<&str>) -> String {
     std::thread::sleep(Duration::from_millis(500));
     let pid_text = pid.to_string();
     let mut ran: Vec<Ran> = Vec::new();
+    let mut stacks_when_stuck: Option<String> = None;
     let dead = |server: &mut Child| server.try_wait().ok().flatten();
     for kind in schedule(preloaded.is_some()) {
         let started = Instant::now();
@@ -272,6 +292,16 @@ fn churn(python: &Interpreter, preloaded: Option<&str>) -> String {
                 None
             }
         };
+        // A call into the process that never returned: its threads' native stacks, once,
+        // for the failure's message (a stop inside pyigprof's own heap hung the server so,
+        // December 5).
+        if stacks_when_stuck.is_none()
+            && problem
+                .as_deref()
+                .is_some_and(|p| p.contains("did not stop or return in time"))
+        {
+            stacks_when_stuck = Some(native_stacks(pid));
+        }
         ran.push(Ran {
             kind,
             took: started.elapsed(),
@@ -292,8 +322,13 @@ fn churn(python: &Interpreter, preloaded: Option<&str>) -> String {
         .collect();
     assert!(
         problems.is_empty(),
-        "{what}: {} commands failed: {problems:#?}",
-        problems.len()
+        "{what}: {} commands failed: {problems:#?}{}",
+        problems.len(),
+        stacks_when_stuck
+            .map(|s| format!(
+                "\nthe server's threads after the first call that did not return:\n{s}"
+            ))
+            .unwrap_or_default()
     );
     // The load ends; the server is asked to quit and must exit 0 having answered all.
     std::fs::write(dir.join("stop"), "").unwrap();

@@ -693,10 +693,11 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                 // Each phase within 3 % of the handlers' own wall time, as issue 56 asks,
                 // less the spread of the estimate: cpu_part's wall time is a quarter CPU,
                 // the rest waits for the GIL and for a CPU, placed by passes 1 ms apart.
-                // At 1,200 requests, 16 runs on sid's 3.15 (December 5): cpu_part −0.4 %
-                // median, −4.1 to +2.7 % (15 within 3 %); io_part +0.4 to +1.3 %. At 400
-                // requests cpu_part spread from −4.5 to +1.8 %. (−7 to −13 % before the
-                // fixes of December 4–5, docs/design.md "Wall mode".)
+                // At 1,200 requests, 16 runs on sid's 3.15 (December 5, another busy
+                // server beside them): cpu_part −0.4 % median, −4.1 to +2.7 % (15 within
+                // 3 %); io_part +0.4 to +1.3 %. At 400 requests cpu_part spread from −4.5
+                // to +1.8 %. (−7 to −13 % before the fixes of December 4–5,
+                // docs/design.md "Wall mode".)
                 for (phase, low, high) in [
                     (
                         "cpu_part",
