@@ -429,8 +429,6 @@ fn shown(path: &Path) -> String {
         .to_string()
 }
 
-/// The program's exit status as this command's: its exit code, or its signal sent again
-/// to this process with the default action.
 /// Ignores Ctrl-C and Ctrl-\ (`SIGINT`, `SIGQUIT`) in this command while it waits for a
 /// program it started: the terminal sends them to its whole process group, and the
 /// program decides what they do (`record`, `top --batch … -- CMD`).
@@ -442,6 +440,8 @@ pub fn leave_interrupts_to_the_program() {
     }
 }
 
+/// The program's exit status as this command's: its exit code, or its signal sent again
+/// to this process with the default action.
 fn pass_through(status: std::process::ExitStatus) -> ExitCode {
     if let Some(code) = status.code() {
         return ExitCode::from(code as u8);

@@ -3,9 +3,10 @@
 //! A thread blocked in a system call (a lock, a sleep, a read) is captured as it is, from
 //! the registers the kernel saved at the call (`/proc/self/task/<tid>/syscall`, as wall
 //! mode's sampler does: [`crate::sampler::Sampler::stack_of_blocked`]), and re-read
-//! afterwards to check it did not run meanwhile (if it did, it is looked at again). A thread that runs is not stopped: its
-//! call stack is that of its latest CPU sample (`Slot::last_cpu_leaf`, a few milliseconds
-//! old at the rate sampled), looked up in its trace tree. A thread with neither yet (just
+//! afterwards to check it did not run meanwhile (if it did, it is looked at again). A
+//! thread that runs is not stopped: its call stack is that of its latest CPU sample
+//! (`Slot::last_cpu_leaf`, a few milliseconds old at the rate sampled), looked up in its
+//! trace tree. A thread with neither yet (just
 //! attached, no sample) is waited for, up to a deadline; then it is listed without frames.
 //! Nothing is counted in the profile and no signal is sent: the program is left as it was.
 //!
