@@ -563,6 +563,13 @@ fn inject(
         Ok(errno) => refusal(pid, errno),
         Err(message) => message,
     })?;
+    // The strings the calls take, NUL-terminated: pushed anew onto the thread's stack at
+    // each try (its stack pointer moves between tries).
+    let cstr = |bytes: &[u8]| [bytes, b"\0"].concat();
+    use std::os::unix::ffi::OsStrExt;
+    let lib_bytes = cstr(lib.as_os_str().as_bytes());
+    let name_bytes = cstr(b"pyigprof_attach");
+    let settings_bytes = cstr(settings.as_bytes());
     let (mut tries, mut heap_held) = (0, 0);
     let (errno_at, errno, result) = loop {
         // A point where the thread holds no lock of the C library's: it runs Python or an
@@ -577,17 +584,9 @@ fn inject(
             tracee.step_away(Duration::from_millis(4))?;
         }
         let mut below = tracee.stack_pointer();
-        let cstr = |s: &str| {
-            let mut bytes = s.as_bytes().to_vec();
-            bytes.push(0);
-            bytes
-        };
-        use std::os::unix::ffi::OsStrExt;
-        let mut lib_bytes = lib.as_os_str().as_bytes().to_vec();
-        lib_bytes.push(0);
         let lib_at = tracee.push_bytes(&mut below, &lib_bytes)?;
-        let name_at = tracee.push_bytes(&mut below, &cstr("pyigprof_attach"))?;
-        let settings_at = tracee.push_bytes(&mut below, &cstr(settings))?;
+        let name_at = tracee.push_bytes(&mut below, &name_bytes)?;
+        let settings_at = tracee.push_bytes(&mut below, &settings_bytes)?;
         let timeout = Duration::from_secs(10);
         let errno_at = tracee.call(errno_location, &[], below, timeout)?;
         let errno = tracee.read_u32(errno_at)?;

@@ -181,9 +181,7 @@ pub fn threads_now(sampler: &Sampler, wait: Duration) -> Vec<ThreadNow> {
                 // read, or a sample held its slot) is looked at again, up to `wait`: its
                 // latest CPU sample can be from long before (a server's main thread, which
                 // rarely runs a whole sampling period, showed its imports).
-                let woke = thread.syscall.is_some()
-                    && thread.taken == Taken::Unknown
-                    && Instant::now() < deadline;
+                let woke = thread.syscall.is_some() && Instant::now() < deadline;
                 if thread.taken == Taken::Unknown && !resuming && !woke {
                     let root = slot.root.load(Ordering::Acquire);
                     let leaf = slot.last_cpu_leaf.load(Ordering::Acquire);
