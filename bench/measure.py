@@ -15,6 +15,7 @@ import os
 import signal
 import statistics
 import subprocess
+import sys
 import threading
 import time
 
@@ -114,3 +115,15 @@ def median_interval(values):
     n = len(xs)
     k = max(0, int(math.floor(n / 2 - 1.96 * math.sqrt(n) / 2)))
     return statistics.median(xs), xs[k], xs[min(n - 1, n - 1 - k)]
+
+
+def libraries(specs, tool):
+    """The `--lib NAME=PATH` values `specs` as `(name, absolute path)` pairs; exits with a
+    message naming `tool` and the value when one is not NAME=PATH of an existing file."""
+    libs = []
+    for spec in specs:
+        name, _, path = spec.partition("=")
+        if not path or not os.path.exists(path):
+            sys.exit("%s: --lib %r: expected NAME=PATH of an existing file" % (tool, spec))
+        libs.append((name, os.path.abspath(path)))
+    return libs

@@ -43,6 +43,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
+from measure import libraries  # noqa: E402  (bench/measure.py)
 from startup.run import interpreter  # noqa: E402  (bench/startup/run.py)
 
 PROGRAM = r'''
@@ -139,13 +140,7 @@ def main():
                              "checkout's release build")
     parser.add_argument("--out", help="write the table here as well")
     args = parser.parse_args()
-    libs = []
-    for spec in args.lib:
-        name, _, path = spec.partition("=")
-        if not path or not os.path.exists(path):
-            sys.exit("bench/short_threads: --lib %r: expected NAME=PATH of an existing file"
-                     % spec)
-        libs.append((name, os.path.abspath(path)))
+    libs = libraries(args.lib, "bench/short_threads")
     subprocess.run(["cargo", "build", "--release"], cwd=REPO, check=True)
     if not libs:
         libs.append(("pyigprof", os.path.join(REPO, "target", "release", "libpyigprof.so")))

@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from measure import median_interval, run_once  # noqa: E402  (bench/measure.py)
+from measure import libraries, median_interval, run_once  # noqa: E402  (bench/measure.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -57,12 +57,7 @@ def main():
     parser.add_argument("--out", help="write the table here as well")
     args = parser.parse_args()
 
-    libs = []
-    for spec in args.lib:
-        name, _, path = spec.partition("=")
-        if not path or not os.path.exists(path):
-            sys.exit("bench/startup: --lib %r: expected NAME=PATH of an existing file" % spec)
-        libs.append((name, os.path.abspath(path)))
+    libs = libraries(args.lib, "bench/startup")
     settings = {}
     for spec in args.set:
         name, _, setting = spec.partition(":")
