@@ -698,8 +698,8 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                 // of wall time, 2.088 s of it CPU; in the profile 2.098 s CPU and 0.005 s
                 // of waits).
                 // Measured at 1,200 requests, quiet machine (December 4–5, 3.12 and sid's
-                // 3.15, 10 runs): cpu_part −1.1 to −6.3 %, median −3.4 %; io_part −0.9
-                // to +1.0 %. With another busy server beside them (16 runs, sid's 3.15):
+                // 3.15, 7 runs): cpu_part −1.1 to −6.3 %, median −3.5 % (at 400, −2.4 to
+                // −4.0 %); io_part −0.9 to +1.0 %. With another busy server beside them (16 runs, sid's 3.15):
                 // cpu_part −4.1 to +2.7 %, io_part +0.4 to +1.3 %. (−7 to −13 % before
                 // the fixes of December 4–5, docs/design.md "Wall mode".) The bounds are
                 // those spreads, so that a regression fails and the known shortfall
