@@ -199,6 +199,12 @@ pub extern "C" fn init() {
             Some(alloc::after_fork_in_parent),
             Some(alloc::after_fork_in_child),
         );
+        // After the heaps': its prepare handler runs before theirs.
+        libc::pthread_atfork(
+            Some(modules::prepare_fork),
+            Some(modules::after_fork),
+            Some(modules::after_fork),
+        );
         libc::pthread_atfork(None, None, Some(lifecycle::after_fork_in_child));
         libc::atexit(lifecycle::at_exit);
     }
