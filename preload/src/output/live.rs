@@ -6,8 +6,8 @@
 //! afterwards to check it did not run meanwhile (if it did, it is looked at again). A
 //! thread that runs is not stopped: its call stack is that of its latest CPU sample
 //! (`Slot::last_cpu_leaf`, a few milliseconds old at the rate sampled), looked up in its
-//! trace tree. A thread with neither yet (just
-//! attached, no sample) is waited for, up to a deadline; then it is listed without frames.
+//! trace tree. A thread with neither yet (just attached, no sample) is waited for, up to
+//! a deadline; then it is listed without frames.
 //! Nothing is counted in the profile and no signal is sent: the program is left as it was.
 //!
 //! The answer goes to the `pyigprof` command over its control socket, one line per item,
