@@ -691,23 +691,21 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                      measured"
                 );
                 // Issue 56 asks each phase within 3 % of the handlers' own wall time;
-                // io_part is, cpu_part is not yet on a quiet machine. Its wall time is
-                // CPU time and, for 3–4 % of it, short waits for the GIL and for a CPU;
-                // a wait that no pass (1 ms apart) saw goes to the thread's next blocked
-                // sample, mostly io_part's sleep (one run on sid's 3.15: cpu_part 2.170 s
-                // of wall time, 2.088 s of it CPU; in the profile 2.098 s CPU and 0.005 s
-                // of waits).
-                // Measured at 1,200 requests, quiet machine (December 4–5, 3.12 and sid's
-                // 3.15, 7 runs): cpu_part −1.1 to −6.3 %, median −3.5 % (at 400, −2.4 to
-                // −4.0 %); io_part −0.9 to +1.0 %. With another busy server beside them (16 runs, sid's 3.15):
-                // cpu_part −4.1 to +2.7 %, io_part +0.4 to +1.3 %. (−7 to −13 % before
-                // the fixes of December 4–5, docs/design.md "Wall mode".) The bounds are
-                // those spreads, so that a regression fails and the known shortfall
-                // does not.
+                // io_part is, cpu_part is at the median on a quiet machine. Its wall time
+                // is CPU time and, for a tenth of it, short waits for the GIL and for a
+                // CPU, which passes 1 ms apart mostly do not see: those found between two
+                // passes are `<waiting: between samples>` under its CPU samples
+                // (docs/design.md "Wall mode"); before, they went to the next blocked
+                // sample, mostly io_part's sleep.
+                // Measured at 1,200 requests, quiet machine (December 6, 3.12, 8 runs):
+                // cpu_part −4.2 to −2.2 %, median −3.0 % (before: −5.7 to −3.8 %, median
+                // −4.7 %); io_part −1.3 to −0.4 %. The bounds leave room for a busier
+                // machine (another server beside it moved cpu_part up to 3 points either
+                // way), so that a regression fails and the known shortfall does not.
                 for (phase, low, high) in [
                     (
                         "cpu_part",
-                        0.92 * measured("cpu_part"),
+                        0.94 * measured("cpu_part"),
                         1.05 * measured("cpu_part"),
                     ),
                     (

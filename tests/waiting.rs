@@ -412,12 +412,15 @@ print(json.dumps(took))
 /// Wall mode places a short thread's CPU time as cpu mode does, whatever blocks before or
 /// after it: 400 threads that compute 3.5 ms then sleep 6 ms, and 400 that sleep then
 /// compute; the computation's CPU time in the profile (its stacks without a `<waiting`
-/// frame) within 4 % of what the threads measured. Before (issue 56): computing first,
+/// frame) within 5 % of what the threads measured. Before (issue 56): computing first,
 /// −8 to −13 %, the helper process, woken by each starting thread, having waited for a CPU
 /// behind it (8 % of the threads' events opened after their computation: unsampled);
 /// sleeping first, +6 to +10 %, the sleeps' remainders and the threads' last wait for a
 /// CPU given to their computation's last sample (`docs/design.md` "Wall mode"). Measured
-/// since: −0.9 to −2.5 % and −0.5 to −1.9 % (3.12, 1,200 threads).
+/// since: −0.9 to −2.5 % and −0.5 to −1.9 % (3.12, 1,200 threads); at 400 threads on
+/// 3.7–3.15, +1.0 to −4.0 % (December 6, 17 runs on 3.11.7 and the matrix): short threads'
+/// CPU time is 1–2 % short in cpu mode too (issue 57), and 400 threads spread it by ±2 %,
+/// so the bound is 5 %.
 #[test]
 fn short_threads_keep_their_cpu_time_around_a_sleep_in_wall_mode() {
     let _machine = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
@@ -444,7 +447,7 @@ fn short_threads_keep_their_cpu_time_around_a_sleep_in_wall_mode() {
                 100.0 * (seen / measured - 1.0)
             );
             assert!(
-                (seen - measured).abs() <= 0.04 * measured,
+                (seen - measured).abs() <= 0.05 * measured,
                 "{label}: compute {seen:.3} s in the profile, {measured:.3} s of CPU time measured"
             );
         }

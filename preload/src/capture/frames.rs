@@ -94,6 +94,10 @@ pub enum Marker {
     /// Wall mode: the thread was runnable, waiting for a CPU (its run delay, from the
     /// kernel's `schedstat`), at the stack where it last ran or the call it woke from.
     WaitingCpu = 12,
+    /// Wall mode: the thread was blocked between two passes of the sampler process that
+    /// both found it running (a wait shorter than their interval, mostly for the GIL), so
+    /// no sample says on what: under its latest CPU sample, where it ran around the wait.
+    WaitingBetween = 13,
 }
 
 impl Marker {
@@ -112,6 +116,7 @@ impl Marker {
             Marker::WaitingOther => "<waiting: other system call>",
             Marker::Awaiting => "<awaiting>",
             Marker::WaitingCpu => "<waiting: CPU>",
+            Marker::WaitingBetween => "<waiting: between samples>",
         }
     }
 
@@ -126,13 +131,15 @@ impl Marker {
             Marker::WaitingChild => "child process",
             Marker::WaitingOther => "other system call",
             Marker::WaitingCpu => "CPU",
+            Marker::WaitingBetween => "between samples",
             _ => return None,
         })
     }
 }
 
-/// The wall-mode wait markers, one per reason a blocked thread waits, and runnable time's.
-pub const WAITS: [Marker; 7] = [
+/// The wall-mode wait markers, one per reason a blocked thread waits, runnable time's, and
+/// the unseen waits'.
+pub const WAITS: [Marker; 8] = [
     Marker::WaitingGil,
     Marker::WaitingLock,
     Marker::WaitingIo,
@@ -140,6 +147,7 @@ pub const WAITS: [Marker; 7] = [
     Marker::WaitingChild,
     Marker::WaitingOther,
     Marker::WaitingCpu,
+    Marker::WaitingBetween,
 ];
 
 /// The key of a Python frame running code record `record` at instruction index `instr`
@@ -217,6 +225,7 @@ pub fn decode(key: u64) -> Frame {
             10 => Marker::WaitingOther,
             11 => Marker::Awaiting,
             12 => Marker::WaitingCpu,
+            13 => Marker::WaitingBetween,
             _ => Marker::Truncated,
         })
     } else {
@@ -243,6 +252,7 @@ mod tests {
             Marker::WaitingOther,
             Marker::Awaiting,
             Marker::WaitingCpu,
+            Marker::WaitingBetween,
         ];
         for (i, &m) in all.iter().enumerate() {
             assert_eq!(decode(marker_key(m)), Frame::Marker(m));

@@ -90,6 +90,20 @@ pub struct Slot {
     pub seen_cpu: AtomicU64,
     /// Wall mode: the thread's run delay (ns, its `schedstat`) at `seen_at`.
     pub seen_delay: AtomicU64,
+    /// Wall mode: its `schedstat` CPU time less its event's count (ns, + 1; 0: none seen),
+    /// as read while it was off its CPU, or the largest seen before such a reading
+    /// (`sources::wall::on_a_cpu_now`).
+    pub cpu_offset: AtomicU64,
+    /// Wall mode: blocked time (ns, an `i64` kept as its bits) that passes finding the
+    /// thread runnable could not place yet, part of it maybe its wait for a CPU so far;
+    /// where it goes (the leaf of its latest sample then, 0: nothing kept; whether that
+    /// sample was of it blocked), and its on-CPU time and run delay at the first such pass
+    /// (ns): placed once it has run again (`sources::wall::defer`).
+    pub deferred_ns: AtomicU64,
+    pub deferred_leaf: AtomicU32,
+    pub deferred_blocked: AtomicBool,
+    pub deferred_cpu: AtomicU64,
+    pub deferred_delay: AtomicU64,
     /// Wall mode: time the thread spent blocked (neither on a CPU nor runnable) not yet
     /// given to a blocked sample of it (ns, an `i64` kept as its bits: negative when a
     /// reading counted as blocked what a later one found run or runnable).
