@@ -308,6 +308,10 @@ fn start(
     }
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
+        // As the preloaded library does: the heaps, then the library's locks, then the
+        // child's own start.
+        crate::alloc::register_fork_handlers();
+        crate::fork_locks::register();
         // SAFETY: registering plain extern "C" functions.
         unsafe {
             libc::atexit(at_exit);

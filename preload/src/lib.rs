@@ -30,6 +30,7 @@ pub mod alloc;
 pub mod attach;
 pub mod capture;
 pub mod config;
+pub mod fork_locks;
 pub mod mem;
 pub mod messages;
 pub mod output;
@@ -192,19 +193,11 @@ pub extern "C" fn init() {
         // ride on the audit hook (3.8+; nothing happens without it).
         cpython::attach_by_audit_hook(on_attach);
     }
+    alloc::register_fork_handlers();
+    // After the heaps': its prepare handler runs before theirs.
+    fork_locks::register();
     // SAFETY: registering plain extern "C" functions.
     unsafe {
-        libc::pthread_atfork(
-            Some(alloc::prepare_fork),
-            Some(alloc::after_fork_in_parent),
-            Some(alloc::after_fork_in_child),
-        );
-        // After the heaps': its prepare handler runs before theirs.
-        libc::pthread_atfork(
-            Some(modules::prepare_fork),
-            Some(modules::after_fork),
-            Some(modules::after_fork),
-        );
         libc::pthread_atfork(None, None, Some(lifecycle::after_fork_in_child));
         libc::atexit(lifecycle::at_exit);
     }

@@ -89,14 +89,25 @@ pub fn published() -> Option<&'static Asyncio> {
     unsafe { ASYNCIO.load(Ordering::Acquire).as_ref() }
 }
 
+/// The objects [`discover`] has read the section headers of (path, load bias).
+static CHECKED: std::sync::Mutex<Vec<(std::path::PathBuf, u64)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// What [`lock_for_fork`] holds.
+pub(crate) type ForkGuard = std::sync::MutexGuard<'static, Vec<(std::path::PathBuf, u64)>>;
+
+/// Takes [`CHECKED`] for `fork` ([`crate::fork_locks`]): a thread of the program that has
+/// just loaded an object holds it while [`discover`] reads that object's sections.
+pub(crate) fn lock_for_fork() -> ForkGuard {
+    CHECKED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Looks for asyncio's `.AsyncioDebug` section in the objects mapped now (the `_asyncio`
 /// extension module, loaded by `import asyncio`, or the executable or libpython that has
 /// it built in, as Debian's 3.15) and publishes what it says, once. Reads the objects'
 /// section headers from their files: not for the signal handler (after `dlopen`, at
 /// start-up). Says on stderr (one line) when the section is there but cannot be used.
 pub fn discover(layout: &Layout) {
-    static CHECKED: std::sync::Mutex<Vec<(std::path::PathBuf, u64)>> =
-        std::sync::Mutex::new(Vec::new());
     if published().is_some() || layout.version < (3, 14) {
         return;
     }

@@ -13,7 +13,7 @@ use std::ffi::CStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 /// One mapped object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -140,31 +140,20 @@ static UPDATE: Mutex<()> = Mutex::new(());
 /// Every object ever seen, for naming frames of objects that have since been closed.
 static HISTORY: Mutex<Vec<ObjectInfo>> = Mutex::new(Vec::new());
 
-thread_local! {
-    /// The locks of the object list that [`prepare_fork`] took, held by the forking thread
-    /// across `fork` and released by [`after_fork`] in the parent and in the child.
-    static HELD_AT_FORK: std::cell::RefCell<
-        Option<(std::sync::MutexGuard<'static, ()>, std::sync::MutexGuard<'static, Vec<ObjectInfo>>)>,
-    > = const { std::cell::RefCell::new(None) };
-}
+/// What [`lock_for_fork`] holds: the object list's update lock and its history.
+pub(crate) type ForkGuard = (
+    MutexGuard<'static, ()>,
+    MutexGuard<'static, Vec<ObjectInfo>>,
+);
 
-/// `pthread_atfork` prepare handler: takes the object list's locks ([`UPDATE`], then
-/// [`HISTORY`], as [`rescan`] does), so that a child does not inherit one held by a thread
-/// it does not have. Found December 5 (CI, `windows::recycled_gthread_workers_write_their_
-/// last_window`): a gunicorn process forked while its window writer thread read the
-/// history, and its main thread (at its first `dlopen`, importing `_hashlib`) and its own
-/// window writer then waited for that lock forever. Registered after the heaps' handlers,
-/// so that it runs before theirs (prepare handlers run in reverse order): the code under
-/// these locks allocates from the library's heap.
-pub extern "C" fn prepare_fork() {
+/// Takes the object list's locks ([`UPDATE`], then [`HISTORY`], as [`rescan`] does) for
+/// `fork` ([`crate::fork_locks`]): the window writer copies the history for each window,
+/// and a process that forked meanwhile left its child waiting for it at its first
+/// `dlopen`.
+pub(crate) fn lock_for_fork() -> ForkGuard {
     let update = UPDATE.lock().unwrap_or_else(|e| e.into_inner());
     let history = HISTORY.lock().unwrap_or_else(|e| e.into_inner());
-    HELD_AT_FORK.with(|held| *held.borrow_mut() = Some((update, history)));
-}
-
-/// `pthread_atfork` parent and child handler: releases what [`prepare_fork`] took.
-pub extern "C" fn after_fork() {
-    HELD_AT_FORK.with(|held| held.borrow_mut().take());
+    (update, history)
 }
 
 /// The current snapshot (`None` before the first scan). Async-signal-safe.
