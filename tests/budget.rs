@@ -65,3 +65,55 @@ fn the_profilers_cost_stays_within_the_budget() {
         );
     }
 }
+
+/// The handler's cost against the call stacks it samples (issue 57), whole matrix only (a
+/// comparison of timings: none is added to CI's fast tier): the median time of a sample's
+/// handler (`#pyigprof handler`, the profile's own measurement) on stacks 96 Python calls
+/// deep in 100,000 different chains (bench/handler_depth's program) at most 3× its median
+/// on stacks 8 deep in 10 chains, at 1 kHz, on 3.11+ (whose Python calls add no native
+/// frames). Its cost does not grow with the stacks' variety (the trace tree's lookups are
+/// found through caches) and grows with their depth by what each frame takes to read and
+/// record, about 37 ns (bench/handler_depth/results-2026-12-06.md: 2.7 µs at depth 8, 8.7
+/// at 128, 21.5 at 512; 3.12).
+#[test]
+fn the_handlers_cost_grows_with_depth_only_by_each_frames_reading() {
+    if tier() != Tier::Full {
+        eprintln!("handler_depth: whole matrix only (PYIGPROF_TESTS=full)");
+        return;
+    }
+    let program = repo().join("bench/handler_depth/stacks.py");
+    let median = |python: &Interpreter, depth: &str, distinct: &str| -> f64 {
+        let (run, profile) = profiled_ok(
+            python,
+            &[program.to_str().unwrap(), depth, distinct, "2"],
+            &[("PYIGPROF_HZ", "1000")],
+        );
+        let stats: HashMap<String, String> =
+            profile.sources[0].statistics.iter().cloned().collect();
+        stats
+            .get("handler.median_ns")
+            .unwrap_or_else(|| panic!("{}: no handler line\n{}", python.name, run.stderr()))
+            .parse()
+            .unwrap()
+    };
+    for python in interpreters_for("handler_depth", "interpreters from 3.11", |i| {
+        i.version >= (3, 11)
+    }) {
+        let shallow = median(&python, "8", "10");
+        let deep = median(&python, "96", "100000");
+        eprintln!(
+            "handler_depth: {}: handler median {:.1} µs at depth 8 (10 stacks), {:.1} µs at depth \
+             96 (100,000 stacks): ×{:.2}",
+            python.name,
+            shallow / 1e3,
+            deep / 1e3,
+            deep / shallow
+        );
+        assert!(
+            deep <= 3.0 * shallow,
+            "{}: the handler's median {deep:.0} ns on stacks 96 deep, {shallow:.0} ns on stacks 8 \
+             deep",
+            python.name
+        );
+    }
+}
