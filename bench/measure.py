@@ -117,6 +117,13 @@ def median_interval(values):
     return statistics.median(xs), xs[k], xs[min(n - 1, n - 1 - k)]
 
 
+def add_lib_option(parser):
+    """Adds the `--lib NAME=PATH` option (repeatable) that [`libraries`] reads."""
+    parser.add_argument("--lib", action="append", default=[],
+                        help="NAME=PATH of a libpyigprof.so to measure (repeatable); "
+                             "default: this checkout's release build")
+
+
 def libraries(specs, tool):
     """The `--lib NAME=PATH` values `specs` as `(name, absolute path)` pairs; exits with a
     message naming `tool` and the value when one is not NAME=PATH of an existing file."""

@@ -32,7 +32,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
-from measure import libraries  # noqa: E402  (bench/measure.py)
+from measure import add_lib_option, libraries  # noqa: E402  (bench/measure.py)
 from startup.run import interpreter  # noqa: E402  (bench/startup/run.py)
 
 
@@ -70,9 +70,7 @@ def main():
     parser.add_argument("--distinct", default="10,1000,100000")
     parser.add_argument("--seconds", type=float, default=2.0,
                         help="CPU time of one run, s (default 2)")
-    parser.add_argument("--lib", action="append", default=[],
-                        help="NAME=PATH of a libpyigprof.so (repeatable); default: this "
-                             "checkout's release build")
+    add_lib_option(parser)
     parser.add_argument("--out", help="write the tables here as well")
     args = parser.parse_args()
     depths = [int(d) for d in args.depths.split(",")]

@@ -43,7 +43,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
-from measure import libraries  # noqa: E402  (bench/measure.py)
+from measure import add_lib_option, libraries  # noqa: E402  (bench/measure.py)
 from startup.run import interpreter  # noqa: E402  (bench/startup/run.py)
 
 PROGRAM = r'''
@@ -135,9 +135,7 @@ def main():
                         help="threads running at a time (default 4; 400: all at once)")
     parser.add_argument("--iterations", type=int, default=600_000,
                         help="additions a thread makes (default 600,000: about 20 ms)")
-    parser.add_argument("--lib", action="append", default=[],
-                        help="NAME=PATH of a libpyigprof.so (repeatable); default: this "
-                             "checkout's release build")
+    add_lib_option(parser)
     parser.add_argument("--out", help="write the table here as well")
     args = parser.parse_args()
     libs = libraries(args.lib, "bench/short_threads")

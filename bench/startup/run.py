@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from measure import libraries, median_interval, run_once  # noqa: E402  (bench/measure.py)
+from measure import add_lib_option, libraries, median_interval, run_once  # noqa: E402  (bench/measure.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -46,9 +46,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--pythons", default="3.12")
-    parser.add_argument("--lib", action="append", default=[],
-                        help="NAME=PATH of a libpyigprof.so to measure (repeatable); "
-                             "default: this checkout's release build")
+    add_lib_option(parser)
     parser.add_argument("--set", action="append", default=[], metavar="NAME:KEY=VALUE",
                         help="a setting for the runs under library NAME (repeatable), e.g. "
                         "--lib timers=target/release/libpyigprof.so --set "
