@@ -132,17 +132,18 @@ impl<A: dlmalloc::Allocator> Heap<A> {
 }
 
 /// Registers [`prepare_fork`], [`after_fork_in_parent`] and [`after_fork_in_child`] with
-/// `pthread_atfork`, before the handlers of code that allocates under its own locks
+/// `pthread_atfork` (once per process), before the handlers of code that allocates under its own locks
 /// ([`crate::fork_locks`]). Not from a signal handler.
 pub fn register_fork_handlers() {
-    // SAFETY: registering plain extern "C" functions.
-    unsafe {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registering plain extern "C" functions, once per process.
+    ONCE.call_once(|| unsafe {
         libc::pthread_atfork(
             Some(prepare_fork),
             Some(after_fork_in_parent),
             Some(after_fork_in_child),
         );
-    }
+    });
 }
 
 /// `pthread_atfork` prepare handler: holds both heaps across `fork`.

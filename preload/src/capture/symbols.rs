@@ -9,7 +9,7 @@ use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 mod fdes;
 #[cfg(test)]
@@ -900,13 +900,10 @@ pub(crate) type Loaded = HashMap<(PathBuf, u64), Arc<SymbolTable>>;
 
 static LOADED: Mutex<Option<Loaded>> = Mutex::new(None);
 
-/// What [`lock_for_fork`] holds.
-pub(crate) type ForkGuard = MutexGuard<'static, Option<Loaded>>;
-
-/// Takes the tables read so far for `fork` ([`crate::fork_locks`]): the window writer
-/// and `attach`'s control thread look tables up while they write a profile.
-pub(crate) fn lock_for_fork() -> ForkGuard {
-    LOADED.lock().unwrap_or_else(|e| e.into_inner())
+/// The tables read so far, for `fork` ([`crate::fork_locks`]): the window writer and
+/// `attach`'s control thread look tables up while they write a profile.
+pub(crate) fn fork_lock() -> &'static Mutex<Option<Loaded>> {
+    &LOADED
 }
 
 /// The symbol table of `object` (read once, then cached). An object without a readable

@@ -31,7 +31,7 @@ use libc::{
 };
 use pyigprof_hooks::next::Next;
 use std::ffi::{c_void, CStr};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 /// The hooks, by the name of the C library's function each stands for.
 fn hooks() -> [(&'static CStr, *const c_void); 20] {
@@ -95,14 +95,11 @@ fn hooks() -> [(&'static CStr, *const c_void); 20] {
 /// Objects whose import tables [`install`] has seen, by load bias and start.
 static SEEN: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
 
-/// What [`lock_for_fork`] holds.
-pub(crate) type ForkGuard = MutexGuard<'static, Vec<(u64, u64)>>;
-
-/// Takes the list of objects whose lock calls are wrapped for `fork`
-/// ([`crate::fork_locks`]): a thread of the program that has just loaded an object holds
-/// it while it wraps that object's calls.
-pub(crate) fn lock_for_fork() -> ForkGuard {
-    SEEN.lock().unwrap_or_else(|e| e.into_inner())
+/// The list of objects whose lock calls are wrapped, for `fork` ([`crate::fork_locks`]): a
+/// thread of the program that has just loaded an object holds it while it wraps that
+/// object's calls.
+pub(crate) fn fork_lock() -> &'static Mutex<Vec<(u64, u64)>> {
+    &SEEN
 }
 
 /// Whether the object at `path` keeps the C library's functions: the C library itself and

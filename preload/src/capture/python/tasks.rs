@@ -93,13 +93,10 @@ pub fn published() -> Option<&'static Asyncio> {
 static CHECKED: std::sync::Mutex<Vec<(std::path::PathBuf, u64)>> =
     std::sync::Mutex::new(Vec::new());
 
-/// What [`lock_for_fork`] holds.
-pub(crate) type ForkGuard = std::sync::MutexGuard<'static, Vec<(std::path::PathBuf, u64)>>;
-
-/// Takes [`CHECKED`] for `fork` ([`crate::fork_locks`]): a thread of the program that has
-/// just loaded an object holds it while [`discover`] reads that object's sections.
-pub(crate) fn lock_for_fork() -> ForkGuard {
-    CHECKED.lock().unwrap_or_else(|e| e.into_inner())
+/// [`CHECKED`], for `fork` ([`crate::fork_locks`]): a thread of the program that has just
+/// loaded an object holds it while [`discover`] reads that object's sections.
+pub(crate) fn fork_lock() -> &'static std::sync::Mutex<Vec<(std::path::PathBuf, u64)>> {
+    &CHECKED
 }
 
 /// Looks for asyncio's `.AsyncioDebug` section in the objects mapped now (the `_asyncio`

@@ -13,7 +13,7 @@ use std::ffi::CStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 /// One mapped object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -140,20 +140,12 @@ static UPDATE: Mutex<()> = Mutex::new(());
 /// Every object ever seen, for naming frames of objects that have since been closed.
 static HISTORY: Mutex<Vec<ObjectInfo>> = Mutex::new(Vec::new());
 
-/// What [`lock_for_fork`] holds: the object list's update lock and its history.
-pub(crate) type ForkGuard = (
-    MutexGuard<'static, ()>,
-    MutexGuard<'static, Vec<ObjectInfo>>,
-);
-
-/// Takes the object list's locks ([`UPDATE`], then [`HISTORY`], as [`rescan`] does) for
-/// `fork` ([`crate::fork_locks`]): the window writer copies the history for each window,
-/// and a process that forked meanwhile left its child waiting for it at its first
-/// `dlopen`.
-pub(crate) fn lock_for_fork() -> ForkGuard {
-    let update = UPDATE.lock().unwrap_or_else(|e| e.into_inner());
-    let history = HISTORY.lock().unwrap_or_else(|e| e.into_inner());
-    (update, history)
+/// The object list's locks, for `fork` ([`crate::fork_locks`]), in the order [`rescan`]
+/// takes them: its update lock, then its history (the window writer copies the history
+/// for each window; a process that forked meanwhile left its child waiting for it at its
+/// first `dlopen`).
+pub(crate) fn fork_locks() -> (&'static Mutex<()>, &'static Mutex<Vec<ObjectInfo>>) {
+    (&UPDATE, &HISTORY)
 }
 
 /// The current snapshot (`None` before the first scan). Async-signal-safe.
