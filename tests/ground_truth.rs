@@ -28,6 +28,12 @@ const TOLERANCE: f64 = 3.0;
 /// CPU seconds each phase runs for.
 const PHASE_SECONDS: &str = "0.3";
 
+/// CPU seconds each phase of the hashlib program runs for: at the default 250 Hz, 0.3 s
+/// phases gave its profile 238 ticks, and one CI run (December 6, sid's 3.15) had
+/// `python_work` 3.8 points over its measured share, where the analyser's own 95 %
+/// interval for it was 27–44 %; twice the ticks halve a phase boundary's weight.
+const HASHLIB_PHASE_SECONDS: &str = "0.6";
+
 /// What the test programs share: `clock` (the process's CPU time, 2.7's `time.clock`),
 /// `tclock` (the calling thread's CPU time where there is one), `run_for(seconds, body)`
 /// (calls `body` until the process has spent `seconds` of CPU time in it), `timed(name, f)`
@@ -580,7 +586,7 @@ fn hashlib_runs() -> &'static [Measured] {
                 has_openssl_sha2,
             ),
         };
-        measure_on(pythons, &[&script, PHASE_SECONDS])
+        measure_on(pythons, &[&script, HASHLIB_PHASE_SECONDS])
     })
 }
 
