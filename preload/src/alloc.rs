@@ -132,8 +132,8 @@ impl<A: dlmalloc::Allocator> Heap<A> {
 }
 
 /// Registers [`prepare_fork`], [`after_fork_in_parent`] and [`after_fork_in_child`] with
-/// `pthread_atfork` (once per process), before the handlers of code that allocates under its own locks
-/// ([`crate::fork_locks`]). Not from a signal handler.
+/// `pthread_atfork` (once per process), before the handlers of code that allocates under
+/// its own locks ([`crate::fork_locks`]). Not from a signal handler.
 pub fn register_fork_handlers() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     // SAFETY: registering plain extern "C" functions, once per process.

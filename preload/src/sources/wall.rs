@@ -25,10 +25,9 @@
 //! time is its CPU sampler's. So a thread's ticks add up to its elapsed time (the passes
 //! come at random intervals around the period). A wait between two passes that found the
 //! thread running goes under its latest sample (`<waiting: between samples>` below a CPU
-//! sample), once a pass finds it on a CPU rather than runnable ([`on_a_cpu_now`]). Without
-//! `schedstat`, a blocked pass counts
-//! the periods since the last, and periods its CPU sampler did not count are added to its
-//! latest sample ([`count_waiting`]).
+//! sample), once a pass finds it on a CPU rather than runnable ([`on_a_cpu_now`]).
+//! Without `schedstat`, a blocked pass counts the periods since the last, and periods its
+//! CPU sampler did not count are added to its latest sample ([`count_waiting`]).
 
 use crate::capture::frames::marker_key;
 use crate::capture::unwind::{Regs, UNKNOWN_BP};
@@ -215,13 +214,7 @@ fn visit(
                         // time), with what passes that found it runnable kept, whose waits
                         // for a CPU this reading's run delay takes back.
                         let (at, kept) = take_deferred(slot).unwrap_or((at, 0));
-                        let unseen = (kept + reading.added).max(0) as u64;
-                        let ticks = crate::sources::random::round_at_random(
-                            unseen.min(blocked_ns(slot).max(0) as u64),
-                            sampler.period_ns,
-                            u,
-                        );
-                        give_unseen(sampler, slot, at, ticks);
+                        give_unseen(sampler, slot, at, (kept + reading.added).max(0) as u64, u);
                     }
                     Some(false) => defer(slot, at, reading.added),
                     None => {}
@@ -348,9 +341,9 @@ const ON_A_CPU_LAG_NS: u64 = 100_000;
 /// its ticks, while the count is exact. Off its CPU, the two differ by what ran before its
 /// event opened, which is kept ([`Slot::cpu_offset`]); on it, `schedstat` lags by the time
 /// since its last tick or switch (a thread whose tick came within [`ON_A_CPU_LAG_NS`]
-/// counts as runnable). Before a reading off its CPU, the largest difference seen stands for that
-/// offset: never above it, so that a thread said to be on a CPU is. `None` for a thread
-/// blocked (`off_cpu`).
+/// counts as runnable). Before a reading off its CPU, the largest difference seen stands
+/// for that offset: never above it, so that a thread said to be on a CPU is. `None` for a
+/// thread blocked (`off_cpu`).
 fn on_a_cpu_now(slot: &Slot, on_cpu: u64, event_cpu: u64, off_cpu: bool) -> Option<bool> {
     if off_cpu {
         let offset = on_cpu.saturating_sub(event_cpu);
@@ -513,8 +506,9 @@ struct Unseen {
     blocked: bool,
 }
 
-/// Gives `ticks` of the blocked time of the thread of `slot`, found on a CPU by a pass
-/// after one that found it running, to where it last was (`at`): waits that began and
+/// Gives `ns` of the blocked time of the thread of `slot` (no more than it has not given
+/// yet, in ticks of the period rounded at random with uniform `u`), found on a CPU by a
+/// pass after one that found it running, to where it last was (`at`): waits that began and
 /// ended between two passes (a GIL handed back and forth among threads that compute,
 /// shorter than the passes' interval). Left for its next blocked sample, as before, they
 /// went mostly to the long call that followed: a thread-per-request server's `cpu_part`
@@ -524,7 +518,9 @@ struct Unseen {
 /// that time was later owed and taken from the sleep (3 of 4 such gives were at passes
 /// that found the thread runnable, and `cpu_part` came out +5 % over, `io_part` −4 %).
 /// With the trees full, the time stays for the next blocked sample.
-fn give_unseen(sampler: &Sampler, slot: &Slot, at: Unseen, ticks: u64) {
+fn give_unseen(sampler: &Sampler, slot: &Slot, at: Unseen, ns: u64, u: f64) {
+    let ns = ns.min(blocked_ns(slot).max(0) as u64);
+    let ticks = crate::sources::random::round_at_random(ns, sampler.period_ns, u);
     if at.leaf == 0 || ticks == 0 {
         return;
     }
@@ -579,9 +575,8 @@ fn take_deferred(slot: &Slot) -> Option<(Unseen, i64)> {
 /// A pass found the thread of `slot` blocked after passes that found it runnable: if it has
 /// run since ([`defer`]), its wait for a CPU then has ended and is in its run delay, but
 /// this reading's blocked time is mostly the wait it is in now, not told apart. What was
-/// kept less the run delay added since (all of it), no more than its blocked time not yet
-/// given, goes where it was to go ([`give_unseen`]), rounded at random with uniform `u`;
-/// the rest to this pass's sample. Called before the pass's sample takes the blocked time.
+/// kept less the run delay added since (all of it) goes where it was to go
+/// ([`give_unseen`], with uniform `u`); the rest to this pass's sample. Called before the pass's sample takes the blocked time.
 fn place_deferred(sampler: &Sampler, slot: &Slot, u: f64) {
     if slot.seen_cpu.load(Ordering::Relaxed) <= slot.deferred_cpu.load(Ordering::Relaxed) {
         return;
@@ -593,11 +588,13 @@ fn place_deferred(sampler: &Sampler, slot: &Slot, u: f64) {
         .run_delay
         .load(Ordering::Relaxed)
         .saturating_sub(slot.deferred_delay.load(Ordering::Relaxed));
-    let unseen = (kept.max(0) as u64)
-        .saturating_sub(delay)
-        .min(blocked_ns(slot).max(0) as u64);
-    let ticks = crate::sources::random::round_at_random(unseen, sampler.period_ns, u);
-    give_unseen(sampler, slot, at, ticks);
+    give_unseen(
+        sampler,
+        slot,
+        at,
+        (kept.max(0) as u64).saturating_sub(delay),
+        u,
+    );
 }
 
 /// Adds `ticks` without a sample to trace-tree node `node` and to the profile's total.
@@ -926,9 +923,9 @@ mod tests {
             on_a_cpu_now(&slot, 7_080_000, 7_000_000, false),
             Some(false)
         );
-        // Its tick 1 µs ago: not told apart from runnable.
+        // Its tick 50 µs ago, within ON_A_CPU_LAG_NS: not told apart from runnable.
         assert_eq!(
-            on_a_cpu_now(&slot, 7_079_000, 7_000_000, false),
+            on_a_cpu_now(&slot, 7_030_000, 7_000_000, false),
             Some(false)
         );
         // Running for 300 µs since its last tick or switch.
