@@ -9,7 +9,7 @@ Builds pyigprof (cargo build --release) unless --lib is given, then runs each in
 --runs times in rounds: once plainly, once under each library (LD_PRELOAD, default
 settings). Each run's CPU time (user+sys, wait4, plus pyigprof's helper process, which the
 program never waits for, reaped here as an orphan: bench/measure.py) and peak RSS are
-measured; the table gives
+measured, and its wall time from start to the parent's `wait4`; the table gives
 the plain run's medians and, per library, the median of the paired differences (library
 run minus the plain run of the same round) with its 95 % interval (order statistics of the
 differences, distribution-free). Issues 17 and 39 ask for at most +1 ms CPU (the helper
@@ -68,8 +68,8 @@ def main():
                        check=True)
         libs.append(("pyigprof", os.path.join(REPO, "target", "release", "libpyigprof.so")))
 
-    lines = ["| python | run | CPU ms (median) | peak RSS MiB (median) |",
-             "|---|---|---|---|"]
+    lines = ["| python | run | CPU ms (median) | wall ms (median) | peak RSS MiB (median) |",
+             "|---|---|---|---|---|"]
     for version in args.pythons.split(","):
         python = interpreter(version)
         results = {"plain": []}
@@ -89,15 +89,18 @@ def main():
                     results[name].append(r)
         plain = results["plain"]
         cpu0 = statistics.median(r["cpu_s"] * 1e3 for r in plain)
+        wall0 = statistics.median(r["wall_s"] * 1e3 for r in plain)
         rss0 = statistics.median(r["maxrss_kib"] / 1024 for r in plain)
-        lines.append("| %s | plain | %.2f | %.2f |" % (version, cpu0, rss0))
+        lines.append("| %s | plain | %.2f | %.2f | %.2f |" % (version, cpu0, wall0, rss0))
         for name, _ in libs:
             runs = results[name]
             dcpu = median_interval([(a["cpu_s"] - b["cpu_s"]) * 1e3 for a, b in zip(runs, plain)])
+            dwall = median_interval([(a["wall_s"] - b["wall_s"]) * 1e3
+                                     for a, b in zip(runs, plain)])
             drss = median_interval([(a["maxrss_kib"] - b["maxrss_kib"]) / 1024
                                     for a, b in zip(runs, plain)])
-            lines.append("| %s | %s | %+.2f [%+.2f, %+.2f] | %+.2f [%+.2f, %+.2f] |"
-                         % ((version, name) + dcpu + drss))
+            lines.append("| %s | %s | %+.2f [%+.2f, %+.2f] | %+.2f [%+.2f, %+.2f] "
+                         "| %+.2f [%+.2f, %+.2f] |" % ((version, name) + dcpu + dwall + drss))
     table = "\n".join(lines)
     print("`python -c %r`, %d rounds, differences against the plain run of the same round "
           "(median [95 %% interval])\n" % (args.program, args.runs))
