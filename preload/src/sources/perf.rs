@@ -16,8 +16,9 @@
 //! and armed by the helper process ([`crate::sources::helper`], which holds the
 //! descriptors) with `PERF_EVENT_IOC_PERIOD`, which restarts the hrtimer with the new
 //! period from then, in batches: on each of its looks (every 4 ms or a period,
-//! [`batch_ns`]) it draws and arms a new interval for every thread sampled since the last
-//! one; the event runs on at the interval last armed meanwhile. The draws' mean follows
+//! [`batch_ns`], while threads start; every 16 periods, [`quiet_batch_ns`], once none
+//! did) it draws and arms a new interval for every thread sampled since the last one; the
+//! event runs on at the interval last armed meanwhile. The draws' mean follows
 //! the intervals each thread gets (`weigh`), so samples come at the rate
 //! asked for. Counting events (page faults, context switches, …) keep the
 //! kernel's fixed period: `PERF_EVENT_IOC_PERIOD` on a software counting event zeroes the
@@ -459,6 +460,23 @@ static ASLEEP: AtomicBool = AtomicBool::new(true);
 /// on its own timer and sleeps until woken.
 const IDLE_POLLS: u32 = 8;
 
+/// Set while the helper process waits a quiet look's interval ([`quiet_batch_ns`]): a
+/// thread's first sample then wakes it, so that the interval the sample drew is armed
+/// at once rather than after its first interval repeated for up to 16 periods.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// The mean wait between the helper process's looks now, ns ([`batch_ns`] or
+/// [`quiet_batch_ns`]): how many samples a look's re-arm is spread over, for `weigh`.
+static LOOK_NS: AtomicU64 = AtomicU64::new(4_000_000);
+
+/// Looks at the quick cadence ([`batch_ns`]) after one that found a thread starting (an
+/// event to open, or the interval a first sample drew) before the helper process looks
+/// at the quiet cadence again ([`quiet_batch_ns`]).
+const QUICK_LOOKS: u32 = 4;
+
+/// Draws between two quiet looks: a quiet look comes every this many mean intervals.
+const QUIET_LOOK_SAMPLES: u64 = 16;
+
 /// Tells the helper process there is work, and wakes it. Async-signal-safe.
 pub fn wake_keeper() {
     WORK.fetch_add(1, Ordering::Release);
@@ -478,9 +496,21 @@ fn nudge_keeper() {
     }
 }
 
-/// How long the helper process waits between its own looks while samples come, ns: 4 ms,
-/// or the period where that is longer (each wait drawn uniformly over half to one and a
-/// half of it, so that its looks keep no fixed phase). At each look it draws a new
+/// [`nudge_keeper`] for a thread's first sample, whose drawn interval should be armed
+/// soon: wakes the helper process as well if it waits a quiet look's interval
+/// ([`QUIET`]). Async-signal-safe.
+fn nudge_keeper_quick() {
+    // With the helper's stores of ASLEEP and QUIET and its load of WORK (all SeqCst).
+    WORK.fetch_add(1, Ordering::SeqCst);
+    if ASLEEP.load(Ordering::SeqCst) || QUIET.load(Ordering::SeqCst) {
+        crate::sources::helper::wake(&WORK);
+    }
+}
+
+/// How long the helper process waits between its own looks while samples come and threads
+/// start ([`quiet_batch_ns`] once none did for [`QUICK_LOOKS`] looks), ns: 4 ms, or the
+/// period where that is longer (each wait drawn uniformly over half to one and a half of
+/// it, so that its looks keep no fixed phase). At each look it draws a new
 /// interval for every thread sampled since the last one and arms it
 /// (`PERF_EVENT_IOC_PERIOD`, which restarts the thread's event from then); in between, a
 /// thread's event overflows at the interval last armed. Looking after every sample cost
@@ -493,13 +523,33 @@ fn nudge_keeper() {
 /// ([`crate::sources::random::interval`]). Consecutive samples between two looks are a
 /// drawn interval apart, so they are not independent: a program with a period
 /// commensurate with one draw sees the same phase for at most one look's worth of samples
-/// (4 at 1 kHz, 40 at 10 kHz), which adds to a share's variance, not to its expectation.
+/// (4 at 1 kHz at this cadence, 16 at the quiet one; 40 at 10 kHz), which adds to a share's
+/// variance, not to its expectation.
 pub(crate) fn batch_ns(event: &Event) -> u64 {
     // Under an overhead budget the looks are as much rarer as the samples: a look costs
     // the helper tens of microseconds whatever it finds.
     let scale = u64::from(crate::sources::budget::SCALE.load(Ordering::Relaxed));
     let looks = 4_000_000 * scale / u64::from(crate::sources::budget::SCALE_ONE);
     mean_interval(event).max(looks)
+}
+
+/// How long the helper process waits between its looks once no thread started over its
+/// last [`QUICK_LOOKS`] looks, ns: [`QUIET_LOOK_SAMPLES`] mean intervals (16 ms at 1 kHz,
+/// 64 ms at the default 250 Hz), or [`batch_ns`] where that is longer (4 kHz and faster).
+///
+/// A look costs the helper a wake-up and, for each thread sampled since the last one, a
+/// cross-CPU call to re-arm it: on this VM a helper thread doing only that for one busy
+/// thread sampled at 1 kHz took 1.1 % of the thread's CPU time with a look every 4 ms,
+/// 0.4 % every 16 ms (`bench/floor/helper.py`). What the rarer looks change is how many
+/// consecutive samples share one draw: 16 at every rate up to 4 kHz (as 4 kHz always had),
+/// 40 at 10 kHz. Threads that start are looked after at the quick cadence: the interval
+/// a thread's first sample draws is armed at once (a first sample wakes a quietly waiting
+/// helper, [`QUIET`]), since until then the thread's first interval, a fraction of a
+/// period, repeats and is not sampled.
+pub(crate) fn quiet_batch_ns(event: &Event) -> u64 {
+    mean_interval(event)
+        .saturating_mul(QUIET_LOOK_SAMPLES)
+        .max(batch_ns(event))
 }
 
 /// The mean interval between a thread's samples, in the event's unit: its period, times
@@ -536,6 +586,9 @@ pub struct Keeper {
     state: u64,
     /// Looks in a row that found no interval to arm.
     idle: u32,
+    /// Looks left at the quick cadence ([`QUICK_LOOKS`] after one that found a thread
+    /// starting).
+    quick: u32,
     /// The overhead budget's measurements ([`crate::sources::budget`]).
     budget: crate::sources::budget::Controller,
     /// Whether a re-arm keeps the thread's sampling phase ([`next_period`]): in wall
@@ -561,6 +614,7 @@ impl Keeper {
             event,
             state: 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(WORK.load(Ordering::Relaxed)),
             idle: IDLE_POLLS,
+            quick: QUICK_LOOKS,
             budget: crate::sources::budget::Controller::default(),
             keep_phase: sampler.clock == crate::config::Clock::Wall && event.is_time(),
         })
@@ -577,6 +631,7 @@ impl Keeper {
             crate::sources::helper::TARGET.load(Ordering::Relaxed),
         );
         let mut armed = false;
+        let mut starting = false;
         sampler.slots.for_each(|slot| {
             if slot.open_state.load(Ordering::Acquire) == ASKED
                 && slot
@@ -585,6 +640,7 @@ impl Keeper {
                     .is_ok()
             {
                 open_for(&self.event, slot);
+                starting = true;
             }
             let wanted = slot.want_period.swap(0, Ordering::AcqRel);
             let fd = slot.event_fd.load(Ordering::Acquire);
@@ -597,7 +653,10 @@ impl Keeper {
                         mean_draw(&self.event, slot),
                         MIN_PERIOD_NS,
                     ),
-                    draw => draw,
+                    draw => {
+                        starting = true;
+                        draw
+                    }
                 };
                 let period = if self.keep_phase {
                     next_period(fd - 1, slot, draw, wanted == ANY_DRAW)
@@ -625,6 +684,11 @@ impl Keeper {
         } else {
             self.idle.saturating_add(1)
         };
+        self.quick = if starting {
+            QUICK_LOOKS
+        } else {
+            self.quick.saturating_sub(1)
+        };
         seen
     }
 
@@ -633,8 +697,26 @@ impl Keeper {
     /// `at_most_ns`.
     pub fn wait(&mut self, seen: u32, at_most_ns: u64) {
         if self.event.randomized() && self.idle < IDLE_POLLS {
-            let wait = crate::sources::random::interval(&mut self.state, batch_ns(&self.event), 1);
-            crate::sources::helper::helper_wait(&WORK, seen, wait.min(at_most_ns));
+            let quick = batch_ns(&self.event);
+            let mean = if self.quick > 0 {
+                quick
+            } else {
+                quiet_batch_ns(&self.event)
+            };
+            let wait = crate::sources::random::interval(&mut self.state, mean, 1).min(at_most_ns);
+            LOOK_NS.store(mean.min(at_most_ns), Ordering::Relaxed);
+            // Quiet only where the wait is a quiet one: wall mode's passes (`at_most_ns`)
+            // keep its looks at least as frequent as the quick cadence.
+            if mean == quick || at_most_ns <= quick {
+                crate::sources::helper::helper_wait(&WORK, seen, wait);
+            } else {
+                QUIET.store(true, Ordering::SeqCst);
+                // A first sample posted before QUIET was seen did not wake us: look again.
+                if WORK.load(Ordering::SeqCst) == seen {
+                    crate::sources::helper::helper_wait(&WORK, seen, wait);
+                }
+                QUIET.store(false, Ordering::SeqCst);
+            }
         } else {
             ASLEEP.store(true, Ordering::SeqCst);
             // A request posted before ASLEEP was seen did not wake us: look again.
@@ -857,7 +939,7 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<Weight> {
         // way. Samples then come at the rate asked for, and the draws keep their spread.
         let period = event.period as i64;
         let error = (interval.min(i64::MAX as u64) as i64 - period).clamp(-period, period);
-        let per_look = (batch_ns(event) / event.period).max(1) as i64;
+        let per_look = (LOOK_NS.load(Ordering::Relaxed) / event.period).max(1) as i64;
         let short = (slot.short.load(Ordering::Relaxed) as i64 + error / (16 * per_look))
             .clamp(-period / 2, period / 2);
         slot.short.store(short as u64, Ordering::Relaxed);
@@ -875,7 +957,7 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<Weight> {
             if armed < event.period / 4 {
                 wake_keeper();
             } else {
-                nudge_keeper();
+                nudge_keeper_quick();
             }
         } else if slot
             .want_period
@@ -1178,6 +1260,24 @@ mod tests {
         assert_eq!(period_keeping_phase(1_950, 1_000, 1_000, true), 1_000);
         // Nothing counted since the arming (a thread blocked since): the draw minus nothing.
         assert_eq!(period_keeping_phase(0, 1_000, 800, true), 800);
+    }
+
+    #[test]
+    fn quiet_looks_come_every_sixteen_periods_and_never_more_often_than_quick_ones() {
+        let ms = 1_000_000;
+        // 1 kHz: 4 ms quick, 16 ms quiet; the default 250 Hz: 4 and 64 ms; from 4 kHz on
+        // both 4 ms (16 periods are 4 ms or less).
+        for (hz, quick, quiet) in [
+            (1_000, 4, 16),
+            (250, 4, 64),
+            (4_000, 4, 4),
+            (10_000, 4, 4),
+            (100, 10, 160),
+        ] {
+            let event = Event::task_clock(1_000_000_000 / hz);
+            assert_eq!(batch_ns(&event), quick * ms, "{hz} Hz");
+            assert_eq!(quiet_batch_ns(&event), quiet * ms, "{hz} Hz");
+        }
     }
 
     #[test]
