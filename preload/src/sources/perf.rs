@@ -697,17 +697,17 @@ impl Keeper {
     /// `at_most_ns`.
     pub fn wait(&mut self, seen: u32, at_most_ns: u64) {
         if self.event.randomized() && self.idle < IDLE_POLLS {
+            // Wall mode's loop looks at every pass (`at_most_ns`, a period at most): its
+            // cadence is the quick one, as before.
             let quick = batch_ns(&self.event);
-            let mean = if self.quick > 0 {
+            let mean = if self.quick > 0 || self.keep_phase {
                 quick
             } else {
                 quiet_batch_ns(&self.event)
             };
             let wait = crate::sources::random::interval(&mut self.state, mean, 1).min(at_most_ns);
-            LOOK_NS.store(mean.min(at_most_ns), Ordering::Relaxed);
-            // Quiet only where the wait is a quiet one: wall mode's passes (`at_most_ns`)
-            // keep its looks at least as frequent as the quick cadence.
-            if mean == quick || at_most_ns <= quick {
+            LOOK_NS.store(mean, Ordering::Relaxed);
+            if mean == quick {
                 crate::sources::helper::helper_wait(&WORK, seen, wait);
             } else {
                 QUIET.store(true, Ordering::SeqCst);
