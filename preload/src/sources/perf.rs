@@ -610,6 +610,9 @@ impl Keeper {
         for entry in &CLOSING {
             entry.store(0, Ordering::Relaxed);
         }
+        // A fork child's copy says how its parent's helper waited at the fork.
+        QUIET.store(false, Ordering::SeqCst);
+        LOOK_NS.store(batch_ns(&event), Ordering::Relaxed);
         Some(Keeper {
             event,
             state: 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(WORK.load(Ordering::Relaxed)),
