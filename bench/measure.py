@@ -134,3 +134,24 @@ def libraries(specs, tool):
             sys.exit("%s: --lib %r: expected NAME=PATH of an existing file" % (tool, spec))
         libs.append((name, os.path.abspath(path)))
     return libs
+
+
+def machine_line():
+    """One markdown list item saying when and where a benchmark ran: date, host, CPUs,
+    kernel and the load average before it (results files keep it with the table)."""
+    import datetime
+    import platform
+    return "- date: %s; host: %s, %d CPUs, kernel %s; load average before: %s" % (
+        datetime.datetime.now().isoformat(timespec="seconds"), platform.node(), os.cpu_count(),
+        platform.release(), " ".join("%.2f" % x for x in os.getloadavg()))
+
+
+def one_library(path, tool):
+    """The `libpyigprof.so` a benchmark that measures one build runs: `path` (its `--lib`)
+    or this checkout's release build; exits with a message naming `tool` when it is
+    missing."""
+    lib = path or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               "target", "release", "libpyigprof.so")
+    if not os.path.exists(lib):
+        sys.exit("%s: no %s (cargo build --release, or --lib)" % (tool, lib))
+    return os.path.abspath(lib)

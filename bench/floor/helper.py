@@ -14,9 +14,7 @@ and 16 ms and going back to sleep, or waking and re-arming; then pyigprof (`LD_P
 taken from its summary line. Needs a C compiler (`cc`). Standard library only.
 """
 import argparse
-import datetime
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -24,7 +22,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+from measure import machine_line, one_library  # noqa: E402  (bench/measure.py)
 PERIOD_NS = 1_000_000
 
 
@@ -35,9 +34,7 @@ def main():
     ap.add_argument("--lib", help="libpyigprof.so (default: this checkout's release build)")
     ap.add_argument("--out", help="write the table here as well")
     args = ap.parse_args()
-    lib = args.lib or os.path.join(REPO, "target", "release", "libpyigprof.so")
-    if not os.path.exists(lib):
-        sys.exit("bench/floor/helper: no %s (cargo build --release, or --lib)" % lib)
+    lib = one_library(args.lib, "bench/floor/helper")
     rows = []
     with tempfile.TemporaryDirectory(prefix="pyigprof-floor-helper-") as tmp:
         exe = os.path.join(tmp, "rearm")
@@ -75,9 +72,7 @@ def main():
                 shares[name].append(100 * helper / program)
         lines = [
             "- command: `python3 bench/floor/helper.py %s`" % " ".join(sys.argv[1:]),
-            "- date: %s; host: %s, %d CPUs, kernel %s; load average before: %s" % (
-                datetime.datetime.now().isoformat(timespec="seconds"), platform.node(), os.cpu_count(),
-                platform.release(), " ".join("%.2f" % x for x in os.getloadavg())),
+            machine_line(),
             "- one thread busy for %g s of CPU, sampled on a task-clock event at 1 kHz (mean); %d runs"
             % (args.seconds, args.runs),
             "",

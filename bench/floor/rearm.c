@@ -33,18 +33,14 @@
 #include <time.h>
 #include <unistd.h>
 
-static volatile long signals;
+#include "event.h"
+
 static volatile int done;
 static volatile double sink;
 static int rearm, fd = -1;
 static long period, look;
 static long looks;
 static pid_t main_tid;
-
-static void handler(int sig, siginfo_t *info, void *uc) {
-    (void)sig, (void)info, (void)uc;
-    signals++;
-}
 
 static double cpu_of(clockid_t clock) {
     struct timespec t;
@@ -54,24 +50,9 @@ static double cpu_of(clockid_t clock) {
 
 static void *helper(void *arg) {
     (void)arg;
-    struct perf_event_attr attr;
-    memset(&attr, 0, sizeof attr);
-    attr.size = sizeof attr;
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    attr.sample_period = period;
-    attr.wakeup_events = 1;
-    attr.exclude_kernel = 1;
-    attr.exclude_hv = 1;
-    fd = syscall(SYS_perf_event_open, &attr, main_tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    fd = open_task_clock("rearm", main_tid, period);
     if (fd < 0) {
-        fprintf(stderr, "rearm: perf_event_open: %s\n", strerror(errno));
-        exit(1);
-    }
-    struct f_owner_ex owner = {F_OWNER_TID, main_tid};
-    if (fcntl(fd, F_SETSIG, SIGPROF) || fcntl(fd, F_SETOWN_EX, &owner) ||
-        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_ASYNC)) {
-        fprintf(stderr, "rearm: fcntl: %s\n", strerror(errno));
+        fprintf(stderr, "rearm: the main thread is gone\n");
         exit(1);
     }
     uint64_t state = 0x9E3779B97F4A7C15ull;
@@ -106,11 +87,7 @@ int main(int argc, char **argv) {
     pthread_t help;
     clockid_t helper_clock = CLOCK_THREAD_CPUTIME_ID;
     if (!alone) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_sigaction = handler;
-        sa.sa_flags = SA_SIGINFO | SA_RESTART;
-        sigaction(SIGPROF, &sa, NULL);
+        count_sigprof();
         pthread_create(&help, NULL, helper, NULL);
         pthread_getcpuclockid(help, &helper_clock);
     }

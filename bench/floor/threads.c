@@ -40,46 +40,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "event.h"
+
 enum trigger { NONE, TIMER, EVENT_SELF, EVENT_HELPER, EVENT_WAIT };
 
 static enum trigger trigger;
 static long period, work;
-static volatile long signals;
 static volatile double sink;
 
-static void handler(int sig, siginfo_t *info, void *uc) {
-    (void)sig, (void)info, (void)uc;
-    signals++;
-}
-
 static int open_event(pid_t tid) {
-    struct perf_event_attr attr;
-    memset(&attr, 0, sizeof attr);
-    attr.size = sizeof attr;
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    attr.sample_period = period;
-    attr.wakeup_events = 1;
-    attr.exclude_kernel = 1;
-    attr.exclude_hv = 1;
-    int fd = syscall(SYS_perf_event_open, &attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    if (fd < 0 && errno == ESRCH)
-        return -2; /* the thread ended before its event opened */
-    if (fd < 0) {
-        fprintf(stderr, "threads: perf_event_open: %s\n", strerror(errno));
-        exit(1);
-    }
-    struct f_owner_ex owner = {F_OWNER_TID, tid};
-    if (fcntl(fd, F_SETSIG, SIGPROF) || fcntl(fd, F_SETOWN_EX, &owner) ||
-        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_ASYNC)) {
-        if (errno == ESRCH) { /* the thread ended while its event was being set up */
-            close(fd);
-            return -2;
-        }
-        fprintf(stderr, "threads: fcntl: %s\n", strerror(errno));
-        exit(1);
-    }
-    return fd;
+    return open_task_clock("threads", tid, period);
 }
 
 /* The helper thread's mailbox: a thread id to open an event for, the descriptor it
@@ -178,12 +148,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "threads: bad arguments\n");
         return 2;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = handler;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
     if (trigger != NONE) /* under a profiler, `none` leaves SIGPROF to it */
-        sigaction(SIGPROF, &sa, NULL);
+        count_sigprof();
     pthread_t help;
     if (trigger == EVENT_HELPER || trigger == EVENT_WAIT)
         pthread_create(&help, NULL, helper, NULL);

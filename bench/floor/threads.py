@@ -20,17 +20,14 @@ a distribution-free 95 % interval.
 Needs a C compiler (`cc`). Standard library only.
 """
 import argparse
-import datetime
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
-from measure import median_interval, run_once  # noqa: E402  (bench/measure.py)
+from measure import machine_line, one_library, median_interval, run_once  # noqa: E402  (bench/measure.py)
 
 MANY, FEW = 2000, 200
 PERIOD_NS = 1_000_000
@@ -58,9 +55,7 @@ def main():
     ap.add_argument("--lib", help="libpyigprof.so (default: this checkout's release build)")
     ap.add_argument("--out", help="write the table here as well")
     args = ap.parse_args()
-    lib = args.lib or os.path.join(REPO, "target", "release", "libpyigprof.so")
-    if not os.path.exists(lib):
-        sys.exit("bench/floor/threads: no %s (cargo build --release, or --lib)" % lib)
+    lib = one_library(args.lib, "bench/floor/threads")
     with tempfile.TemporaryDirectory(prefix="pyigprof-floor-threads-") as tmp:
         exe = os.path.join(tmp, "threads")
         subprocess.run(["cc", "-O2", "-o", exe, os.path.join(HERE, "threads.c"), "-lpthread"], check=True)
@@ -84,9 +79,7 @@ def main():
         plain = per_thread["plain"]
         lines = [
             "- command: `python3 bench/floor/threads.py %s`" % " ".join(sys.argv[1:]),
-            "- date: %s; host: %s, %d CPUs, kernel %s; load average before: %s" % (
-                datetime.datetime.now().isoformat(timespec="seconds"), platform.node(), os.cpu_count(),
-                platform.release(), " ".join("%.2f" % x for x in os.getloadavg())),
+            machine_line(),
             "- %d rounds; per thread: (2,000 threads − 200 threads) / 1,800; %d loop iterations a thread" % (
                 args.rounds, args.work),
             "",
