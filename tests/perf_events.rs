@@ -816,10 +816,11 @@ fn the_helper_looks_rarely_while_no_thread_starts() {
                 &[&script, mode, "1.5"],
                 &[("PYIGPROF_HZ", "1000"), ("PYIGPROF_PERF_EVENTS", "1")],
             );
-            let cpu_s = run.statistic("cost.process_cpu_ns") / 1e9;
-            let wakeups = run.statistic("cost.helper_wakeups") / cpu_s;
-            let rearms = run.statistic("cost.helper_rearms") / cpu_s;
-            let rate = run.statistic("stats.samples") / cpu_s;
+            let stats = run.statistics();
+            let cpu_s = statistic(&stats, "cost.process_cpu_ns") / 1e9;
+            let wakeups = statistic(&stats, "cost.helper_wakeups") / cpu_s;
+            let rearms = statistic(&stats, "cost.helper_rearms") / cpu_s;
+            let rate = statistic(&stats, "stats.samples") / cpu_s;
             eprintln!(
                 "{} {mode}: {wakeups:.0} helper wake-ups and {rearms:.0} re-arms a CPU second, \
                  {rate:.0} samples a CPU second at 1 kHz",
@@ -918,7 +919,7 @@ fn the_helper_processs_cpu_time_is_in_the_profile_and_the_summary() {
         let outside_ns = json_number(&stdout, "helper_ns");
         let program_s = json_number(&stdout, "cpu_s");
         let stats = run.statistics();
-        let number = |key: &str| run.statistic(key);
+        let number = |key: &str| statistic(&stats, key);
         let helper_ns = number("cost.helper_cpu_ns");
         let process_ns = number("cost.process_cpu_ns");
         eprintln!(

@@ -205,21 +205,11 @@ impl Run {
         profile.sources[0].statistics.iter().cloned().collect()
     }
 
-    /// The statistic `key` of [`Run::statistics`] (`stats.samples`, `cost.helper_cpu_ns`,
-    /// …) as a number; panics naming the key and the statistics when it is missing or not
-    /// a number.
-    pub fn statistic(&self, key: &str) -> f64 {
-        let stats = self.statistics();
-        stats
-            .get(key)
-            .and_then(|value| value.parse().ok())
-            .unwrap_or_else(|| panic!("no number {key} in the profile's statistics: {stats:?}"))
-    }
-
     /// The statistic `key` of [`Run::statistics`] (`stats.with_python`, …) as a fraction of
     /// the profile's samples (`stats.samples`).
     pub fn fraction_of_samples(&self, key: &str) -> f64 {
-        self.statistic(key) / self.statistic("stats.samples")
+        let stats = self.statistics();
+        statistic(&stats, key) / statistic(&stats, "stats.samples")
     }
 
     /// The single profile the run wrote, read with the analyser's reader.
@@ -853,4 +843,14 @@ pub fn live_label(python: &str, preloaded: Option<&str>) -> String {
         Some(clock) => format!("{python} preloaded, {clock} mode"),
         None => format!("{python} attached"),
     }
+}
+
+/// The statistic `key` of a profile's statistics ([`Run::statistics`]: `stats.samples`,
+/// `cost.helper_cpu_ns`, …) as a number; panics naming the key and the statistics when it
+/// is missing or not a number.
+pub fn statistic(stats: &std::collections::HashMap<String, String>, key: &str) -> f64 {
+    stats
+        .get(key)
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no number {key} in the profile's statistics: {stats:?}"))
 }

@@ -483,28 +483,32 @@ pub fn wake_keeper() {
     crate::sources::helper::wake(&WORK);
 }
 
-/// Tells the helper process there is an interval to arm, waking it only if it sleeps:
-/// while samples come, it looks on its own timer, and the handler makes no system call
-/// for it. (A futex wake of a process on another CPU sends an inter-processor interrupt,
-/// which in this VM cost the handler 7 µs at 1 kHz and 15 µs at 250 Hz.) Async-signal-safe.
-fn nudge_keeper() {
-    // With the helper's store of ASLEEP and load of WORK (both SeqCst): either it sees
-    // this increment and looks again, or this load sees it asleep and wakes it.
+/// Tells the helper process there is an interval to arm, waking it only if it sleeps
+/// (or, with `soon` — a thread's first sample, whose drawn interval should be armed at
+/// once — if it waits a quiet look's interval, [`QUIET`]): while samples come, it looks on
+/// its own timer, and the handler makes no system call for it. (A futex wake of a process
+/// on another CPU sends an inter-processor interrupt, which in this VM cost the handler
+/// 7 µs at 1 kHz and 15 µs at 250 Hz.) Async-signal-safe.
+fn nudge_keeper(soon: bool) {
+    // With the helper's stores of ASLEEP and QUIET and its load of WORK (all SeqCst,
+    // [`wait_telling`]): either it sees this increment and looks again, or this load sees
+    // the flag set and wakes it.
     WORK.fetch_add(1, Ordering::SeqCst);
-    if ASLEEP.load(Ordering::SeqCst) {
+    if ASLEEP.load(Ordering::SeqCst) || (soon && QUIET.load(Ordering::SeqCst)) {
         crate::sources::helper::wake(&WORK);
     }
 }
 
-/// [`nudge_keeper`] for a thread's first sample, whose drawn interval should be armed
-/// soon: wakes the helper process as well if it waits a quiet look's interval
-/// ([`QUIET`]). Async-signal-safe.
-fn nudge_keeper_quick() {
-    // With the helper's stores of ASLEEP and QUIET and its load of WORK (all SeqCst).
-    WORK.fetch_add(1, Ordering::SeqCst);
-    if ASLEEP.load(Ordering::SeqCst) || QUIET.load(Ordering::SeqCst) {
-        crate::sources::helper::wake(&WORK);
+/// The helper process's wait on [`WORK`] (still `seen`) for at most `timeout_ns`, with
+/// `flag` ([`ASLEEP`] or [`QUIET`]) set meanwhile, so that a handler that must have it
+/// look wakes it ([`nudge_keeper`]). In the helper process.
+fn wait_telling(flag: &AtomicBool, seen: u32, timeout_ns: u64) {
+    flag.store(true, Ordering::SeqCst);
+    // Work posted before the flag was seen did not wake us: look again.
+    if WORK.load(Ordering::SeqCst) == seen {
+        crate::sources::helper::helper_wait(&WORK, seen, timeout_ns);
     }
+    flag.store(false, Ordering::SeqCst);
 }
 
 /// How long the helper process waits between its own looks while samples come and threads
@@ -713,20 +717,10 @@ impl Keeper {
             if mean == quick {
                 crate::sources::helper::helper_wait(&WORK, seen, wait);
             } else {
-                QUIET.store(true, Ordering::SeqCst);
-                // A first sample posted before QUIET was seen did not wake us: look again.
-                if WORK.load(Ordering::SeqCst) == seen {
-                    crate::sources::helper::helper_wait(&WORK, seen, wait);
-                }
-                QUIET.store(false, Ordering::SeqCst);
+                wait_telling(&QUIET, seen, wait);
             }
         } else {
-            ASLEEP.store(true, Ordering::SeqCst);
-            // A request posted before ASLEEP was seen did not wake us: look again.
-            if WORK.load(Ordering::SeqCst) == seen {
-                crate::sources::helper::helper_wait(&WORK, seen, at_most_ns.min(1_000_000_000));
-            }
-            ASLEEP.store(false, Ordering::SeqCst);
+            wait_telling(&ASLEEP, seen, at_most_ns.min(1_000_000_000));
         }
     }
 }
@@ -960,7 +954,7 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<Weight> {
             if armed < event.period / 4 {
                 wake_keeper();
             } else {
-                nudge_keeper_quick();
+                nudge_keeper(true);
             }
         } else if slot
             .want_period
@@ -968,7 +962,7 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<Weight> {
             .is_ok()
         {
             // One request per look: a request still pending is not repeated.
-            nudge_keeper();
+            nudge_keeper(false);
         }
     }
     Some(weight)
@@ -1113,7 +1107,7 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: Wait) -> Result<(
     match wait {
         Wait::No => {
             // Woken only if it sleeps: while samples come it looks on its own timer.
-            nudge_keeper();
+            nudge_keeper(false);
             return Ok(());
         }
         Wait::Wake => {
