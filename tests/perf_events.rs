@@ -690,28 +690,23 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                     "{label}: cpu_part's CPU time {on_cpu:.3} s in the profile, {cpu_time:.3} s \
                      measured"
                 );
-                // Issue 56 asks each phase within 3 % of the handlers' own wall time;
-                // io_part is, cpu_part is not yet (−3.6 % at the median). Its wall time
-                // is CPU time and, for a tenth of it, short waits for the GIL and for a
-                // CPU, which passes 1 ms apart mostly do not see: those found between two
-                // passes are `<waiting: between samples>` under its CPU samples
-                // (docs/design.md "Wall mode"); before, they went to the next blocked
-                // sample, mostly io_part's sleep.
-                // Measured at 1,200 requests, quiet machine (December 6, 3.12, 8 runs):
-                // cpu_part −4.9 to −2.3 %, median −3.6 % (before: −5.5 to −4.2 %, median
-                // −4.6 %; one CI run −6.3 %); io_part −1.4 to −0.9 %. The bounds leave
-                // room for a busier machine (another server beside it moved cpu_part up to
-                // 3 points either way), so that a regression fails and the known shortfall
-                // does not.
+                // Issue 56 asks each phase within 3 % of the handlers' own wall time. Its
+                // wall time is CPU time and, for a tenth of it, short waits for the GIL and
+                // for a CPU (docs/design.md "Wall mode"). Measured December 6 (its client
+                // in another process, 3.12, 8 runs, quiet machine): `cpu_part` −1.1 to
+                // +1.2 %, `io_part` −2.7 to −0.6 %; here on sid's 3.15, 6 runs: +0.5 to
+                // +3.3 % and −1.8 to −1.0 % (before the run delay's counting from a random
+                // phase: `cpu_part` −5.0 to −1.7 %, median −3.3 %). The bounds leave a point
+                // for a busier machine, and fail the shortfall of before.
                 for (phase, low, high) in [
                     (
                         "cpu_part",
-                        0.93 * measured("cpu_part"),
-                        1.05 * measured("cpu_part"),
+                        0.96 * measured("cpu_part"),
+                        1.045 * measured("cpu_part"),
                     ),
                     (
                         "io_part",
-                        0.97 * measured("io_part"),
+                        0.96 * measured("io_part"),
                         1.03 * measured("io_part"),
                     ),
                 ] {

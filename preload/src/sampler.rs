@@ -158,6 +158,7 @@ impl Sampler {
             slot.wait_node.store(0, Ordering::Relaxed);
             slot.runnable_pending.store(0, Ordering::Relaxed);
             slot.blocked_last.store(false, Ordering::Relaxed);
+            slot.woke_node.store(0, Ordering::Relaxed);
             slot.pass_leaf.store(0, Ordering::Relaxed);
             slot.given_node.store(0, Ordering::Relaxed);
             slot.path.root.store(0, Ordering::Relaxed);
@@ -397,6 +398,8 @@ impl Sampler {
             {
                 slot.wait_node.store(node, Ordering::Relaxed);
                 slot.blocked_last.store(true, Ordering::Relaxed);
+                slot.woke_node.store(node, Ordering::Relaxed);
+                slot.ran_since_woken.store(false, Ordering::Relaxed);
             }
         }
         true

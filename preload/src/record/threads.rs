@@ -73,8 +73,13 @@ pub struct Slot {
     /// counted it; [`RUN_DELAY_UNSET`] for a thread that existed before sampling began,
     /// whose first reading is its baseline.
     pub run_delay: AtomicU64,
-    /// Wall mode: run delay read but not yet counted as ticks (ns, less than a period).
+    /// Wall mode: run delay read but not yet counted as ticks (ns, less than a period),
+    /// plus [`Slot::run_delay_phase`] (`sources::wall::count_runnable`).
     pub run_delay_carry: AtomicU64,
+    /// Wall mode: the random phase (ns, under a period) the thread's run delay is counted
+    /// in periods from, drawn at its first reading: uniform, so that the tick of each
+    /// period goes to each reading with the chance of its share.
+    pub run_delay_phase: AtomicU64,
     /// Wall mode: the thread's `schedstat` file open in the helper process's descriptor
     /// table, + 1 (0: none), and the thread it was opened for. The helper's alone.
     pub schedstat_fd: AtomicI32,
@@ -94,6 +99,10 @@ pub struct Slot {
     /// as read while it was off its CPU, or the largest seen before such a reading
     /// (`sources::wall::on_a_cpu_now`).
     pub cpu_offset: AtomicU64,
+    /// Wall mode: the thread is counted from its creation, and what it ran before its
+    /// event opened (in its `schedstat` time, not in the event's count) counts as blocked
+    /// until a reading finds it off its CPU and takes it back (`sources::wall::account`).
+    pub event_gap_open: AtomicBool,
     /// Wall mode: blocked time (ns, an `i64` kept as its bits) that passes finding the
     /// thread runnable could not place yet, part of it maybe its wait for a CPU so far;
     /// where it goes (the leaf of its latest sample then, 0: nothing kept; whether that
@@ -127,9 +136,19 @@ pub struct Slot {
     pub runnable_pending: AtomicU64,
     /// Wall mode: whether the latest the sampler saw of the thread was a sample of it
     /// blocked (set by the sampler process's capture, cleared by the thread's CPU
-    /// samples): its next wait for a CPU is then its wake-up's, and goes to the call it
-    /// blocked in ([`Slot::wait_node`]).
+    /// samples): waits no pass saw then go to that sample (`sources::wall::visit`), and,
+    /// without the thread's event count to tell when it ran (POSIX timers), its next wait
+    /// for a CPU is its wake-up's, under the call it blocked in ([`Slot::wait_node`]).
     pub blocked_last: AtomicBool,
+    /// Wall mode: the trace-tree node of the call the sampler process last found the
+    /// thread blocked in (0: none yet), whose wake-up's wait for a CPU is that call's
+    /// (`sources::wall::count_runnable`), whether or not a CPU sample came since.
+    pub woke_node: AtomicU32,
+    /// Wall mode: whether a reading found the thread on a CPU since it was last found
+    /// blocked ([`Slot::woke_node`]; cleared then): its wake-up's wait for a CPU is
+    /// counted by then (the kernel adds a wait to the run delay as the thread gets its
+    /// CPU), so later waits for a CPU are preemptions of the code it runs.
+    pub ran_since_woken: AtomicBool,
     /// Kernel thread id the timer signals (0 = none).
     pub tid: AtomicI32,
     /// The timer's first expiry after arming (ns of the thread's clock).
@@ -418,6 +437,7 @@ impl Slots {
             // were the parent's helper process's.
             slot.run_delay.store(0, Ordering::Relaxed);
             slot.run_delay_carry.store(0, Ordering::Relaxed);
+            slot.run_delay_phase.store(0, Ordering::Relaxed);
             slot.created_ns.store(0, Ordering::Relaxed);
             slot.schedstat_fd.store(0, Ordering::Relaxed);
             slot.schedstat_tid.store(0, Ordering::Relaxed);
@@ -426,6 +446,7 @@ impl Slots {
             slot.wait_node.store(0, Ordering::Relaxed);
             slot.runnable_pending.store(0, Ordering::Relaxed);
             slot.blocked_last.store(false, Ordering::Relaxed);
+            slot.woke_node.store(0, Ordering::Relaxed);
             slot.pass_leaf.store(0, Ordering::Relaxed);
             slot.given_node.store(0, Ordering::Relaxed);
             slot.last_cpu_leaf.store(0, Ordering::Relaxed);

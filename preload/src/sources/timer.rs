@@ -109,9 +109,11 @@ impl Sampler {
         // its first reading).
         slot.run_delay.store(0, Ordering::Relaxed);
         slot.run_delay_carry.store(0, Ordering::Relaxed);
+        slot.run_delay_phase.store(0, Ordering::Relaxed);
         slot.wait_node.store(0, Ordering::Relaxed);
         slot.runnable_pending.store(0, Ordering::Relaxed);
         slot.blocked_last.store(false, Ordering::Relaxed);
+        slot.woke_node.store(0, Ordering::Relaxed);
         slot.pass_leaf.store(0, Ordering::Relaxed);
         slot.given_node.store(0, Ordering::Relaxed);
         if let Trigger::Event(event) = &self.trigger {

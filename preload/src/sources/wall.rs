@@ -135,7 +135,8 @@ fn visit(
     // CPU is up to date ([`account`]).
     let state = state_of(tid, line);
     let off_cpu = matches!(state, State::Blocked { .. });
-    let exact = account(sampler, slot, tid, off_cpu, again);
+    // (`u`'s low bits: a uniform draw of its own for the reading's roundings.)
+    let exact = account(sampler, slot, tid, off_cpu, again, (u * 65536.0).fract());
     if exact.is_some() {
         take_back(sampler, slot);
         if off_cpu {
@@ -214,7 +215,11 @@ fn visit(
                         // time), with what passes that found it runnable kept, whose waits
                         // for a CPU this reading's run delay takes back.
                         let (at, kept) = take_deferred(slot).unwrap_or((at, 0));
-                        give_unseen(sampler, slot, at, (kept + reading.added).max(0) as u64, u);
+                        let unseen = kept + reading.added;
+                        if unseen > UNSEEN_WAIT_NS && !slot.event_gap_open.load(Ordering::Relaxed) {
+                            give_unseen_wake(sampler, slot, at, reading.pending);
+                            give_unseen(sampler, slot, at, unseen as u64, u);
+                        }
                     }
                     Some(false) => defer(slot, at, reading.added),
                     None => {}
@@ -234,7 +239,8 @@ fn visit(
 /// reading that knew its time on a CPU, less that time and its run delay since, was
 /// blocked, and is added to [`Slot::blocked_ns`] for its blocked samples. The first
 /// reading for a thread is the baseline (its run delay before it counts too, for a thread
-/// started while sampling). `None` when the file cannot be read; `buf` is scratch.
+/// started while sampling). `None` when the file cannot be read; `buf` is scratch; `u` a
+/// uniform draw for the reading's roundings.
 ///
 /// Its time on a CPU comes from its `task-clock` event's count where it has one
 /// ([`crate::sources::perf::thread_cpu_from_event`]), else from `schedstat` when the pass
@@ -256,6 +262,7 @@ fn account(
     tid: libc::pid_t,
     off_cpu: bool,
     buf: &mut [u8],
+    u: f64,
 ) -> Option<Reading> {
     let (on_cpu, run_delay) = schedstat(slot, tid, buf)?;
     // Its event's count, where it has one, is up to date even while it runs.
@@ -264,6 +271,7 @@ fn account(
         .event()
         .and_then(|event| crate::sources::perf::thread_cpu_from_event(event, slot));
     let on_a_cpu = exact.and_then(|event_cpu| on_a_cpu_now(slot, on_cpu, event_cpu, off_cpu));
+    let schedstat_cpu = on_cpu;
     let (on_cpu, current) = match exact {
         Some(cpu) => (cpu, true),
         None => (on_cpu, off_cpu),
@@ -277,6 +285,7 @@ fn account(
         return Some(Reading {
             on_a_cpu: None,
             added: 0,
+            pending: 0,
         });
     }
     let delay_before = slot.run_delay.load(Ordering::Relaxed);
@@ -286,18 +295,26 @@ fn account(
         let (at, cpu, delay) = if created != 0 && delay_before == 0 {
             // A thread started while sampling: its time so far counts from its creation
             // (its wait for a first CPU, in its run delay, included).
+            slot.event_gap_open
+                .store(exact.is_some(), Ordering::Relaxed);
             (created, 0, 0)
         } else {
             (now, on_cpu, run_delay)
         };
         slot.seen_at.store(at, Ordering::Relaxed);
+        draw_run_delay_phase(slot, sampler.period_ns, (u * 4096.0).fract());
         slot.seen_cpu.store(cpu, Ordering::Relaxed);
         slot.seen_delay.store(delay, Ordering::Relaxed);
     }
     // The first reading of a thread started while sampling: its run delay so far is
     // mostly its wait for a first CPU after its creation (on a loaded machine, most of a
     // period), before any of its frames: at its tree's root, not at its latest sample.
-    count_runnable(sampler, slot, run_delay, first);
+    let pending = count_runnable(sampler, slot, run_delay, first, exact.is_some());
+    match (on_a_cpu, off_cpu) {
+        (Some(true), _) => slot.ran_since_woken.store(true, Ordering::Relaxed),
+        (_, true) => slot.ran_since_woken.store(false, Ordering::Relaxed),
+        _ => {}
+    }
     let mut added = 0;
     if current && delay_before != RUN_DELAY_UNSET {
         // Signed: the kernel adds a wait for a CPU to the run delay when the wait ends, so
@@ -309,10 +326,28 @@ fn account(
         let elapsed = now.saturating_sub(seen_at) as i64;
         let busy = on_cpu.saturating_sub(seen_cpu) + run_delay.saturating_sub(seen_delay);
         added = elapsed - busy.min(i64::MAX as u64) as i64;
+        // A thread counted from its creation: what it ran between its arming and its
+        // event's opening is in its `schedstat` time and in its first CPU sample's weight
+        // (`perf::arm`), not in the event's count, so it counts as blocked here until a
+        // reading finds the thread off its CPU, where the two differ by exactly that (on
+        // a CPU, `schedstat` lags): then it is taken back. (Left as blocked, it went, as a
+        // wait between two passes, under the thread's first CPU sample: 0.3 ms a thread
+        // of a thread-per-request server, 1 % of its handlers' `cpu_part` counted twice.)
+        if off_cpu && slot.event_gap_open.load(Ordering::Relaxed) {
+            if let Some(event_cpu) = exact {
+                let gap = schedstat_cpu.saturating_sub(event_cpu).min(i64::MAX as u64);
+                added -= gap as i64;
+                slot.event_gap_open.store(false, Ordering::Relaxed);
+            }
+        }
         add_blocked_ns(slot, added);
     }
     slot.busy.store(FREE, Ordering::Release);
-    Some(Reading { on_a_cpu, added })
+    Some(Reading {
+        on_a_cpu,
+        added,
+        pending,
+    })
 }
 
 /// What a reading of a thread's `schedstat` found ([`account`]).
@@ -323,6 +358,9 @@ struct Reading {
     /// The blocked time this reading added to [`Slot::blocked_ns`] (ns; negative when it
     /// found run or runnable what the one before counted as blocked).
     added: i64,
+    /// The ticks of its run delay this reading left for its next CPU sample
+    /// ([`Slot::runnable_pending`]): taken for a preemption of the code it runs.
+    pending: u64,
 }
 
 /// How far (ns) a thread's `schedstat` CPU time must be behind its event's count, less the
@@ -413,7 +451,8 @@ pub(crate) fn account_thread_end(sampler: &Sampler, slot: &Slot) {
         let end = now.saturating_sub(seen_at) as i64
             - ran.min(i64::MAX as u64) as i64
             - delay.min(i64::MAX as u64) as i64
-            + slot.run_delay_carry.swap(0, Ordering::Relaxed) as i64;
+            + slot.run_delay_carry.swap(0, Ordering::Relaxed) as i64
+            - slot.run_delay_phase.swap(0, Ordering::Relaxed) as i64;
         let blocked_at = slot.pass_leaf.swap(0, Ordering::Relaxed);
         if end > 0 {
             let u = crate::sources::random::uniform(&mut state);
@@ -457,42 +496,127 @@ fn settle(sampler: &Sampler, slot: &Slot, node: u32, state: &mut u64) {
     }
 }
 
+/// Draws the phase (ns, `u` of the period `period_ns`, `u` uniform) from which the run
+/// delay of the thread of `slot` is counted in periods ([`Slot::run_delay_phase`]), at its
+/// first reading.
+fn draw_run_delay_phase(slot: &Slot, period_ns: u64, u: f64) {
+    let phase = (u * period_ns as f64) as u64;
+    slot.run_delay_phase.store(phase, Ordering::Relaxed);
+    slot.run_delay_carry.store(phase, Ordering::Relaxed);
+}
+
 /// Counts the time the thread of `slot` spent runnable, waiting for a CPU, since the last
-/// pass: the growth of its run delay to `run_delay` (ns), in ticks of the period with the
-/// remainder carried, as a `<waiting: CPU>` frame: under the call it woke from when the
-/// latest the sampler saw of it was that call ([`Slot::blocked_last`], [`Slot::wait_node`]);
-/// else, preempted while it ran, under its next CPU sample's stack
+/// pass: the growth of its run delay to `run_delay` (ns), in whole periods (the remainder
+/// carried, [`Slot::run_delay_carry`]), as a `<waiting: CPU>` frame: under the call it woke
+/// from when no reading found it on a CPU since one found it blocked there ([`Slot::woke_node`],
+/// [`Slot::ran_since_woken`]; without its event's count to tell on a CPU from runnable,
+/// `judged` false: when no CPU sample came since, [`Slot::blocked_last`],
+/// [`Slot::wait_node`]); else, preempted while it ran, under its next CPU sample's stack
 /// ([`Slot::runnable_pending`]); at its tree's root for its first reading (`at_start`) or
 /// before any sample. Runnable time is in neither the CPU sampler's ticks nor the blocked
-/// samples'. The caller holds the slot ([`CAPTURING`]).
-fn count_runnable(sampler: &Sampler, slot: &Slot, run_delay: u64, at_start: bool) {
+/// samples'. Returns the ticks left for the next CPU sample. The caller holds the slot
+/// ([`CAPTURING`]).
+fn count_runnable(
+    sampler: &Sampler,
+    slot: &Slot,
+    run_delay: u64,
+    at_start: bool,
+    judged: bool,
+) -> u64 {
     let base = slot.run_delay.load(Ordering::Relaxed);
     if base == RUN_DELAY_UNSET {
         slot.run_delay.store(run_delay, Ordering::Relaxed);
-        return;
+        return 0;
     }
-    let period = sampler.period_ns;
-    let ns = run_delay.saturating_sub(base) + slot.run_delay_carry.load(Ordering::Relaxed);
-    let ticks = ns / period;
-    let woken = slot.blocked_last.load(Ordering::Relaxed);
-    if ticks > 0 && !at_start && !woken && slot.last_cpu_leaf.load(Ordering::Relaxed) != 0 {
-        // Not woken from a call it was last seen blocked in: it was preempted while it
-        // ran. That wait lies among the CPU time its next CPU sample weighs (the kernel
-        // adds it to the run delay only once the thread runs again), and that sample
-        // records it under its own stack, as it records the CPU time around it. (Put under
-        // the latest CPU sample or blocked call instead, a thread-per-request server's
-        // `cpu_part` got 0.03 s of its 0.11 s runnable: that node was mostly the GIL wait
-        // at the thread's start or a sample before the phase began.)
+    // Woken from the call it was last found blocked in, and not found on a CPU since:
+    // the wait is its wake-up's, whatever CPU samples came since (the kernel counts a
+    // wake-up's wait as the thread gets its CPU, before it runs any code). Without its
+    // event's count to tell on a CPU from runnable (`judged` false): when no CPU sample
+    // came since it was last found blocked.
+    let woke = match judged {
+        true if !slot.ran_since_woken.load(Ordering::Relaxed) => {
+            slot.woke_node.load(Ordering::Relaxed)
+        }
+        true => 0,
+        false if slot.blocked_last.load(Ordering::Relaxed) => {
+            slot.wait_node.load(Ordering::Relaxed)
+        }
+        false => 0,
+    };
+    let preempted = !at_start && woke == 0 && slot.last_cpu_leaf.load(Ordering::Relaxed) != 0;
+    // In whole periods, the remainder carried to the next reading from a random phase
+    // drawn at the thread's first ([`Slot::run_delay_phase`]): the tick of each period
+    // goes to the reading whose wait crosses it, which for a phase uniform over the period
+    // is each reading's own time in expectation, and the thread's total stays within a
+    // period of its run delay. (From a phase of 0, a short thread's first period went to
+    // its later, longer waits: a thread-per-request server's handlers, ~1 ms runnable
+    // each, had `cpu_part` get 79 of its ~230 ticks of preemption. Rounded at random at
+    // each reading instead, four busy threads' totals spread by ±2.5 % at 250 Hz.)
+    let owed = run_delay.saturating_sub(base) + slot.run_delay_carry.load(Ordering::Relaxed);
+    let ticks = owed / sampler.period_ns;
+    slot.run_delay_carry
+        .store(owed % sampler.period_ns, Ordering::Relaxed);
+    if ticks == 0 {
+        // Nothing to count.
+    } else if at_start {
+        sampler.record_waiting_cpu(sampler.tree_root(slot), ticks);
+    } else if woke != 0 {
+        sampler.record_waiting_cpu(Some(woke), ticks);
+    } else if preempted {
+        // Preempted while it ran. That wait lies among the CPU time its next CPU sample
+        // weighs (the kernel adds it to the run delay only once the thread runs again),
+        // and that sample records it under its own stack, as it records the CPU time
+        // around it. (Put under the latest CPU sample or blocked call instead, a
+        // thread-per-request server's `cpu_part` got 0.03 s of its 0.11 s runnable: that
+        // node was mostly the GIL wait at the thread's start or a sample before the phase
+        // began.)
         slot.runnable_pending.fetch_add(ticks, Ordering::Relaxed);
-    } else if ticks > 0 {
+        slot.run_delay.store(run_delay, Ordering::Relaxed);
+        return ticks;
+    } else {
         let node = match slot.wait_node.load(Ordering::Relaxed) {
-            node if node != 0 && !at_start => Some(node),
-            _ => sampler.tree_root(slot),
+            0 => sampler.tree_root(slot),
+            node => Some(node),
         };
         sampler.record_waiting_cpu(node, ticks);
     }
     slot.run_delay.store(run_delay, Ordering::Relaxed);
-    slot.run_delay_carry.store(ns % period, Ordering::Relaxed);
+    0
+}
+
+/// The least blocked time (ns) that a reading finding a thread on a CPU, after one that
+/// found it running, takes for a wait no pass saw ([`give_unseen`]): less is within the
+/// readings' own error (`schedstat` and the event's count are read some microseconds
+/// apart, and reading the count of a running thread is a cross-CPU call of ~20 µs), and
+/// stays for the thread's next blocked sample.
+const UNSEEN_WAIT_NS: i64 = 20_000;
+
+/// A reading found the thread of `slot` on a CPU after a wait that no pass saw (between
+/// two passes that found it running), and took the `ticks` of run delay it counted for a
+/// preemption of the code it runs ([`count_runnable`]): most of it is that wait's wake-up
+/// (the kernel counts the wait for a CPU after a wake-up as the thread gets its CPU), so it
+/// goes where the wait goes ([`give_unseen`]), as `<waiting: CPU>`: under the call of the
+/// blocked sample `at` names, or under its CPU sample. Left for the next CPU sample, a
+/// thread that handed the GIL back and forth between passes had those wake-ups counted
+/// in the code it ran next.
+fn give_unseen_wake(sampler: &Sampler, slot: &Slot, at: Unseen, ticks: u64) {
+    let node = match at.blocked {
+        true => slot.woke_node.load(Ordering::Relaxed),
+        false => at.leaf,
+    };
+    if ticks == 0 || node == 0 {
+        return;
+    }
+    // The thread's own CPU sample may have recorded them since (the slot is not held).
+    let Ok(before) =
+        slot.runnable_pending
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |pending| {
+                Some(pending.saturating_sub(ticks))
+            })
+    else {
+        return;
+    };
+    sampler.record_waiting_cpu(Some(node), before.min(ticks));
 }
 
 /// Where a thread's waits that no pass saw go: under the leaf of its latest sample.
@@ -666,6 +790,7 @@ fn schedstat(slot: &Slot, tid: libc::pid_t, buf: &mut [u8]) -> Option<(u64, u64)
         slot.seen_at.store(0, Ordering::Relaxed);
         slot.blocked_ns.store(0, Ordering::Relaxed);
         slot.cpu_offset.store(0, Ordering::Relaxed);
+        slot.event_gap_open.store(false, Ordering::Relaxed);
         slot.deferred_leaf.store(0, Ordering::Relaxed);
     }
     if fd == 0 {
@@ -902,6 +1027,52 @@ mod tests {
         assert_eq!(
             parse(b"0 0x3 0x1 0x2000 0x0 0x0 0x0 0x7ffcef23d330 0xzz\n"),
             None
+        );
+    }
+
+    #[test]
+    fn short_preemptions_get_their_share_of_the_run_delay_next_to_long_wake_ups() {
+        // 2,000 short threads at 1 kHz, each preempted four times for 50 µs while it runs,
+        // then woken once after a wait for 800 µs: a fifth of their run delay is the
+        // preemptions', which their next CPU samples get (`runnable_pending`). Counted in
+        // periods from a phase of 0, every thread's one tick went to its wake-up.
+        let period = 1_000_000;
+        let sampler = Sampler::new(period, crate::config::Clock::Wall, None).unwrap();
+        let slot = crate::record::threads::tests::zeroed_slot();
+        let node = sampler.tree_root(&slot).unwrap();
+        let mut state = 0x9e37_79b9_7f4a_7c15;
+        let (mut preempted, mut woken) = (0, 0);
+        for _ in 0..2_000 {
+            slot.run_delay.store(0, Ordering::Relaxed);
+            let u = crate::sources::random::uniform(&mut state);
+            draw_run_delay_phase(&slot, period, u);
+            slot.last_cpu_leaf.store(node, Ordering::Relaxed);
+            slot.ran_since_woken.store(true, Ordering::Relaxed);
+            let mut run_delay = 0;
+            for _ in 0..4 {
+                run_delay += 50_000;
+                preempted += count_runnable(&sampler, &slot, run_delay, false, true);
+            }
+            slot.woke_node.store(node, Ordering::Relaxed);
+            slot.ran_since_woken.store(false, Ordering::Relaxed);
+            let before = sampler.stats.waiting_ticks.load(Ordering::Relaxed);
+            run_delay += 800_000;
+            assert_eq!(count_runnable(&sampler, &slot, run_delay, false, true), 0);
+            woken += sampler.stats.waiting_ticks.load(Ordering::Relaxed) - before;
+        }
+        // Expected 400 and 1,600 ticks; the phases' spread is √(2000·0.2·0.8) ≈ 18.
+        assert!(
+            (330..=470).contains(&preempted),
+            "{preempted} ticks of preemption"
+        );
+        assert!(
+            (1_530..=1_670).contains(&woken),
+            "{woken} ticks of wake-ups"
+        );
+        assert_eq!(
+            slot.runnable_pending.load(Ordering::Relaxed),
+            preempted,
+            "the preemptions' ticks wait for the next CPU sample"
         );
     }
 
