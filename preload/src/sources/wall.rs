@@ -135,7 +135,7 @@ fn visit(
     // CPU is up to date ([`account`]).
     let state = state_of(tid, line);
     let off_cpu = matches!(state, State::Blocked { .. });
-    // (`u`'s low bits: a uniform draw of its own for the reading's roundings.)
+    // (`u`'s low bits: a uniform draw of its own, for a first reading's phase.)
     let exact = account(sampler, slot, tid, off_cpu, again, (u * 65536.0).fract());
     if exact.is_some() {
         take_back(sampler, slot);
@@ -240,7 +240,7 @@ fn visit(
 /// blocked, and is added to [`Slot::blocked_ns`] for its blocked samples. The first
 /// reading for a thread is the baseline (its run delay before it counts too, for a thread
 /// started while sampling). `None` when the file cannot be read; `buf` is scratch; `u` a
-/// uniform draw for the reading's roundings.
+/// uniform draw for the phase of a first reading ([`Slot::run_delay_phase`]).
 ///
 /// Its time on a CPU comes from its `task-clock` event's count where it has one
 /// ([`crate::sources::perf::thread_cpu_from_event`]), else from `schedstat` when the pass
