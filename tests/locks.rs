@@ -109,7 +109,8 @@ fn lock_frame(stack: &Stack) -> Option<&str> {
 ///   `worker` in `<lock <string>:3>`, the holds the workers measured, within 10 % (a 1 ms
 ///   rate samples two in three of these 1.1 ms holds: 2.9 % standard error); 3.13.1+'s
 ///   `PyMutex` is taken and released without a call (no hold is seen) and its waits park
-///   on a semaphore made for the wait (no name);
+///   on a semaphore made for the wait, named by the `PyMutex` it parks for and the line
+///   that first waited: `<lock first waited for at <string>:12>`, the `with lock:`;
 /// - `pyigprof-analyse -r LOCK_WAIT --json` gives it in seconds, and the summary says it.
 #[test]
 fn the_waits_for_a_python_lock_are_counted_where_threads_wait() {
@@ -181,6 +182,18 @@ fn the_waits_for_a_python_lock_are_counted_where_threads_wait() {
                 (in_workers - measured_hold).abs() <= 0.10 * measured_hold,
                 "{name}: the workers' LOCK_HOLD {in_workers:.3} s, measured {measured_hold:.3} s"
             );
+        } else {
+            let workers = stacks_of(&profile, "LOCK_WAIT");
+            let workers: Vec<_> = workers.iter().filter(|s| s.has("worker")).collect();
+            assert!(!workers.is_empty(), "{name}: no wait under worker");
+            for stack in workers {
+                assert_eq!(
+                    lock_frame(stack),
+                    Some("<lock first waited for at <string>:12>"),
+                    "{name}: {:?}",
+                    stack.frames
+                );
+            }
         }
         assert!(
             run.stderr().contains("pyigprof: wrote ")
@@ -201,6 +214,46 @@ fn the_waits_for_a_python_lock_are_counted_where_threads_wait() {
         assert!(
             (reported - all).abs() < 0.01,
             "{name}: --json says {reported} s, the profile {all:.3} s"
+        );
+    }
+}
+
+/// 3.13.1+ (`threading.Lock` a `PyMutex`: no call made when it is created, taken or
+/// released): the waits of four threads contending for one are counted under `worker` as
+/// they measured them, each named by the `PyMutex` the interpreter parks the waiter for
+/// and the line that first waited for it, the `with lock:` (line 12); holds are not seen.
+#[test]
+fn a_pymutex_lock_is_named_by_its_first_waiter() {
+    let _machine = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
+    let wanted = |i: &Interpreter| i.version >= (3, 13) && !semaphore_locks(i);
+    for python in interpreters_for("lock_pymutex", "interpreters from 3.13.1", wanted) {
+        let (run, profile) = profiled_ok(
+            &python,
+            &["-c", CONTENTION, "100"],
+            &[("PYIGPROF_PROFILE", "lock")],
+        );
+        let name = &python.name;
+        let measured = json_number(&run.stdout(), "waited");
+        let workers = lock_seconds(&profile, "LOCK_WAIT", &|s| s.has("worker"));
+        let named = lock_seconds(&profile, "LOCK_WAIT", &|s| {
+            s.has("worker") && lock_frame(s) == Some("<lock first waited for at <string>:12>")
+        });
+        eprintln!(
+            "lock_pymutex: {name}: workers {workers:.3} s (measured {measured:.3} s), \
+             {named:.3} s named"
+        );
+        assert!(
+            (workers - measured).abs() <= 0.10 * measured,
+            "{name}: the workers' LOCK_WAIT {workers:.3} s, measured {measured:.3} s"
+        );
+        assert!(
+            named == workers,
+            "{name}: {named:.3} s of the workers' {workers:.3} s named by line 12: {:?}",
+            stacks_of(&profile, "LOCK_WAIT")
+                .iter()
+                .filter(|s| s.has("worker"))
+                .map(lock_frame)
+                .collect::<Vec<_>>()
         );
     }
 }

@@ -259,15 +259,15 @@ impl Sampler {
     /// inside anything the program does). `None` when the thread's slot is busy (a
     /// `SIGPROF` handler cannot be, but wall mode's source can) or the tree is full.
     pub(crate) fn allocation_site(&self, regs: Regs, entry: u64) -> Option<u32> {
-        self.call_site(regs, entry, |slot| self.tree_root(slot), |_| None)
+        self.call_site(regs, entry, |slot| self.tree_root(slot), |_, _| None)
     }
 
     /// Records a wait for a lock, or a hold of one, that the calling thread has just ended
     /// in `entry` (the C library's function it called; [`crate::sources::locks`]) and that
     /// stands for `weight_ns` ns: its call stack, in the thread's tree for `counter` (its
     /// own root, [`Slot::lock_roots`]), with the lock's frame that `lock` gives (from the
-    /// innermost frame of the program's, the instruction that called `entry`; `None`: no
-    /// lock frame) at the leaf, one sample and `weight_ns` in ticks of [`crate::sources::locks::TICK_NS`] (rounded
+    /// innermost frame of the program's, the instruction that called `entry`, and the
+    /// innermost Python frame's key; `None`: no lock frame) at the leaf, one sample and `weight_ns` in ticks of [`crate::sources::locks::TICK_NS`] (rounded
     /// at random with `unit`, uniform in `(0, 1]`). False when it could not be recorded
     /// (the slot busy, the trees full). Not from a signal handler.
     pub(crate) fn record_lock(
@@ -275,7 +275,7 @@ impl Sampler {
         counter: crate::sources::locks::Counter,
         regs: Regs,
         entry: u64,
-        lock: impl FnOnce(u64) -> Option<u64>,
+        lock: impl FnOnce(u64, Option<u64>) -> Option<u64>,
         weight_ns: u64,
         unit: f64,
     ) -> bool {
@@ -303,14 +303,15 @@ impl Sampler {
     /// in the profiler's code, less the profiler's frames, with `entry` (the function of
     /// the C library the program called) as its innermost frame, in the tree whose root
     /// `root` gives (made on first use), and below it the frame `leaf` gives (from the
-    /// instruction that called `entry`, 0 when unknown), if any. Takes the slot as the
+    /// instruction that called `entry`, 0 when unknown, and the innermost Python frame's
+    /// key, if any), if any. Takes the slot as the
     /// handler does. `None` when the slot is busy or the trees are full.
     fn call_site(
         &self,
         regs: Regs,
         entry: u64,
         root: impl FnOnce(&Slot) -> Option<u32>,
-        leaf: impl FnOnce(u64) -> Option<u64>,
+        leaf: impl FnOnce(u64, Option<u64>) -> Option<u64>,
     ) -> Option<u32> {
         // SAFETY: pthread_self only reads the thread pointer.
         let thread = unsafe { libc::pthread_self() } as usize;
@@ -335,7 +336,12 @@ impl Sampler {
             Some(Frame::Native(pc)) => pc,
             _ => 0,
         };
-        for key in [Some(entry), leaf(caller)].into_iter().flatten() {
+        let python = slot.out[..len]
+            .iter()
+            .rev()
+            .find(|&&key| crate::capture::frames::is_python(key))
+            .copied();
+        for key in [Some(entry), leaf(caller, python)].into_iter().flatten() {
             if len < slot.out.len() {
                 slot.out[len] = key;
                 len += 1;

@@ -28,8 +28,12 @@ const ADDRESS: u64 = (1 << 48) - 1;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lock {
     /// A Python lock, named by where it was created: the Python frame's code record and
-    /// instruction index (`None`: not started), as in [`python_key`].
+    /// instruction index (`None`: not started), as in [`python_key`] (records under
+    /// 2^30).
     Python { record: u32, instr: Option<u32> },
+    /// A Python lock made without a call to see (3.13.1+'s `PyMutex`-based locks), named
+    /// by the Python frame that first waited for it, as [`Lock::Python`].
+    PythonWaiter { record: u32, instr: Option<u32> },
     /// A native lock at a static address (inside a loaded object's data).
     Static(u64),
     /// A native lock elsewhere (the heap, a stack), named by the instruction that first
@@ -41,13 +45,20 @@ pub enum Lock {
 pub fn lock_key(lock: Lock) -> u64 {
     let kind = MARKER_BIT | TASK_BIT | LOCK_BIT;
     match lock {
-        Lock::Python { record, instr } => {
-            let pos = instr.map_or(0, |i| u64::from(i.saturating_add(1)).min((1 << 28) - 1));
-            kind | (u64::from(record & 0x7fff_ffff) << 28) | pos
+        Lock::Python { record, instr } => kind | python_lock_bits(record, instr),
+        Lock::PythonWaiter { record, instr } => {
+            kind | LOCK_BY_WAITER | python_lock_bits(record, instr)
         }
         Lock::Static(address) => kind | LOCK_NATIVE | (address & ADDRESS),
         Lock::FirstWaiter(pc) => kind | LOCK_NATIVE | LOCK_BY_WAITER | (pc & ADDRESS),
     }
+}
+
+/// A Python lock's code record (30 bits) and instruction index + 1 (28 bits) in a lock
+/// frame's key.
+fn python_lock_bits(record: u32, instr: Option<u32>) -> u64 {
+    let pos = instr.map_or(0, |i| u64::from(i.saturating_add(1)).min((1 << 28) - 1));
+    (u64::from(record & 0x3fff_ffff) << 28) | pos
 }
 
 /// Frames that stand for something other than code.
@@ -200,11 +211,12 @@ pub fn decode(key: u64) -> Frame {
             instr: pos.checked_sub(1),
         }
     } else if key & (MARKER_BIT | TASK_BIT | LOCK_BIT) == MARKER_BIT | TASK_BIT | LOCK_BIT {
-        Frame::Lock(if key & LOCK_NATIVE == 0 {
-            Lock::Python {
-                record: ((key >> 28) & 0x7fff_ffff) as u32,
-                instr: ((key & ((1 << 28) - 1)) as u32).checked_sub(1),
-            }
+        let record = ((key >> 28) & 0x3fff_ffff) as u32;
+        let instr = ((key & ((1 << 28) - 1)) as u32).checked_sub(1);
+        Frame::Lock(if key & (LOCK_NATIVE | LOCK_BY_WAITER) == 0 {
+            Lock::Python { record, instr }
+        } else if key & LOCK_NATIVE == 0 {
+            Lock::PythonWaiter { record, instr }
         } else if key & LOCK_BY_WAITER == 0 {
             Lock::Static(key & ADDRESS)
         } else {
@@ -268,8 +280,12 @@ mod tests {
     fn lock_keys_round_trip_apart_from_tasks() {
         for lock in [
             Lock::Python {
-                record: 0x7fff_ffff,
+                record: 0x3fff_ffff,
                 instr: Some(123_456),
+            },
+            Lock::PythonWaiter {
+                record: 12,
+                instr: Some(40),
             },
             Lock::Python {
                 record: 3,

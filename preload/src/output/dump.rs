@@ -252,24 +252,19 @@ impl<'a> Resolver<'a> {
     }
 
     /// A lock frame's name: `<lock FILE:LINE>` for a Python lock (the file's last
-    /// component, and its directory's for a package's `__init__.py`), `<mutex
-    /// OBJECT+0xOFFSET>` for a native lock at a static address, `<mutex first locked in
-    /// FUNCTION>` for one elsewhere.
+    /// component, and its directory's for a package's `__init__.py`), `<lock first waited
+    /// for at FILE:LINE>` for one named by its first waiter, `<mutex OBJECT+0xOFFSET>` for
+    /// a native lock at a static address, `<mutex first locked in FUNCTION>` for one
+    /// elsewhere.
     fn lock_name(&mut self, lock: Lock) -> Vec<u8> {
         let name = match lock {
             Lock::Python { record, instr } => {
-                let (function, offset) = self.python(record, instr);
-                let path = function.file.as_slice();
-                let mut parts = path.rsplit(|&b| b == b'/');
-                let last = parts.next().unwrap_or(path);
-                let file = match parts.next() {
-                    Some(dir) if last == b"__init__.py" => [dir, b"/", last].concat(),
-                    _ => last.to_vec(),
-                };
+                format!("<lock {}>", self.python_line(record, instr))
+            }
+            Lock::PythonWaiter { record, instr } => {
                 format!(
-                    "<lock {}:{}>",
-                    String::from_utf8_lossy(&file),
-                    function.start + offset
+                    "<lock first waited for at {}>",
+                    self.python_line(record, instr)
                 )
             }
             Lock::Static(address) => match self.object_at(address) {
@@ -293,6 +288,24 @@ impl<'a> Resolver<'a> {
             }
         };
         name.into_bytes()
+    }
+
+    /// `FILE:LINE` of a Python frame (code record `record`, instruction `instr`): the
+    /// file's last component, and its directory's for a package's `__init__.py`.
+    fn python_line(&mut self, record: u32, instr: Option<u32>) -> String {
+        let (function, offset) = self.python(record, instr);
+        let path = function.file.as_slice();
+        let mut parts = path.rsplit(|&b| b == b'/');
+        let last = parts.next().unwrap_or(path);
+        let file = match parts.next() {
+            Some(dir) if last == b"__init__.py" => [dir, b"/", last].concat(),
+            _ => last.to_vec(),
+        };
+        format!(
+            "{}:{}",
+            String::from_utf8_lossy(&file),
+            function.start + offset
+        )
     }
 
     /// The index of the newest object that covered `address` (an address range can be

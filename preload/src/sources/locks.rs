@@ -12,8 +12,8 @@
 //! for the wait. Measured with a counting preload on pyenv's 3.7, 3.12, 3.13.0, Debian's
 //! static 3.11 and sid's 3.15: 100,000 uncontended `with lock:` made 100,000 `sem_trywait`
 //! and `sem_post` (3.7–3.13.0) or none (trixie's 3.13.5, 3.15), and two threads contending
-//! 5–82 `sem_wait` calls. So on 3.13.1+ waits are counted (unnamed) and holds are not
-//! seen. The GIL waits on a condition variable and its mutex, passed through: it is not a
+//! 5–82 `sem_wait` calls. So on 3.13.1+ waits are counted, named by the `PyMutex` they
+//! park for and its first waiter's Python line ([`parked_for`]), and holds are not seen. The GIL waits on a condition variable and its mutex, passed through: it is not a
 //! lock here (wall mode's `<waiting: GIL>` has it). Native code's `pthread_mutex_*` and
 //! `pthread_rwlock_*` are timed the same way (tried first; a wait when the `try` fails).
 //!
@@ -39,7 +39,7 @@
 //! it lies in a loaded object's data (a `static pthread_mutex_t`), else by the caller that
 //! first waited for it or released it.
 
-use crate::capture::frames::{lock_key, Lock};
+use crate::capture::frames::{lock_key, Frame, Lock};
 use crate::capture::python::creation::{lock_creation, Role};
 use crate::capture::unwind::registers_here;
 use crate::record::lock_names::LockNames;
@@ -525,7 +525,7 @@ fn record(t: &PerThread, counter: Counter, ns: u64, rate: u64, entry: usize, add
             counter,
             regs,
             entry as u64,
-            |caller| name_of(sampler, address, caller),
+            |caller, python| name_of(sampler, address, caller, python),
             weight,
             t.random.uniform(),
         )
@@ -540,11 +540,18 @@ fn record(t: &PerThread, counter: Counter, ns: u64, rate: u64, entry: usize, add
 }
 
 /// The frame key that names the lock at `address`, acquired or released from `caller` (a
-/// native instruction; 0 when unknown): its name when the table has one; none for a lock
-/// the interpreter made without being named (before the profiler attached to it; 3.14+'s
-/// parking semaphores); a static native lock by its address; another native lock by the
-/// first caller seen, kept for it.
-fn name_of(sampler: &crate::sampler::Sampler, address: u64, caller: u64) -> Option<u64> {
+/// native instruction; 0 when unknown) under the Python frame `python` (its key, if any):
+/// its name when the table has one; for a semaphore the interpreter parks a waiter on
+/// (3.13+'s `PyMutex`), the name of the `PyMutex` it parks for ([`parked_for`]), else that
+/// lock named by its first waiter's Python frame, kept for it; none for another lock the
+/// interpreter made without being named (before the profiler attached to it); a static
+/// native lock by its address; another native lock by the first caller seen, kept for it.
+fn name_of(
+    sampler: &crate::sampler::Sampler,
+    address: u64,
+    caller: u64,
+    python: Option<u64>,
+) -> Option<u64> {
     let tables = TABLES.get()?;
     if let Some(key) = tables.locks.get(address) {
         return Some(key & !NOT_HELD).filter(|&key| key != 0);
@@ -552,7 +559,16 @@ fn name_of(sampler: &crate::sampler::Sampler, address: u64, caller: u64) -> Opti
     let snapshot = crate::capture::unwind::modules::current()?;
     let runtime = RUNTIME.load(Ordering::Relaxed);
     if sampler.python.is_some() && runtime != 0 && snapshot.same_object(caller, runtime) {
-        return None;
+        let parked = parked_for(sampler, address)?;
+        if let Some(key) = tables.locks.get(parked) {
+            return Some(key & !NOT_HELD).filter(|&key| key != 0);
+        }
+        let Frame::Python { record, instr } = crate::capture::frames::decode(python?) else {
+            return None;
+        };
+        let key = lock_key(Lock::PythonWaiter { record, instr });
+        tables.locks.insert(parked, key);
+        return Some(key);
     }
     if snapshot.in_object(address) {
         return Some(lock_key(Lock::Static(address)));
@@ -563,6 +579,26 @@ fn name_of(sampler: &crate::sampler::Sampler, address: u64, caller: u64) -> Opti
     let key = lock_key(Lock::FirstWaiter(caller));
     tables.locks.insert(address, key);
     Some(key)
+}
+
+/// The address a thread waiting on the semaphore at `sem` is parked for, when the
+/// interpreter parks it (3.13+, `_PyParkingLot_Park`): the semaphore lies in the calling
+/// thread's stack, in the parking lot's `struct wait_entry { void *park_arg; uintptr_t
+/// addr; _PySemaphore sema; … }` (CPython's `Python/parking_lot.c`, 3.13–3.15), so the
+/// address is the word before it — a `PyMutex`'s (`threading.Lock`'s on 3.13.1+, every
+/// lock's on 3.14+) or an event's. `None` before 3.13, for a semaphore elsewhere, or a
+/// word that is not an address.
+fn parked_for(sampler: &crate::sampler::Sampler, sem: u64) -> Option<u64> {
+    let version = sampler.python.as_ref()?.layout.version;
+    let here = 0u8;
+    let here = std::ptr::addr_of!(here) as u64;
+    if version < (3, 13) || sem <= here || sem - here >= 1 << 20 {
+        return None;
+    }
+    // SAFETY: the word before the semaphore is in the calling thread's own stack, below
+    // its caller's frame (checked above), and readable.
+    let addr = unsafe { std::ptr::read_volatile((sem - 8) as *const u64) };
+    (addr > 4096 && addr < 1 << 47).then_some(addr)
 }
 
 /// Whether `address` is the GIL's (its mutex and condition variables, 3.7–3.12): not a
