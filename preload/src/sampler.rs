@@ -155,12 +155,7 @@ impl Sampler {
             slot.lock_roots
                 .iter()
                 .for_each(|r| r.store(0, Ordering::Relaxed));
-            slot.wait_node.store(0, Ordering::Relaxed);
-            slot.runnable_pending.store(0, Ordering::Relaxed);
-            slot.blocked_last.store(false, Ordering::Relaxed);
-            slot.woke_node.store(0, Ordering::Relaxed);
-            slot.pass_leaf.store(0, Ordering::Relaxed);
-            slot.given_node.store(0, Ordering::Relaxed);
+            slot.forget_wall_nodes();
             slot.path.root.store(0, Ordering::Relaxed);
         });
     }
@@ -267,15 +262,16 @@ impl Sampler {
     /// stands for `weight_ns` ns: its call stack, in the thread's tree for `counter` (its
     /// own root, [`Slot::lock_roots`]), with the lock's frame that `lock` gives (from the
     /// innermost frame of the program's, the instruction that called `entry`, and the
-    /// innermost Python frame's key; `None`: no lock frame) at the leaf, one sample and `weight_ns` in ticks of [`crate::sources::locks::TICK_NS`] (rounded
-    /// at random with `unit`, uniform in `(0, 1]`). False when it could not be recorded
-    /// (the slot busy, the trees full). Not from a signal handler.
+    /// stack's frame keys; `None`: no lock frame) at the leaf, one sample and `weight_ns`
+    /// in ticks of [`crate::sources::locks::TICK_NS`] (rounded at random with `unit`,
+    /// uniform in `(0, 1]`). False when it could not be recorded (the slot busy, the trees
+    /// full). Not from a signal handler.
     pub(crate) fn record_lock(
         &self,
         counter: crate::sources::locks::Counter,
         regs: Regs,
         entry: u64,
-        lock: impl FnOnce(u64, Option<u64>) -> Option<u64>,
+        lock: impl FnOnce(u64, &[u64]) -> Option<u64>,
         weight_ns: u64,
         unit: f64,
     ) -> bool {
@@ -303,15 +299,15 @@ impl Sampler {
     /// in the profiler's code, less the profiler's frames, with `entry` (the function of
     /// the C library the program called) as its innermost frame, in the tree whose root
     /// `root` gives (made on first use), and below it the frame `leaf` gives (from the
-    /// instruction that called `entry`, 0 when unknown, and the innermost Python frame's
-    /// key, if any), if any. Takes the slot as the
-    /// handler does. `None` when the slot is busy or the trees are full.
+    /// instruction that called `entry`, 0 when unknown, and the stack's frame keys,
+    /// outermost first), if any. Takes the slot as the handler does. `None` when the slot
+    /// is busy or the trees are full.
     fn call_site(
         &self,
         regs: Regs,
         entry: u64,
         root: impl FnOnce(&Slot) -> Option<u32>,
-        leaf: impl FnOnce(u64, Option<u64>) -> Option<u64>,
+        leaf: impl FnOnce(u64, &[u64]) -> Option<u64>,
     ) -> Option<u32> {
         // SAFETY: pthread_self only reads the thread pointer.
         let thread = unsafe { libc::pthread_self() } as usize;
@@ -336,12 +332,10 @@ impl Sampler {
             Some(Frame::Native(pc)) => pc,
             _ => 0,
         };
-        let python = slot.out[..len]
-            .iter()
-            .rev()
-            .find(|&&key| crate::capture::frames::is_python(key))
-            .copied();
-        for key in [Some(entry), leaf(caller, python)].into_iter().flatten() {
+        for key in [Some(entry), leaf(caller, &slot.out[..len])]
+            .into_iter()
+            .flatten()
+        {
             if len < slot.out.len() {
                 slot.out[len] = key;
                 len += 1;
@@ -402,7 +396,6 @@ impl Sampler {
                 .find_from(&mut slot.path, root, &slot.out[..call])
                 .filter(|_| call > 0)
             {
-                slot.wait_node.store(node, Ordering::Relaxed);
                 slot.blocked_last.store(true, Ordering::Relaxed);
                 slot.woke_node.store(node, Ordering::Relaxed);
                 slot.ran_since_woken.store(false, Ordering::Relaxed);
@@ -816,7 +809,6 @@ impl Sampler {
                 slot.last_leaf.store(leaf, Ordering::Relaxed);
                 if let Thread::Current = whose {
                     slot.last_cpu_leaf.store(leaf, Ordering::Relaxed);
-                    slot.wait_node.store(leaf, Ordering::Relaxed);
                     slot.blocked_last.store(false, Ordering::Relaxed);
                     self.record_runnable(slot, leaf);
                 }

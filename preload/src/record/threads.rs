@@ -125,10 +125,6 @@ pub struct Slot {
     /// thread, which a later reading may take back (`sources::wall::take_back`).
     pub given_node: AtomicU32,
     pub given_ticks: AtomicU64,
-    /// Wall mode: the trace-tree node under which the thread's time waiting for a CPU
-    /// goes as `<waiting: CPU>`: its latest CPU sample's leaf, or the call a blocked
-    /// sample found it in (0: none yet; then its tree's root).
-    pub wait_node: AtomicU32,
     /// Wall mode: ticks of time the thread spent runnable, waiting for a CPU, while it ran
     /// code (not woken from a call it was seen blocked in), which its next CPU sample
     /// records as `<waiting: CPU>` under its own stack (`sources::wall::count_runnable`,
@@ -138,7 +134,7 @@ pub struct Slot {
     /// blocked (set by the sampler process's capture, cleared by the thread's CPU
     /// samples): waits no pass saw then go to that sample (`sources::wall::visit`), and,
     /// without the thread's event count to tell when it ran (POSIX timers), its next wait
-    /// for a CPU is its wake-up's, under the call it blocked in ([`Slot::wait_node`]).
+    /// for a CPU is its wake-up's, under the call it blocked in ([`Slot::woke_node`]).
     pub blocked_last: AtomicBool,
     /// Wall mode: the trace-tree node of the call the sampler process last found the
     /// thread blocked in (0: none yet), whose wake-up's wait for a CPU is that call's
@@ -259,6 +255,18 @@ pub struct Slots {
 // atomics.
 unsafe impl Sync for Slots {}
 unsafe impl Send for Slots {}
+
+impl Slot {
+    /// Wall mode: forgets what the thread's accounting kept of trace-tree nodes and the
+    /// ticks waiting for one (a new thread in the slot, or the trees forgotten).
+    pub fn forget_wall_nodes(&self) {
+        self.runnable_pending.store(0, Ordering::Relaxed);
+        self.blocked_last.store(false, Ordering::Relaxed);
+        self.woke_node.store(0, Ordering::Relaxed);
+        self.pass_leaf.store(0, Ordering::Relaxed);
+        self.given_node.store(0, Ordering::Relaxed);
+    }
+}
 
 impl Slots {
     /// Reserves [`MAX_THREADS`] slots (`size_of::<Slot>()`, 243,968 bytes, each; a
@@ -443,12 +451,7 @@ impl Slots {
             slot.schedstat_tid.store(0, Ordering::Relaxed);
             slot.seen_at.store(0, Ordering::Relaxed);
             slot.blocked_ns.store(0, Ordering::Relaxed);
-            slot.wait_node.store(0, Ordering::Relaxed);
-            slot.runnable_pending.store(0, Ordering::Relaxed);
-            slot.blocked_last.store(false, Ordering::Relaxed);
-            slot.woke_node.store(0, Ordering::Relaxed);
-            slot.pass_leaf.store(0, Ordering::Relaxed);
-            slot.given_node.store(0, Ordering::Relaxed);
+            slot.forget_wall_nodes();
             slot.last_cpu_leaf.store(0, Ordering::Relaxed);
             slot.path.root.store(0, Ordering::Relaxed);
             if slot.owner.load(Ordering::Relaxed) != me {

@@ -13,8 +13,9 @@
 //! static 3.11 and sid's 3.15: 100,000 uncontended `with lock:` made 100,000 `sem_trywait`
 //! and `sem_post` (3.7–3.13.0) or none (trixie's 3.13.5, 3.15), and two threads contending
 //! 5–82 `sem_wait` calls. So on 3.13.1+ waits are counted, named by the `PyMutex` they
-//! park for and its first waiter's Python line ([`parked_for`]), and holds are not seen. The GIL waits on a condition variable and its mutex, passed through: it is not a
-//! lock here (wall mode's `<waiting: GIL>` has it). Native code's `pthread_mutex_*` and
+//! park for and its first waiter's Python line ([`parked_for`]), and holds are not seen.
+//! The GIL waits on a condition variable and its mutex, passed through: it is not a lock
+//! here (wall mode's `<waiting: GIL>` has it). Native code's `pthread_mutex_*` and
 //! `pthread_rwlock_*` are timed the same way (tried first; a wait when the `try` fails).
 //!
 //! Sampling is Poisson sampling of nanoseconds, as the memory profiler samples bytes
@@ -39,7 +40,7 @@
 //! it lies in a loaded object's data (a `static pthread_mutex_t`), else by the caller that
 //! first waited for it or released it.
 
-use crate::capture::frames::{lock_key, Frame, Lock};
+use crate::capture::frames::{decode, is_python, lock_key, Frame, Lock};
 use crate::capture::python::creation::{lock_creation, Role};
 use crate::capture::unwind::registers_here;
 use crate::record::lock_names::LockNames;
@@ -525,7 +526,7 @@ fn record(t: &PerThread, counter: Counter, ns: u64, rate: u64, entry: usize, add
             counter,
             regs,
             entry as u64,
-            |caller, python| name_of(sampler, address, caller, python),
+            |caller, frames| name_of(sampler, address, caller, frames),
             weight,
             t.random.uniform(),
         )
@@ -540,7 +541,7 @@ fn record(t: &PerThread, counter: Counter, ns: u64, rate: u64, entry: usize, add
 }
 
 /// The frame key that names the lock at `address`, acquired or released from `caller` (a
-/// native instruction; 0 when unknown) under the Python frame `python` (its key, if any):
+/// native instruction; 0 when unknown) in the call stack `frames` (keys, outermost first):
 /// its name when the table has one; for a semaphore the interpreter parks a waiter on
 /// (3.13+'s `PyMutex`), the name of the `PyMutex` it parks for ([`parked_for`]), else that
 /// lock named by its first waiter's Python frame, kept for it; none for another lock the
@@ -550,7 +551,7 @@ fn name_of(
     sampler: &crate::sampler::Sampler,
     address: u64,
     caller: u64,
-    python: Option<u64>,
+    frames: &[u64],
 ) -> Option<u64> {
     let tables = TABLES.get()?;
     if let Some(key) = tables.locks.get(address) {
@@ -563,7 +564,8 @@ fn name_of(
         if let Some(key) = tables.locks.get(parked) {
             return Some(key & !NOT_HELD).filter(|&key| key != 0);
         }
-        let Frame::Python { record, instr } = crate::capture::frames::decode(python?) else {
+        let python = frames.iter().rev().find(|&&key| is_python(key))?;
+        let Frame::Python { record, instr } = decode(*python) else {
             return None;
         };
         let key = lock_key(Lock::PythonWaiter { record, instr });

@@ -110,12 +110,7 @@ impl Sampler {
         slot.run_delay.store(0, Ordering::Relaxed);
         slot.run_delay_carry.store(0, Ordering::Relaxed);
         slot.run_delay_phase.store(0, Ordering::Relaxed);
-        slot.wait_node.store(0, Ordering::Relaxed);
-        slot.runnable_pending.store(0, Ordering::Relaxed);
-        slot.blocked_last.store(false, Ordering::Relaxed);
-        slot.woke_node.store(0, Ordering::Relaxed);
-        slot.pass_leaf.store(0, Ordering::Relaxed);
-        slot.given_node.store(0, Ordering::Relaxed);
+        slot.forget_wall_nodes();
         if let Trigger::Event(event) = &self.trigger {
             perf::arm(event, slot, tid, wait)?;
             slot.tid.store(tid, Ordering::Relaxed);

@@ -508,10 +508,10 @@ fn draw_run_delay_phase(slot: &Slot, period_ns: u64, u: f64) {
 /// Counts the time the thread of `slot` spent runnable, waiting for a CPU, since the last
 /// pass: the growth of its run delay to `run_delay` (ns), in whole periods (the remainder
 /// carried, [`Slot::run_delay_carry`]), as a `<waiting: CPU>` frame: under the call it woke
-/// from when no reading found it on a CPU since one found it blocked there ([`Slot::woke_node`],
-/// [`Slot::ran_since_woken`]; without its event's count to tell on a CPU from runnable,
-/// `judged` false: when no CPU sample came since, [`Slot::blocked_last`],
-/// [`Slot::wait_node`]); else, preempted while it ran, under its next CPU sample's stack
+/// from ([`Slot::woke_node`]) when no reading found it on a CPU since one found it blocked
+/// there ([`Slot::ran_since_woken`]; without its event's count to tell on a CPU from
+/// runnable, `judged` false: when no CPU sample came since, [`Slot::blocked_last`]); else,
+/// preempted while it ran, under its next CPU sample's stack
 /// ([`Slot::runnable_pending`]); at its tree's root for its first reading (`at_start`) or
 /// before any sample. Runnable time is in neither the CPU sampler's ticks nor the blocked
 /// samples'. Returns the ticks left for the next CPU sample. The caller holds the slot
@@ -533,14 +533,12 @@ fn count_runnable(
     // wake-up's wait as the thread gets its CPU, before it runs any code). Without its
     // event's count to tell on a CPU from runnable (`judged` false): when no CPU sample
     // came since it was last found blocked.
-    let woke = match judged {
-        true if !slot.ran_since_woken.load(Ordering::Relaxed) => {
-            slot.woke_node.load(Ordering::Relaxed)
-        }
-        true => 0,
-        false if slot.blocked_last.load(Ordering::Relaxed) => {
-            slot.wait_node.load(Ordering::Relaxed)
-        }
+    let woken = match judged {
+        true => !slot.ran_since_woken.load(Ordering::Relaxed),
+        false => slot.blocked_last.load(Ordering::Relaxed),
+    };
+    let woke = match woken {
+        true => slot.woke_node.load(Ordering::Relaxed),
         false => 0,
     };
     let preempted = !at_start && woke == 0 && slot.last_cpu_leaf.load(Ordering::Relaxed) != 0;
@@ -574,7 +572,8 @@ fn count_runnable(
         slot.run_delay.store(run_delay, Ordering::Relaxed);
         return ticks;
     } else {
-        let node = match slot.wait_node.load(Ordering::Relaxed) {
+        // No CPU sample yet: the call it was last found blocked in, if any.
+        let node = match slot.woke_node.load(Ordering::Relaxed) {
             0 => sampler.tree_root(slot),
             node => Some(node),
         };
