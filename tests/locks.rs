@@ -72,20 +72,6 @@ fn exact_seconds(profile: &Profile, field: &str, who: &str) -> f64 {
         / 1e9
 }
 
-/// Whether `python`'s `threading.Lock` is a semaphore made by `sem_init` (3.7–3.13.0),
-/// whose holds and creation the lock profiler sees; 3.13.1 made it a `PyMutex` (CPython
-/// gh-117721, backported from 3.14), taken and released without a call.
-fn semaphore_locks(python: &Interpreter) -> bool {
-    let out = std::process::Command::new(&python.path)
-        .args([
-            "-c",
-            "import sys; print(sys.version_info[:3] <= (3, 13, 0))",
-        ])
-        .output()
-        .expect("the interpreter runs");
-    String::from_utf8_lossy(&out.stdout).trim() == "True"
-}
-
 /// The name of the lock frame at the leaf of `stack` (`<lock …>`, `<mutex …>`), if any.
 fn lock_frame(stack: &Stack) -> Option<&str> {
     stack
@@ -95,22 +81,21 @@ fn lock_frame(stack: &Stack) -> Option<&str> {
         .filter(|name| name.starts_with("<lock ") || name.starts_with("<mutex "))
 }
 
-/// `PYIGPROF_PROFILE=lock` on four threads contending for a `threading.Lock` (3.7–3.15,
-/// the semaphore waits of 3.7–3.13's locks and of 3.14+'s parked `PyMutex`):
+/// `PYIGPROF_PROFILE=lock` on four threads contending for a `threading.Lock` (3.7–3.15:
+/// the semaphores of 3.7–3.13.0's locks, and the `PyMutex` of 3.13.1+'s, whose methods and
+/// creation the lock profiler wraps):
 /// - `LOCK_WAIT`'s total is the exact time waited (`#pyigprof locks waited_ns`) within
 ///   3 %: Poisson sampling of nanoseconds is unbiased;
 /// - the workers' part, under `worker` (the Python function that acquires), is the time
 ///   the workers measured acquiring within 10 %;
 /// - the main thread's `join` is a lock's wait too;
-/// - 3.7–3.13.0 (whose locks are semaphores made by `sem_init`): each wait ends in its
-///   lock's frame, named by the line that created it — `<lock <string>:3>` for the workers'
-///   lock, `<lock <string>:20>` (the line making the threads) for `join`'s — and
-///   `LOCK_HOLD`, the time from acquisition to release, is the exact total and, under
+/// - each wait ends in its lock's frame, named by the line that created it: `<lock
+///   <string>:3>` for the workers' lock; `join`'s, `<lock <string>:20>` (the line making
+///   the threads) to 3.13, `<lock first waited for at <string>:24>` (the line that joins)
+///   on 3.14+, whose threads' handles make no lock;
+/// - `LOCK_HOLD`, the time from acquisition to release, is the exact total and, under
 ///   `worker` in `<lock <string>:3>`, the holds the workers measured, within 10 % (a 1 ms
-///   rate samples two in three of these 1.1 ms holds: 2.9 % standard error); 3.13.1+'s
-///   `PyMutex` is taken and released without a call (no hold is seen) and its waits park
-///   on a semaphore made for the wait, named by the `PyMutex` it parks for and the line
-///   that first waited: `<lock first waited for at <string>:12>`, the `with lock:`;
+///   rate samples two in three of these 1.1 ms holds: 2.9 % standard error);
 /// - `pyigprof-analyse -r LOCK_WAIT --json` gives it in seconds, and the summary says it.
 #[test]
 fn the_waits_for_a_python_lock_are_counted_where_threads_wait() {
@@ -148,53 +133,44 @@ fn the_waits_for_a_python_lock_are_counted_where_threads_wait() {
             joining > 0.1 * all,
             "{name}: join {joining:.3} s of {all:.3} s"
         );
-        if semaphore_locks(&python) {
-            for (stack, wanted) in stacks_of(&profile, "LOCK_WAIT").iter().filter_map(|s| {
-                if s.has("worker") {
-                    Some((s, "<lock <string>:3>"))
-                } else if is_join(s) {
-                    Some((s, "<lock <string>:20>"))
-                } else {
-                    None
-                }
-            }) {
-                assert_eq!(
-                    lock_frame(stack),
-                    Some(wanted),
-                    "{name}: {:?}",
-                    stack.frames
-                );
-            }
-            let held = lock_seconds(&profile, "LOCK_HOLD", &|_| true);
-            let held_exact = exact_seconds(&profile, "held_ns", name);
-            let in_workers = lock_seconds(&profile, "LOCK_HOLD", &|s| {
-                s.has("worker") && lock_frame(s) == Some("<lock <string>:3>")
-            });
-            eprintln!(
-                "locks: {name}: LOCK_HOLD {held:.3} s ({held_exact:.3} s exact), workers' \
-                 lock {in_workers:.3} s (measured {measured_hold:.3} s)"
-            );
-            assert!(
-                (held - held_exact).abs() <= 0.10 * held_exact,
-                "{name}: LOCK_HOLD {held:.3} s, {held_exact:.3} s held"
-            );
-            assert!(
-                (in_workers - measured_hold).abs() <= 0.10 * measured_hold,
-                "{name}: the workers' LOCK_HOLD {in_workers:.3} s, measured {measured_hold:.3} s"
-            );
+        let join_lock = if python.version < (3, 14) {
+            "<lock <string>:20>"
         } else {
-            let workers = stacks_of(&profile, "LOCK_WAIT");
-            let workers: Vec<_> = workers.iter().filter(|s| s.has("worker")).collect();
-            assert!(!workers.is_empty(), "{name}: no wait under worker");
-            for stack in workers {
-                assert_eq!(
-                    lock_frame(stack),
-                    Some("<lock first waited for at <string>:12>"),
-                    "{name}: {:?}",
-                    stack.frames
-                );
+            "<lock first waited for at <string>:24>"
+        };
+        for (stack, wanted) in stacks_of(&profile, "LOCK_WAIT").iter().filter_map(|s| {
+            if s.has("worker") {
+                Some((s, "<lock <string>:3>"))
+            } else if is_join(s) {
+                Some((s, join_lock))
+            } else {
+                None
             }
+        }) {
+            assert_eq!(
+                lock_frame(stack),
+                Some(wanted),
+                "{name}: {:?}",
+                stack.frames
+            );
         }
+        let held = lock_seconds(&profile, "LOCK_HOLD", &|_| true);
+        let held_exact = exact_seconds(&profile, "held_ns", name);
+        let in_workers = lock_seconds(&profile, "LOCK_HOLD", &|s| {
+            s.has("worker") && lock_frame(s) == Some("<lock <string>:3>")
+        });
+        eprintln!(
+            "locks: {name}: LOCK_HOLD {held:.3} s ({held_exact:.3} s exact), workers' \
+             lock {in_workers:.3} s (measured {measured_hold:.3} s)"
+        );
+        assert!(
+            (held - held_exact).abs() <= 0.10 * held_exact,
+            "{name}: LOCK_HOLD {held:.3} s, {held_exact:.3} s held"
+        );
+        assert!(
+            (in_workers - measured_hold).abs() <= 0.10 * measured_hold,
+            "{name}: the workers' LOCK_HOLD {in_workers:.3} s, measured {measured_hold:.3} s"
+        );
         assert!(
             run.stderr().contains("pyigprof: wrote ")
                 && run.stderr().contains("threads waited ")
@@ -218,42 +194,108 @@ fn the_waits_for_a_python_lock_are_counted_where_threads_wait() {
     }
 }
 
-/// 3.13.1+ (`threading.Lock` a `PyMutex`: no call made when it is created, taken or
-/// released): the waits of four threads contending for one are counted under `worker` as
-/// they measured them, each named by the `PyMutex` the interpreter parks the waiter for
-/// and the line that first waited for it, the `with lock:` (line 12); holds are not seen.
+/// An `RLock` taken twice by four threads in turn (`with rlock:` inside `with rlock:`,
+/// ~1 ms of sleep inside), and a `Condition` (its own `RLock`) whose consumer waits for a
+/// producer's items every 2 ms. Prints the seconds the workers measured holding the
+/// `RLock` (from the outer acquisition to the inner release) and waiting in
+/// `Condition.wait`. The `RLock` is made on line 3, the `Condition` on line 4.
+const RLOCKS: &str = r#"
+import json, sys, threading, time
+rlock = threading.RLock()
+cond = threading.Condition()
+guard = threading.Lock()
+measured = {"held": 0.0, "cond_waited": 0.0}
+items = []
+def worker(n):
+    h = 0.0
+    for _ in range(n):
+        with rlock:
+            a = time.perf_counter()
+            with rlock:
+                time.sleep(0.001)
+            h += time.perf_counter() - a
+    with guard:
+        measured["held"] += h
+def consumer(n):
+    w = 0.0
+    for _ in range(n):
+        with cond:
+            while not items:
+                t = time.perf_counter()
+                cond.wait()
+                w += time.perf_counter() - t
+            items.pop()
+    measured["cond_waited"] = w
+def producer(n):
+    for _ in range(n):
+        time.sleep(0.002)
+        with cond:
+            items.append(1)
+            cond.notify()
+n = int(sys.argv[1])
+threads = [threading.Thread(target=worker, args=(n,)) for _ in range(4)]
+threads += [threading.Thread(target=consumer, args=(n,)), threading.Thread(target=producer, args=(n,))]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps(measured))
+"#;
+
+/// `RLock` and `Condition` (3.7–3.15: a semaphore under C code to 3.13, a
+/// `_PyRecursiveMutex` whose methods are wrapped on 3.14+):
+/// - a nested acquisition is one hold: `LOCK_HOLD` under `worker` in `<lock <string>:3>` is
+///   the holds the workers measured, within 10 %;
+/// - a `Condition`'s wait releases its lock (`RLock._release_save`) and takes it back
+///   (`_acquire_restore`): the consumer's holds of `<lock <string>:4>` leave its waits out,
+///   less than a tenth of the time it measured waiting in `Condition.wait`, which is
+///   itself under `consumer` as `LOCK_WAIT` (a wait of the `Condition`'s waiter lock).
 #[test]
-fn a_pymutex_lock_is_named_by_its_first_waiter() {
+fn an_rlock_s_nested_holds_are_one_and_a_condition_s_wait_ends_its_hold() {
     let _machine = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
-    let wanted = |i: &Interpreter| i.version >= (3, 13) && !semaphore_locks(i);
-    for python in interpreters_for("lock_pymutex", "interpreters from 3.13.1", wanted) {
+    let wanted = |i: &Interpreter| i.version >= (3, 7);
+    for python in interpreters_for("locks_rlock", "interpreters from 3.7", wanted) {
         let (run, profile) = profiled_ok(
             &python,
-            &["-c", CONTENTION, "100"],
+            &["-c", RLOCKS, "100"],
             &[("PYIGPROF_PROFILE", "lock")],
         );
         let name = &python.name;
-        let measured = json_number(&run.stdout(), "waited");
-        let workers = lock_seconds(&profile, "LOCK_WAIT", &|s| s.has("worker"));
-        let named = lock_seconds(&profile, "LOCK_WAIT", &|s| {
-            s.has("worker") && lock_frame(s) == Some("<lock first waited for at <string>:12>")
+        let out = run.stdout();
+        let (held, cond_waited) = (json_number(&out, "held"), json_number(&out, "cond_waited"));
+        let workers = lock_seconds(&profile, "LOCK_HOLD", &|s| {
+            s.has("worker") && lock_frame(s) == Some("<lock <string>:3>")
         });
+        let consumer_holds = lock_seconds(&profile, "LOCK_HOLD", &|s| {
+            s.has("consumer") && lock_frame(s) == Some("<lock <string>:4>")
+        });
+        let consumer_waits = lock_seconds(&profile, "LOCK_WAIT", &|s| s.has("consumer"));
         eprintln!(
-            "lock_pymutex: {name}: workers {workers:.3} s (measured {measured:.3} s), \
-             {named:.3} s named"
+            "locks_rlock: {name}: the workers' holds {workers:.3} s (measured {held:.3} s), \
+             the consumer's holds {consumer_holds:.3} s and waits {consumer_waits:.3} s \
+             (measured waiting {cond_waited:.3} s)"
         );
         assert!(
-            (workers - measured).abs() <= 0.10 * measured,
-            "{name}: the workers' LOCK_WAIT {workers:.3} s, measured {measured:.3} s"
-        );
-        assert!(
-            named == workers,
-            "{name}: {named:.3} s of the workers' {workers:.3} s named by line 12: {:?}",
-            stacks_of(&profile, "LOCK_WAIT")
+            (workers - held).abs() <= 0.10 * held,
+            "{name}: the workers' LOCK_HOLD {workers:.3} s, measured {held:.3} s: {:?}",
+            stacks_of(&profile, "LOCK_HOLD")
                 .iter()
-                .filter(|s| s.has("worker"))
-                .map(lock_frame)
+                .map(|s| (lock_frame(s), s.ticks))
                 .collect::<Vec<_>>()
+        );
+        assert!(
+            consumer_holds < 0.1 * cond_waited,
+            "{name}: the consumer held the Condition's lock {consumer_holds:.3} s, waiting \
+             {cond_waited:.3} s: {:?}",
+            stacks_of(&profile, "LOCK_HOLD")
+                .iter()
+                .filter(|s| s.has("consumer"))
+                .map(|s| (lock_frame(s), s.ticks))
+                .collect::<Vec<_>>()
+        );
+        assert!(
+            (consumer_waits - cond_waited).abs() <= 0.15 * cond_waited,
+            "{name}: the consumer's LOCK_WAIT {consumer_waits:.3} s, measured {cond_waited:.3} s"
         );
     }
 }
@@ -285,13 +327,14 @@ for t in threads:
 "#;
 
 /// The waits of a `queue.Queue`'s `get` and an `Event`'s `wait` are named by where the
-/// queue and the event were created (3.7–3.13.0, whose locks are made by `sem_init`), and
-/// the consumer's are about the producer's pace (40 × 5 ms).
+/// queue and the event were created (3.7–3.15: the `Condition`'s waiter locks they wait
+/// on made by `sem_init` to 3.13.0, by `_thread.allocate_lock`'s wrapper after), and the
+/// consumer's are about the producer's pace (40 × 5 ms).
 #[test]
 fn a_queue_and_an_event_are_named_where_they_were_created() {
     let _machine = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
-    let wanted = |i: &Interpreter| i.version >= (3, 7) && semaphore_locks(i);
-    for python in interpreters_for("lock_names", "interpreters 3.7-3.13.0", wanted) {
+    let wanted = |i: &Interpreter| i.version >= (3, 7);
+    for python in interpreters_for("lock_names", "interpreters from 3.7", wanted) {
         let (_, profile) = profiled_ok(&python, &["-c", QUEUE], &[("PYIGPROF_PROFILE", "lock")]);
         let name = &python.name;
         let of = |lock: &str| lock_seconds(&profile, "LOCK_WAIT", &|s| lock_frame(s) == Some(lock));

@@ -128,6 +128,18 @@ pub extern "C" fn init() {
     if config.profile_locks {
         if sources::locks::enable(config.lock_rate_ns) {
             sources::lock_calls::install();
+            if let Some(v) = version {
+                let runtime = pyigprof_hooks::cpython::symbol(c"PyThread_allocate_lock");
+                let wrapped = sources::lock_objects::install(runtime, v, true);
+                if wrapped.is_empty() && v >= (3, 13, 1) {
+                    let (major, minor, micro) = v;
+                    crate::notice!(
+                        "pyigprof: cannot find the methods of Python {major}.{minor}.{micro}'s \
+                         lock objects: the holds of threading.Lock are not counted, and its \
+                         waits are named by the line that first waited"
+                    );
+                }
+            }
         } else {
             crate::notice!("pyigprof: cannot map the lock profiler's tables; not profiling locks");
         }

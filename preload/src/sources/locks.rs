@@ -12,8 +12,11 @@
 //! for the wait. Measured with a counting preload on pyenv's 3.7, 3.12, 3.13.0, Debian's
 //! static 3.11 and sid's 3.15: 100,000 uncontended `with lock:` made 100,000 `sem_trywait`
 //! and `sem_post` (3.7–3.13.0) or none (trixie's 3.13.5, 3.15), and two threads contending
-//! 5–82 `sem_wait` calls. So on 3.13.1+ waits are counted, named by the `PyMutex` they
-//! park for and its first waiter's Python line ([`parked_for`]), and holds are not seen.
+//! 5–82 `sem_wait` calls. So on 3.13.1+ the lock objects' own functions are wrapped
+//! ([`crate::sources::lock_objects`]): holds start and end there, names are given when
+//! the object is made, and waits are counted where a waiter parks, by the `PyMutex` it
+//! parks for ([`parked_for`]).
+//!
 //! The GIL waits on a condition variable and its mutex, passed through: it is not a lock
 //! here (wall mode's `<waiting: GIL>` has it). Native code's `pthread_mutex_*` and
 //! `pthread_rwlock_*` are timed the same way (tried first; a wait when the `try` fails).
@@ -34,14 +37,15 @@
 //! releases: a semaphore posted by another thread (a `Condition`'s waiter, notified)
 //! ends no hold.
 //!
-//! Names: a Python lock's semaphore is named when `sem_init` makes it, from the creating
-//! thread's Python frames ([`crate::capture::python::creation`]), and the name is kept by
-//! address ([`LockNames`]) until `sem_destroy`. A native lock is named by its address when
-//! it lies in a loaded object's data (a `static pthread_mutex_t`), else by the caller that
-//! first waited for it or released it.
+//! Names: a Python lock's semaphore is named when `sem_init` makes it (3.13.1+'s lock
+//! object when its type makes it, [`object_made`]), from the creating thread's Python
+//! frames ([`crate::capture::python::creation`]), and the name is kept by address
+//! ([`LockNames`]) until `sem_destroy` (the object's deallocation). A native lock is
+//! named by its address when it lies in a loaded object's data (a `static
+//! pthread_mutex_t`), else by the caller that first waited for it or released it.
 
 use crate::capture::frames::{decode, is_python, lock_key, Frame, Lock};
-use crate::capture::python::creation::{lock_creation, Role};
+use crate::capture::python::creation::{is_synchronization, lock_creation, Role};
 use crate::capture::unwind::registers_here;
 use crate::record::lock_names::LockNames;
 use crate::sources::random::LocalRandom;
@@ -229,6 +233,12 @@ struct PerThread {
     since: [Cell<u64>; HELD],
     depth: [Cell<u32>; HELD],
     held: Cell<usize>,
+    /// The recursive lock a `Condition`'s wait released whatever its depth, and that
+    /// depth ([`released_whole`]).
+    saved: Cell<(u64, u32)>,
+    /// The lock it last released, whether its holds are not counted ([`not_held`]), and
+    /// [`NOT_HELD_CHANGES`] then.
+    last_released: Cell<(u64, bool, u64)>,
     /// Per [`Counter`]: waits (holds) and their ns not yet added to [`ACTIVITY`].
     pending: [Cell<u64>; 2],
     pending_ns: [Cell<u64>; 2],
@@ -245,6 +255,8 @@ thread_local! {
             since: [const { Cell::new(0) }; HELD],
             depth: [const { Cell::new(0) }; HELD],
             held: Cell::new(0),
+            saved: Cell::new((0, 0)),
+            last_released: Cell::new((0, false, 0)),
             pending: [const { Cell::new(0) }; 2],
             pending_ns: [const { Cell::new(0) }; 2],
         }
@@ -300,7 +312,7 @@ pub fn now_ns() -> u64 {
     crate::sources::timer::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
 }
 
-/// Nanoseconds per TSC tick (an `f64`'s bits), when holds are timed with the TSC; 0 when
+/// Nanoseconds per TSC tick in fixed point (times 2^32), when holds are timed with the TSC; 0 when
 /// they are timed with `CLOCK_MONOTONIC`. A hold is two readings on every uncontended
 /// `with lock:` (3.7–3.13.0) and `pthread_mutex_lock`/`unlock`: `rdtsc` costs about a
 /// third of the vDSO's `clock_gettime` (which reads the TSC too, then converts), so it is
@@ -334,9 +346,13 @@ fn calibrate_hold_clock() {
     if t1 > t0 {
         TSC_BASE[0].store(t0, Ordering::Relaxed);
         TSC_BASE[1].store(n0, Ordering::Relaxed);
-        let rate = (n1 - n0) as f64 / (t1 - t0) as f64;
-        NS_PER_TICK.store(rate.to_bits(), Ordering::Relaxed);
+        NS_PER_TICK.store(fixed_point(n1 - n0, t1 - t0), Ordering::Relaxed);
     }
+}
+
+/// `ns / ticks` times 2^32 (at least 1).
+fn fixed_point(ns: u64, ticks: u64) -> u64 {
+    (((ns as u128) << 32) / ticks.max(1) as u128).clamp(1, u64::MAX as u128) as u64
 }
 
 /// Now, in the hold clock's units (TSC ticks, or ns).
@@ -354,7 +370,7 @@ fn hold_clock() -> u64 {
 fn hold_ns(units: u64) -> u64 {
     match NS_PER_TICK.load(Ordering::Relaxed) {
         0 => units,
-        bits => (units as f64 * f64::from_bits(bits)) as u64,
+        rate => ((units as u128 * rate as u128) >> 32) as u64,
     }
 }
 
@@ -370,8 +386,7 @@ fn refine_hold_clock() {
         TSC_BASE[1].load(Ordering::Relaxed),
     );
     if t > t0 && n > n0 + 10_000_000 {
-        let rate = (n - n0) as f64 / (t - t0) as f64;
-        NS_PER_TICK.store(rate.to_bits(), Ordering::Relaxed);
+        NS_PER_TICK.store(fixed_point(n - n0, t - t0), Ordering::Relaxed);
     }
 }
 
@@ -448,14 +463,72 @@ pub fn released(address: u64, entry: usize) {
             }
             let ns = hold_ns(hold_clock().saturating_sub(t.since[i].get()));
             t.remove(i);
-            let not_held = TABLES
-                .get()
-                .and_then(|tables| tables.locks.get(address))
-                .is_some_and(|key| key & NOT_HELD != 0);
-            if !not_held {
+            if !not_held(t, address) {
                 count(t, Counter::Hold, ns, entry, address);
             }
         })
+    });
+}
+
+/// Bumped when a lock's [`NOT_HELD`] mark is set or cleared: the threads' [`not_held`]
+/// answers kept before are stale.
+static NOT_HELD_CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the name of the lock at `address` (`None`: forgets it), telling the threads' kept
+/// [`not_held`] answers when its mark changes.
+fn set_name(tables: &Tables, address: u64, key: Option<u64>) {
+    let old = tables.locks.get(address);
+    match key {
+        Some(key) => {
+            tables.locks.insert(address, key);
+        }
+        None => tables.locks.remove(address),
+    }
+    if (old.unwrap_or(0) | key.unwrap_or(0)) & NOT_HELD != 0 {
+        NOT_HELD_CHANGES.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether holds of the lock at `address` are not counted ([`NOT_HELD`]), asked of the
+/// names' table once for a run of releases of the same lock by the thread (a loop's
+/// `with lock:`).
+#[inline(always)]
+fn not_held(t: &PerThread, address: u64) -> bool {
+    let changes = NOT_HELD_CHANGES.load(Ordering::Relaxed);
+    let (last, flag, seen) = t.last_released.get();
+    if last == address && seen == changes {
+        return flag;
+    }
+    let flag = TABLES
+        .get()
+        .and_then(|tables| tables.locks.get(address))
+        .is_some_and(|key| key & NOT_HELD != 0);
+    t.last_released.set((address, flag, changes));
+    flag
+}
+
+/// Notes that the calling thread releases the recursive lock at `address` whatever its
+/// depth (`RLock._release_save`, a `Condition`'s wait): its hold ends and is counted, and
+/// the depth is kept for [`reacquired`].
+pub fn released_whole(address: u64, entry: usize) {
+    let _ = THREAD.try_with(|t| {
+        if let Some(i) = t.find(address) {
+            t.saved.set((address, t.depth[i].get()));
+            t.depth[i].set(1);
+        }
+    });
+    released(address, entry);
+}
+
+/// Notes that the calling thread has taken the recursive lock at `address` back at the
+/// depth [`released_whole`] kept (`RLock._acquire_restore`): a hold starts.
+pub fn reacquired(address: u64) {
+    acquired(address, Kind::Mutex);
+    let _ = THREAD.try_with(|t| {
+        let (saved, depth) = t.saved.replace((0, 0));
+        if let (true, Some(i)) = (saved == address, t.find(address)) {
+            t.depth[i].set(depth.max(1));
+        }
     });
 }
 
@@ -468,7 +541,7 @@ pub fn destroyed(address: u64) {
                 t.remove(i);
             }
             if let Some(tables) = TABLES.get() {
-                tables.locks.remove(address);
+                set_name(tables, address, None);
             }
         })
     });
@@ -543,8 +616,9 @@ fn record(t: &PerThread, counter: Counter, ns: u64, rate: u64, entry: usize, add
 /// The frame key that names the lock at `address`, acquired or released from `caller` (a
 /// native instruction; 0 when unknown) in the call stack `frames` (keys, outermost first):
 /// its name when the table has one; for a semaphore the interpreter parks a waiter on
-/// (3.13+'s `PyMutex`), the name of the `PyMutex` it parks for ([`parked_for`]), else that
-/// lock named by its first waiter's Python frame, kept for it; none for another lock the
+/// (3.13+'s `PyMutex`), the name of the `PyMutex` it parks for ([`parked_for`]: a lock
+/// object's, named when it was made), else that address named by its first waiter's
+/// innermost Python frame outside the synchronization modules, kept for it; none for another lock the
 /// interpreter made without being named (before the profiler attached to it); a static
 /// native lock by its address; another native lock by the first caller seen, kept for it.
 fn name_of(
@@ -564,8 +638,23 @@ fn name_of(
         if let Some(key) = tables.locks.get(parked) {
             return Some(key & !NOT_HELD).filter(|&key| key != 0);
         }
-        let python = frames.iter().rev().find(|&&key| is_python(key))?;
-        let Frame::Python { record, instr } = decode(*python) else {
+        // The innermost Python frame outside `threading.py` and `queue.py` (a `join`'s
+        // wait is named by the line that joins), else the innermost.
+        let python = || {
+            frames
+                .iter()
+                .rev()
+                .filter(|&&key| is_python(key))
+                .map(|&key| decode(key))
+        };
+        let outside = python().find(|frame| match *frame {
+            Frame::Python { record, .. } => sampler
+                .codes
+                .get(record)
+                .is_some_and(|code| !is_synchronization(code.file)),
+            _ => false,
+        });
+        let Some(Frame::Python { record, instr }) = outside.or_else(|| python().next()) else {
             return None;
         };
         let key = lock_key(Lock::PythonWaiter { record, instr });
@@ -617,9 +706,10 @@ pub fn is_gil(address: u64) -> bool {
 /// ([`crate::capture::python::creation`]). A Python lock is a semaphore made by
 /// `PyThread_allocate_lock` on 3.7–3.13.0 (`threading.Lock`, `RLock`); 3.13.1 made
 /// `threading.Lock` a `PyMutex` (CPython gh-117721, backported), 3.14 `RLock` too, and
-/// a `PyMutex` makes no semaphore: its contended waits park on one made for the wait
-/// (named only through its owner object, below). 3.14+: nothing is named. Not from a
-/// signal handler (`sem_init` is not async-signal-safe), but under the handler's rules
+/// a `PyMutex` makes no semaphore: those are named when the lock object is made
+/// ([`object_made`]), and their contended waits park on a semaphore made for the wait
+/// (named only through its owner object, below). 3.14+: nothing is named here. Not from
+/// a signal handler (`sem_init` is not async-signal-safe), but under the handler's rules
 /// all the same: it runs inside the interpreter.
 pub fn created(sem: u64, caller: u64) {
     let runtime = RUNTIME.load(Ordering::Relaxed);
@@ -629,6 +719,22 @@ pub fn created(sem: u64, caller: u64) {
     {
         return;
     }
+    let here = 0u8;
+    let here = std::ptr::addr_of!(here) as u64;
+    // A semaphore in a caller's frame is made for one wait.
+    name_new_lock(sem, (3, 14), sem > here && sem - here < 1 << 20);
+}
+
+/// Names the `PyMutex` at `mutex` of a lock object the interpreter has just made
+/// (3.13.1+'s `threading.Lock`, 3.14+'s `RLock`; [`crate::sources::lock_objects`]) by the
+/// creating thread's Python frames, as [`created`] names a semaphore. With the GIL held.
+pub fn object_made(mutex: u64) {
+    name_new_lock(mutex, (u8::MAX, 0), false);
+}
+
+/// Names the lock at `address` made now, by the calling thread's Python frames, on
+/// interpreters older than `before`; `one_wait`: a semaphore made for one wait.
+fn name_new_lock(address: u64, before: (u8, u8), one_wait: bool) {
     let Some(tables) = TABLES.get() else {
         return;
     };
@@ -638,7 +744,7 @@ pub fn created(sem: u64, caller: u64) {
     let Some(rt) = sampler
         .python
         .as_ref()
-        .filter(|rt| rt.layout.version < (3, 14))
+        .filter(|rt| rt.layout.version < before)
     else {
         return;
     };
@@ -654,28 +760,20 @@ pub fn created(sem: u64, caller: u64) {
                 // The interpreter's own lock, made while no Python code runs (the import
                 // lock, faulthandler's, at start-up): unnamed, its holds not counted
                 // (faulthandler's is held from start to end).
-                tables.locks.insert(sem, NOT_HELD);
+                set_name(tables, address, Some(NOT_HELD));
                 return;
             };
             let site = creation.site.map(lock_key);
-            // A semaphore in a caller's frame is made for one wait: the one a thread parks
-            // on for a `PyMutex` (3.13+'s `join`; 3.13.1+'s `threading.Lock`, 3.14+'s
-            // every lock), and says nothing of where the lock was made: named only as the
-            // object whose method waits (a `Thread`'s, made when its `__init__` made a
-            // semaphore), never by the line that waits.
-            let here = 0u8;
-            let here = std::ptr::addr_of!(here) as u64;
-            if sem > here && sem - here < 1 << 20 {
-                match creation
+            // A semaphore made for one wait: the one a thread parks on for a `PyMutex`
+            // (3.13+'s `join`; 3.13.1+'s `threading.Lock`, 3.14+'s every lock), says
+            // nothing of where the lock was made: named only as the object whose method
+            // waits (a `Thread`'s, made when its `__init__` made a semaphore), never by
+            // the line that waits.
+            if one_wait {
+                let key = creation
                     .owner
-                    .and_then(|(owner, _)| tables.owners.get(owner))
-                {
-                    Some(key) => tables.locks.insert(sem, key),
-                    None => {
-                        tables.locks.remove(sem);
-                        true
-                    }
-                };
+                    .and_then(|(owner, _)| tables.owners.get(owner));
+                set_name(tables, address, key);
                 return;
             }
             let key = match creation.owner {
@@ -691,12 +789,7 @@ pub fn created(sem: u64, caller: u64) {
                     tables.owners.get(owner).or(site).map(|k| k | NOT_HELD)
                 }
             };
-            match key {
-                Some(key) => {
-                    tables.locks.insert(sem, key);
-                }
-                None => tables.locks.remove(sem),
-            }
+            set_name(tables, address, key);
         })
     });
 }

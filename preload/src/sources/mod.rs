@@ -26,6 +26,7 @@ pub mod budget;
 pub mod handler;
 pub mod helper;
 pub mod lock_calls;
+pub mod lock_objects;
 pub mod locks;
 pub mod perf;
 pub mod random;

@@ -63,7 +63,7 @@ impl Creation {
 
 /// Whether `file` (a code object's `co_filename`) is one of the standard library's
 /// synchronization modules.
-fn is_synchronization(file: &[u8]) -> bool {
+pub fn is_synchronization(file: &[u8]) -> bool {
     file.ends_with(b"/threading.py") || file.ends_with(b"/queue.py")
 }
 

@@ -6,6 +6,7 @@
 //! - [`code`]: code records captured in the handler's own memory;
 //! - [`stack`]: walking one thread's frame chain;
 //! - [`creation`]: where a lock is created (the lock profiler's names);
+//! - [`lock_types`]: the functions of 3.13.1+'s `PyMutex` lock objects, to wrap;
 //! - [`lines`]: line tables, decoded when the profile is written;
 //! - [`tasks`]: asyncio's task await chains (3.14+);
 //! - [`names`]: the names `threading` gives threads, for `pyigprof dump`.
@@ -15,6 +16,7 @@ pub mod creation;
 pub mod discover;
 pub mod layout;
 pub mod lines;
+pub mod lock_types;
 pub mod names;
 pub mod objects;
 pub mod read;
