@@ -375,3 +375,130 @@ fn slots(segments: &Segments, methods: usize) -> Vec<Patch> {
     }
     patches
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::{c_char, c_void};
+
+    /// A `PyMethodDef` (`Include/methodobject.h`), as the interpreter's tables hold them.
+    #[repr(C)]
+    struct Def {
+        name: *const c_char,
+        meth: Option<unsafe extern "C" fn()>,
+        flags: i32,
+        doc: *const c_char,
+    }
+
+    /// A `PyType_Slot` (`Include/object.h`): the `int` and its padding as one word.
+    #[repr(C)]
+    struct Slot {
+        slot: u64,
+        pfunc: *const c_void,
+    }
+
+    unsafe extern "C" fn acquire() {}
+    unsafe extern "C" fn release() {}
+    unsafe extern "C" fn other() {}
+    unsafe extern "C" fn new() {}
+    unsafe extern "C" fn dealloc() {}
+
+    const fn def(name: &'static std::ffi::CStr, meth: unsafe extern "C" fn()) -> Def {
+        Def {
+            name: name.as_ptr(),
+            meth: Some(meth),
+            flags: 0x3,
+            doc: std::ptr::null(),
+        }
+    }
+
+    const SENTINEL: Def = Def {
+        name: std::ptr::null(),
+        meth: None,
+        flags: 0,
+        doc: std::ptr::null(),
+    };
+
+    // Writable, as CPython's (non-`const`) tables are: `static mut` keeps them out of the
+    // read-only-after-relocation data.
+    /// `_imp`'s methods, which have an `acquire_lock` too.
+    static mut IMP_METHODS: [Def; 4] = [
+        def(c"lock_held", other),
+        def(c"acquire_lock", other),
+        def(c"release_lock", other),
+        SENTINEL,
+    ];
+    static mut LOCK_METHODS: [Def; 10] = [
+        def(c"acquire_lock", acquire),
+        def(c"acquire", acquire),
+        def(c"release_lock", release),
+        def(c"release", release),
+        def(c"locked_lock", other),
+        def(c"locked", other),
+        def(c"__enter__", acquire),
+        def(c"__exit__", release),
+        def(c"_at_fork_reinit", other),
+        SENTINEL,
+    ];
+    static mut LOCK_SLOTS: [Slot; 5] = [
+        Slot {
+            slot: PY_TP_DEALLOC,
+            pfunc: dealloc as *const c_void,
+        },
+        Slot {
+            slot: 56, // Py_tp_doc
+            pfunc: c"a lock".as_ptr() as *const c_void,
+        },
+        Slot {
+            slot: PY_TP_METHODS,
+            pfunc: &raw const LOCK_METHODS as *const c_void,
+        },
+        Slot {
+            slot: PY_TP_NEW,
+            pfunc: new as *const c_void,
+        },
+        Slot {
+            slot: 0,
+            pfunc: std::ptr::null(),
+        },
+    ];
+
+    #[test]
+    fn a_lock_types_methods_and_slots_are_found_by_their_names_in_writable_data() {
+        // Only the tables' addresses are taken.
+        let (imp, methods, slots) = (
+            std::hint::black_box(&raw const IMP_METHODS) as usize,
+            std::hint::black_box(&raw const LOCK_METHODS) as usize,
+            std::hint::black_box(&raw const LOCK_SLOTS) as usize,
+        );
+        type F = unsafe extern "C" fn();
+        let (acquire, release, new, dealloc) = (
+            acquire as F as usize,
+            release as F as usize,
+            new as F as usize,
+            dealloc as F as usize,
+        );
+        let here = a_lock_types_methods_and_slots_are_found_by_their_names_in_writable_data
+            as fn() as usize;
+        let patches = find(here, (3, 13, 5), true);
+        let at = |p: &Patch| (p.at, p.original, p.role);
+        let meth = |i: usize| methods + 32 * i + 8;
+        let lock = Role::Acquire { nests: false };
+        let wanted = vec![
+            (meth(0), acquire, lock),
+            (meth(1), acquire, lock),
+            (meth(2), release, Role::Release),
+            (meth(3), release, Role::Release),
+            (meth(6), acquire, lock),
+            (meth(7), release, Role::Release),
+            (slots + 8, dealloc, Role::Freed),
+            (slots + 3 * 16 + 8, new, Role::Made),
+        ];
+        assert_eq!(patches.iter().map(at).collect::<Vec<_>>(), wanted);
+        assert!(patches.iter().all(|p| !(imp..imp + 4 * 32).contains(&p.at)));
+        // Once the interpreter has made its types, their slots are no longer read.
+        assert_eq!(find(here, (3, 13, 5), false).len(), 6);
+        // Before 3.13.1 the locks are semaphores: nothing to wrap.
+        assert!(find(here, (3, 13, 0), true).is_empty());
+    }
+}
