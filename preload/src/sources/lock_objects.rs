@@ -32,21 +32,24 @@ const WRAPPERS: usize = 20;
 
 /// Per wrapper: the interpreter's function it calls.
 static ORIGINAL: [AtomicUsize; WRAPPERS] = [const { AtomicUsize::new(0) }; WRAPPERS];
-/// Per wrapper: its [`Role`], encoded by [`encode`].
+/// Per wrapper: its [`Role`], encoded by [`encode`] (1 + its place in [`ROLES`]).
 static ROLE: [AtomicUsize; WRAPPERS] = [const { AtomicUsize::new(0) }; WRAPPERS];
 /// `Py_True`'s address (`&_Py_TrueStruct`): what a successful `acquire` returns.
 static PY_TRUE: AtomicUsize = AtomicUsize::new(0);
 
+/// The roles in the order [`ROLE`] numbers them (0: none).
+const ROLES: [Role; 7] = [
+    Role::Acquire { nests: false },
+    Role::Acquire { nests: true },
+    Role::Release,
+    Role::ReleaseSave,
+    Role::AcquireRestore,
+    Role::Made,
+    Role::Freed,
+];
+
 fn encode(role: Role) -> usize {
-    match role {
-        Role::Acquire { nests: false } => 1,
-        Role::Acquire { nests: true } => 2,
-        Role::Release => 3,
-        Role::ReleaseSave => 4,
-        Role::AcquireRestore => 5,
-        Role::Made => 6,
-        Role::Freed => 7,
-    }
+    ROLES.iter().position(|&r| r == role).map_or(0, |i| i + 1)
 }
 
 type Function = unsafe extern "C" fn(usize, usize, usize, usize, usize) -> usize;
@@ -60,12 +63,13 @@ fn call(i: usize, a: usize, b: usize, c: usize, d: usize, e: usize) -> usize {
     // caller's, passed on as they came (see the module's comment).
     let f = unsafe { std::mem::transmute::<usize, Function>(original) };
     let role = ROLE[i].load(Ordering::Relaxed);
+    let role = role.checked_sub(1).and_then(|r| ROLES.get(r).copied());
     if !locks::enabled() {
         // SAFETY: as above.
         return unsafe { f(a, b, c, d, e) };
     }
-    if role == 7 {
-        // Freed: its `PyMutex` may be another lock's next.
+    if role == Some(Role::Freed) {
+        // Its `PyMutex` may be another lock's next.
         locks::destroyed(a as u64 + MUTEX_OFFSET);
         // SAFETY: as above.
         return unsafe { f(a, b, c, d, e) };
@@ -77,18 +81,14 @@ fn call(i: usize, a: usize, b: usize, c: usize, d: usize, e: usize) -> usize {
     }
     let mutex = a as u64 + MUTEX_OFFSET;
     match role {
-        1 | 2 if result == PY_TRUE.load(Ordering::Relaxed) => {
-            let kind = if role == 2 {
-                Kind::Mutex
-            } else {
-                Kind::Semaphore
-            };
+        Some(Role::Acquire { nests }) if result == PY_TRUE.load(Ordering::Relaxed) => {
+            let kind = if nests { Kind::Mutex } else { Kind::Semaphore };
             locks::acquired(mutex, kind);
         }
-        3 => locks::released(mutex, original),
-        4 => locks::released_whole(mutex, original),
-        5 => locks::reacquired(mutex),
-        6 => locks::object_made(result as u64 + MUTEX_OFFSET),
+        Some(Role::Release) => locks::released(mutex, original),
+        Some(Role::ReleaseSave) => locks::released_whole(mutex, original),
+        Some(Role::AcquireRestore) => locks::reacquired(mutex),
+        Some(Role::Made) => locks::object_made(result as u64 + MUTEX_OFFSET),
         _ => {}
     }
     result

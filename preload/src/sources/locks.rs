@@ -312,8 +312,8 @@ pub fn now_ns() -> u64 {
     crate::sources::timer::clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
 }
 
-/// Nanoseconds per TSC tick in fixed point (times 2^32), when holds are timed with the TSC; 0 when
-/// they are timed with `CLOCK_MONOTONIC`. A hold is two readings on every uncontended
+/// Nanoseconds per TSC tick in fixed point (times 2^32), when holds are timed with the
+/// TSC; 0 when they are timed with `CLOCK_MONOTONIC`. A hold is two readings on every uncontended
 /// `with lock:` (3.7–3.13.0) and `pthread_mutex_lock`/`unlock`: `rdtsc` costs about a
 /// third of the vDSO's `clock_gettime` (which reads the TSC too, then converts), so it is
 /// used where the kernel's clock source is the TSC (`constant_tsc`, synchronized across
@@ -618,9 +618,10 @@ fn record(t: &PerThread, counter: Counter, ns: u64, rate: u64, entry: usize, add
 /// its name when the table has one; for a semaphore the interpreter parks a waiter on
 /// (3.13+'s `PyMutex`), the name of the `PyMutex` it parks for ([`parked_for`]: a lock
 /// object's, named when it was made), else that address named by its first waiter's
-/// innermost Python frame outside the synchronization modules, kept for it; none for another lock the
-/// interpreter made without being named (before the profiler attached to it); a static
-/// native lock by its address; another native lock by the first caller seen, kept for it.
+/// innermost Python frame outside the synchronization modules, kept for it; none for
+/// another lock the interpreter made without being named (before the profiler attached
+/// to it); a static native lock by its address; another native lock by the first caller
+/// seen, kept for it.
 fn name_of(
     sampler: &crate::sampler::Sampler,
     address: u64,
