@@ -17,6 +17,11 @@
  *                 ended: pyigprof's scheme, whose helper process holds the descriptors
  *   event-wait    the same, the thread waiting until its event is open (the kernel then
  *                 installs it without a cross-CPU call, the thread blocked)
+ *   event-inherit one task-clock event opened on the main thread before any thread starts,
+ *                 with `inherit` and `inherit_thread` (each new thread gets its own copy,
+ *                 made inside `clone`, no descriptor and no cross-CPU call), `sigtrap` and
+ *                 `remove_on_exec` (Linux 5.13+: the overflow sends SIGTRAP to the thread
+ *                 that overflowed, si_code TRAP_PERF): no per-thread work at all
  * The handler of SIGPROF is empty; at PERIOD_NS = 1 ms and WORK well under it, few or no
  * samples are taken, so what is measured is the trigger's creation, installation and
  * removal and what an attached event adds to each context switch.
@@ -42,7 +47,7 @@
 
 #include "event.h"
 
-enum trigger { NONE, TIMER, EVENT_SELF, EVENT_HELPER, EVENT_WAIT };
+enum trigger { NONE, TIMER, EVENT_SELF, EVENT_HELPER, EVENT_WAIT, EVENT_INHERIT };
 
 static enum trigger trigger;
 static long period, work;
@@ -125,6 +130,39 @@ static void *body(void *arg) {
     return NULL;
 }
 
+/* SIGTRAP's handler for the inherited events: counts them in `signals`. */
+static void count_trap(int sig, siginfo_t *info, void *uc) {
+    (void)sig, (void)info, (void)uc;
+    signals++;
+}
+
+/* The event-inherit trigger: one event on the calling (main) thread, copied by the kernel
+ * into every thread it starts afterwards. */
+static void open_inherited(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = count_trap;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigaction(SIGTRAP, &sa, NULL);
+    struct perf_event_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_TASK_CLOCK;
+    attr.sample_period = period;
+    attr.exclude_kernel = 1;
+    attr.exclude_hv = 1;
+    attr.inherit = 1;
+    attr.inherit_thread = 1;
+    attr.remove_on_exec = 1;
+    attr.sigtrap = 1;
+    int fd = syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr, "threads: perf_event_open (inherit, sigtrap): %s\n", strerror(errno));
+        exit(1);
+    }
+}
+
 static double now(clockid_t clock) {
     struct timespec t;
     clock_gettime(clock, &t);
@@ -133,12 +171,12 @@ static double now(clockid_t clock) {
 
 int main(int argc, char **argv) {
     if (argc != 5) {
-        fprintf(stderr, "usage: threads none|timer|event-self|event-helper|event-wait PERIOD_NS THREADS WORK\n");
+        fprintf(stderr, "usage: threads none|timer|event-self|event-helper|event-wait|event-inherit PERIOD_NS THREADS WORK\n");
         return 2;
     }
-    const char *names[] = {"none", "timer", "event-self", "event-helper", "event-wait"};
+    const char *names[] = {"none", "timer", "event-self", "event-helper", "event-wait", "event-inherit"};
     int found = 0;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (!strcmp(argv[1], names[i]))
             trigger = (enum trigger)i, found = 1;
     period = atol(argv[2]);
@@ -150,6 +188,8 @@ int main(int argc, char **argv) {
     }
     if (trigger != NONE) /* under a profiler, `none` leaves SIGPROF to it */
         count_sigprof();
+    if (trigger == EVENT_INHERIT)
+        open_inherited();
     pthread_t help;
     if (trigger == EVENT_HELPER || trigger == EVENT_WAIT)
         pthread_create(&help, NULL, helper, NULL);

@@ -39,6 +39,10 @@ VARIANTS = [
      "runs (a cross-CPU call installs it), closed by the helper after the thread ends: pyigprof's "
      "scheme, the floor under it"),
     ("event-wait", "event-wait", {}, "the same, the thread waiting until its event is open"),
+    ("event-inherit", "event-inherit", {}, "one task-clock event on the main thread with `inherit`, "
+     "`inherit_thread`, `sigtrap` and `remove_on_exec` (Linux 5.13+), which the kernel copies into "
+     "each new thread inside `clone` and whose overflow sends SIGTRAP to the overflowing thread: "
+     "no descriptor, no cross-CPU call, nothing done per thread by anyone"),
     ("pyigprof", "none", {"PYIGPROF_ALL_PROCESSES": "1"}, "the plain program under pyigprof "
      "(`LD_PRELOAD`, defaults: cpu mode, perf events, 250 Hz), helper process included"),
     ("pyigprof timers", "none", {"PYIGPROF_ALL_PROCESSES": "1", "PYIGPROF_PERF_EVENTS": "0"},
