@@ -244,21 +244,6 @@ pub const NAMED: [(&[&str], u32, u64, &str, u64); 12] = [
 /// (`perf_swevent_init_hrtimer`: 10 µs).
 pub const MIN_PERIOD_NS: u64 = 10_000;
 
-/// The shortest first interval of a thread, ns of its CPU time, for a mean interval of
-/// `mean` ns: an eighth of the mean, between [`MIN_PERIOD_NS`] and 200 µs. A thread's first
-/// sample costs its handler tens of microseconds (its stack's first unwinding, its slot's
-/// set-up: 40–80 µs median on 2,000 short C threads here), which the thread's own
-/// `task-clock` counts; an interval shorter than that overflows again inside the handler,
-/// and every handler after it, until the helper process arms the next interval — a storm
-/// of `SIGPROF` that held one such thread 0.7 s in its handlers (December 6,
-/// `bench/floor/threads`: 4 runs in 16 took 0.46–1.73 s of CPU for 0.2 s; with this floor
-/// 24 runs in 24 took 0.17–0.21 s). The first sample of a thread then never comes in its
-/// first eighth of a mean interval, which its weight (the CPU time since it was armed, and
-/// the drawn time before its start) still counts.
-fn first_floor_ns(mean: u64) -> u64 {
-    (mean / 8).clamp(MIN_PERIOD_NS, 200_000)
-}
-
 /// `fcntl` commands and values the `libc` crate lacks (Linux `include/uapi/asm-generic/fcntl.h`).
 const F_SETSIG: libc::c_int = 10;
 const F_SETOWN_EX: libc::c_int = 15;
@@ -1092,8 +1077,7 @@ pub enum Wait {
 pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: Wait) -> Result<(), String> {
     let mut state = crate::sources::random::seed(tid as u64);
     let (first, before) = if event.randomized() {
-        let mean = mean_interval(event);
-        crate::sources::random::first_interval(&mut state, mean, first_floor_ns(mean))
+        crate::sources::random::first_interval(&mut state, mean_interval(event), MIN_PERIOD_NS)
     } else {
         (event.period, 0)
     };
