@@ -80,7 +80,7 @@ pub struct Stats {
 
 impl Stats {
     /// The counters by their names in the profile, in the order written.
-    fn counters(&self) -> [(&'static str, &AtomicU64); 24] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 25] {
         [
             ("samples", &self.samples),
             ("ticks", &self.ticks),
@@ -103,6 +103,7 @@ impl Stats {
             ("task_ticks", &self.task_ticks),
             ("gil_free_ticks", &self.gil_free_ticks),
             ("faulted_reads", &crate::capture::probe::FAULTED_READS),
+            ("first_shots", &crate::sources::perf::FIRST_SHOTS),
             ("recorded_samples", &self.recorded_samples),
             ("recorded_ticks", &self.recorded_ticks),
             ("recorded_ticks_squared", &self.recorded_ticks_squared),

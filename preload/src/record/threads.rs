@@ -172,6 +172,13 @@ pub struct Slot {
     pub open_tid: AtomicI32,
     /// The first interval of the event asked for (ns or events).
     pub open_first: AtomicU64,
+    /// For a first interval too short to arm on the thread's event (`sources::perf::arm`):
+    /// the interval after the first sample (ns of CPU time), the event being opened with
+    /// `open_first` + this and a one-shot event taking the first sample; 0 = none.
+    pub open_next: AtomicU64,
+    /// The one-shot event of the thread's first sample (`sources::perf::arm`): its
+    /// descriptor in the helper process's table + 1 (0 = none, or taken).
+    pub first_shot_fd: AtomicI32,
     /// Why the helper process could not open the event (`errno`).
     pub open_errno: AtomicI32,
     /// Whether the thread waits for the answer to its request (else a refusal is counted

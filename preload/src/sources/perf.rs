@@ -280,12 +280,41 @@ pub fn excludes_kernel() -> bool {
 /// # Errors
 /// The `errno` of the step that failed ([`describe`] names it).
 pub fn open(event: &Event, tid: libc::pid_t, first: u64) -> Result<libc::c_int, i32> {
+    open_as(event, tid, first, false)
+}
+
+/// Opens `event` on thread `tid` as [`open`] does, disabled: it counts nothing and sends
+/// nothing until [`fire_once`]. In the helper process.
+///
+/// # Errors
+/// As [`open`].
+fn open_one_shot(event: &Event, tid: libc::pid_t, first: u64) -> Result<libc::c_int, i32> {
+    open_as(event, tid, first, true)
+}
+
+/// Enables the event behind `fd` (from [`open_one_shot`]) for one overflow, after which the
+/// kernel disables it and its signal says `POLL_HUP` (`PERF_EVENT_IOC_REFRESH` 1: Linux
+/// `_perf_event_refresh`, `event_limit`; the hrtimer is not restarted, `perf_swevent_hrtimer`).
+/// Returns whether the kernel accepted it. In the helper process.
+fn fire_once(fd: libc::c_int) -> bool {
+    // SAFETY: an ioctl with an integer argument on our descriptor.
+    unsafe { raw(libc::SYS_ioctl, [fd as u64, sys::REFRESH as u64, 1, 0]) == 0 }
+}
+
+/// [`open`], or with `disabled` set, [`open_one_shot`].
+fn open_as(
+    event: &Event,
+    tid: libc::pid_t,
+    first: u64,
+    disabled: bool,
+) -> Result<libc::c_int, i32> {
     // SAFETY: a zeroed perf_event_attr is valid (all features off).
     let mut attr: sys::perf_event_attr = unsafe { std::mem::zeroed() };
     attr.type_ = event.kind;
     attr.size = std::mem::size_of::<sys::perf_event_attr>() as u32;
     attr.config = event.config;
     attr.__bindgen_anon_1.sample_period = first.max(1);
+    attr.set_disabled(u64::from(disabled));
     attr.set_exclude_kernel(u64::from(excludes_kernel()));
     attr.set_exclude_hv(u64::from(excludes_kernel()));
     // SAFETY: a valid attr; the kernel copies it.
@@ -408,6 +437,10 @@ const ANY_DRAW: u64 = 1;
 /// Periods the helper process armed (`PERF_EVENT_IOC_PERIOD` calls), for the profile's
 /// cost statistics.
 pub(crate) static REARMS: AtomicU64 = AtomicU64::new(0);
+
+/// Threads whose first sample came from a one-shot event ([`arm`]), for the profile's
+/// statistics (`first_shots`).
+pub(crate) static FIRST_SHOTS: AtomicU64 = AtomicU64::new(0);
 
 /// Descriptors (of the helper process's table) to close, + 1; 0 = a free entry.
 static CLOSING: [AtomicI32; 256] = [const { AtomicI32::new(0) }; 256];
@@ -732,15 +765,21 @@ impl Keeper {
 fn open_for(event: &Event, slot: &Slot) {
     let tid = slot.open_tid.load(Ordering::Relaxed);
     let first = slot.open_first.load(Ordering::Relaxed);
-    match open(event, tid, first) {
+    // A first interval taken by a one-shot event ([`arm`]): the thread's event overflows
+    // first `next` after it.
+    let next = slot.open_next.load(Ordering::Relaxed);
+    match open(event, tid, first + next) {
         Ok(fd) => {
             slot.arm_count.store(0, Ordering::Relaxed);
+            slot.drawn.store(first + next, Ordering::Relaxed);
+            slot.armed_at_sample.store(first + next, Ordering::Relaxed);
             // Published before the state: a `disarm` that cancels from here on takes it.
             slot.event_fd.store(fd + 1, Ordering::Release);
-            if slot
+            let opened = slot
                 .open_state
                 .compare_exchange(OPENING, OPENED, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
+                .is_ok();
+            if !opened
                 && slot
                     .event_fd
                     .compare_exchange(fd + 1, 0, Ordering::AcqRel, Ordering::Relaxed)
@@ -748,6 +787,8 @@ fn open_for(event: &Event, slot: &Slot) {
             {
                 // SAFETY: the descriptor just opened, which nobody else took.
                 unsafe { raw(libc::SYS_close, [fd as u64, 0, 0, 0]) };
+            } else if opened && next != 0 {
+                add_one_shot(event, slot, tid, first, fd);
             }
         }
         Err(e) => {
@@ -764,6 +805,44 @@ fn open_for(event: &Event, slot: &Slot) {
         }
     }
     crate::sources::helper::wake(&slot.open_state);
+}
+
+/// Gives `slot`'s thread `tid`, whose event `fd` was just opened to overflow first `next`
+/// after `first`, the one-shot event of its first sample, after `first` ([`arm`]). When
+/// the kernel refuses it, the thread's event is re-armed with `first` instead, as for a
+/// longer first interval. In the helper process.
+fn add_one_shot(event: &Event, slot: &Slot, tid: libc::pid_t, first: u64, fd: libc::c_int) {
+    let take_back = |once: libc::c_int| {
+        if slot
+            .first_shot_fd
+            .compare_exchange(once + 1, 0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            // SAFETY: our descriptor, which the thread did not take.
+            unsafe { raw(libc::SYS_close, [once as u64, 0, 0, 0]) };
+        }
+    };
+    let fired = match open_one_shot(event, tid, first) {
+        Ok(once) => {
+            // Published before it can fire, and taken back when the thread stopped
+            // sampling meanwhile (its `disarm` took the event, or will take this).
+            slot.first_shot_fd.store(once + 1, Ordering::Release);
+            if slot.event_fd.load(Ordering::Acquire) != fd + 1 {
+                take_back(once);
+                return;
+            }
+            fire_once(once) || {
+                take_back(once);
+                false
+            }
+        }
+        Err(_) => false,
+    };
+    if !fired {
+        slot.drawn.store(first, Ordering::Relaxed);
+        slot.armed_at_sample.store(first, Ordering::Relaxed);
+        rearm(fd, first);
+    }
 }
 
 /// Sets the event behind `fd` to overflow `period` ns of CPU time from now, and every
@@ -882,9 +961,23 @@ fn thread_cpu_ns(tid: libc::pid_t) -> Option<u64> {
 /// closed), or the overflow is a thread's first interval repeating.
 /// Async-signal-safe; called by the owner thread's handler.
 pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<Weight> {
-    let own = slot.event_fd.load(Ordering::Relaxed);
-    if own == 0 || own - 1 != fd {
-        return None;
+    // The one-shot event of the thread's first sample ([`arm`]) fires once: its descriptor
+    // is given back to the helper process to close, and it is the first sample unless the
+    // thread's own event came first.
+    let one_shot = slot
+        .first_shot_fd
+        .compare_exchange(fd + 1, 0, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok();
+    if one_shot {
+        queue_close(fd + 1);
+        if slot.had_sample.load(Ordering::Relaxed) {
+            return None;
+        }
+    } else {
+        let own = slot.event_fd.load(Ordering::Relaxed);
+        if own == 0 || own - 1 != fd {
+            return None;
+        }
     }
     if !event.is_time() {
         return Some(Weight {
@@ -940,7 +1033,12 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<Weight> {
         let short = (slot.short.load(Ordering::Relaxed) as i64 + error / (16 * per_look))
             .clamp(-period / 2, period / 2);
         slot.short.store(short as u64, Ordering::Relaxed);
-        if !slot.had_sample.swap(true, Ordering::Relaxed) {
+        let first_sample = !slot.had_sample.swap(true, Ordering::Relaxed);
+        if first_sample && one_shot {
+            // The thread's first sample, from its one-shot event: its own event overflows
+            // `open_next` after it, an interval drawn already ([`arm`]); nothing to arm.
+            FIRST_SHOTS.fetch_add(1, Ordering::Relaxed);
+        } else if first_sample {
             // The thread's first sample: its first interval was drawn from zero up
             // (`random::first_interval`), and its repeats until the helper arms the next
             // one are not samples (above). The next interval is drawn here and armed at
@@ -1042,6 +1140,17 @@ pub fn take_since_last(event: &Event, slot: &Slot, now: u64) -> u64 {
     ticks as u64
 }
 
+/// The first intervals that a one-shot event takes ([`arm`]), ns of CPU time: below 100 µs
+/// (three times what an hrtimer expiry costs a thread in this VM), and below half the
+/// mean interval (every later draw's least) at rates above 5 kHz: 2.5 % of threads' first
+/// intervals at the default 250 Hz, 10 % at 1 kHz.
+fn one_shot_below(event: &Event) -> u64 {
+    ONE_SHOT_BELOW_NS.min(mean_interval(event) / 2)
+}
+
+/// [`one_shot_below`]'s bound, ns.
+const ONE_SHOT_BELOW_NS: u64 = 100_000;
+
 /// How [`arm`] asks the helper process for a thread's event, and whether it waits for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
@@ -1071,6 +1180,22 @@ pub enum Wait {
 /// handlers no better (docs/design.md). Time until the event opens is in the thread's
 /// first sample's weight (or its tail, [`disarm`]).
 ///
+/// A first interval shorter than [`one_shot_below`] is not armed on the thread's event,
+/// which would overflow at it again and again until the helper process re-arms it: the
+/// kernel restarts the hrtimer of a `task-clock` event a period after each expiry,
+/// whatever the expiry cost, and in this VM an expiry costs the thread 28–36 µs (a timer
+/// interrupt through the hypervisor, and the signal). At a period of 10–15 µs a thread
+/// hardly ran: 25 µs of work in a handler took 1.6–90 ms, and a thread's first sample
+/// (40–80 µs on a short thread) was held up to 0.47 s while the helper waited for it to
+/// ask for its next interval (1 run in 2 of 2,000 short threads at 250 Hz had such a
+/// handler; their CPU time went from 0.2 s to 0.3–1.2 s). Raising the first interval
+/// instead moves short threads' first samples later (a floor at an eighth of the mean put
+/// 6.8 points of 3,000 0.4 ms threads' first phase into their second). So the thread's
+/// event is opened with the first interval plus a next one drawn now (`Slot::open_next`),
+/// and a one-shot event, enabled for a single overflow (`PERF_EVENT_IOC_REFRESH` 1, after
+/// which the kernel disables it), takes the first sample at the first interval; the
+/// sample gives its descriptor back ([`weigh`]), and no re-arm is needed for the next.
+///
 /// # Errors
 /// A message naming what failed: the helper process is not running, or (with
 /// [`Wait::ForAnswer`]) the kernel refused the event or the helper did not answer in 2 s.
@@ -1081,6 +1206,16 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: Wait) -> Result<(
     } else {
         (event.period, 0)
     };
+    let next = if event.randomized() && first < one_shot_below(event) {
+        crate::sources::random::interval(&mut state, mean_interval(event), MIN_PERIOD_NS)
+    } else {
+        0
+    };
+    let shot = slot.first_shot_fd.swap(0, Ordering::AcqRel);
+    if shot != 0 {
+        queue_close(shot);
+    }
+    slot.open_next.store(next, Ordering::Relaxed);
     let now = thread_cpu_ns(tid).unwrap_or(0);
     slot.random.store(state, Ordering::Relaxed);
     slot.counted.store(now, Ordering::Relaxed);
@@ -1157,24 +1292,18 @@ pub fn disarm(event: &Event, slot: &Slot) -> Option<i64> {
             .compare_exchange(pending, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
     }
+    // A one-shot event that has not fired (a thread that ended before its first sample).
+    let shot = slot.first_shot_fd.swap(0, Ordering::AcqRel);
+    if shot != 0 {
+        queue_close(shot);
+    }
     let fd = slot.event_fd.swap(0, Ordering::AcqRel);
     if fd == 0 && !cancelled {
         return None;
     }
     slot.want_period.store(0, Ordering::Relaxed);
     if fd != 0 {
-        // The descriptor is closed on the helper process's next pass (within its longest
-        // sleep, 1 s): an event whose thread has ended no longer counts, and a wake-up here
-        // cost each thread's exit a cross-CPU interrupt. Only a queue filling up (a program
-        // that ends many threads while the helper sleeps) wakes it.
-        let queued = CLOSING.iter().position(|entry| {
-            entry
-                .compare_exchange(0, fd, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        });
-        if queued.is_none_or(|at| at >= CLOSING.len() / 4) {
-            wake_keeper();
-        }
+        queue_close(fd);
     }
     if !event.is_time() {
         return None;
@@ -1219,11 +1348,28 @@ pub fn disarm(event: &Event, slot: &Slot) -> Option<i64> {
     Some(tail.max(-1))
 }
 
+/// Queues descriptor `fd_plus_one` − 1 of the helper process's table for closing on its
+/// next pass (within its longest sleep, 1 s): an event whose thread has ended no longer
+/// counts, and a wake-up here cost each thread's exit a cross-CPU interrupt. Only a queue
+/// filling up (a program that ends many threads while the helper sleeps) wakes it.
+/// Async-signal-safe.
+fn queue_close(fd_plus_one: libc::c_int) {
+    let queued = CLOSING.iter().position(|entry| {
+        entry
+            .compare_exchange(0, fd_plus_one, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    });
+    if queued.is_none_or(|at| at >= CLOSING.len() / 4) {
+        wake_keeper();
+    }
+}
+
 /// In a fork child: the events the slots name are in the parent's helper process;
 /// forget them (the child's helper process opens its own, and drops the parent's queue
 /// of descriptors to close when it starts: [`serve`]). Async-signal-safe.
 pub fn forget_after_fork(slot: &Slot) {
     slot.event_fd.store(0, Ordering::Release);
+    slot.first_shot_fd.store(0, Ordering::Relaxed);
     slot.want_period.store(0, Ordering::Relaxed);
     slot.open_state.store(IDLE, Ordering::Relaxed);
 }
@@ -1457,5 +1603,88 @@ mod tests {
         );
         // SAFETY: our descriptor.
         unsafe { libc::close(fd) };
+    }
+
+    #[test]
+    fn a_one_shot_event_overflows_once_and_then_stops() {
+        let e = Event::task_clock(1_000_000);
+        if let Err(err) = probe(&e) {
+            eprintln!("skipped: {} (perf events unavailable here)", describe(err));
+            return;
+        }
+        // SIGPROF blocked in this thread: the overflow's signal stays pending, to be read
+        // here (the test process has no handler).
+        // SAFETY: plain signal-set calls on local sets.
+        let (sigprof, old) = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGPROF);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            (set, old)
+        };
+        let pending = || {
+            // SAFETY: a zero timeout; `info` is written by the kernel.
+            unsafe {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                let zero = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                (libc::sigtimedwait(&sigprof, &mut info, &zero) == libc::SIGPROF).then_some(info)
+            }
+        };
+        let count = |fd: libc::c_int| {
+            let mut value: u64 = 0;
+            // SAFETY: reading 8 bytes into a u64.
+            assert_eq!(
+                unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) },
+                8
+            );
+            value
+        };
+        let spin = |ns: u64| {
+            let cpu = || crate::sources::timer::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap();
+            let start = cpu();
+            while cpu() - start < ns {
+                std::hint::black_box((0..1000).sum::<u64>());
+            }
+        };
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        // A short first interval: a thread's own event armed so would overflow every 50 µs
+        // (at 10 µs, this thread would hardly run again: `arm`).
+        let once = open_one_shot(&e, tid, 50_000).unwrap();
+        spin(2_000_000);
+        assert_eq!(
+            count(once),
+            0,
+            "a one-shot event counts nothing until fired"
+        );
+        assert!(pending().is_none());
+        assert!(fire_once(once));
+        spin(5_000_000);
+        // One overflow at 50 µs, then disabled by the kernel: it counted ~50 µs of the 5 ms.
+        let counted = count(once);
+        let signal = pending().expect("the one-shot event's overflow sends SIGPROF");
+        assert!(pending().is_none(), "a second signal");
+        assert_eq!(overflow_fd(&signal), Some(once));
+        assert_eq!(signal.si_code, POLL_HUP);
+        assert!(
+            (50_000..1_000_000).contains(&counted),
+            "counted {counted} ns of 5 ms after its overflow"
+        );
+        // The thread's own event goes on counting and overflowing.
+        let own = open(&e, tid, 200_000).unwrap();
+        spin(5_000_000);
+        assert!(count(own) > 4_000_000, "{} ns", count(own));
+        assert_eq!(pending().map(|s| s.si_code), Some(POLL_IN));
+        // SAFETY: our descriptors; the mask as it was, nothing left pending.
+        unsafe {
+            libc::close(once);
+            libc::close(own);
+            while pending().is_some() {}
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        }
     }
 }
