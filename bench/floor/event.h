@@ -48,7 +48,7 @@ static int open_task_clock(const char *program, pid_t tid, long period_ns) {
     return fd;
 }
 
-/* An empty SIGPROF handler that counts the signals in `signals`. */
+/* An empty handler that counts the signals in `signals`. */
 static volatile long signals;
 
 static void count_signal(int sig, siginfo_t *info, void *uc) {
@@ -56,11 +56,13 @@ static void count_signal(int sig, siginfo_t *info, void *uc) {
     signals++;
 }
 
-static void count_sigprof(void) {
+/* Installs count_signal for `sig` (SIGPROF for the events above, SIGTRAP for a `sigtrap`
+ * event's). */
+static void count_signal_on(int sig) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = count_signal;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigaction(SIGPROF, &sa, NULL);
+    sigaction(sig, &sa, NULL);
 }
 #endif

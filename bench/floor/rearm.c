@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
     pthread_t help;
     clockid_t helper_clock = CLOCK_THREAD_CPUTIME_ID;
     if (!alone) {
-        count_sigprof();
+        count_signal_on(SIGPROF);
         pthread_create(&help, NULL, helper, NULL);
         pthread_getcpuclockid(help, &helper_clock);
     }

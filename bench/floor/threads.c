@@ -130,20 +130,10 @@ static void *body(void *arg) {
     return NULL;
 }
 
-/* SIGTRAP's handler for the inherited events: counts them in `signals`. */
-static void count_trap(int sig, siginfo_t *info, void *uc) {
-    (void)sig, (void)info, (void)uc;
-    signals++;
-}
-
 /* The event-inherit trigger: one event on the calling (main) thread, copied by the kernel
  * into every thread it starts afterwards. */
 static void open_inherited(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = count_trap;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigaction(SIGTRAP, &sa, NULL);
+    count_signal_on(SIGTRAP);
     struct perf_event_attr attr;
     memset(&attr, 0, sizeof attr);
     attr.size = sizeof attr;
@@ -187,7 +177,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (trigger != NONE) /* under a profiler, `none` leaves SIGPROF to it */
-        count_sigprof();
+        count_signal_on(SIGPROF);
     if (trigger == EVENT_INHERIT)
         open_inherited();
     pthread_t help;

@@ -129,7 +129,7 @@ pub extern "C" fn init() {
         if sources::locks::enable(config.lock_rate_ns) {
             sources::lock_calls::install();
             if let Some(v) = version {
-                let runtime = pyigprof_hooks::cpython::symbol(c"PyThread_allocate_lock");
+                let runtime = sources::locks::lock_allocator() as usize;
                 let wrapped = sources::lock_objects::install(runtime, v, true);
                 if wrapped.is_empty() && v >= (3, 13, 1) {
                     let (major, minor, micro) = v;

@@ -141,6 +141,12 @@ static TABLES: OnceLock<Tables> = OnceLock::new();
 /// not found: no Python lock is named).
 static RUNTIME: AtomicU64 = AtomicU64::new(0);
 
+/// The address of the interpreter's `PyThread_allocate_lock` that [`enable`] found (0 when
+/// not found, or before it ran).
+pub fn lock_allocator() -> u64 {
+    RUNTIME.load(Ordering::Relaxed)
+}
+
 /// Starts sampling waits and holds, every `rate_ns` ns of each on average (1: every one).
 /// Maps the lock names' tables (64 Ki entries each) and finds the interpreter's lock
 /// allocator. False, and nothing sampled, when the tables cannot be mapped. Not from a

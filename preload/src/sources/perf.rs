@@ -809,8 +809,9 @@ fn open_for(event: &Event, slot: &Slot) {
 
 /// Gives `slot`'s thread `tid`, whose event `fd` was just opened to overflow first `next`
 /// after `first`, the one-shot event of its first sample, after `first` ([`arm`]). When
-/// the kernel refuses it, the thread's event is re-armed with `first` instead, as for a
-/// longer first interval. In the helper process.
+/// the kernel refuses it, the thread's first sample comes from its own event, `next` later
+/// than drawn (armed at `first` instead, the event would overflow at it again and again).
+/// In the helper process.
 fn add_one_shot(event: &Event, slot: &Slot, tid: libc::pid_t, first: u64, fd: libc::c_int) {
     let take_back = |once: libc::c_int| {
         if slot
@@ -822,26 +823,13 @@ fn add_one_shot(event: &Event, slot: &Slot, tid: libc::pid_t, first: u64, fd: li
             unsafe { raw(libc::SYS_close, [once as u64, 0, 0, 0]) };
         }
     };
-    let fired = match open_one_shot(event, tid, first) {
-        Ok(once) => {
-            // Published before it can fire, and taken back when the thread stopped
-            // sampling meanwhile (its `disarm` took the event, or will take this).
-            slot.first_shot_fd.store(once + 1, Ordering::Release);
-            if slot.event_fd.load(Ordering::Acquire) != fd + 1 {
-                take_back(once);
-                return;
-            }
-            fire_once(once) || {
-                take_back(once);
-                false
-            }
+    if let Ok(once) = open_one_shot(event, tid, first) {
+        // Published before it can fire, and taken back when the thread stopped sampling
+        // meanwhile (its `disarm` took the event, or will take this).
+        slot.first_shot_fd.store(once + 1, Ordering::Release);
+        if slot.event_fd.load(Ordering::Acquire) != fd + 1 || !fire_once(once) {
+            take_back(once);
         }
-        Err(_) => false,
-    };
-    if !fired {
-        slot.drawn.store(first, Ordering::Relaxed);
-        slot.armed_at_sample.store(first, Ordering::Relaxed);
-        rearm(fd, first);
     }
 }
 
