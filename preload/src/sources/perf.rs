@@ -1641,11 +1641,17 @@ mod tests {
             );
             value
         };
+        // `ns` of CPU time, nearly all in user mode: the clock is read (a system call) once
+        // per ~100 µs of work, since expiries in kernel mode are skipped (`exclude_kernel`)
+        // and a loop of clock reads alone had none in user mode in 5 ms on a loaded machine.
         let spin = |ns: u64| {
             let cpu = || crate::sources::timer::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).unwrap();
             let start = cpu();
+            let mut x = 0u64;
             while cpu() - start < ns {
-                std::hint::black_box((0..1000).sum::<u64>());
+                for i in 0..100_000u64 {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+                }
             }
         };
         // SAFETY: gettid has no preconditions.
