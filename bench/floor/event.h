@@ -18,16 +18,23 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static int open_task_clock(const char *program, pid_t tid, long period_ns) {
+/* The attributes of a task-clock event overflowing every `period_ns` of CPU time in user
+ * mode, nothing else set. */
+static struct perf_event_attr task_clock_attr(long period_ns) {
     struct perf_event_attr attr;
     memset(&attr, 0, sizeof attr);
     attr.size = sizeof attr;
     attr.type = PERF_TYPE_SOFTWARE;
     attr.config = PERF_COUNT_SW_TASK_CLOCK;
     attr.sample_period = period_ns;
-    attr.wakeup_events = 1;
     attr.exclude_kernel = 1;
     attr.exclude_hv = 1;
+    return attr;
+}
+
+static int open_task_clock(const char *program, pid_t tid, long period_ns) {
+    struct perf_event_attr attr = task_clock_attr(period_ns);
+    attr.wakeup_events = 1;
     int fd = syscall(SYS_perf_event_open, &attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
     if (fd < 0 && errno == ESRCH)
         return -2;

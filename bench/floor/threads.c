@@ -134,14 +134,7 @@ static void *body(void *arg) {
  * into every thread it starts afterwards. */
 static void open_inherited(void) {
     count_signal_on(SIGTRAP);
-    struct perf_event_attr attr;
-    memset(&attr, 0, sizeof attr);
-    attr.size = sizeof attr;
-    attr.type = PERF_TYPE_SOFTWARE;
-    attr.config = PERF_COUNT_SW_TASK_CLOCK;
-    attr.sample_period = period;
-    attr.exclude_kernel = 1;
-    attr.exclude_hv = 1;
+    struct perf_event_attr attr = task_clock_attr(period);
     attr.inherit = 1;
     attr.inherit_thread = 1;
     attr.remove_on_exec = 1;

@@ -771,8 +771,6 @@ fn open_for(event: &Event, slot: &Slot) {
     match open(event, tid, first + next) {
         Ok(fd) => {
             slot.arm_count.store(0, Ordering::Relaxed);
-            slot.drawn.store(first + next, Ordering::Relaxed);
-            slot.armed_at_sample.store(first + next, Ordering::Relaxed);
             // Published before the state: a `disarm` that cancels from here on takes it.
             slot.event_fd.store(fd + 1, Ordering::Release);
             let opened = slot
@@ -809,10 +807,9 @@ fn open_for(event: &Event, slot: &Slot) {
 
 /// Gives `slot`'s thread `tid`, whose event `fd` was just opened to overflow first `next`
 /// after `first`, the one-shot event of its first sample, after `first` (at least
-/// [`ONE_SHOT_SHORTEST_NS`]; [`arm`]). When
-/// the kernel refuses it, the thread's first sample comes from its own event, `next` later
-/// than drawn (armed at `first` instead, the event would overflow at it again and again).
-/// In the helper process.
+/// [`ONE_SHOT_SHORTEST_NS`]; [`arm`]). When the kernel refuses it, the thread's first
+/// sample comes from its own event, `next` later than drawn (armed at `first` instead, the
+/// event would overflow at it again and again). In the helper process.
 fn add_one_shot(event: &Event, slot: &Slot, tid: libc::pid_t, first: u64, fd: libc::c_int) {
     let take_back = |once: libc::c_int| {
         if slot
@@ -946,17 +943,20 @@ fn thread_cpu_ns(tid: libc::pid_t) -> Option<u64> {
 /// clock, which counts what the event counts), in ticks of `event.period` ns with the
 /// remainder carried in the slot; for other events, one period of events. For a
 /// randomized event, the helper process is asked to draw and arm a new interval on its
-/// next look. `None` when `fd` is not the thread's event (a signal of an event already
-/// closed), or the overflow is a thread's first interval repeating.
+/// next look. `None` when `fd` is neither the thread's event nor its one-shot event (a
+/// signal of an event already closed), the one-shot came after the thread's first sample,
+/// or the overflow is a thread's first interval repeating.
 /// Async-signal-safe; called by the owner thread's handler.
 pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<Weight> {
     // The one-shot event of the thread's first sample ([`arm`]) fires once: its descriptor
     // is given back to the helper process to close, and it is the first sample unless the
     // thread's own event came first.
-    let one_shot = slot
-        .first_shot_fd
-        .compare_exchange(fd + 1, 0, Ordering::AcqRel, Ordering::Relaxed)
-        .is_ok();
+    // Read first: a compare-exchange writes, and this runs at every sample.
+    let one_shot = slot.first_shot_fd.load(Ordering::Relaxed) == fd + 1
+        && slot
+            .first_shot_fd
+            .compare_exchange(fd + 1, 0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok();
     if one_shot {
         queue_close(fd + 1);
         if slot.had_sample.load(Ordering::Relaxed) {
@@ -1209,10 +1209,7 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: Wait) -> Result<(
     } else {
         0
     };
-    let shot = slot.first_shot_fd.swap(0, Ordering::AcqRel);
-    if shot != 0 {
-        queue_close(shot);
-    }
+    give_back_one_shot(slot);
     slot.open_next.store(next, Ordering::Relaxed);
     let now = thread_cpu_ns(tid).unwrap_or(0);
     slot.random.store(state, Ordering::Relaxed);
@@ -1220,8 +1217,9 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: Wait) -> Result<(
     slot.armed_cpu_ns.store(now, Ordering::Relaxed);
     slot.carry.store(0, Ordering::Relaxed);
     slot.before_start.store(before, Ordering::Relaxed);
-    slot.drawn.store(first, Ordering::Relaxed);
-    slot.armed_at_sample.store(first, Ordering::Relaxed);
+    // The period the thread's event is opened with ([`open_for`]).
+    slot.drawn.store(first + next, Ordering::Relaxed);
+    slot.armed_at_sample.store(first + next, Ordering::Relaxed);
     slot.had_sample.store(false, Ordering::Relaxed);
     slot.short.store(0, Ordering::Relaxed);
     slot.want_period.store(0, Ordering::Relaxed);
@@ -1291,10 +1289,7 @@ pub fn disarm(event: &Event, slot: &Slot) -> Option<i64> {
             .is_ok();
     }
     // A one-shot event that has not fired (a thread that ended before its first sample).
-    let shot = slot.first_shot_fd.swap(0, Ordering::AcqRel);
-    if shot != 0 {
-        queue_close(shot);
-    }
+    give_back_one_shot(slot);
     let fd = slot.event_fd.swap(0, Ordering::AcqRel);
     if fd == 0 && !cancelled {
         return None;
@@ -1359,6 +1354,15 @@ fn queue_close(fd_plus_one: libc::c_int) {
     });
     if queued.is_none_or(|at| at >= CLOSING.len() / 4) {
         wake_keeper();
+    }
+}
+
+/// Gives `slot`'s one-shot event, if it has one that has not fired, back to the helper
+/// process to close ([`queue_close`]). Async-signal-safe.
+fn give_back_one_shot(slot: &Slot) {
+    let shot = slot.first_shot_fd.swap(0, Ordering::AcqRel);
+    if shot != 0 {
+        queue_close(shot);
     }
 }
 
