@@ -317,16 +317,18 @@ impl Slots {
             let i = (home + probe) % MAX_THREADS;
             let slot = self.at(i);
             let owner = slot.owner.load(Ordering::Acquire);
-            let claimed_now = || {
-                let won = slot
+            // Lost to `thread` itself: a handler of its own claimed the slot in between.
+            let claimed_now =
+                || match slot
                     .owner
                     .compare_exchange(0, thread, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok();
-                if won {
-                    self.claimed[i / 64].fetch_or(1 << (i % 64), Ordering::Release);
-                }
-                won
-            };
+                {
+                    Ok(_) => {
+                        self.claimed[i / 64].fetch_or(1 << (i % 64), Ordering::Release);
+                        true
+                    }
+                    Err(owner) => owner == thread,
+                };
             if owner == thread || (owner == 0 && claimed_now()) {
                 // SAFETY: see the function contract.
                 return Some(unsafe { &mut *self.base.add(i) });
@@ -337,16 +339,16 @@ impl Slots {
 
     /// Registers the calling thread: stack bounds, an unwinding cache, then `arm(slot)`
     /// (which starts its timer). Not async-signal-safe (allocates); call at thread start.
+    ///
+    /// `SIGPROF` is not blocked meanwhile (two system calls at every thread start): no
+    /// sampling signal comes to a thread before `arm` gives it a trigger, and `arm` fills
+    /// the slot before it starts the trigger ([`crate::sources::timer`]).
     pub fn register_current(&self, arm: impl FnOnce(&Slot)) {
         // SAFETY: pthread_self is always valid.
         let thread = unsafe { libc::pthread_self() } as usize;
         let bounds = pyigprof_hooks::threads::current_stack_bounds();
-        // Block SIGPROF while the slot is being filled, so the handler never sees it half
-        // written.
-        let guard = crate::signal_guard::BlockSignals::sampling();
-        // SAFETY: we are the owner thread and SIGPROF is blocked.
+        // SAFETY: we are the owner thread, without a trigger until `arm` starts one.
         unsafe { self.register(thread, bounds, arm) };
-        drop(guard);
     }
 
     /// Registers thread `thread` (a `pthread_t`) with stack `bounds`, then `arm(slot)`.
@@ -379,16 +381,20 @@ impl Slots {
 
     /// The calling thread is exiting: `disarm(slot)` (stop its timer) and mark its stack as
     /// no longer valid. Its trace tree stays.
+    ///
+    /// `SIGPROF` is not blocked meanwhile: a sample that comes before `disarm` has stopped
+    /// the trigger is taken and counted before `disarm` counts what its thread ran (the
+    /// handler runs to its end first); after, none comes of a timer (deleted: a signal it
+    /// had queued is delivered as `timer_delete` returns), and a perf event's signals are
+    /// dropped (the slot no longer holds its descriptor).
     pub fn unregister_current(&self, disarm: impl FnOnce(&Slot)) {
         // SAFETY: pthread_self is always valid.
         let thread = unsafe { libc::pthread_self() } as usize;
-        let guard = crate::signal_guard::BlockSignals::sampling();
-        // SAFETY: owner thread, SIGPROF blocked.
+        // SAFETY: owner thread; its slot exists (registered), so nothing is claimed.
         if let Some(slot) = unsafe { self.find_or_claim(thread) } {
             disarm(slot);
             slot.ready.store(false, Ordering::Release);
         }
-        drop(guard);
     }
 
     /// Calls `f` on every claimed slot (for stopping every thread's timer).

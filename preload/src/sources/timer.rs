@@ -111,12 +111,15 @@ impl Sampler {
         slot.run_delay_carry.store(0, Ordering::Relaxed);
         slot.run_delay_phase.store(0, Ordering::Relaxed);
         slot.forget_wall_nodes();
+        // Everything a sample reads or counts into is set before the trigger starts: the
+        // calling thread registering itself does not block SIGPROF meanwhile
+        // ([`crate::record::threads::Slots::register_current`]).
+        slot.ticks.store(0, Ordering::Relaxed);
+        slot.last_leaf.store(0, Ordering::Relaxed);
+        slot.last_cpu_leaf.store(0, Ordering::Relaxed);
         if let Trigger::Event(event) = &self.trigger {
             perf::arm(event, slot, tid, wait)?;
             slot.tid.store(tid, Ordering::Relaxed);
-            slot.ticks.store(0, Ordering::Relaxed);
-            slot.last_leaf.store(0, Ordering::Relaxed);
-            slot.last_cpu_leaf.store(0, Ordering::Relaxed);
             self.stats.threads.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
@@ -128,6 +131,13 @@ impl Sampler {
         let mut state = crate::sources::random::seed(tid as u64);
         let draw = crate::sources::random::uniform(&mut state) * self.period_ns as f64;
         let first = 1 + (draw as u64).min(self.period_ns - 1);
+        slot.tid.store(tid, Ordering::Relaxed);
+        slot.first_ns.store(first, Ordering::Relaxed);
+        // Read before the timer starts, so the expirations counted from it
+        // (`count_undelivered`) include the few microseconds creating the timer takes:
+        // the thread's own CPU time all the same.
+        slot.armed_cpu_ns
+            .store(clock_ns(clock).unwrap_or(0), Ordering::Relaxed);
         let timer = create_timer(
             "a sampling timer",
             clock,
@@ -136,13 +146,6 @@ impl Sampler {
             first,
             self.period_ns,
         )?;
-        slot.tid.store(tid, Ordering::Relaxed);
-        slot.first_ns.store(first, Ordering::Relaxed);
-        slot.armed_cpu_ns
-            .store(clock_ns(clock).unwrap_or(0), Ordering::Relaxed);
-        slot.ticks.store(0, Ordering::Relaxed);
-        slot.last_leaf.store(0, Ordering::Relaxed);
-        slot.last_cpu_leaf.store(0, Ordering::Relaxed);
         self.stats.threads.fetch_add(1, Ordering::Relaxed);
         // Kernel timer ids start at 0: the slot keeps id + 1.
         slot.timer.store(timer as usize + 1, Ordering::Release);
@@ -304,7 +307,7 @@ impl Sampler {
         self.slots.reset_after_fork();
     }
 
-    /// The calling thread leaves the sampled threads (`SIGPROF` blocked): as when it ends,
+    /// The calling thread leaves the sampled threads: as when it ends,
     /// its timer or event is stopped and its slot freed. For a thread of the library's own
     /// that the preloaded `pthread_create` registered (the live requests' control thread).
     pub(crate) fn unregister_current_thread(&self) {
@@ -312,7 +315,7 @@ impl Sampler {
             .unregister_current(|slot| self.thread_ending(slot));
     }
 
-    /// The calling thread is ending (its exit key's destructor, `SIGPROF` blocked): stops
+    /// The calling thread is ending (its exit key's destructor): stops
     /// its timer and counts the ticks of the expirations the kernel had not delivered yet
     /// ([`Sampler::count_undelivered`]).
     fn thread_ending(&self, slot: &Slot) {
