@@ -63,10 +63,12 @@ impl StackRequest {
             let mut size: libc::size_t = 0;
             let rc = libc::pthread_attr_getstacksize(attr, &mut size);
             // glibc: `pthread_attr_getstack` gives (stackaddr - stacksize, stacksize), where
-            // stackaddr, the top, is null unless the caller provided the stack.
+            // stackaddr, the top, is null unless the caller provided the stack; newer
+            // versions give a null address then.
             let mut low: *mut c_void = std::ptr::null_mut();
             let mut user_size: libc::size_t = 0;
-            let user = libc::pthread_attr_getstack(attr, &mut low, &mut user_size) == 0;
+            let user =
+                libc::pthread_attr_getstack(attr, &mut low, &mut user_size) == 0 && !low.is_null();
             if std::ptr::eq(attr, &own) {
                 libc::pthread_attr_destroy(&mut own);
             }
