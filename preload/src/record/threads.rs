@@ -354,8 +354,9 @@ impl Slots {
     /// Registers thread `thread` (a `pthread_t`) with stack `bounds`, then `arm(slot)`.
     ///
     /// # Safety
-    /// The handler must not run on `thread` meanwhile: it is the calling thread with
-    /// `SIGPROF` blocked, or a thread whose timer is not armed yet (adopted at start-up).
+    /// No sample may be taken of `thread` before `arm` starts its trigger: it is the
+    /// calling thread, or a thread adopted at start-up, either without a timer or event
+    /// until `arm`, which fills the slot before starting one.
     pub unsafe fn register(
         &self,
         thread: usize,
