@@ -111,6 +111,21 @@ impl StackRequest {
         };
         (low < here && here < high).then_some((low, high))
     }
+
+    /// [`StackRequest::bounds`] for the calling thread, started with this request: its
+    /// `pthread_self()`, the page size, and an address in this call's frame.
+    pub fn bounds_of_calling_thread(&self) -> Option<(u64, u64)> {
+        let here = 0u8;
+        // SAFETY: pthread_self only reads the thread pointer; sysconf(_SC_PAGESIZE) is
+        // glibc's recorded page size.
+        let (thread_self, page) = unsafe {
+            (
+                libc::pthread_self() as u64,
+                libc::sysconf(libc::_SC_PAGESIZE) as u64,
+            )
+        };
+        self.bounds(thread_self, page, std::ptr::addr_of!(here) as u64)
+    }
 }
 
 /// When the calling thread's creation was asked for (`CLOCK_MONOTONIC` ns, read by the
@@ -143,18 +158,7 @@ extern "C" fn trampoline(start: *mut c_void) -> *mut c_void {
         stack,
     } = *unsafe { Box::from_raw(start.cast::<Start>()) };
     CREATED_NS.with(|c| c.set(created_ns));
-    let here = 0u8;
-    // SAFETY: pthread_self only reads the thread pointer; sysconf(_SC_PAGESIZE) is glibc's
-    // recorded page size.
-    let (thread_self, page) = unsafe {
-        (
-            libc::pthread_self() as u64,
-            libc::sysconf(libc::_SC_PAGESIZE) as u64,
-        )
-    };
-    if let Some(bounds) =
-        stack.and_then(|s| s.bounds(thread_self, page, std::ptr::addr_of!(here) as u64))
-    {
+    if let Some(bounds) = stack.and_then(|s| s.bounds_of_calling_thread()) {
         STACK.with(|c| c.set(bounds));
     }
     if let Some(cb) = crate::callbacks() {
@@ -236,6 +240,13 @@ pub fn current_stack_bounds() -> Option<(u64, u64)> {
         }
     }
     // For the main thread glibc would read `/proc/self/maps` (0.1 ms).
+    stack_bounds_from_glibc()
+}
+
+/// The calling thread's stack as `pthread_getattr_np` gives it (for a thread other than
+/// the main one: its CPU affinity read too, a system call and two allocations). `None`
+/// when glibc does not say.
+fn stack_bounds_from_glibc() -> Option<(u64, u64)> {
     // SAFETY: plain libc calls on a zeroed attribute object that is destroyed afterwards.
     unsafe {
         let mut attr: pthread_attr_t = std::mem::zeroed();
@@ -287,25 +298,8 @@ mod tests {
         extern "C" fn body(arg: *mut c_void) -> *mut c_void {
             // SAFETY: `arg` is the Seen below, alive until the join.
             let seen = unsafe { &mut *arg.cast::<Seen>() };
-            let here = 0u8;
-            // SAFETY: plain glibc calls on the calling thread.
-            unsafe {
-                let page = libc::sysconf(libc::_SC_PAGESIZE) as u64;
-                seen.ours = seen.request.and_then(|r| {
-                    r.bounds(
-                        libc::pthread_self() as u64,
-                        page,
-                        std::ptr::addr_of!(here) as u64,
-                    )
-                });
-                let mut attr: pthread_attr_t = std::mem::zeroed();
-                assert_eq!(libc::pthread_getattr_np(libc::pthread_self(), &mut attr), 0);
-                let mut low: *mut c_void = std::ptr::null_mut();
-                let mut size: libc::size_t = 0;
-                libc::pthread_attr_getstack(&attr, &mut low, &mut size);
-                libc::pthread_attr_destroy(&mut attr);
-                seen.glibc = (low as u64, low as u64 + size as u64);
-            }
+            seen.ours = seen.request.and_then(|r| r.bounds_of_calling_thread());
+            seen.glibc = super::stack_bounds_from_glibc().expect("pthread_getattr_np's bounds");
             std::ptr::null_mut()
         }
         let mut seen = Seen {
