@@ -686,7 +686,10 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                 // handlers' own thread_time at 1,200 requests on sid's 3.15 (8 runs; at
                 // 400, 750 samples, up to +4.2 %); −5 to −7 % before the helper re-armed
                 // events keeping their phase and read their counts (docs/design.md "Wall
-                // mode").
+                // mode"). December 6 (evening), 13 runs: −0.2 to +3.2 %, mean +1.3 %: the CPU the
+                // kernel spends in `io_part`'s sleep (60–75 µs a call on this VM, where no
+                // overflow samples) is in the next sample's weight, `cpu_part`'s
+                // (docs/design.md, "Perf events"). Above +5 % fails.
                 let on_cpu: i64 = stacks(&profile)
                     .iter()
                     .filter(|s| {
@@ -701,7 +704,7 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                     100.0 * (on_cpu / cpu_time - 1.0)
                 );
                 assert!(
-                    (on_cpu - cpu_time).abs() <= 0.04 * cpu_time,
+                    on_cpu >= 0.96 * cpu_time && on_cpu <= 1.05 * cpu_time,
                     "{label}: cpu_part's CPU time {on_cpu:.3} s in the profile, {cpu_time:.3} s \
                      measured"
                 );
@@ -711,13 +714,17 @@ fn a_thread_per_request_server_keeps_each_phase_its_share() {
                 // in another process, 3.12, 8 runs, quiet machine): `cpu_part` −1.1 to
                 // +1.2 %, `io_part` −2.7 to −0.6 %; here on sid's 3.15, 6 runs: +0.5 to
                 // +3.3 % and −1.8 to −1.0 % (before the run delay's counting from a random
-                // phase: `cpu_part` −5.0 to −1.7 %, median −3.3 %). The bounds leave a point
-                // for a busier machine, and fail the shortfall of before.
+                // phase: `cpu_part` −5.0 to −1.7 %, median −3.3 %). That evening, 17 runs
+                // (CI's one included): `cpu_part` +0.6 to +4.6 %, mean +2.6 %, sd 1.1;
+                // `io_part` −2.4 to −0.8 %. `cpu_part`'s excess is the sleep's kernel CPU
+                // above, which `io_part` lacks; its upper bound is the mean and 3.5 sd (at
+                // +4.5 % it failed 1 run in 17). The lower bounds fail the shortfall of
+                // before.
                 for (phase, low, high) in [
                     (
                         "cpu_part",
                         0.96 * measured("cpu_part"),
-                        1.045 * measured("cpu_part"),
+                        1.065 * measured("cpu_part"),
                     ),
                     (
                         "io_part",
