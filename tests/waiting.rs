@@ -453,3 +453,85 @@ fn short_threads_keep_their_cpu_time_around_a_sleep_in_wall_mode() {
         }
     }
 }
+
+/// C code built with frame pointers (gcc's `-fno-omit-frame-pointer`: Fedora's and
+/// Ubuntu's packages since 2023–24, sid's CPython 3.15) whose CFI finds each frame from
+/// RBP: `fp_sleep` sleeps in `nanosleep`, called from `fp_outer`.
+const FRAME_POINTER_LIBRARY: &str = r#"
+#include <time.h>
+__attribute__((noinline)) long fp_sleep(long ms) {
+    struct timespec t = { 0, ms * 1000000L };
+    volatile long slept = 0;
+    nanosleep(&t, 0);
+    slept += ms;
+    return slept;
+}
+__attribute__((noinline)) long fp_outer(long rounds) {
+    long total = 0;
+    for (long i = 0; i < rounds; i++) total += fp_sleep(2) + i % 3;
+    return total;
+}
+"#;
+
+/// A thread blocked in a system call is unwound from its stack and instruction pointers
+/// alone (`/proc/<tid>/syscall`): its RBP is not known until a frame restores it. Code built
+/// with frame pointers needs RBP for every frame, so such stacks ended at the first frame
+/// out of the C library, under `<incomplete stack>` (on sid's 3.15, 44 % of a sleeping
+/// server's profile: every frame of that interpreter is such code). RBP is now guessed
+/// among the stack's addresses, checked by a walk to the thread's root. Two threads that
+/// sleep in `fp_sleep`, called by `fp_outer` from Python's `sleeper`: their sleep's samples
+/// keep the whole stack.
+#[test]
+fn a_thread_blocked_in_code_built_with_frame_pointers_keeps_its_whole_stack() {
+    let _machine = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
+    let wanted = |i: &Interpreter| i.version >= (3, 7);
+    for python in interpreters_for("frame_pointers", "interpreters from 3.7", wanted) {
+        blocked_stack_through_frame_pointers(&python);
+    }
+}
+
+fn blocked_stack_through_frame_pointers(python: &Interpreter) {
+    let dir = scratch_dir("frame-pointers");
+    let library = c_library(
+        &dir,
+        "framepointers",
+        FRAME_POINTER_LIBRARY,
+        &["-O2", "-fno-omit-frame-pointer"],
+    );
+    let program = format!(
+        "import ctypes, threading\nlib = ctypes.CDLL({:?})\ndef sleeper():\n    lib.fp_outer(300)\n\
+         ts = [threading.Thread(target=sleeper) for _ in range(2)]\n[t.start() for t in ts]\n[t.join() for t in ts]\n",
+        library.to_str().unwrap()
+    );
+    let (_, profile) = profiled_ok(
+        python,
+        &["-c", &program],
+        &[("PYIGPROF_CLOCK", "wall"), ("PYIGPROF_HZ", "250")],
+    );
+    let all = stacks(&profile);
+    let ticks = |keep: &dyn Fn(&Stack) -> bool| -> i64 {
+        all.iter().filter(|s| keep(s)).map(|s| s.ticks).sum()
+    };
+    let sleeping = |s: &Stack| s.has("fp_sleep") && s.has("<waiting: sleep>");
+    let slept = ticks(&sleeping);
+    let whole = ticks(&|s: &Stack| {
+        sleeping(s)
+            && s.frames[0].0 != "<incomplete stack>"
+            && s.has("sleeper")
+            && s.frames
+                .windows(2)
+                .any(|w| w[0].0 == "fp_outer" && w[1].0 == "fp_sleep")
+    });
+    eprintln!(
+        "frame pointers: {}: {whole} of {slept} ticks asleep in fp_sleep with the whole stack",
+        python.name
+    );
+    // Two threads asleep 0.6 s each at 250 Hz: ~300 ticks.
+    assert!(slept >= 200, "{}: {slept} ticks asleep in fp_sleep", python.name);
+    assert!(
+        whole as f64 >= 0.98 * slept as f64,
+        "{}: {whole} of {slept} ticks asleep in fp_sleep have fp_outer above it, Python's \
+         sleeper outside, and a thread's root",
+        python.name
+    );
+}

@@ -369,11 +369,7 @@ pub fn unwind(
         let mut at_root = matches!(rule, Rule::EndOfStack);
         let used_others = regs.knows_others() && rule == Rule::Evaluate;
         // A thread sampled while blocked has no known RBP until a frame restores it: a rule
-        // that needs it fails, and the frame is then stepped over as code without CFI.
-        let rule = match rule {
-            Rule::UseFramePointer if regs.bp == UNKNOWN_BP => Rule::NoCfi,
-            rule => rule,
-        };
+        // that needs it fails, and RBP is then guessed (below).
         let before = regs;
         let step = match rule {
             Rule::Evaluate => {
@@ -390,22 +386,31 @@ pub fn unwind(
             Rule::NoCfi => Err(cfi::Failed),
             rule => cfi::exec(rule, !from_return, &mut regs, &mut read_stack),
         };
-        // A full row that needed the unknown RBP (a CFA from RBP, as libffi's and
-        // hand-written assembly's): RBP is guessed among the stack addresses above RSP, and
-        // a guess is taken only if its caller's walk reaches the thread's root by CFI.
+        // A rule that needed the unknown RBP: a full row with a CFA from RBP (libffi's and
+        // hand-written assembly's), or the frame-pointer rule of code built with frame
+        // pointers (every function of sid's CPython 3.15 and of distributions that build
+        // so, where a blocked thread's stack stopped at the first frame out of the C
+        // library's system call wrapper, under `<incomplete stack>`). RBP is guessed among
+        // the stack addresses above RSP, and a guess is taken only if its caller's walk
+        // reaches the thread's root by CFI.
         let mut step = step;
         let mut guessed_bp = false;
-        if step.is_err() && before.bp == UNKNOWN_BP && rule == Rule::Evaluate {
+        let needs_bp = matches!(rule, Rule::Evaluate | Rule::UseFramePointer);
+        if step.is_err() && before.bp == UNKNOWN_BP && needs_bp {
             for candidate in (0..BP_GUESSES).map(|i| before.sp + 8 * i) {
                 let mut trial = before;
                 trial.bp = candidate;
-                let got = cache.rows.unwind_by_row(
-                    &snapshot.cfi,
-                    pc,
-                    !from_return,
-                    &mut trial,
-                    &mut read_stack,
-                );
+                let got = if rule == Rule::Evaluate {
+                    cache.rows.unwind_by_row(
+                        &snapshot.cfi,
+                        pc,
+                        !from_return,
+                        &mut trial,
+                        &mut read_stack,
+                    )
+                } else {
+                    cfi::exec(rule, !from_return, &mut trial, &mut read_stack)
+                };
                 if let Ok(Some(ret)) = got {
                     if snapshot.may_return_to(ret, stack)
                         && leads_to_root(
@@ -429,7 +434,7 @@ pub fn unwind(
         // out: a heuristic step.
         let guessed = guessed_bp
             || rule == Rule::NoCfi
-            || (step.is_err() && before.bp == UNKNOWN_BP && rule == Rule::Evaluate);
+            || (step.is_err() && before.bp == UNKNOWN_BP && needs_bp);
         let step = if guessed && !guessed_bp {
             regs = before;
             let (rows, scan) = (&mut cache.rows, &mut cache.scan);
