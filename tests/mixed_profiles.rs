@@ -425,15 +425,26 @@ fn code_without_unwind_tables_keeps_its_python_caller_and_is_counted_approximate
             "{who}: {whole_with_ctypes:.1}% of {whole_any:.1}% whole stacks have ctypes"
         );
         // Only samples whose stack went through such a frame by a heuristic step are
-        // counted as approximate (within 5 points: the statistic counts samples, the
-        // shares ticks).
+        // counted as approximate: the statistic counts samples, so it is held to the
+        // samples in code without CFI (their ticks' share differs by the samples'
+        // weights: 80.3 % of the samples and 74.5 % of the ticks on 2.7 in a busy run).
         let approximate = 100.0 * run.fraction_of_samples("stats.approximate_native");
-        eprintln!("{who}: {approximate:.1}% approximate, {spin:.1}% + {other:.1}% without CFI");
+        let all = stacks(&profile);
+        let samples_where = |keep: &dyn Fn(&Stack) -> bool| -> f64 {
+            let total: i64 = all.iter().map(|s| s.samples).sum();
+            let hit: i64 = all.iter().filter(|s| keep(s)).map(|s| s.samples).sum();
+            100.0 * hit as f64 / total.max(1) as f64
+        };
+        let without_cfi =
+            samples_where(&|s: &Stack| leaf(s, "nocfi_spin") || leaf(s, "garbage_spin"));
+        eprintln!(
+            "{who}: {approximate:.1}% approximate, {without_cfi:.1}% of the samples without \
+             CFI ({spin:.1}% + {other:.1}% of the ticks)"
+        );
         assert!(
-            approximate <= spin + other + 5.0,
-            "{who}: {approximate:.1}% approximate native stacks with {:.1}% in code without \
-             CFI",
-            spin + other
+            approximate <= without_cfi + 3.0,
+            "{who}: {approximate:.1}% approximate native stacks with {without_cfi:.1}% of the \
+             samples in code without CFI"
         );
     }
 }

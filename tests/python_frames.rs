@@ -479,7 +479,11 @@ fn threads_started_before_and_after_the_constructor_are_sampled() {
 
 /// A program that presents itself as CPython `VERSION` (it exports `Py_GetVersion` and
 /// `Py_Initialize`, and a `_PyRuntime` that starts with the words `RUNTIME`), spins in
-/// `fake_eval_loop` and exits with status 7.
+/// `fake_eval_loop` and exits with status 7. The loop reads the process's CPU clock once
+/// per 100,000 additions: reading it at every one, the loop ran mostly in the kernel
+/// (`clock` is a system call), where perf events do not sample, and a second of it got
+/// 24–33 samples of ~40 ticks each, one of which, outside the loop, took 23 % in a busy
+/// run.
 const FAKE_INTERPRETER: &str = r#"
 #include <stdio.h>
 #include <time.h>
@@ -489,7 +493,8 @@ unsigned long long _PyRuntime[128] = { RUNTIME };
 __attribute__((noinline)) double fake_eval_loop(double seconds) {
     double t = 0;
     clock_t start = clock();
-    while ((double)(clock() - start) / CLOCKS_PER_SEC < seconds) t += 1e-9 * t + 1;
+    while ((double)(clock() - start) / CLOCKS_PER_SEC < seconds)
+        for (int i = 0; i < 100000; i++) t += 1e-9 * t + 1;
     return t;
 }
 int main(void) {
