@@ -1265,7 +1265,7 @@ fn write_new(profile: &Profile, path: &std::path::Path, gzip: bool) -> Result<()
         .map_err(Failed::Create)?;
     let buffered = std::io::BufWriter::with_capacity(1 << 16, file);
     let result = if gzip {
-        let mut gz = flate2::write::GzEncoder::new(buffered, flate2::Compression::new(6));
+        let mut gz = crate::output::gzip::Gzip::new(buffered, 6);
         profile
             .write(&mut gz)
             .and_then(|_| gz.finish())

@@ -1,6 +1,7 @@
 //! Output: writing the trace trees as an IgProf profile.
 //!
 //! - [`dump`]: the dump writer — trees merged, frames named, IgProf text (gzip);
+//! - [`gzip`]: the gzip stream it is written as, stored when small;
 //! - [`live`]: what every thread does now, for `pyigprof dump`;
 //! - [`windows`]: continuous profiling, a profile per time window (`PYIGPROF_WINDOW`);
 //! - [`lifecycle`]: when a profile is written — at exit, before exec, on fatal signals, in
@@ -8,6 +9,7 @@
 //!   would have.
 
 pub mod dump;
+pub mod gzip;
 pub mod lifecycle;
 pub mod live;
 pub mod pprof;
