@@ -527,7 +527,11 @@ fn blocked_stack_through_frame_pointers(python: &Interpreter) {
         python.name
     );
     // Two threads asleep 0.6 s each at 250 Hz: ~300 ticks.
-    assert!(slept >= 200, "{}: {slept} ticks asleep in fp_sleep", python.name);
+    assert!(
+        slept >= 200,
+        "{}: {slept} ticks asleep in fp_sleep",
+        python.name
+    );
     assert!(
         whole as f64 >= 0.98 * slept as f64,
         "{}: {whole} of {slept} ticks asleep in fp_sleep have fp_outer above it, Python's \

@@ -121,7 +121,10 @@ mod tests {
     /// Bytes that compress a little, as a profile's text does.
     fn text(len: usize) -> Vec<u8> {
         (0..len)
-            .map(|i| b"C1 FN12=(F3+40 N=(_PyEval_EvalFrameDefault))+0 V0:(1,4,4)\n"[i % 58] ^ (i / 997) as u8)
+            .map(|i| {
+                b"C1 FN12=(F3+40 N=(_PyEval_EvalFrameDefault))+0 V0:(1,4,4)\n"[i % 58]
+                    ^ (i / 997) as u8
+            })
             .collect()
     }
 
@@ -155,7 +158,11 @@ mod tests {
 
     #[test]
     fn larger_profiles_are_compressed_with_what_was_held_first() {
-        for (len, chunk) in [(STORED_MAX + 1, 700), (200_000, 4_096), (200_000, STORED_MAX + 9)] {
+        for (len, chunk) in [
+            (STORED_MAX + 1, 700),
+            (200_000, 4_096),
+            (200_000, STORED_MAX + 9),
+        ] {
             let bytes = text(len);
             let file = gzip(&bytes, chunk);
             assert!(file.len() < len / 2, "{len}: {} bytes", file.len());
@@ -177,7 +184,11 @@ mod tests {
             .output()
             .expect("gzip, as every Debian system has");
         let _ = std::fs::remove_dir_all(&dir);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert_eq!(out.stdout, bytes);
     }
 }

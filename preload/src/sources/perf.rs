@@ -704,8 +704,10 @@ impl Keeper {
                     draw
                 };
                 slot.drawn.store(period, Ordering::Relaxed);
-                slot.per_draw
-                    .store(slot.draw_samples.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+                slot.per_draw.store(
+                    slot.draw_samples.swap(0, Ordering::Relaxed),
+                    Ordering::Relaxed,
+                );
                 rearm(fd - 1, period);
                 armed = true;
             }
