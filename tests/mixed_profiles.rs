@@ -429,14 +429,9 @@ fn code_without_unwind_tables_keeps_its_python_caller_and_is_counted_approximate
         // samples in code without CFI (their ticks' share differs by the samples'
         // weights: 80.3 % of the samples and 74.5 % of the ticks on 2.7 in a busy run).
         let approximate = 100.0 * run.fraction_of_samples("stats.approximate_native");
-        let all = stacks(&profile);
-        let samples_where = |keep: &dyn Fn(&Stack) -> bool| -> f64 {
-            let total: i64 = all.iter().map(|s| s.samples).sum();
-            let hit: i64 = all.iter().filter(|s| keep(s)).map(|s| s.samples).sum();
-            100.0 * hit as f64 / total.max(1) as f64
-        };
-        let without_cfi =
-            samples_where(&|s: &Stack| leaf(s, "nocfi_spin") || leaf(s, "garbage_spin"));
+        let without_cfi = share_of_samples(&profile, |s| {
+            leaf(s, "nocfi_spin") || leaf(s, "garbage_spin")
+        });
         eprintln!(
             "{who}: {approximate:.1}% approximate, {without_cfi:.1}% of the samples without \
              CFI ({spin:.1}% + {other:.1}% of the ticks)"

@@ -406,9 +406,20 @@ pub fn seconds(profile: &Profile) -> f64 {
 
 /// Share (0–100) of ticks whose stack satisfies `pred`.
 pub fn share(profile: &Profile, pred: impl Fn(&Stack) -> bool) -> f64 {
+    share_by(profile, pred, |s| s.ticks)
+}
+
+/// Share (0–100) of samples (not ticks) whose stack satisfies `pred`: what
+/// a statistic that counts samples (`stats.approximate_native`) is compared with.
+pub fn share_of_samples(profile: &Profile, pred: impl Fn(&Stack) -> bool) -> f64 {
+    share_by(profile, pred, |s| s.samples)
+}
+
+/// Share (0–100) of `amount` (a stack's ticks or samples) in the stacks that satisfy `pred`.
+fn share_by(profile: &Profile, pred: impl Fn(&Stack) -> bool, amount: fn(&Stack) -> i64) -> f64 {
     let all = stacks(profile);
-    let total: i64 = all.iter().map(|s| s.ticks).sum();
-    let hit: i64 = all.iter().filter(|s| pred(s)).map(|s| s.ticks).sum();
+    let total: i64 = all.iter().map(amount).sum();
+    let hit: i64 = all.iter().filter(|s| pred(s)).map(amount).sum();
     if total == 0 {
         0.0
     } else {

@@ -396,7 +396,8 @@ pub fn unwind(
         let mut step = step;
         let mut guessed_bp = false;
         let needs_bp = matches!(rule, Rule::Evaluate | Rule::UseFramePointer);
-        if step.is_err() && before.bp == UNKNOWN_BP && needs_bp {
+        let guess_bp = step.is_err() && before.bp == UNKNOWN_BP && needs_bp;
+        if guess_bp {
             for candidate in (0..BP_GUESSES).map(|i| before.sp + 8 * i) {
                 let mut trial = before;
                 trial.bp = candidate;
@@ -432,9 +433,7 @@ pub fn unwind(
         approximate |= guessed_bp;
         // Code without CFI, or a full row that needed the unknown RBP and no guess checked
         // out: a heuristic step.
-        let guessed = guessed_bp
-            || rule == Rule::NoCfi
-            || (step.is_err() && before.bp == UNKNOWN_BP && needs_bp);
+        let guessed = guessed_bp || rule == Rule::NoCfi || guess_bp;
         let step = if guessed && !guessed_bp {
             regs = before;
             let (rows, scan) = (&mut cache.rows, &mut cache.scan);
