@@ -201,12 +201,6 @@ pub struct Slot {
     /// drawn (ns of CPU time, an `i64` stored as its bits: negative when longer), so that
     /// its samples come at the rate asked for (`sources::perf::weigh`).
     pub short: AtomicU64,
-    /// Samples the thread's event gave since the helper process last armed it (counted
-    /// by `sources::perf::weigh`).
-    pub draw_samples: AtomicU32,
-    /// Samples it gave over the draw armed before the latest one (0: not armed again yet):
-    /// how many samples one look's error is spread over (`sources::perf::weigh`).
-    pub per_draw: AtomicU32,
     /// The part of the thread's first sampling interval that fell before its event was
     /// armed (ns of CPU time; `sources::random::first_interval`): added to its first
     /// sample's weight, then 0.

@@ -704,10 +704,6 @@ impl Keeper {
                     draw
                 };
                 slot.drawn.store(period, Ordering::Relaxed);
-                slot.per_draw.store(
-                    slot.draw_samples.swap(0, Ordering::Relaxed),
-                    Ordering::Relaxed,
-                );
                 rearm(fd - 1, period);
                 armed = true;
             }
@@ -1017,23 +1013,12 @@ pub fn weigh(event: &Event, slot: &Slot, fd: libc::c_int) -> Option<Weight> {
         // the draws' harmonic mean, 9 % below their mean at 10 kHz). So the draws' mean is
         // the period less `short`, which follows the intervals the thread gets: each
         // sample adds its interval's difference from the period (within a period),
-        // divided by 16 and by the thread's samples per look, so that every look moves it
-        // by about a sixteenth of the last look's mean difference; within half a period
-        // either way. Samples then come at the rate asked for, and the draws keep their
-        // spread.
+        // divided by 16 and by the samples per look, so that every look moves it by about
+        // a sixteenth of the last look's mean difference; within half a period either
+        // way. Samples then come at the rate asked for, and the draws keep their spread.
         let period = event.period as i64;
         let error = (interval.min(i64::MAX as u64) as i64 - period).clamp(-period, period);
-        // The thread's samples per look are those it gave over its previous draw; before
-        // its first re-arm, as many as a look's time holds. (Taking the latter always, a
-        // thread sharing the CPUs, which gets fewer samples per look, was corrected as
-        // much too slowly: 16 busy threads on the 2 CPUs here, 2 samples each per 64 ms
-        // look at 250 Hz, came at 222 samples per CPU second, 240 since; one thread 261
-        // and 241, four 247 and 250: medians of 8 paired runs, December 6.)
-        slot.draw_samples.fetch_add(1, Ordering::Relaxed);
-        let per_look = match slot.per_draw.load(Ordering::Relaxed) {
-            0 => (LOOK_NS.load(Ordering::Relaxed) / event.period).max(1),
-            samples => u64::from(samples),
-        } as i64;
+        let per_look = (LOOK_NS.load(Ordering::Relaxed) / event.period).max(1) as i64;
         let short = (slot.short.load(Ordering::Relaxed) as i64 + error / (16 * per_look))
             .clamp(-period / 2, period / 2);
         slot.short.store(short as u64, Ordering::Relaxed);
@@ -1237,8 +1222,6 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: Wait) -> Result<(
     slot.armed_at_sample.store(first + next, Ordering::Relaxed);
     slot.had_sample.store(false, Ordering::Relaxed);
     slot.short.store(0, Ordering::Relaxed);
-    slot.draw_samples.store(0, Ordering::Relaxed);
-    slot.per_draw.store(0, Ordering::Relaxed);
     slot.want_period.store(0, Ordering::Relaxed);
     slot.open_tid.store(tid, Ordering::Relaxed);
     slot.open_first.store(first, Ordering::Relaxed);
