@@ -152,10 +152,11 @@ pub(crate) unsafe fn install(signal: c_int, act: *const SigAction, old: *mut Sig
     // SAFETY: the caller's pointers, as sigaction(2) requires; initialised structures.
     unsafe {
         let mut previous: SigAction = std::mem::zeroed();
-        let owner = owns_records();
         let rc = match act.as_ref() {
-            // A vfork child: the kernel's action only (its exec resets it anyway).
-            Some(_) if !owner => real_sigaction(signal, act, &mut previous),
+            // A vfork child: the kernel's action only (its exec resets it anyway). Asked
+            // only of a change: CPython's start queries every signal's action (64 calls),
+            // and each `getpid` is a system call.
+            Some(_) if !owns_records() => real_sigaction(signal, act, &mut previous),
             Some(new) if wraps(signal, new) => {
                 // Recorded first: a signal arriving as soon as the trampoline is in place
                 // finds the handler to run.
