@@ -246,8 +246,11 @@ fn attach_profiles_a_running_server_and_leaves_it_as_it_was() {
                 &["attach", &pid, "--duration", "3", "-o", "window.gz"],
                 &dir,
             );
-            assert!(started.elapsed() < Duration::from_secs(20));
+            // Before any assertion: a failing one would otherwise leave the scope waiting
+            // for the asking thread for ever.
             stop.store(true, Ordering::Relaxed);
+            let took = started.elapsed();
+            assert!(took < Duration::from_secs(20), "attach took {took:?}");
             (out, asking.join().unwrap())
         });
         let (py1, dg1) = server.cpu();

@@ -438,8 +438,10 @@ fn dump_refuses_a_process_that_is_not_python_in_one_line() {
 fn dump_attach_and_top_pointed_at_the_helper_process_name_its_program() {
     let python = &interpreters_with_python_frames("dump")[0];
     let dir = scratch_dir("dump-helper");
-    let script =
-        "import sys, time\nsys.stdout.write('ready\\n')\nsys.stdout.flush()\ntime.sleep(60)\n";
+    // A thread started, so that the helper process runs (a process starts it once it has
+    // run 20 ms of CPU time or starts a thread: sources::late).
+    let script = "import sys, threading, time\nthreading.Thread(target=int).start()\n\
+                  sys.stdout.write('ready\\n')\nsys.stdout.flush()\ntime.sleep(60)\n";
     let program = start_until_ready(&mut live_program(
         &python.path,
         script,

@@ -111,7 +111,9 @@ library, program = sys.argv[1], sys.argv[2]
 for clock in ("cpu", "wall"):
     for ending in sys.argv[3:]:
         env = dict(os.environ, LD_PRELOAD=library, PYIGPROF_CLOCK=clock, PYIGPROF_QUIET="1")
-        code = "sum(i * i for i in range(300000))\n" + ending
+        # More than the 20 ms of CPU time a process runs before its perf events start,
+        # so that cpu mode has its helper process too.
+        code = "sum(i * i for i in range(1000000))\n" + ending
         subprocess.run([program, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         me = str(os.getpid())
         for pid in os.listdir("/proc"):

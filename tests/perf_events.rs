@@ -129,6 +129,8 @@ fn task_clock_samples_at_the_rate_asked_for() {
             let stats = run.statistics();
             assert_eq!(stats["sampling.trigger"], "task-clock", "{stats:?}");
             assert_eq!(stats["sampling.randomized"], "1");
+            // Its first 20 ms on POSIX timers, then moved to its perf event (issue 57).
+            assert_eq!(stats["sampling.timers_first_ns"], "20000000", "{stats:?}");
             let reported = seconds(&profile);
             let (_, samples) = totals(&profile);
             let rate = samples as f64 / cpu;
@@ -970,5 +972,141 @@ fn the_helper_processs_cpu_time_is_in_the_profile_and_the_summary() {
             process_ns / 1e9
         );
         assert!(stderr.contains(&said), "expected {said:?} in:\n{stderr}");
+    }
+}
+
+/// The statistics of the profile at `path`, as the analyser reads them.
+fn statistics_of(path: &std::path::Path) -> std::collections::HashMap<String, String> {
+    let profile =
+        igprof_analyse::read_profiles(&[path.to_path_buf()]).unwrap_or_else(|e| panic!("{e}"));
+    profile.sources[0].statistics.iter().cloned().collect()
+}
+
+/// Issue 57: a process that ends within its first 20 ms of CPU time (`python -c …`, what
+/// test suites and build tools start by the thousand) is sampled on POSIX timers and never
+/// starts the helper process that holds perf events; one that starts a thread starts it at
+/// once, and one that runs on moves to its perf event (`task_clock_samples_at_the_rate_asked_for`).
+#[test]
+fn a_short_process_starts_no_helper_process_and_a_thread_starts_it() {
+    let _machine = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !perf_events_here("short_process_no_helper") {
+        return;
+    }
+    for python in newest("short_process_no_helper") {
+        let (run, _) = profiled_ok(&python, &["-c", "x = 1"], &[]);
+        let stats = run.statistics();
+        eprintln!(
+            "{}: `-c 'x = 1'`: trigger {}, helper {} ns, {} samples",
+            python.name,
+            stats["sampling.trigger"],
+            stats["cost.helper_cpu_ns"],
+            stats["stats.samples"]
+        );
+        assert_eq!(stats["sampling.trigger"], "posix-timer", "{stats:?}");
+        assert_eq!(
+            stats["sampling.why"], "perf-events-start-after-the-first-20-ms-of-CPU-time",
+            "{stats:?}"
+        );
+        assert_eq!(statistic(&stats, "cost.helper_cpu_ns"), 0.0, "{stats:?}");
+        assert!(
+            run.stderr().contains(
+                "by POSIX CPU timers (perf events start after the first 20 ms of CPU time;"
+            ),
+            "{}",
+            run.stderr()
+        );
+        // A thread started: the helper process starts with it, and outlives it (a process
+        // made by a thread gets its `PR_SET_PDEATHSIG` when that thread ends): the main
+        // thread's computation after it is sampled on its perf event, at the rate asked.
+        let threaded = "import threading, time\n\
+                        t = threading.Thread(target=sum, args=(range(1000),))\n\
+                        t.start()\nt.join()\nend = time.thread_time() + 0.5\n\
+                        while time.thread_time() < end:\n    sum(range(200))\n";
+        let (run, cpu) = run_with_cpu_time(&python, &["-c", threaded], &[("PYIGPROF_HZ", "1000")]);
+        assert!(run.output.status.success(), "{}", run.stderr());
+        let stats = run.statistics();
+        let rate = statistic(&stats, "stats.samples") / cpu;
+        eprintln!(
+            "{}: a thread started: trigger {}, helper {} ns, {rate:.0} samples per CPU second",
+            python.name, stats["sampling.trigger"], stats["cost.helper_cpu_ns"]
+        );
+        assert_eq!(stats["sampling.trigger"], "task-clock", "{stats:?}");
+        assert_eq!(stats["sampling.timers_first_ns"], "20000000", "{stats:?}");
+        assert!(statistic(&stats, "cost.helper_cpu_ns") > 0.0, "{stats:?}");
+        // POSIX timers would give 250 a CPU second; the process's start and exit, which
+        // no sample sees, are in `cpu`.
+        assert!(
+            rate > 850.0,
+            "{}: {rate:.0} samples per CPU second",
+            python.name
+        );
+    }
+}
+
+/// A fork child of a process still on its first timers (issue 57) waits for its own 20 ms
+/// and then moves to perf events: sampled at the rate asked for, its time whole, while the
+/// short parent never started a helper process.
+#[test]
+fn a_fork_child_of_a_short_parent_moves_to_perf_events_on_its_own() {
+    let _machine = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !perf_events_here("fork_child_late_events") {
+        return;
+    }
+    let program = r#"
+import os, time
+pid = os.fork()
+if pid == 0:
+    end = time.thread_time() + 1.0
+    x = 0
+    while time.thread_time() < end:
+        for i in range(200):
+            x += i
+else:
+    os.waitpid(pid, 0)
+"#;
+    for python in newest("fork_child_late_events") {
+        let run = run_profiled(
+            &python.path,
+            &["-c", program],
+            &[
+                ("PYIGPROF_HZ", "1000"),
+                ("PYIGPROF_OUTPUT", "pyigprof.%p.gz"),
+            ],
+        );
+        assert!(run.output.status.success(), "{}", run.stderr());
+        let profiles = run.profiles();
+        assert_eq!(profiles.len(), 2, "{profiles:?}\n{}", run.stderr());
+        let stats: Vec<_> = profiles.iter().map(|p| statistics_of(p)).collect();
+        let (child, parent): (Vec<_>, Vec<_>) = stats
+            .into_iter()
+            .partition(|s| statistic(s, "cost.process_cpu_ns") > 0.5e9);
+        let (child, parent) = (&child[0], &parent[0]);
+        let child_cpu = statistic(child, "cost.process_cpu_ns") / 1e9;
+        let ticks_s = statistic(child, "stats.ticks") * 1e-3;
+        let rate = statistic(child, "stats.samples") / child_cpu;
+        eprintln!(
+            "{}: parent {} (helper {} ns); child {}, {rate:.0} samples per CPU second, \
+             {ticks_s:.3} s counted of {child_cpu:.3} s",
+            python.name,
+            parent["sampling.trigger"],
+            parent["cost.helper_cpu_ns"],
+            child["sampling.trigger"]
+        );
+        assert_eq!(parent["sampling.trigger"], "posix-timer", "{parent:?}");
+        assert_eq!(statistic(parent, "cost.helper_cpu_ns"), 0.0, "{parent:?}");
+        assert_eq!(child["sampling.trigger"], "task-clock", "{child:?}");
+        assert_eq!(child["sampling.timers_first_ns"], "20000000", "{child:?}");
+        assert!(statistic(child, "cost.helper_cpu_ns") > 0.0, "{child:?}");
+        // POSIX timers give 250 signals a CPU second here whatever the rate asked.
+        assert!(
+            rate > 900.0,
+            "{}: {rate:.0} samples per CPU second",
+            python.name
+        );
+        assert!(
+            (ticks_s - child_cpu).abs() <= 0.03 * child_cpu,
+            "{}: {ticks_s:.3} s counted of {child_cpu:.3} s",
+            python.name
+        );
     }
 }

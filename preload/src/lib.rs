@@ -167,7 +167,12 @@ pub extern "C" fn init() {
     lifecycle::start(config);
     pyigprof_hooks::install(Callbacks {
         thread_started: || {
-            with_sampler(|s| s.register_current_thread(crate::sources::perf::Wait::Wake))
+            with_sampler(|s| {
+                // A program that starts threads is not one of the short ones perf events
+                // wait for (sources::late): its threads are sampled on them from their start.
+                sources::late::start_now(s);
+                s.register_current_thread(crate::sources::perf::Wait::Wake)
+            })
         },
         objects_added: || {
             modules::rescan();
@@ -224,13 +229,17 @@ pub extern "C" fn init() {
     }
     // With perf events, the helper process that holds them first (every thread's event is
     // opened by it).
-    if profile_cpu && sampler.trigger.event().is_some() {
-        let job = if wall {
-            sources::helper::Job::WallAndEvents
+    // Sampling CPU time in cpu mode, it starts once the process has run a while or starts
+    // a thread (sources::late): until then the threads are sampled on POSIX timers.
+    if let Some(event) = sampler.trigger.event().filter(|_| profile_cpu) {
+        let started = if wall {
+            sources::helper::start(sampler, sources::helper::Job::WallAndEvents)
+        } else if event.is_time() {
+            sources::late::defer()
         } else {
-            sources::helper::Job::Events
+            sources::helper::start(sampler, sources::helper::Job::Events)
         };
-        if let Err(e) = sources::helper::start(sampler, job) {
+        if let Err(e) = started {
             crate::notice!("pyigprof: {e}; not profiling");
         }
     }

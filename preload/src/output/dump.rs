@@ -884,14 +884,19 @@ impl Profile {
 /// exclude_kernel=0|1 [why=<token>]` (docs/dump-format.md).
 pub fn sampling_line(sampler: &Sampler) -> String {
     use crate::sources::Trigger;
-    match &sampler.trigger {
+    match sampler.trigger.used() {
         Trigger::Event(e) => format!(
-            "#pyigprof sampling trigger={} counter={} period={} randomized={} exclude_kernel={}",
+            "#pyigprof sampling trigger={} counter={} period={} randomized={} exclude_kernel={}{}",
             e.name,
             e.counter,
             e.period,
             u8::from(e.randomized()),
             u8::from(crate::sources::perf::excludes_kernel()),
+            if crate::sources::late::started_late() {
+                format!(" timers_first_ns={}", crate::sources::late::TIMERS_FIRST_NS)
+            } else {
+                String::new()
+            },
         ),
         Trigger::Timer { why } => format!(
             "#pyigprof sampling trigger=posix-timer counter=PERF_TICKS period={} randomized=0 \

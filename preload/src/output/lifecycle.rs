@@ -448,7 +448,7 @@ fn summary_lines(
             event.name
         ));
     }
-    let trigger = sampler.trigger.describe();
+    let trigger = sampler.trigger.used().describe();
     if let Some(event) = sampler.trigger.event().filter(|e| !e.is_time()) {
         lines.push(format!(
             "pyigprof: wrote {}: {recorded} {} of {ticks} {} ({}, by {trigger}); {shares}",

@@ -14,7 +14,7 @@ use crate::capture::unwind::Regs;
 use crate::sampler::{Sampler, STATE, YIELDED};
 use crate::signal_guard::InFlight;
 use crate::sources::timer::{clock_ns, ticks_of, TIMER_COOKIE};
-use crate::sources::{adopt, perf, timer};
+use crate::sources::{adopt, late, perf, timer};
 use pyigprof_hooks::{interruptions, signals};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -156,7 +156,17 @@ pub extern "C" fn on_sigprof(
     } else if crate::sampler::sampling() && is_ours(info) {
         if let Some(sampler) = crate::sampler::get() {
             let start = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
-            sample_here(sampler, ticks_of(info), uc, start);
+            let mut ticks = ticks_of(info);
+            if sampler.trigger.event().is_some() {
+                // Perf events started late: the thread's timer until the helper runs.
+                // SAFETY: pthread_self only reads the thread pointer; the owner thread.
+                if let Some(slot) =
+                    unsafe { sampler.slots.find_or_claim(libc::pthread_self() as usize) }
+                {
+                    ticks += late::on_timer_sample(sampler, slot, ticks);
+                }
+            }
+            sample_here(sampler, ticks, uc, start);
         }
     } else if is_ours(info) && crate::sampler::paused() {
         // Sampling paused while the trace trees are forgotten between two windows: the

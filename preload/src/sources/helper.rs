@@ -66,7 +66,17 @@ static YAMA_RESTRICTED: AtomicBool = AtomicBool::new(false);
 /// # Errors
 /// A message saying why it could not start.
 pub fn start(sampler: &'static Sampler, job: Job) -> Result<(), String> {
-    WANTED.store(true, Ordering::Release);
+    prepare(job)?;
+    start_prepared(sampler).map_err(|e| format!("cannot start the helper process: {e}"))
+}
+
+/// Prepares the helper process for `job` without starting it ([`start_prepared`] does,
+/// from anywhere): its stack mapped, whether Yama restricts `ptrace` read. Not from a
+/// signal handler.
+///
+/// # Errors
+/// A message saying why it could not be prepared (no memory for its stack).
+pub fn prepare(job: Job) -> Result<(), String> {
     let code = match job {
         Job::Wall => 0,
         Job::Events => 1,
@@ -75,6 +85,21 @@ pub fn start(sampler: &'static Sampler, job: Job) -> Result<(), String> {
     JOB.store(code, Ordering::Release);
     let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").unwrap_or_default();
     YAMA_RESTRICTED.store(scope.trim() == "1", Ordering::Relaxed);
+    if STACK.load(Ordering::Acquire) == 0 {
+        let stack = crate::mem::map_region(STACK_BYTES)
+            .ok_or("cannot start the helper process: no memory for its stack")?;
+        STACK.store(stack as usize, Ordering::Release);
+    }
+    Ok(())
+}
+
+/// Starts the helper process [`prepare`] prepared. Async-signal-safe (a `SIGPROF`
+/// handler starts it once the process has run a while: [`crate::sources::late`]).
+///
+/// # Errors
+/// The `clone`'s error.
+pub fn start_prepared(sampler: &'static Sampler) -> Result<(), std::io::Error> {
+    WANTED.store(true, Ordering::Release);
     spawn(sampler)
 }
 
@@ -150,11 +175,28 @@ pub fn wait(word: &AtomicU32, value: u32, timeout_ns: u64) {
     };
 }
 
-/// [`wait`], in the helper process's loops: counts its wake-ups ([`WAKEUPS`]).
+/// [`wait`], in the helper process's loops: counts its wake-ups ([`WAKEUPS`]). A helper
+/// started by a thread other than the main one (perf events started late by a thread's
+/// start or its sample: [`crate::sources::late`]) ends here once the profiled process is
+/// gone (its parent is then another process), since it has no `PR_SET_PDEATHSIG`.
 pub(crate) fn helper_wait(word: &AtomicU32, value: u32, timeout_ns: u64) {
     wait(word, value, timeout_ns);
     WAKEUPS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: getppid and exit act on the helper process alone.
+    unsafe {
+        if !BY_MAIN_THREAD.load(Ordering::Relaxed)
+            && raw(libc::SYS_getppid, [0; 4]) != i64::from(TARGET.load(Ordering::Acquire))
+        {
+            raw(libc::SYS_exit, [0; 4]);
+        }
+    }
 }
+
+/// Whether the helper process was started by the process's main thread. `PR_SET_PDEATHSIG`
+/// is sent when the thread that created a process ends (prctl(2)), not its whole process:
+/// a helper started by another thread (a request's thread starting the perf events late)
+/// would be killed with that thread, so it watches its parent instead ([`helper_wait`]).
+static BY_MAIN_THREAD: AtomicBool = AtomicBool::new(true);
 
 /// In a fork child (the parent's sampler process is not its own): starts a new one.
 pub(crate) fn restart_after_fork(sampler: &Sampler) {
@@ -247,19 +289,17 @@ pub fn resume_after_failed_exec(sampler: &'static Sampler) {
 /// in a multi-threaded process may deadlock — and sends no `SIGCHLD` (`wait()` and
 /// `waitpid(-1)` do not see it). It runs only code that uses no thread-local state of the C
 /// library ([`helper_process`]).
-fn spawn(sampler: &'static Sampler) -> Result<(), String> {
+fn spawn(sampler: &'static Sampler) -> Result<(), std::io::Error> {
     QUIT.store(0, Ordering::Release);
-    let mut stack = STACK.load(Ordering::Acquire);
+    let stack = STACK.load(Ordering::Acquire);
     if stack == 0 {
-        stack = crate::mem::map_region(STACK_BYTES)
-            .ok_or("cannot start the wall-clock sampler: no memory for its stack")?
-            as usize;
-        STACK.store(stack, Ordering::Release);
+        return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
     }
     // SAFETY: getpid has no preconditions; clone with a stack of ours, whose child runs
     // sampler_process (no thread-local state) and shares our memory.
     let child = unsafe {
         TARGET.store(libc::getpid(), Ordering::Release);
+        BY_MAIN_THREAD.store(libc::gettid() == libc::getpid(), Ordering::Release);
         libc::clone(
             helper_process,
             (stack + STACK_BYTES - 64) as *mut libc::c_void,
@@ -268,10 +308,7 @@ fn spawn(sampler: &'static Sampler) -> Result<(), String> {
         )
     };
     if child <= 0 {
-        return Err(format!(
-            "cannot start the wall-clock sampler: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(std::io::Error::last_os_error());
     }
     HELPER.store(child, Ordering::Release);
     if YAMA_RESTRICTED.load(Ordering::Relaxed) {
@@ -327,10 +364,12 @@ extern "C" fn helper_process(arg: *mut libc::c_void) -> libc::c_int {
             }
         }
         raw(libc::SYS_close_range, [0, u32::MAX as u64, 0, 0]);
-        raw(
-            libc::SYS_prctl,
-            [libc::PR_SET_PDEATHSIG as u64, libc::SIGKILL as u64, 0, 0],
-        );
+        if BY_MAIN_THREAD.load(Ordering::Acquire) {
+            raw(
+                libc::SYS_prctl,
+                [libc::PR_SET_PDEATHSIG as u64, libc::SIGKILL as u64, 0, 0],
+            );
+        }
         if raw(libc::SYS_getppid, [0; 4]) != i64::from(TARGET.load(Ordering::Acquire)) {
             raw(libc::SYS_exit, [0; 4]);
         }

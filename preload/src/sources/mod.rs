@@ -6,6 +6,7 @@
 //! - [`perf`]: per-thread perf events (`task-clock`, not tied to the kernel's tick, or
 //!   another event: page faults, hardware counters), opt-in and chosen at start-up where
 //!   the kernel allows them ([`Trigger`]);
+//! - [`late`]: perf events started late, a process's first milliseconds on timers;
 //! - [`random`]: the random intervals between samples;
 //! - [`budget`]: the overhead budget, which lengthens them when the profiler costs more
 //!   than `PYIGPROF_MAX_OVERHEAD`;
@@ -25,6 +26,7 @@ pub mod allocations;
 pub mod budget;
 pub mod handler;
 pub mod helper;
+pub mod late;
 pub mod lock_calls;
 pub mod lock_objects;
 pub mod locks;
@@ -139,11 +141,29 @@ impl Trigger {
         refused_by(refused)
     }
 
+    /// What sampled the profile: the trigger chosen, but POSIX timers for a process whose
+    /// perf events were to start late ([`late`]) and never did (it ended within its first
+    /// [`late::TIMERS_FIRST_NS`] of CPU time without starting a thread).
+    pub fn used(&self) -> Trigger {
+        match self {
+            Trigger::Event(e) if e.is_time() && late::on_timers() => Trigger::Timer {
+                why: "perf events start after the first 20 ms of CPU time",
+            },
+            other => *other,
+        }
+    }
+
     /// How the trigger is named in the statistics (`#pyigprof sampling …`) and the summary:
     /// `task-clock perf events at random intervals`, `page-faults perf events every 100`,
     /// `POSIX CPU timers (the default; …)`.
     pub fn describe(&self) -> String {
         match self {
+            Trigger::Event(e) if e.randomized() && late::started_late() => format!(
+                "{} perf events at random intervals (after POSIX CPU timers for the first {} \
+                 ms of CPU time)",
+                e.name,
+                late::TIMERS_FIRST_NS / 1_000_000
+            ),
             Trigger::Event(e) if e.randomized() => {
                 format!("{} perf events at random intervals", e.name)
             }

@@ -1204,30 +1204,8 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: Wait) -> Result<(
     } else {
         (event.period, 0)
     };
-    let next = if event.randomized() && first < one_shot_below(event) {
-        crate::sources::random::interval(&mut state, mean_interval(event), MIN_PERIOD_NS)
-    } else {
-        0
-    };
-    give_back_one_shot(slot);
-    slot.open_next.store(next, Ordering::Relaxed);
     let now = thread_cpu_ns(tid).unwrap_or(0);
-    slot.random.store(state, Ordering::Relaxed);
-    slot.counted.store(now, Ordering::Relaxed);
-    slot.armed_cpu_ns.store(now, Ordering::Relaxed);
-    slot.carry.store(0, Ordering::Relaxed);
-    slot.before_start.store(before, Ordering::Relaxed);
-    // The period the thread's event is opened with ([`open_for`]).
-    slot.drawn.store(first + next, Ordering::Relaxed);
-    slot.armed_at_sample.store(first + next, Ordering::Relaxed);
-    slot.had_sample.store(false, Ordering::Relaxed);
-    slot.short.store(0, Ordering::Relaxed);
-    slot.want_period.store(0, Ordering::Relaxed);
-    slot.open_tid.store(tid, Ordering::Relaxed);
-    slot.open_first.store(first, Ordering::Relaxed);
-    slot.open_waits
-        .store(wait == Wait::ForAnswer, Ordering::Relaxed);
-    slot.open_state.store(ASKED, Ordering::Release);
+    ask_for_event(event, slot, tid, (first, before), state, now, wait);
     let failed = |why: String| format!("cannot open the {} event: {why}", event.name);
     if !crate::sources::helper::running() {
         slot.open_state.store(IDLE, Ordering::Relaxed);
@@ -1268,6 +1246,71 @@ pub fn arm(event: &Event, slot: &Slot, tid: libc::pid_t, wait: Wait) -> Result<(
         }
         crate::sources::helper::wait(&slot.open_state, state, 50_000_000);
     }
+}
+
+/// Sets `slot` up for its thread `tid`'s event and asks the helper process to open it
+/// ([`open_for`]): the first interval `first.0` ns of CPU time (with `first.1` ns before
+/// it that the first sample stands for, [`crate::sources::random::first_interval`]), a
+/// one-shot event for a first interval below [`one_shot_below`], the thread's CPU time
+/// counted from `counted` ns of its clock, `state` the thread's random state. Does not
+/// wake the helper. Async-signal-safe.
+fn ask_for_event(
+    event: &Event,
+    slot: &Slot,
+    tid: libc::pid_t,
+    first: (u64, u64),
+    mut state: u64,
+    counted: u64,
+    wait: Wait,
+) {
+    let (first, before) = first;
+    let next = if event.randomized() && first < one_shot_below(event) {
+        crate::sources::random::interval(&mut state, mean_interval(event), MIN_PERIOD_NS)
+    } else {
+        0
+    };
+    give_back_one_shot(slot);
+    slot.open_next.store(next, Ordering::Relaxed);
+    slot.random.store(state, Ordering::Relaxed);
+    slot.counted.store(counted, Ordering::Relaxed);
+    slot.armed_cpu_ns.store(counted, Ordering::Relaxed);
+    slot.carry.store(0, Ordering::Relaxed);
+    slot.before_start.store(before, Ordering::Relaxed);
+    // The period the thread's event is opened with ([`open_for`]).
+    slot.drawn.store(first + next, Ordering::Relaxed);
+    slot.armed_at_sample.store(first + next, Ordering::Relaxed);
+    slot.had_sample.store(false, Ordering::Relaxed);
+    slot.short.store(0, Ordering::Relaxed);
+    slot.want_period.store(0, Ordering::Relaxed);
+    slot.open_tid.store(tid, Ordering::Relaxed);
+    slot.open_first.store(first, Ordering::Relaxed);
+    slot.open_waits
+        .store(wait == Wait::ForAnswer, Ordering::Relaxed);
+    slot.open_state.store(ASKED, Ordering::Release);
+}
+
+/// Moves the calling thread `tid`, whose POSIX timer has just been deleted in its
+/// `SIGPROF` handler ([`crate::sources::late`]), to its perf event: the helper process is
+/// woken to open it. Its CPU time is counted from `counted` ns of its clock (its timer's
+/// last expiration), so that the time until the event's first sample is in that sample's
+/// weight; its first interval is an ordinary draw, the time before it counted already.
+/// False when no helper process runs. Async-signal-safe.
+pub fn arm_after_timer(event: &Event, slot: &Slot, tid: libc::pid_t, counted: u64) -> bool {
+    if !crate::sources::helper::running() {
+        return false;
+    }
+    let mut state = slot.random.load(Ordering::Relaxed);
+    if state == 0 {
+        state = crate::sources::random::seed(tid as u64);
+    }
+    let first = if event.randomized() {
+        crate::sources::random::interval(&mut state, mean_interval(event), MIN_PERIOD_NS)
+    } else {
+        event.period
+    };
+    ask_for_event(event, slot, tid, (first, 0), state, counted, Wait::Wake);
+    wake_keeper();
+    true
 }
 
 /// Stops sampling on `slot`'s thread: has the helper process close its event and

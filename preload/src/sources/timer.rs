@@ -16,7 +16,7 @@ use crate::capture::frames::{marker_key, Marker};
 use crate::record::threads::{Slot, CAPTURING, FREE};
 use crate::sampler::{get, Sampler, OFF, SAMPLING, STATE, YIELDED};
 use crate::signal_guard::wait_for_handlers;
-use crate::sources::{perf, Trigger};
+use crate::sources::{late, perf, Trigger};
 use std::sync::atomic::Ordering;
 
 /// `sigev_value` our sampling timers' signals carry, to tell them from anybody else's
@@ -117,7 +117,8 @@ impl Sampler {
         slot.ticks.store(0, Ordering::Relaxed);
         slot.last_leaf.store(0, Ordering::Relaxed);
         slot.last_cpu_leaf.store(0, Ordering::Relaxed);
-        if let Trigger::Event(event) = &self.trigger {
+        // With perf events started late, a timer until the helper process runs.
+        if let (Trigger::Event(event), false) = (&self.trigger, late::on_timers()) {
             perf::arm(event, slot, tid, wait)?;
             slot.tid.store(tid, Ordering::Relaxed);
             self.stats.threads.fetch_add(1, Ordering::Relaxed);
@@ -152,19 +153,22 @@ impl Sampler {
         Ok(())
     }
 
-    /// Deletes the timer stored in `slot`, or closes its perf event, if any. Returns, for
-    /// a perf event, what its thread counted after its last sample (ticks or events, −1 a
-    /// tick to take back: see [`perf::disarm`]).
-    fn disarm(&self, slot: &Slot) -> Option<i64> {
+    /// Deletes the timer stored in `slot`, or closes its perf event, if any. Returns
+    /// whether it deleted a timer (then its expirations are the caller's to count:
+    /// [`Sampler::count_undelivered`]) and, for a perf event, what its thread counted after
+    /// its last sample (ticks or events, −1 a tick to take back: see [`perf::disarm`]).
+    fn disarm(&self, slot: &Slot) -> (bool, Option<i64>) {
         let timer = slot.timer.swap(0, Ordering::AcqRel);
         if timer != 0 {
             // SAFETY: a timer we created (stored as id + 1) and nobody else deletes (the swap
             // took it).
             unsafe { libc::timer_delete((timer - 1) as libc::timer_t) };
         }
-        self.trigger
+        let tail = self
+            .trigger
             .event()
-            .and_then(|event| perf::disarm(event, slot))
+            .and_then(|event| perf::disarm(event, slot));
+        (timer != 0, tail)
     }
 
     /// Stops sampling: deletes the timer and waits for handlers in flight. Afterwards the
@@ -179,13 +183,14 @@ impl Sampler {
         STATE.store(OFF, Ordering::SeqCst);
         self.slots.for_each(|slot| {
             let tid = slot.tid.load(Ordering::Relaxed);
-            if tid != 0 && slot.timer.load(Ordering::Acquire) != 0 {
-                // Signals from here on are ignored (STATE is OFF): their expirations are
-                // counted from this reading. A thread that has ended has no clock.
+            let (timed, tail) = self.disarm(slot);
+            if tid != 0 && timed {
+                // Its timer deleted: its expirations are counted up to this reading. A
+                // thread that has ended has no clock.
                 let now = clock_ns(thread_cpu_clock(tid)).unwrap_or(0);
                 slot.stopped_cpu_ns.store(now, Ordering::Relaxed);
             }
-            if let Some(tail) = self.disarm(slot) {
+            if let Some(tail) = tail {
                 // Stored plus 2 (0: none; a tail is at least −1).
                 slot.tail.store((tail + 2) as u64, Ordering::Relaxed);
             }
@@ -199,7 +204,7 @@ impl Sampler {
             }
             let tail = slot.tail.swap(0, Ordering::Relaxed);
             if tail != 0 {
-                self.place_unsampled(slot, tail as i64 - 2);
+                self.place_unsampled(slot, tail as i64 - 2, false);
             }
         });
     }
@@ -279,6 +284,7 @@ impl Sampler {
         STATE.store(SAMPLING, Ordering::Release);
         // The parent's helper process (wall mode's sampler, or the keeper of the perf
         // events) is not this child's.
+        crate::sources::late::reset_after_fork();
         crate::sources::helper::restart_after_fork(self);
         let mut armed = false;
         // SAFETY: gettid has no preconditions.
@@ -322,8 +328,7 @@ impl Sampler {
         // A thread of pyigprof's unregistered at its start (the window writer, the pusher,
         // the live requests' control thread) ends here again, through its exit key, with
         // no timer: its CPU time is not the program's.
-        let timed = slot.timer.load(Ordering::Acquire) != 0;
-        let tail = self.disarm(slot);
+        let (timed, tail) = self.disarm(slot);
         let tid = slot.tid.load(Ordering::Relaxed);
         // Counted in flight like a handler: the trees are not forgotten meanwhile
         // ([`Sampler::pause`]); while they are (a few ms at a window's end), the thread
@@ -343,11 +348,9 @@ impl Sampler {
         if self.clock == crate::config::Clock::Wall {
             crate::sources::wall::account_thread_end(self, slot);
         }
-        if self.trigger.event().is_some() {
-            self.place_unsampled(slot, tail.unwrap_or(0));
-            return;
-        }
         if !timed {
+            // A perf event's thread (or one of pyigprof's, with neither).
+            self.place_unsampled(slot, tail.unwrap_or(0), false);
             return;
         }
         if let Some(now) = clock_ns(thread_cpu_clock(tid)) {
@@ -381,7 +384,7 @@ impl Sampler {
             0
         };
         let missed = expirations.saturating_sub(slot.ticks.load(Ordering::Relaxed));
-        self.place_unsampled(slot, missed.min(i64::MAX as u64) as i64);
+        self.place_unsampled(slot, missed.min(i64::MAX as u64) as i64, true);
     }
 
     /// Counts `missed` ticks (or events) of `slot`'s thread that no sample took: a share of
@@ -391,7 +394,7 @@ impl Sampler {
     /// `<unsampled thread time>` marker. The thread's sampling has stopped: no handler
     /// runs for it. A negative `missed` (−1: a tick its last samples were rounded up by,
     /// [`perf::disarm`]) is taken back from its latest CPU sample.
-    fn place_unsampled(&self, slot: &Slot, missed: i64) {
+    fn place_unsampled(&self, slot: &Slot, missed: i64, timed: bool) {
         if missed < 0 {
             let leaf = slot.last_cpu_leaf.load(Ordering::Relaxed);
             let back = missed.unsigned_abs();
@@ -415,6 +418,7 @@ impl Sampler {
         let leaf = slot.last_cpu_leaf.load(Ordering::Relaxed);
         if leaf != 0 {
             let near = match &self.trigger {
+                _ if timed => TAIL_NS.div_ceil(self.period_ns),
                 Trigger::Event(e) if e.is_time() => 2,
                 Trigger::Event(e) => 2 * e.period,
                 Trigger::Timer { .. } => TAIL_NS.div_ceil(self.period_ns),

@@ -1,0 +1,154 @@
+//! Perf events started late: a process's first [`TIMERS_FIRST_NS`] of CPU time are sampled
+//! on POSIX CPU timers, and the helper process that holds the perf events
+//! ([`crate::sources::helper`], [`crate::sources::perf`]) starts only once the process has
+//! run that long, or starts a thread (issue 57).
+//!
+//! Why: a `python -c pass` (10–12 ms of CPU here) paid 0.7 ms more on perf events than on
+//! timers (`bench/startup`, 3.12, 200 rounds: +1.96 ms against +1.23): the helper's start
+//! and end, the main thread's event opened from it, the first samples' wake-ups of it and
+//! its looks re-arming the event (each a cross-CPU call). Test suites and build tools start
+//! thousands of such processes. A process that ends within its first milliseconds never
+//! starts the helper; one that lives on is sampled on perf events from then on, at the rate
+//! asked for and at random instants (the timers fire on the kernel's 250 Hz tick: at
+//! 1 kHz, 250 signals a CPU second carrying the expirations they merged).
+//!
+//! The switch, thread by thread, in the thread's own `SIGPROF` handler at its next timer
+//! sample once the helper runs ([`on_timer_sample`]): the timer is deleted, the
+//! expirations it had not delivered are added to that sample (as a thread's end counts
+//! them, [`crate::sources::timer`]), and the helper is asked to open the thread's event,
+//! its CPU time counted from the timer's last expiration, so that no time is lost or
+//! counted twice. Threads that start once the helper runs get their event at once; a
+//! thread that never runs again keeps its timer, which costs nothing while it does not
+//! run. Whoever deletes a thread's timer (this switch, the thread's end, the end of
+//! sampling) takes it from the slot first: only one of them counts its expirations.
+//!
+//! Only in cpu mode, sampling CPU time (`task-clock`): wall mode's helper samples blocked
+//! threads from the start, and other events (`page-faults`, …) have no timer to stand for
+//! them.
+
+use crate::record::threads::Slot;
+use crate::sampler::Sampler;
+use crate::sources::timer::clock_ns;
+use crate::sources::{helper, perf};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The process's CPU time sampled on POSIX timers before the helper process and the perf
+/// events start, ns (counted in the ticks its samples took: every thread's). A
+/// `python -c pass` takes 10–12 ms here; a program that imports numpy starts OpenBLAS's
+/// threads, which start the helper at once.
+pub const TIMERS_FIRST_NS: u64 = 20_000_000;
+
+/// Perf events are not started late (they started with the process, or are not used).
+const NOT_LATE: u8 = 0;
+/// Threads are sampled on timers; the helper process has not started.
+const WAITING: u8 = 1;
+/// A thread is starting the helper process.
+const STARTING: u8 = 2;
+/// The helper process runs: threads move to their perf events.
+const STARTED: u8 = 3;
+/// The helper process could not start: the threads stay on their timers.
+const FAILED: u8 = 4;
+
+static STATE: AtomicU8 = AtomicU8::new(NOT_LATE);
+
+/// In the constructor, in place of starting the helper process: prepares it
+/// ([`helper::prepare`]) and has threads sampled on timers until [`start_now`].
+///
+/// # Errors
+/// A message saying why the helper process could not be prepared.
+pub fn defer() -> Result<(), String> {
+    helper::prepare(helper::Job::Events)?;
+    STATE.store(WAITING, Ordering::Release);
+    Ok(())
+}
+
+/// Whether threads that register now get a POSIX timer although the trigger is a perf
+/// event: the helper process has not started (or is starting, or failed to). At the end,
+/// whether the process was sampled on timers only.
+pub fn on_timers() -> bool {
+    matches!(STATE.load(Ordering::Acquire), WAITING | STARTING | FAILED)
+}
+
+/// Whether perf events started late ([`TIMERS_FIRST_NS`] on timers first).
+pub fn started_late() -> bool {
+    STATE.load(Ordering::Acquire) == STARTED
+}
+
+/// Starts the helper process now if perf events wait for it (a thread is starting, or the
+/// process has run [`TIMERS_FIRST_NS`]). One caller starts it; others go on on timers.
+/// Async-signal-safe.
+pub fn start_now(sampler: &'static Sampler) {
+    if STATE
+        .compare_exchange(WAITING, STARTING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    let started = helper::start_prepared(sampler).is_ok();
+    STATE.store(if started { STARTED } else { FAILED }, Ordering::Release);
+    if !started {
+        // Async-signal-safe: the line is static and written without allocating.
+        crate::messages::write_line(
+            b"pyigprof: cannot start the keeper of the perf events; sampling stays on POSIX CPU timers\n",
+        );
+    }
+}
+
+/// In a fork child, whose parent's helper process is not its own: a child forked before
+/// its parent's perf events started waits for its own ([`TIMERS_FIRST_NS`] of its CPU
+/// time, or a thread); one forked after has its helper started with it
+/// ([`helper::restart_after_fork`]). Async-signal-safe.
+pub fn reset_after_fork() {
+    if STATE.load(Ordering::Acquire) == STARTING {
+        STATE.store(WAITING, Ordering::Release);
+    }
+}
+
+/// For a sample of the calling thread's POSIX timer, worth `ticks`, in its `SIGPROF`
+/// handler, when the trigger is a perf event: starts the helper process once the process
+/// has run [`TIMERS_FIRST_NS`], and once it runs moves the thread to its perf event.
+/// Returns the ticks to add to the sample: the expirations of the timer the kernel had not
+/// delivered (0 when the thread stays on its timer). Async-signal-safe.
+pub fn on_timer_sample(sampler: &'static Sampler, slot: &Slot, ticks: u64) -> u64 {
+    let Some(event) = sampler.trigger.event() else {
+        return 0;
+    };
+    if STATE.load(Ordering::Acquire) == WAITING {
+        let ran = sampler.stats.ticks.load(Ordering::Relaxed) + ticks;
+        if ran.saturating_mul(sampler.period_ns) < TIMERS_FIRST_NS {
+            return 0;
+        }
+        start_now(sampler);
+    }
+    if STATE.load(Ordering::Acquire) != STARTED || !helper::running() || !crate::sampler::sampling()
+    {
+        return 0;
+    }
+    let timer = slot.timer.swap(0, Ordering::AcqRel);
+    if timer == 0 {
+        return 0; // the thread's end or the end of sampling took it
+    }
+    // SAFETY: a timer we created (stored as id + 1), which the swap took.
+    unsafe { libc::timer_delete((timer - 1) as libc::timer_t) };
+    let Some(now) = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) else {
+        return 0;
+    };
+    // The timer's expirations up to now (as `count_undelivered` counts them at a thread's
+    // end), and the instant of the last one, from which the event's samples count.
+    let armed = slot.armed_cpu_ns.load(Ordering::Relaxed);
+    let first = slot.first_ns.load(Ordering::Relaxed);
+    let period = sampler.period_ns.max(1);
+    let ran = now.saturating_sub(armed);
+    let (expirations, last) = if ran >= first {
+        let after_first = (ran - first) / period;
+        (after_first + 1, armed + first + after_first * period)
+    } else {
+        (0, now)
+    };
+    let counted = slot.ticks.load(Ordering::Relaxed) + ticks;
+    let missed = expirations.saturating_sub(counted);
+    // False only when the helper has ended meanwhile (an `exec` on another thread): the
+    // thread is then no longer sampled, as the others are not.
+    perf::arm_after_timer(event, slot, slot.tid.load(Ordering::Relaxed), last);
+    missed
+}
