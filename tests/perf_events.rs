@@ -1110,3 +1110,75 @@ else:
         );
     }
 }
+
+/// Runs `python -c program` under the profiler behind a seccomp filter that refuses
+/// `perf_event_open` with `EPERM`, as Docker's default profile does, at 1 kHz: a Python
+/// installs the filter and `exec`s the one that runs `program` (each image writes its
+/// profile). Returns the run and its CPU time from `wait4`.
+fn behind_seccomp_refusing_perf_events(python: &Interpreter, program: &str) -> (Run, f64) {
+    const FILTER: &str = r#"
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+# BPF: load the system call's number; perf_event_open (298 on x86-64) -> ERRNO(EPERM),
+# anything else -> ALLOW.
+code = b"".join(struct.pack("HBBI", *op) for op in [
+    (0x20, 0, 0, 0), (0x15, 0, 1, 298), (0x06, 0, 0, 0x00050000 | 1), (0x06, 0, 0, 0x7fff0000)])
+buf = ctypes.create_string_buffer(code)
+prog = struct.pack("HxxxxxxQ", 4, ctypes.addressof(buf))
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.c_char_p(prog), 0, 0) == 0, ctypes.get_errno()  # SECCOMP_MODE_FILTER
+os.environ["LD_PRELOAD"] = sys.argv[1]
+os.execv(sys.executable, [sys.executable, "-c", sys.argv[2]])
+"#;
+    let preload = artifacts().preload.display().to_string();
+    let (run, cpu) = run_with_cpu_time(
+        python,
+        &["-c", FILTER, &preload, program],
+        &[("PYIGPROF_HZ", "1000")],
+    );
+    (run, cpu)
+}
+
+/// Where the kernel refuses perf events only once the process has run 20 ms (issue 57:
+/// perf events start late, and are probed then; a container's seccomp filter refuses
+/// them), the threads stay on their POSIX timers, the profile's time stays the CPU time,
+/// and the profile says why, as when they are refused at start.
+#[test]
+fn perf_events_refused_when_they_start_late_leave_the_threads_on_timers() {
+    let _machine = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    let program = "import time\nend = time.thread_time() + 0.5\n\
+                   while time.thread_time() < end:\n    sum(range(200))\n";
+    for python in newest("late_events_refused") {
+        let (run, cpu) = behind_seccomp_refusing_perf_events(&python, program);
+        assert!(run.output.status.success(), "{}", run.stderr());
+        // The image after the `exec`: the one that ran the program.
+        let path = run
+            .profiles()
+            .into_iter()
+            .max_by_key(|p| statistic(&statistics_of(p), "stats.ticks") as u64)
+            .expect("a profile");
+        let stats = statistics_of(&path);
+        let profile = igprof_analyse::read_profiles(&[path]).unwrap_or_else(|e| panic!("{e}"));
+        let reported = seconds(&profile);
+        eprintln!(
+            "{}: behind seccomp: trigger {} ({}), {reported:.3} s reported of {cpu:.3} s",
+            python.name,
+            stats["sampling.trigger"],
+            stats.get("sampling.why").map_or("", |s| s.as_str())
+        );
+        assert_eq!(stats["sampling.trigger"], "posix-timer", "{stats:?}");
+        assert_eq!(stats["sampling.why"], "perf_event_open:EPERM", "{stats:?}");
+        assert_eq!(statistic(&stats, "cost.helper_cpu_ns"), 0.0, "{stats:?}");
+        assert!(
+            (reported - cpu).abs() <= 0.05 * cpu + 0.02,
+            "{}: {reported:.3} s reported, {cpu:.3} s used",
+            python.name
+        );
+        assert!(
+            run.stderr()
+                .contains("by POSIX CPU timers (perf_event_open:EPERM; at the kernel's ticks"),
+            "{}",
+            run.stderr()
+        );
+    }
+}

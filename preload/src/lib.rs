@@ -111,7 +111,10 @@ pub extern "C" fn init() {
              interpreter; keeping every sample"
         );
     }
-    if config.profile_cpu {
+    if sources::late::wanted(&config) {
+        // Probed when the process has run long enough for perf events (sources::late).
+        sampler.trigger = sources::Trigger::Event(config.event);
+    } else if config.profile_cpu {
         sampler.trigger = sources::Trigger::choose(&config);
     }
     if config.profile_memory && !record::memory::init() {
@@ -235,7 +238,8 @@ pub extern "C" fn init() {
         let started = if wall {
             sources::helper::start(sampler, sources::helper::Job::WallAndEvents)
         } else if event.is_time() {
-            sources::late::defer()
+            sources::late::defer();
+            Ok(())
         } else {
             sources::helper::start(sampler, sources::helper::Job::Events)
         };

@@ -66,41 +66,64 @@ static YAMA_RESTRICTED: AtomicBool = AtomicBool::new(false);
 /// # Errors
 /// A message saying why it could not start.
 pub fn start(sampler: &'static Sampler, job: Job) -> Result<(), String> {
-    prepare(job)?;
+    prepare(job);
     start_prepared(sampler).map_err(|e| format!("cannot start the helper process: {e}"))
 }
 
-/// Prepares the helper process for `job` without starting it ([`start_prepared`] does,
-/// from anywhere): its stack mapped, whether Yama restricts `ptrace` read. Not from a
-/// signal handler.
-///
-/// # Errors
-/// A message saying why it could not be prepared (no memory for its stack).
-pub fn prepare(job: Job) -> Result<(), String> {
+/// Sets the helper process's job without starting it ([`start_prepared`] does, from
+/// anywhere).
+pub fn prepare(job: Job) {
     let code = match job {
         Job::Wall => 0,
         Job::Events => 1,
         Job::WallAndEvents => 2,
     };
     JOB.store(code, Ordering::Release);
-    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").unwrap_or_default();
-    YAMA_RESTRICTED.store(scope.trim() == "1", Ordering::Relaxed);
-    if STACK.load(Ordering::Acquire) == 0 {
-        let stack = crate::mem::map_region(STACK_BYTES)
-            .ok_or("cannot start the helper process: no memory for its stack")?;
-        STACK.store(stack as usize, Ordering::Release);
-    }
-    Ok(())
 }
 
-/// Starts the helper process [`prepare`] prepared. Async-signal-safe (a `SIGPROF`
-/// handler starts it once the process has run a while: [`crate::sources::late`]).
+/// Starts the helper process for the job [`prepare`] set: its stack mapped (once), whether
+/// Yama restricts `ptrace` read (once). Async-signal-safe (a `SIGPROF` handler starts it
+/// once the process has run a while: [`crate::sources::late`]).
 ///
 /// # Errors
-/// The `clone`'s error.
+/// The `clone`'s error, or `ENOMEM` for its stack.
 pub fn start_prepared(sampler: &'static Sampler) -> Result<(), std::io::Error> {
+    if STACK.load(Ordering::Acquire) == 0 {
+        let stack = crate::mem::map_region(STACK_BYTES)
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
+        STACK.store(stack as usize, Ordering::Release);
+        YAMA_RESTRICTED.store(yama_ptrace_scope() == Some(b'1'), Ordering::Relaxed);
+    }
     WANTED.store(true, Ordering::Release);
     spawn(sampler)
+}
+
+/// The first byte of `/proc/sys/kernel/yama/ptrace_scope` (`None` without Yama), read with
+/// system calls only. Async-signal-safe.
+fn yama_ptrace_scope() -> Option<u8> {
+    let path = b"/proc/sys/kernel/yama/ptrace_scope\0";
+    // SAFETY: open, read into a buffer of ours, close.
+    unsafe {
+        let fd = raw(
+            libc::SYS_openat,
+            [
+                libc::AT_FDCWD as u64,
+                path.as_ptr() as u64,
+                (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
+                0,
+            ],
+        );
+        if fd < 0 {
+            return None;
+        }
+        let mut byte = 0u8;
+        let read = raw(
+            libc::SYS_read,
+            [fd as u64, &mut byte as *mut u8 as u64, 1, 0],
+        );
+        raw(libc::SYS_close, [fd as u64, 0, 0, 0]);
+        (read == 1).then_some(byte)
+    }
 }
 
 /// Whether a helper process runs.

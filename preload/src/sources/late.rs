@@ -30,7 +30,7 @@ use crate::record::threads::Slot;
 use crate::sampler::Sampler;
 use crate::sources::timer::clock_ns;
 use crate::sources::{helper, perf};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 
 /// The process's CPU time sampled on POSIX timers before the helper process and the perf
 /// events start, ns (counted in the ticks its samples took: every thread's). A
@@ -51,15 +51,21 @@ const FAILED: u8 = 4;
 
 static STATE: AtomicU8 = AtomicU8::new(NOT_LATE);
 
-/// In the constructor, in place of starting the helper process: prepares it
-/// ([`helper::prepare`]) and has threads sampled on timers until [`start_now`].
-///
-/// # Errors
-/// A message saying why the helper process could not be prepared.
-pub fn defer() -> Result<(), String> {
-    helper::prepare(helper::Job::Events)?;
+/// Whether perf events start late under `config`: cpu mode sampling CPU time
+/// (`task-clock`) with perf events on. Then the constructor neither probes the event
+/// (`Trigger::choose`: 30–50 µs) nor starts the helper process; [`start_now`] does both.
+pub fn wanted(config: &crate::config::Config) -> bool {
+    config.profile_cpu
+        && config.perf_events
+        && config.clock == crate::config::Clock::Cpu
+        && config.event.is_time()
+}
+
+/// In the constructor, in place of starting the helper process: has threads sampled on
+/// timers until [`start_now`].
+pub fn defer() {
+    helper::prepare(helper::Job::Events);
     STATE.store(WAITING, Ordering::Release);
-    Ok(())
 }
 
 /// Whether threads that register now get a POSIX timer although the trigger is a perf
@@ -74,14 +80,28 @@ pub fn started_late() -> bool {
     STATE.load(Ordering::Acquire) == STARTED
 }
 
+/// The `errno` with which the kernel refused the event when [`start_now`] probed it (0:
+/// not refused).
+static REFUSED_ERRNO: AtomicI32 = AtomicI32::new(0);
+
 /// Starts the helper process now if perf events wait for it (a thread is starting, or the
-/// process has run [`TIMERS_FIRST_NS`]). One caller starts it; others go on on timers.
-/// Async-signal-safe.
+/// process has run [`TIMERS_FIRST_NS`]): probes the event on the calling thread first
+/// ([`perf::probe`]; refused, the threads stay on their timers and the profile says why:
+/// [`refused`]). One caller starts it; others go on on timers. Async-signal-safe.
 pub fn start_now(sampler: &'static Sampler) {
     if STATE
         .compare_exchange(WAITING, STARTING, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
     {
+        return;
+    }
+    let Some(event) = sampler.trigger.event() else {
+        STATE.store(FAILED, Ordering::Release);
+        return;
+    };
+    if let Err(errno) = perf::probe(event) {
+        REFUSED_ERRNO.store(errno, Ordering::Release);
+        STATE.store(FAILED, Ordering::Release);
         return;
     }
     let started = helper::start_prepared(sampler).is_ok();
@@ -91,6 +111,15 @@ pub fn start_now(sampler: &'static Sampler) {
         crate::messages::write_line(
             b"pyigprof: cannot start the keeper of the perf events; sampling stays on POSIX CPU timers\n",
         );
+    }
+}
+
+/// The `errno` with which the kernel refused the perf event when the process had run long
+/// enough to start it (the threads stayed on their timers), if it did.
+pub fn refused() -> Option<i32> {
+    match REFUSED_ERRNO.load(Ordering::Acquire) {
+        0 => None,
+        errno => Some(errno),
     }
 }
 

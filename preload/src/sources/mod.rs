@@ -76,16 +76,6 @@ impl Trigger {
     /// kernel opens it; else `task-clock`, saying on stderr why the event asked for is not
     /// sampled; else POSIX timers, the summary line saying why.
     pub fn choose(config: &crate::config::Config) -> Trigger {
-        // POSIX timers because the kernel refused the perf event with `errno`.
-        let refused_by = |errno: i32| Trigger::Timer {
-            why: Box::leak(
-                format!(
-                    "perf_event_open:{}",
-                    perf::errno_name(errno).replace(' ', "-")
-                )
-                .into_boxed_str(),
-            ),
-        };
         if config.clock == crate::config::Clock::Wall && !config.event.is_time() {
             crate::notice!(
                 "pyigprof: PYIGPROF_EVENT={} is not sampled in wall mode (PYIGPROF_CLOCK=wall \
@@ -144,10 +134,14 @@ impl Trigger {
     /// What sampled the profile: the trigger chosen, but POSIX timers for a process whose
     /// perf events were to start late ([`late`]) and never did (it ended within its first
     /// [`late::TIMERS_FIRST_NS`] of CPU time without starting a thread).
+    /// Not from a signal handler (a refusal's reason is formatted).
     pub fn used(&self) -> Trigger {
         match self {
-            Trigger::Event(e) if e.is_time() && late::on_timers() => Trigger::Timer {
-                why: "perf events start after the first 20 ms of CPU time",
+            Trigger::Event(e) if e.is_time() && late::on_timers() => match late::refused() {
+                Some(errno) => refused_by(errno),
+                None => Trigger::Timer {
+                    why: "perf events start after the first 20 ms of CPU time",
+                },
             },
             other => *other,
         }
@@ -174,5 +168,19 @@ impl Trigger {
                  perf events sample at the rate asked for, at random instants)"
             ),
         }
+    }
+}
+
+/// POSIX timers because the kernel refused the perf event with `errno`
+/// (`perf_event_open:EACCES`, …).
+fn refused_by(errno: i32) -> Trigger {
+    Trigger::Timer {
+        why: Box::leak(
+            format!(
+                "perf_event_open:{}",
+                perf::errno_name(errno).replace(' ', "-")
+            )
+            .into_boxed_str(),
+        ),
     }
 }
