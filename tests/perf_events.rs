@@ -1139,10 +1139,10 @@ os.execv(sys.executable, [sys.executable, "-c", sys.argv[2]])
     (run, cpu)
 }
 
-/// Where the kernel refuses perf events only once the process has run 20 ms (issue 57:
-/// perf events start late, and are probed then; a container's seccomp filter refuses
-/// them), the threads stay on their POSIX timers, the profile's time stays the CPU time,
-/// and the profile says why, as when they are refused at start.
+/// Where the kernel refuses perf events (a container's seccomp filter), found only once
+/// the process has run 20 ms (issue 57: perf events start late, and the helper process
+/// probes them then), the threads stay on their POSIX timers, the profile's time stays the
+/// CPU time, and the profile says why, as when they were refused at start.
 #[test]
 fn perf_events_refused_when_they_start_late_leave_the_threads_on_timers() {
     let _machine = MACHINE.read().unwrap_or_else(|e| e.into_inner());
@@ -1168,7 +1168,6 @@ fn perf_events_refused_when_they_start_late_leave_the_threads_on_timers() {
         );
         assert_eq!(stats["sampling.trigger"], "posix-timer", "{stats:?}");
         assert_eq!(stats["sampling.why"], "perf_event_open:EPERM", "{stats:?}");
-        assert_eq!(statistic(&stats, "cost.helper_cpu_ns"), 0.0, "{stats:?}");
         assert!(
             (reported - cpu).abs() <= 0.05 * cpu + 0.02,
             "{}: {reported:.3} s reported, {cpu:.3} s used",

@@ -221,6 +221,13 @@ pub(crate) fn helper_wait(word: &AtomicU32, value: u32, timeout_ns: u64) {
 /// would be killed with that thread, so it watches its parent instead ([`helper_wait`]).
 static BY_MAIN_THREAD: AtomicBool = AtomicBool::new(true);
 
+/// In a fork child whose parent's helper process was starting late and had not yet said
+/// whether perf events open ([`crate::sources::late`]): none is started for it now (it
+/// starts its own later). Async-signal-safe.
+pub(crate) fn forget_after_fork() {
+    WANTED.store(false, Ordering::Release);
+}
+
 /// In a fork child (the parent's sampler process is not its own): starts a new one.
 pub(crate) fn restart_after_fork(sampler: &Sampler) {
     if !WANTED.load(Ordering::Acquire) {

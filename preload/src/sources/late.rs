@@ -80,14 +80,17 @@ pub fn started_late() -> bool {
     STATE.load(Ordering::Acquire) == STARTED
 }
 
-/// The `errno` with which the kernel refused the event when [`start_now`] probed it (0:
-/// not refused).
+/// The `errno` with which the kernel refused the event when the helper process probed it
+/// ([`confirm`]; 0: not refused).
 static REFUSED_ERRNO: AtomicI32 = AtomicI32::new(0);
 
+/// The thread that started the helper process ([`start_now`]), whose event it probes.
+static STARTED_BY: AtomicI32 = AtomicI32::new(0);
+
 /// Starts the helper process now if perf events wait for it (a thread is starting, or the
-/// process has run [`TIMERS_FIRST_NS`]): probes the event on the calling thread first
-/// ([`perf::probe`]; refused, the threads stay on their timers and the profile says why:
-/// [`refused`]). One caller starts it; others go on on timers. Async-signal-safe.
+/// process has run [`TIMERS_FIRST_NS`]). One caller starts it; others go on on timers. The
+/// helper probes the event first ([`confirm`]); until it has, threads stay on their
+/// timers. Async-signal-safe.
 pub fn start_now(sampler: &'static Sampler) {
     if STATE
         .compare_exchange(WAITING, STARTING, Ordering::AcqRel, Ordering::Acquire)
@@ -95,22 +98,45 @@ pub fn start_now(sampler: &'static Sampler) {
     {
         return;
     }
-    let Some(event) = sampler.trigger.event() else {
+    // SAFETY: gettid has no preconditions.
+    STARTED_BY.store(unsafe { libc::gettid() }, Ordering::Release);
+    if helper::start_prepared(sampler).is_err() {
         STATE.store(FAILED, Ordering::Release);
-        return;
-    };
-    if let Err(errno) = perf::probe(event) {
-        REFUSED_ERRNO.store(errno, Ordering::Release);
-        STATE.store(FAILED, Ordering::Release);
-        return;
-    }
-    let started = helper::start_prepared(sampler).is_ok();
-    STATE.store(if started { STARTED } else { FAILED }, Ordering::Release);
-    if !started {
         // Async-signal-safe: the line is static and written without allocating.
         crate::messages::write_line(
             b"pyigprof: cannot start the keeper of the perf events; sampling stays on POSIX CPU timers\n",
         );
+    }
+}
+
+/// In the helper process, before it serves the threads: when it was started late, opens
+/// `event` on the thread that started it (the process's main thread if that one has ended)
+/// and closes it again. The kernel refusing it (a container's seccomp filter,
+/// `perf_event_paranoid` 3), the threads stay on their timers ([`refused`] says why) and
+/// the helper ends; else they move to their events. Returns whether to serve. Opened from
+/// the helper, not in the program's thread: a descriptor opened and closed in the
+/// program's table while its other threads run could be the number one of them `dup2`s
+/// onto in between, and the close would take theirs. Direct system calls only.
+pub fn confirm(event: &perf::Event) -> bool {
+    if STATE.load(Ordering::Acquire) != STARTING {
+        return true; // not started late (or in a fork child whose parent's had started)
+    }
+    let mut opened = perf::open(event, STARTED_BY.load(Ordering::Acquire), u64::MAX >> 2);
+    if opened == Err(libc::ESRCH) {
+        opened = perf::open(event, helper::TARGET.load(Ordering::Acquire), u64::MAX >> 2);
+    }
+    match opened {
+        Ok(fd) => {
+            // SAFETY: closing the descriptor just opened, in the helper's own table.
+            unsafe { helper::raw(libc::SYS_close, [fd as u64, 0, 0, 0]) };
+            STATE.store(STARTED, Ordering::Release);
+            true
+        }
+        Err(errno) => {
+            REFUSED_ERRNO.store(errno, Ordering::Release);
+            STATE.store(FAILED, Ordering::Release);
+            false
+        }
     }
 }
 
@@ -124,12 +150,14 @@ pub fn refused() -> Option<i32> {
 }
 
 /// In a fork child, whose parent's helper process is not its own: a child forked before
-/// its parent's perf events started waits for its own ([`TIMERS_FIRST_NS`] of its CPU
-/// time, or a thread); one forked after has its helper started with it
-/// ([`helper::restart_after_fork`]). Async-signal-safe.
+/// its parent's perf events started (or were confirmed) waits for its own
+/// ([`TIMERS_FIRST_NS`] of its CPU time, or a thread), and no helper is started for it
+/// now; one forked after has its helper started with it ([`helper::restart_after_fork`]).
+/// Async-signal-safe.
 pub fn reset_after_fork() {
     if STATE.load(Ordering::Acquire) == STARTING {
         STATE.store(WAITING, Ordering::Release);
+        helper::forget_after_fork();
     }
 }
 

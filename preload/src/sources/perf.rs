@@ -605,6 +605,13 @@ pub fn mean_interval(event: &Event) -> u64 {
 /// descriptors of threads that ended; waits on [`WORK`] in between ([`batch_ns`]). Runs
 /// in the helper process (direct system calls only).
 pub fn serve(sampler: &Sampler) {
+    if !sampler
+        .trigger
+        .event()
+        .is_some_and(crate::sources::late::confirm)
+    {
+        return;
+    }
     let Some(mut keeper) = Keeper::start(sampler) else {
         return;
     };
