@@ -231,9 +231,8 @@ pub extern "C" fn init() {
         sources::budget::set(ppm);
     }
     // With perf events, the helper process that holds them first (every thread's event is
-    // opened by it).
-    // Sampling CPU time in cpu mode, it starts once the process has run a while or starts
-    // a thread (sources::late): until then the threads are sampled on POSIX timers.
+    // opened by it). Sampling CPU time in cpu mode, it starts once the process has run a
+    // while or starts a thread (sources::late): until then the threads are on POSIX timers.
     if let Some(event) = sampler.trigger.event().filter(|_| profile_cpu) {
         let started = if wall {
             sources::helper::start(sampler, sources::helper::Job::WallAndEvents)

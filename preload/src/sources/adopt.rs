@@ -73,7 +73,24 @@ pub(crate) fn answer(uc: *const libc::ucontext_t) {
 /// Finds, registers and starts sampling the threads other than the caller that exist now.
 /// Returns how many were adopted, and messages for those that could not be.
 pub fn adopt_existing_threads(sampler: &Sampler) -> (usize, Vec<String>) {
+    if only_ever_one_thread() {
+        return (0, Vec::new());
+    }
     adopt(sampler, &other_threads())
+}
+
+/// Whether the C library says the process has only ever had one thread: glibc's
+/// `__libc_single_threaded` (2.32+), which its `pthread_create` clears. Then there is no
+/// thread to adopt, and the constructor of a `python` that starts none (nearly every one)
+/// does not list `/proc/self/task` (five system calls). False where the C library has no
+/// such variable (an older glibc, musl): the list is read. A thread made by a raw `clone`
+/// (not `pthread_create`) in another library's constructor would go unseen.
+fn only_ever_one_thread() -> bool {
+    // SAFETY: looking a symbol up; a byte of the C library's, read once.
+    unsafe {
+        let flag = libc::dlsym(libc::RTLD_DEFAULT, c"__libc_single_threaded".as_ptr());
+        !flag.is_null() && flag.cast::<u8>().read_volatile() != 0
+    }
 }
 
 /// The kernel ids of the process's threads other than the caller, from `/proc/self/task`

@@ -13,9 +13,10 @@
 //! 1 kHz, 250 signals a CPU second carrying the expirations they merged).
 //!
 //! The switch, thread by thread, in the thread's own `SIGPROF` handler at its next timer
-//! sample once the helper runs ([`on_timer_sample`]): the timer is deleted, the
-//! expirations it had not delivered are added to that sample (as a thread's end counts
-//! them, [`crate::sources::timer`]), and the helper is asked to open the thread's event,
+//! sample once the helper runs and has found that the event opens ([`confirm`],
+//! [`on_timer_sample`]): the timer is deleted, the expirations it had not delivered are
+//! added to that sample (as a thread's end counts them, [`crate::sources::timer`]), and
+//! the helper is asked to open the thread's event,
 //! its CPU time counted from the timer's last expiration, so that no time is lost or
 //! counted twice. Threads that start once the helper runs get their event at once; a
 //! thread that never runs again keeps its timer, which costs nothing while it does not
@@ -42,18 +43,21 @@ pub const TIMERS_FIRST_NS: u64 = 20_000_000;
 const NOT_LATE: u8 = 0;
 /// Threads are sampled on timers; the helper process has not started.
 const WAITING: u8 = 1;
-/// A thread is starting the helper process.
+/// A thread started the helper process, which has not yet found that the event opens
+/// ([`confirm`]): threads stay on their timers.
 const STARTING: u8 = 2;
-/// The helper process runs: threads move to their perf events.
+/// The helper process runs and the event opens: threads move to their perf events.
 const STARTED: u8 = 3;
-/// The helper process could not start: the threads stay on their timers.
+/// The helper process could not start, or the kernel refused the event: the threads stay
+/// on their timers.
 const FAILED: u8 = 4;
 
 static STATE: AtomicU8 = AtomicU8::new(NOT_LATE);
 
 /// Whether perf events start late under `config`: cpu mode sampling CPU time
 /// (`task-clock`) with perf events on. Then the constructor neither probes the event
-/// (`Trigger::choose`: 30–50 µs) nor starts the helper process; [`start_now`] does both.
+/// (`Trigger::choose`: 30–50 µs) nor starts the helper process: [`start_now`] starts it,
+/// and it probes the event ([`confirm`]).
 pub fn wanted(config: &crate::config::Config) -> bool {
     config.profile_cpu
         && config.perf_events
