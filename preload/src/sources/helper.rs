@@ -56,10 +56,6 @@ const END_WAIT_NS: u64 = 200_000_000;
 static ENDED_CPU_NS: AtomicU64 = AtomicU64::new(0);
 /// The helper process's wake-ups: returns from its waits ([`wait`] called from it).
 pub(crate) static WAKEUPS: AtomicU64 = AtomicU64::new(0);
-/// Whether Yama restricts `ptrace` access to descendants (`kernel.yama.ptrace_scope` 1),
-/// so that the profiled process must name the helper process as one that may read its
-/// threads' state (`PR_SET_PTRACER`).
-static YAMA_RESTRICTED: AtomicBool = AtomicBool::new(false);
 
 /// Starts the helper process for `job`. Not from a signal handler.
 ///
@@ -81,8 +77,8 @@ pub fn prepare(job: Job) {
     JOB.store(code, Ordering::Release);
 }
 
-/// Starts the helper process for the job [`prepare`] set: its stack mapped (once), whether
-/// Yama restricts `ptrace` read (once). Async-signal-safe (a `SIGPROF` handler starts it
+/// Starts the helper process for the job [`prepare`] set, its stack mapped (once).
+/// Async-signal-safe (a `SIGPROF` handler starts it
 /// once the process has run a while: [`crate::sources::late`]).
 ///
 /// # Errors
@@ -92,38 +88,9 @@ pub fn start_prepared(sampler: &'static Sampler) -> Result<(), std::io::Error> {
         let stack = crate::mem::map_region(STACK_BYTES)
             .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
         STACK.store(stack as usize, Ordering::Release);
-        YAMA_RESTRICTED.store(yama_ptrace_scope() == Some(b'1'), Ordering::Relaxed);
     }
     WANTED.store(true, Ordering::Release);
     spawn(sampler)
-}
-
-/// The first byte of `/proc/sys/kernel/yama/ptrace_scope` (`None` without Yama), read with
-/// system calls only. Async-signal-safe.
-fn yama_ptrace_scope() -> Option<u8> {
-    let path = b"/proc/sys/kernel/yama/ptrace_scope\0";
-    // SAFETY: open, read into a buffer of ours, close.
-    unsafe {
-        let fd = raw(
-            libc::SYS_openat,
-            [
-                libc::AT_FDCWD as u64,
-                path.as_ptr() as u64,
-                (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
-                0,
-            ],
-        );
-        if fd < 0 {
-            return None;
-        }
-        let mut byte = 0u8;
-        let read = raw(
-            libc::SYS_read,
-            [fd as u64, &mut byte as *mut u8 as u64, 1, 0],
-        );
-        raw(libc::SYS_close, [fd as u64, 0, 0, 0]);
-        (read == 1).then_some(byte)
-    }
 }
 
 /// Whether a helper process runs.
@@ -341,10 +308,21 @@ fn spawn(sampler: &'static Sampler) -> Result<(), std::io::Error> {
         return Err(std::io::Error::last_os_error());
     }
     HELPER.store(child, Ordering::Release);
-    if YAMA_RESTRICTED.load(Ordering::Relaxed) {
-        // SAFETY: naming our own child as a process that may read our threads' state.
-        unsafe { libc::prctl(libc::PR_SET_PTRACER, child as libc::c_ulong, 0, 0, 0) };
-    }
+    // Where Yama restricts `ptrace` access to descendants (`kernel.yama.ptrace_scope` 1),
+    // the helper may read the threads' state (and open their events) only as the process's
+    // named ptracer; elsewhere this does nothing (`EINVAL` without Yama). Asked always,
+    // rather than after reading `ptrace_scope`: a descriptor opened in the program's table
+    // while its threads run (the helper may start from a thread's handler) could be the
+    // number another thread `dup2`s onto or closes meanwhile, or come between two it
+    // allocates.
+    // SAFETY: naming our own child as a process that may read our threads' state; a
+    // direct system call (errno untouched).
+    unsafe {
+        raw(
+            libc::SYS_prctl,
+            [libc::PR_SET_PTRACER as u64, child as u64, 0, 0],
+        )
+    };
     Ok(())
 }
 
