@@ -156,16 +156,9 @@ pub extern "C" fn on_sigprof(
     } else if crate::sampler::sampling() && is_ours(info) {
         if let Some(sampler) = crate::sampler::get() {
             let start = clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0);
-            let mut ticks = ticks_of(info);
-            if sampler.trigger.event().is_some() {
-                // Perf events started late: the thread's timer until the helper runs.
-                // SAFETY: pthread_self only reads the thread pointer; the owner thread.
-                if let Some(slot) =
-                    unsafe { sampler.slots.find_or_claim(libc::pthread_self() as usize) }
-                {
-                    ticks += late::on_timer_sample(sampler, slot, ticks);
-                }
-            }
+            let ticks = ticks_of(info);
+            // Perf events started late: the thread's timer until it moves to its event.
+            let ticks = ticks + late::on_timer_sample(sampler, ticks);
             sample_here(sampler, ticks, uc, start);
         }
     } else if is_ours(info) && crate::sampler::paused() {

@@ -27,9 +27,8 @@
 //! threads from the start, and other events (`page-faults`, …) have no timer to stand for
 //! them.
 
-use crate::record::threads::Slot;
 use crate::sampler::Sampler;
-use crate::sources::timer::clock_ns;
+use crate::sources::timer::{self, clock_ns};
 use crate::sources::{helper, perf};
 use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 
@@ -166,11 +165,13 @@ pub fn reset_after_fork() {
 }
 
 /// For a sample of the calling thread's POSIX timer, worth `ticks`, in its `SIGPROF`
-/// handler, when the trigger is a perf event: starts the helper process once the process
-/// has run [`TIMERS_FIRST_NS`], and once it runs moves the thread to its perf event.
-/// Returns the ticks to add to the sample: the expirations of the timer the kernel had not
-/// delivered (0 when the thread stays on its timer). Async-signal-safe.
-pub fn on_timer_sample(sampler: &'static Sampler, slot: &Slot, ticks: u64) -> u64 {
+/// handler: when the trigger is a perf event started late, starts the helper process once
+/// the process has run [`TIMERS_FIRST_NS`], and once the helper has confirmed the event
+/// moves the thread to it. Returns the ticks to add to the sample: the expirations of the
+/// timer the kernel had not delivered (0 when the thread stays on its timer). Looks the
+/// thread's slot up only then: a process whose events were refused keeps its timers for
+/// good. Async-signal-safe.
+pub fn on_timer_sample(sampler: &'static Sampler, ticks: u64) -> u64 {
     let Some(event) = sampler.trigger.event() else {
         return 0;
     };
@@ -185,31 +186,22 @@ pub fn on_timer_sample(sampler: &'static Sampler, slot: &Slot, ticks: u64) -> u6
     {
         return 0;
     }
-    let timer = slot.timer.swap(0, Ordering::AcqRel);
-    if timer == 0 {
+    // SAFETY: pthread_self only reads the thread pointer; the owner thread, in its handler.
+    let Some(slot) = (unsafe { sampler.slots.find_or_claim(libc::pthread_self() as usize) }) else {
+        return 0;
+    };
+    if !timer::delete_timer(slot) {
         return 0; // the thread's end or the end of sampling took it
     }
-    // SAFETY: a timer we created (stored as id + 1), which the swap took.
-    unsafe { libc::timer_delete((timer - 1) as libc::timer_t) };
     let Some(now) = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) else {
         return 0;
     };
-    // The timer's expirations up to now (as `count_undelivered` counts them at a thread's
-    // end), and the instant of the last one, from which the event's samples count.
-    let armed = slot.armed_cpu_ns.load(Ordering::Relaxed);
-    let first = slot.first_ns.load(Ordering::Relaxed);
-    let period = sampler.period_ns.max(1);
-    let ran = now.saturating_sub(armed);
-    let (expirations, last) = if ran >= first {
-        let after_first = (ran - first) / period;
-        (after_first + 1, armed + first + after_first * period)
-    } else {
-        (0, now)
-    };
+    // The timer's expirations up to now (as a thread's end counts them), and the instant of
+    // the last one, from which the event's samples count.
+    let (expirations, last) = timer::expirations(slot, now, sampler.period_ns);
     let counted = slot.ticks.load(Ordering::Relaxed) + ticks;
-    let missed = expirations.saturating_sub(counted);
     // False only when the helper has ended meanwhile (an `exec` on another thread): the
     // thread is then no longer sampled, as the others are not.
     perf::arm_after_timer(event, slot, slot.tid.load(Ordering::Relaxed), last);
-    missed
+    expirations.saturating_sub(counted)
 }

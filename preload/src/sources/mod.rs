@@ -139,9 +139,12 @@ impl Trigger {
         match self {
             Trigger::Event(e) if e.is_time() && late::on_timers() => match late::refused() {
                 Some(errno) => refused_by(errno),
-                None => Trigger::Timer {
-                    why: "perf events start after the first 20 ms of CPU time",
-                },
+                None => {
+                    const _: () = assert!(late::TIMERS_FIRST_NS == 20_000_000, "the why says");
+                    Trigger::Timer {
+                        why: "perf events start after the first 20 ms of CPU time",
+                    }
+                }
             },
             other => *other,
         }

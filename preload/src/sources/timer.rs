@@ -158,17 +158,12 @@ impl Sampler {
     /// [`Sampler::count_undelivered`]) and, for a perf event, what its thread counted after
     /// its last sample (ticks or events, −1 a tick to take back: see [`perf::disarm`]).
     fn disarm(&self, slot: &Slot) -> (bool, Option<i64>) {
-        let timer = slot.timer.swap(0, Ordering::AcqRel);
-        if timer != 0 {
-            // SAFETY: a timer we created (stored as id + 1) and nobody else deletes (the swap
-            // took it).
-            unsafe { libc::timer_delete((timer - 1) as libc::timer_t) };
-        }
+        let timed = delete_timer(slot);
         let tail = self
             .trigger
             .event()
             .and_then(|event| perf::disarm(event, slot));
-        (timer != 0, tail)
+        (timed, tail)
     }
 
     /// Stops sampling: deletes the timer and waits for handlers in flight. Afterwards the
@@ -376,13 +371,7 @@ impl Sampler {
     /// sample) to an `<unsampled thread time>` marker, which says how much of its time the
     /// profile could not place.
     fn count_undelivered(&self, slot: &Slot, now: u64) {
-        let ran = now.saturating_sub(slot.armed_cpu_ns.load(Ordering::Relaxed));
-        let first = slot.first_ns.load(Ordering::Relaxed);
-        let expirations = if ran >= first {
-            (ran - first) / self.period_ns + 1
-        } else {
-            0
-        };
+        let (expirations, _) = expirations(slot, now, self.period_ns);
         let missed = expirations.saturating_sub(slot.ticks.load(Ordering::Relaxed));
         self.place_unsampled(slot, missed.min(i64::MAX as u64) as i64, true);
     }
@@ -484,6 +473,36 @@ pub(crate) fn sampled(slot: &Slot) -> bool {
     slot.timer.load(Ordering::Acquire) != 0
         || slot.event_fd.load(Ordering::Acquire) != 0
         || perf::pending(slot)
+}
+
+/// Takes `slot`'s POSIX timer from it and deletes it. Returns whether it had one: whoever
+/// takes it (the thread's end, the end of sampling, the move to a perf event started late:
+/// [`crate::sources::late`]) is the one that counts its expirations. Async-signal-safe.
+pub(crate) fn delete_timer(slot: &Slot) -> bool {
+    let timer = slot.timer.swap(0, Ordering::AcqRel);
+    if timer != 0 {
+        // SAFETY: a timer we created (stored as id + 1) and nobody else deletes (the swap
+        // took it).
+        unsafe { libc::timer_delete((timer - 1) as libc::timer_t) };
+    }
+    timer != 0
+}
+
+/// The expirations of `slot`'s timer (armed at `Slot::armed_cpu_ns` of its thread's CPU
+/// clock, first after `Slot::first_ns`, then every `period_ns`) up to its clock's reading
+/// `now` (ns), and the CPU time of the last one (`now` when there was none).
+pub(crate) fn expirations(slot: &Slot, now: u64, period_ns: u64) -> (u64, u64) {
+    let armed = slot.armed_cpu_ns.load(Ordering::Relaxed);
+    let first = slot.first_ns.load(Ordering::Relaxed);
+    let ran = now.saturating_sub(armed);
+    if ran < first {
+        return (0, now);
+    }
+    let after_first = (ran - first) / period_ns.max(1);
+    (
+        after_first + 1,
+        armed + first + after_first * period_ns.max(1),
+    )
 }
 
 /// The time of `clock` in nanoseconds. Async-signal-safe.
