@@ -8,7 +8,6 @@
 //! process's.
 
 use pyigprof_suite::*;
-use std::collections::HashMap;
 
 #[test]
 fn the_profilers_cost_stays_within_the_budget() {
@@ -20,8 +19,7 @@ fn the_profilers_cost_stays_within_the_budget() {
             &[("PYIGPROF_HZ", "4000"), ("PYIGPROF_MAX_OVERHEAD", "1")],
         );
         let label = &python.name;
-        let stats: HashMap<String, String> =
-            profile.sources[0].statistics.iter().cloned().collect();
+        let stats = profile_statistics(&profile);
         let number = |key: &str| -> f64 {
             stats
                 .get(key)
@@ -88,8 +86,7 @@ fn the_handlers_cost_grows_with_depth_only_by_each_frames_reading() {
             &[program.to_str().unwrap(), depth, distinct, "2"],
             &[("PYIGPROF_HZ", "1000")],
         );
-        let stats: HashMap<String, String> =
-            profile.sources[0].statistics.iter().cloned().collect();
+        let stats = profile_statistics(&profile);
         stats
             .get("handler.median_ns")
             .unwrap_or_else(|| panic!("{}: no handler line\n{}", python.name, run.stderr()))

@@ -75,8 +75,7 @@ fn check(who: &str, name: &str, text: &[u8], path: &Path) -> (i64, i64) {
         (total.count, total.amount),
         "{who}: {name}: IgProf's totals against pyigprof-analyse's"
     );
-    let statistics: std::collections::HashMap<_, _> =
-        profile.sources[0].statistics.iter().cloned().collect();
+    let statistics = profile_statistics(&profile);
     assert_eq!(
         statistics.get("stats.samples").map(String::as_str),
         Some(total.count.to_string().as_str()),

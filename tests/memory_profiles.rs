@@ -708,8 +708,7 @@ fn totals_in_reports(
 /// recorded, `exact`) and its summary line's live MiB. `who` names the run in failures.
 fn reports_agree(who: &str, run: &Run, path: &std::path::Path, exact: bool) {
     let profile = igprof_analyse::read_profiles(&[path]).unwrap();
-    let stats: std::collections::HashMap<String, String> =
-        profile.sources[0].statistics.iter().cloned().collect();
+    let stats = profile_statistics(&profile);
     let stat = |key: &str| -> i64 { stats[key].parse().unwrap() };
     for counter in ["MEM_TOTAL", "MEM_LIVE", "MEM_MAX"] {
         let id = profile.counter_id(counter).unwrap();

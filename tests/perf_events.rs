@@ -977,9 +977,9 @@ fn the_helper_processs_cpu_time_is_in_the_profile_and_the_summary() {
 
 /// The statistics of the profile at `path`, as the analyser reads them.
 fn statistics_of(path: &std::path::Path) -> std::collections::HashMap<String, String> {
-    let profile =
-        igprof_analyse::read_profiles(&[path.to_path_buf()]).unwrap_or_else(|e| panic!("{e}"));
-    profile.sources[0].statistics.iter().cloned().collect()
+    profile_statistics(
+        &igprof_analyse::read_profiles(&[path.to_path_buf()]).unwrap_or_else(|e| panic!("{e}")),
+    )
 }
 
 /// Issue 57: a process that ends within its first 20 ms of CPU time (`python -c …`, what

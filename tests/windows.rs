@@ -56,11 +56,6 @@ fn windows_of(dir: &Path, pid: u32) -> Vec<(u32, PathBuf)> {
     found
 }
 
-/// The statistics of a single profile, `<section>.<key>` → value.
-fn statistics(profile: &igprof_analyse::Profile) -> HashMap<String, String> {
-    profile.sources[0].statistics.iter().cloned().collect()
-}
-
 /// Seconds of `function` (anywhere on the stack) and of everything, in `profile`.
 fn seconds_in(profile: &igprof_analyse::Profile, function: &str) -> (f64, f64) {
     let period = profile.sources[0].tick_period;
@@ -111,7 +106,7 @@ fn windows_hold_their_own_samples_and_add_up_to_the_run() {
         for (n, path) in &windows {
             let profile = igprof_analyse::read_profiles(std::slice::from_ref(path))
                 .unwrap_or_else(|e| panic!("{label}: window {n}: {e}"));
-            let stats = statistics(&profile);
+            let stats = profile_statistics(&profile);
             assert_eq!(stats["window.number"], n.to_string(), "{label}");
             assert_eq!(
                 stats["window.last"],
@@ -453,7 +448,7 @@ fn gunicorn_workers_each_write_their_own_windows() {
         // Each window says where it is pushed and under which name and labels.
         let last =
             igprof_analyse::read_profiles(std::slice::from_ref(windows.last().unwrap())).unwrap();
-        let app = &statistics(&last)["push.app"];
+        let app = &profile_statistics(&last)["push.app"];
         assert!(
             app.starts_with(&format!("gunicorn-test{{pid={worker},")),
             "{app}"
@@ -573,7 +568,7 @@ fn recycled_gthread_workers_write_their_last_window() {
         );
         let last = igprof_analyse::read_profiles(&[windows.last().unwrap().1.clone()]).unwrap();
         assert_eq!(
-            statistics(&last)["window.last"],
+            profile_statistics(&last)["window.last"],
             "1",
             "{}: worker {worker}'s last window",
             base_name
@@ -777,7 +772,7 @@ fn forgotten_trees_keep_memory_bounded_and_lose_no_time() {
             let mut forgotten = 0;
             for (_, path) in &windows {
                 let profile = igprof_analyse::read_profiles(std::slice::from_ref(path)).unwrap();
-                let stats = statistics(&profile);
+                let stats = profile_statistics(&profile);
                 largest = largest.max(stats["window.tree_nodes"].parse::<usize>().unwrap());
                 forgotten = forgotten.max(stats["window.trees_forgotten"].parse::<u32>().unwrap());
                 seconds += seconds_in(&profile, "<module>").1;

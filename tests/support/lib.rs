@@ -202,7 +202,7 @@ impl Run {
     pub fn statistics(&self) -> std::collections::HashMap<String, String> {
         let profile = self.profile();
         assert_eq!(profile.sources.len(), 1);
-        profile.sources[0].statistics.iter().cloned().collect()
+        profile_statistics(&profile)
     }
 
     /// The statistic `key` of [`Run::statistics`] (`stats.with_python`, …) as a fraction of
@@ -224,6 +224,14 @@ impl Run {
         );
         igprof_analyse::read_profiles(&paths).unwrap_or_else(|e| panic!("{e}"))
     }
+}
+
+/// The profiler's statistics of `profile`'s first source, as the analyser reads them
+/// (`<section>.<key>` → value; docs/dump-format.md).
+pub fn profile_statistics(
+    profile: &igprof_analyse::Profile,
+) -> std::collections::HashMap<String, String> {
+    profile.sources[0].statistics.iter().cloned().collect()
 }
 
 /// Runs `python args…` in a fresh directory with the profiler preloaded and `env` set (and
