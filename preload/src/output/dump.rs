@@ -636,7 +636,15 @@ impl Profile {
         crate::sources::allocations::flush_thread_bytes();
         crate::sources::locks::flush_thread_tallies();
         let mut resolver = Resolver::new(sampler);
-        let mut nodes = vec![OutNode {
+        // The merged tree has at most the trace trees' nodes and the root. Room for them
+        // at once up to a few thousand: a short process's profile then grows no vector
+        // (each doubling was fresh pages of the heap, 6 page faults at the exit of
+        // `python -c pass`); a larger one grows as it needs (threads with the same stacks
+        // merge into far fewer nodes than their trees hold).
+        let expected = (sampler.trees.nodes_used() + 1).min(4096);
+        let mut edges: HashMap<(u32, u32, u64), u32> = HashMap::with_capacity(expected);
+        let mut nodes = Vec::with_capacity(expected);
+        nodes.push(OutNode {
             function: u32::MAX,
             offset: 0,
             children: Vec::new(),
@@ -644,8 +652,7 @@ impl Profile {
             ticks: 0,
             memory: Memory::default(),
             locks: [(0, 0); 2],
-        }];
-        let mut edges: HashMap<(u32, u32, u64), u32> = HashMap::new();
+        });
         let own = resolver.own.clone();
         let jit = resolver.intern(jit_function());
         // Each thread's trace tree, then its trees of lock waits and holds, whose samples
