@@ -31,15 +31,11 @@ struct CacheEntry {
 /// The cache entry where the search for the code object at `code` starts. Nearby
 /// addresses get nearby entries: a module's code objects are allocated together as it is
 /// imported, so the entries of the few objects a short run samples share pages instead of
-/// taking a page fault each (the cache is 1 MiB of zero pages; an entry read first and
-/// then written costs two faults). One entry per 256 bytes of address, a page of entries
-/// per 64 KiB: a code object is 120 bytes or more, so two share a home at most now and
-/// then and the second takes the next entry. (One per 32 bytes spread `python -c pass`'s
-/// start-up code over 6 pages, 12 faults; now 3.) Addresses 16 MiB apart would share an
-/// entry, so the bits above are folded in.
+/// taking a page fault each (the cache is 1 MiB of zero pages). Addresses 2 MiB apart
+/// would share an entry, so the bits above are folded in.
 #[inline]
 fn home(code: u64) -> usize {
-    ((code >> 8) ^ (code >> 24)) as usize & (CACHE_SIZE - 1)
+    ((code >> 5) ^ (code >> 21)) as usize & (CACHE_SIZE - 1)
 }
 /// Probes before giving up on a cache slot.
 const MAX_PROBES: usize = 16;
