@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 
 mod fdes;
+mod names;
 #[cfg(test)]
 mod reference;
 
@@ -83,6 +84,8 @@ pub struct SymbolTable {
     text: Vec<(u64, u64)>,
     /// Per executable section, the code no function covers (`gaps_of`).
     gaps: Vec<OnceLock<Vec<(u64, u64)>>>,
+    /// The main file's GNU build-id, if it has one.
+    build_id: Option<Vec<u8>>,
 }
 
 impl Default for SymbolTable {
@@ -96,6 +99,7 @@ impl Default for SymbolTable {
             fdes: Fdes::default(),
             text: Vec::new(),
             gaps: Vec::new(),
+            build_id: None,
         }
     }
 }
@@ -335,10 +339,12 @@ impl SymbolTable {
         let name_entry = name_entry && entry != 0;
         let mut strings = Vec::new();
         let mut shape = Vec::new();
+        let build_id = file.build_id().ok().flatten();
         // The key of the records in the cache, and what they were built from.
         let key = cache
-            .zip(file.build_id().ok().flatten())
+            .zip(build_id)
             .map(|(dir, id)| CacheKey::new(dir, id, debug.is_some(), name_entry));
+        let build_id = build_id.map(<[u8]>::to_vec);
         let mut section_ends = vec![string_tables(main.bytes(), 0, &mut strings, &mut shape)?];
         let mut images = vec![main];
         if let Some(debug) = debug {
@@ -383,6 +389,7 @@ impl SymbolTable {
             records,
             fdes,
             text,
+            build_id,
         })
     }
 
@@ -410,6 +417,42 @@ impl SymbolTable {
                 record: None,
             })
         })
+    }
+
+    /// As [`SymbolTable::lookup`], with the ELF virtual addresses `[lo, hi)` around `svma`
+    /// that every lookup answers the same: the function's start up to its end or the next
+    /// function's start, whichever comes first (a function that starts inside another
+    /// answers from there); a gap's bounds; `svma` alone where no function is found.
+    pub fn lookup_extent(&self, svma: u64) -> (Option<Symbol>, (u64, u64)) {
+        let before = self.entry_before(svma);
+        if let Some(entry) = before.filter(|e| svma < e.end) {
+            // No function starts in `(entry.start, svma]` (it is the one before `svma`), and
+            // none in `(svma, next)`: every address of `[entry.start, min(end, next))` has
+            // `entry` as the function before it, and lies inside it.
+            let next = self.next_entry(svma).map_or(u64::MAX, |e| e.start);
+            return (Some(self.symbol(entry)), (entry.start, entry.end.min(next)));
+        }
+        let gap = self
+            .text
+            .iter()
+            .position(|t| t.0 <= svma && svma < t.1)
+            .and_then(|section| {
+                let gaps = self.gaps_of(section);
+                let at = gaps.partition_point(|g| g.0 <= svma);
+                let &(start, end) = gaps.get(at.checked_sub(1)?)?;
+                (svma < end).then_some((start, end))
+            });
+        match gap {
+            Some((start, end)) => (
+                Some(self.symbol(Entry {
+                    start,
+                    end,
+                    record: None,
+                })),
+                (start, end),
+            ),
+            None => (None, (svma, svma.saturating_add(1))),
+        }
     }
 
     /// The parts of executable section `section` that no function covers, `[start, end)`
@@ -891,11 +934,18 @@ fn hex(bytes: &[u8]) -> String {
 /// The separate debug file of an object with build-id `id`, where Debian's `-dbg` and
 /// `-dbgsym` packages put it: `/usr/lib/debug/.build-id/<first byte>/<rest>.debug`.
 fn debug_file_for(id: &[u8]) -> Option<memmap2::Mmap> {
-    let (first, rest) = id.split_first()?;
-    let path = format!("/usr/lib/debug/.build-id/{first:02x}/{}.debug", hex(rest));
-    let file = std::fs::File::open(path).ok()?;
+    let file = std::fs::File::open(debug_path(id)?).ok()?;
     // SAFETY: read-only private mapping of a file that is not modified while we read it.
     unsafe { memmap2::Mmap::map(&file) }.ok()
+}
+
+/// Where [`debug_file_for`] looks for the debug file of build-id `id`.
+fn debug_path(id: &[u8]) -> Option<String> {
+    let (first, rest) = id.split_first()?;
+    Some(format!(
+        "/usr/lib/debug/.build-id/{first:02x}/{}.debug",
+        hex(rest)
+    ))
 }
 
 /// The directory of the symbol cache ([`use_cache`]); unset or `None`: no cache.
@@ -910,8 +960,13 @@ pub fn use_cache(dir: Option<PathBuf>) {
     let _ = CACHE_DIR.set(dir);
 }
 
-/// Tables already read, by (path, load bias).
-pub(crate) type Loaded = HashMap<(PathBuf, u64), Arc<SymbolTable>>;
+/// Tables already read, and the names kept between runs of the objects named so far
+/// ([`name_at`]), by (path, load bias).
+#[derive(Default)]
+pub(crate) struct Loaded {
+    tables: HashMap<(PathBuf, u64), Arc<SymbolTable>>,
+    names: HashMap<(PathBuf, u64), names::Names>,
+}
 
 static LOADED: Mutex<Option<Loaded>> = Mutex::new(None);
 
@@ -928,16 +983,79 @@ pub fn table_for(object: &ObjectInfo, is_main: bool) -> Arc<SymbolTable> {
     if let Some(cached) = LOADED
         .lock()
         .ok()
-        .and_then(|m| m.as_ref().and_then(|m| m.get(&key).cloned()))
+        .and_then(|m| m.as_ref().and_then(|m| m.tables.get(&key).cloned()))
     {
         return cached;
     }
     let table = Arc::new(load(object, is_main).unwrap_or_default());
     if let Ok(mut map) = LOADED.lock() {
-        map.get_or_insert_with(HashMap::new)
+        map.get_or_insert_with(Loaded::default)
+            .tables
             .insert(key, table.clone());
     }
     table
+}
+
+/// The function at ELF virtual address `svma` of `object` (the main program when
+/// `is_main`), as [`table_for`]'s [`SymbolTable::lookup`] answers: from the names kept
+/// between runs (`names.rs`) when an earlier answer covers `svma`, else from the table,
+/// the answer then kept ([`save_names`] writes it). Objects without a build-id, the vDSO,
+/// and every object when the symbol cache is off are named from their tables alone.
+pub fn name_at(object: &ObjectInfo, is_main: bool, svma: u64) -> Option<Symbol> {
+    let key = (object.path.clone(), object.bias);
+    let kept = {
+        let Ok(mut loaded) = LOADED.lock() else {
+            return table_for(object, is_main).lookup(svma);
+        };
+        let names = loaded
+            .get_or_insert_with(Loaded::default)
+            .names
+            .entry(key.clone())
+            .or_insert_with(|| names::Names::open(names_path(object, is_main)));
+        if let Some(answer) = names.find(svma) {
+            return answer;
+        }
+        names.kept()
+    };
+    let table = table_for(object, is_main);
+    if !kept {
+        return table.lookup(svma);
+    }
+    let (answer, range) = table.lookup_extent(svma);
+    // The file read is the image loaded (not one replaced on disk since).
+    if table.build_id.as_deref() == object.build_id.as_ref().map(|id| id.as_bytes()) {
+        if let Ok(mut loaded) = LOADED.lock() {
+            if let Some(names) = loaded.as_mut().and_then(|l| l.names.get_mut(&key)) {
+                names.add(range, answer.clone());
+            }
+        }
+    }
+    answer
+}
+
+/// Writes the names [`name_at`] took from the tables since the last time, object by
+/// object, for the next process (called once a profile's functions are named).
+pub fn save_names() {
+    if let Ok(mut loaded) = LOADED.lock() {
+        for names in loaded.iter_mut().flat_map(|l| l.names.values_mut()) {
+            names.save();
+        }
+    }
+}
+
+/// Where the names of `object` are kept: `<cache>/<build-id>.<d|n><e|->.names` (`d` when
+/// it has a separate debug file, whose symbols name more; `e` for the main program, whose
+/// entry point is named), or `None` when it cannot have them.
+fn names_path(object: &ObjectInfo, is_main: bool) -> Option<PathBuf> {
+    let dir = CACHE_DIR.get()?.as_deref()?;
+    let id = object.build_id.filter(|_| !object.in_memory)?;
+    let debug = Path::new(&debug_path(id.as_bytes())?).exists();
+    let mut name = hex(id.as_bytes());
+    name.push('.');
+    name.push(if debug { 'd' } else { 'n' });
+    name.push(if is_main { 'e' } else { '-' });
+    name.push_str(".names");
+    Some(dir.join(name))
 }
 
 fn load(object: &ObjectInfo, is_main: bool) -> Option<SymbolTable> {
@@ -1019,6 +1137,54 @@ mod tests {
             .into_iter()
             .filter_map(|(path, main)| Some((path.clone(), std::fs::read(&path).ok()?, main)))
             .collect()
+    }
+
+    /// What `lookup_extent` says holds for a range (the names kept between runs answer
+    /// from it) holds at its first, middle and last address, on real objects: symbols
+    /// inside others, functions known by their unwind entry, gaps, stripped executables.
+    #[test]
+    fn an_answer_holds_over_the_whole_range_lookup_extent_gives() {
+        let objects = real_objects();
+        assert!(objects.len() >= 3, "too few objects: {}", objects.len());
+        for (path, data, main) in objects {
+            let reference = ReferenceTable::from_elf(&data, main).unwrap();
+            let table = SymbolTable::from_elf(Image::Owned(data.clone()), main).unwrap();
+            let file = object::File::parse(&*data).unwrap();
+            let mut addresses: Vec<u64> = Vec::new();
+            for s in reference.symbols().step_by(3) {
+                addresses.extend([s.start, s.end - 1, s.end]);
+            }
+            for section in file.sections().filter(|s| s.kind() == SectionKind::Text) {
+                addresses.extend(
+                    (section.address()..section.address() + section.size() + 64).step_by(991),
+                );
+            }
+            addresses.extend([0, 1, u64::MAX - 1]);
+            let mut wide = 0;
+            for &svma in &addresses {
+                let (answer, (lo, hi)) = table.lookup_extent(svma);
+                assert_eq!(answer, table.lookup(svma), "{path}: {svma:#x}");
+                assert!(
+                    lo <= svma && svma < hi,
+                    "{path}: {svma:#x} not in {lo:#x}..{hi:#x}"
+                );
+                for x in [lo, lo + (hi - lo) / 2, hi - 1] {
+                    assert_eq!(
+                        reference.lookup(x),
+                        answer,
+                        "{path}: {x:#x} in {lo:#x}..{hi:#x} (from {svma:#x})"
+                    );
+                }
+                if hi - lo > 1 {
+                    wide += 1;
+                }
+            }
+            assert!(
+                wide * 10 >= addresses.len() * 9,
+                "{path}: {wide} of {} ranges wider than their address",
+                addresses.len()
+            );
+        }
     }
 
     #[test]

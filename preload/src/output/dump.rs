@@ -4,7 +4,7 @@
 
 use crate::capture::frames::{decode, Frame, Lock, WAITS};
 use crate::capture::python::lines::line_for_offset;
-use crate::capture::symbols::table_for;
+use crate::capture::symbols::{name_at, save_names};
 use crate::capture::unwind::copies;
 use crate::capture::unwind::modules::{self, ObjectInfo};
 use crate::sampler::Sampler;
@@ -348,8 +348,7 @@ impl<'a> Resolver<'a> {
                 pc - at,
             );
         }
-        let table = table_for(object, index == 0);
-        match table.lookup(svma) {
+        match name_at(object, index == 0, svma) {
             Some(sym) => (
                 Function {
                     file,
@@ -713,6 +712,8 @@ impl Profile {
                 path.push(index);
             });
         }
+        // The names the symbol tables gave, kept for the next process.
+        save_names();
         let cost = Cost::now();
         Profile {
             functions: resolver.functions,

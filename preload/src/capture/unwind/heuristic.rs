@@ -284,6 +284,7 @@ mod tests {
             bias: 0,
             range: (start, end),
             in_memory: false,
+            build_id: None,
         };
         let snapshot = Snapshot {
             cfi: Vec::new(),

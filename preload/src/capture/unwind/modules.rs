@@ -27,6 +27,64 @@ pub struct ObjectInfo {
     pub range: (u64, u64),
     /// Whether the object has no file and must be read from memory (the vDSO).
     pub in_memory: bool,
+    /// Its GNU build-id (`NT_GNU_BUILD_ID`), read from the `PT_NOTE` segments of the image
+    /// in memory; `None` when it has none.
+    pub build_id: Option<BuildId>,
+}
+
+/// A GNU build-id: the `NT_GNU_BUILD_ID` note's bytes (20 from GNU ld's SHA-1, 16 from
+/// MD5 or a UUID, 8 from lld's xxHash; at most [`BuildId::MAX`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BuildId {
+    len: u8,
+    bytes: [u8; BuildId::MAX],
+}
+
+impl BuildId {
+    /// The longest build-id kept, in bytes.
+    pub const MAX: usize = 64;
+
+    /// The build-id `bytes`; `None` when empty or longer than [`BuildId::MAX`].
+    pub fn new(bytes: &[u8]) -> Option<BuildId> {
+        if bytes.is_empty() || bytes.len() > BuildId::MAX {
+            return None;
+        }
+        let mut id = BuildId {
+            len: bytes.len() as u8,
+            bytes: [0; BuildId::MAX],
+        };
+        id.bytes[..bytes.len()].copy_from_slice(bytes);
+        Some(id)
+    }
+
+    /// Its bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// The build-id in the ELF notes `notes` (`Elf64_Nhdr`s, each followed by its name and
+    /// description padded to 4 bytes: the System V ABI's note section): the description of
+    /// the first note of type `NT_GNU_BUILD_ID` (3) named `GNU`.
+    pub fn in_notes(notes: &[u8]) -> Option<BuildId> {
+        const NT_GNU_BUILD_ID: u32 = 3;
+        let word = |at: usize| -> Option<usize> {
+            Some(u32::from_ne_bytes(notes.get(at..at + 4)?.try_into().ok()?) as usize)
+        };
+        let mut at = 0;
+        while at + 12 <= notes.len() {
+            let (name_size, desc_size, kind) = (word(at)?, word(at + 4)?, word(at + 8)?);
+            let name_at = at + 12;
+            let desc_at = name_at.checked_add(name_size.checked_add(3)? & !3)?;
+            let next = desc_at.checked_add(desc_size.checked_add(3)? & !3)?;
+            if kind as u32 == NT_GNU_BUILD_ID
+                && notes.get(name_at..name_at + name_size)? == b"GNU\0"
+            {
+                return BuildId::new(notes.get(desc_at..desc_at + desc_size)?);
+            }
+            at = next;
+        }
+        None
+    }
 }
 
 /// An immutable view of the mapped objects, read by the handler.
@@ -298,6 +356,7 @@ fn describe(info: &libc::dl_phdr_info) -> Option<Found> {
     let mut segments = Vec::new();
     let mut code = Vec::new();
     let mut eh_frame_hdr = None;
+    let mut notes = Vec::new();
     for ph in phdrs {
         match ph.p_type {
             libc::PT_LOAD => {
@@ -307,9 +366,24 @@ fn describe(info: &libc::dl_phdr_info) -> Option<Found> {
                 }
             }
             libc::PT_GNU_EH_FRAME => eh_frame_hdr = Some((ph.p_vaddr, ph.p_vaddr + ph.p_memsz)),
+            libc::PT_NOTE => notes.push((ph.p_vaddr, ph.p_vaddr + ph.p_filesz)),
             _ => {}
         }
     }
+    // Notes inside a loaded segment (mapped, readable) only.
+    let build_id = notes
+        .iter()
+        .filter(|n| {
+            segments
+                .iter()
+                .any(|s| s.0 <= n.0 && n.0 <= n.1 && n.1 <= s.1)
+        })
+        .find_map(|&(lo, hi)| {
+            // SAFETY: inside a PT_LOAD segment of an object the loader has mapped.
+            let bytes =
+                unsafe { std::slice::from_raw_parts((bias + lo) as *const u8, (hi - lo) as usize) };
+            BuildId::in_notes(bytes)
+        });
     let start = segments.iter().map(|s| s.0).min()? + bias;
     let end = segments.iter().map(|s| s.1).max()? + bias;
     let name = if info.dlpi_name.is_null() {
@@ -331,6 +405,7 @@ fn describe(info: &libc::dl_phdr_info) -> Option<Found> {
             bias,
             range: (start, end),
             in_memory,
+            build_id,
         },
         code,
         eh_frame_hdr,
