@@ -928,7 +928,13 @@ fn with_file<T>(
 
 /// `bytes` in lower-case hexadecimal, two digits each (how build-ids name files).
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(2 * bytes.len());
+    for &b in bytes {
+        text.push(char::from(DIGITS[usize::from(b >> 4)]));
+        text.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    text
 }
 
 /// The separate debug file of an object with build-id `id`, where Debian's `-dbg` and

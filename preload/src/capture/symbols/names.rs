@@ -122,14 +122,16 @@ impl Names {
         let file = path.as_deref().and_then(read);
         let mut index = Vec::new();
         if let Some(file) = file.as_deref() {
+            // About one answer per 64 bytes.
+            index.reserve(file.len() / 64);
             let mut at = MAGIC.len();
             while let Some((answer, next)) = Answer::read(file, at) {
                 index.push((answer.lo, answer.hi, at));
                 at = next;
             }
-            // Stable: of answers for the same range (two processes that added it at
-            // once), the first.
-            index.sort_by_key(|a| a.0);
+            // Of answers for the same range (two processes that added it at once), the
+            // first in the file.
+            index.sort_unstable_by_key(|a| (a.0, a.2));
             index.dedup_by(|later, kept| later.0 < kept.1);
         }
         Names {
