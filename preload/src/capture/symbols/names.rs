@@ -11,18 +11,27 @@
 //! functions: when every address of an object falls in a range answered before, the
 //! object is named from one small file, and its symbol tables are not opened at all.
 //!
-//! A file is `<build-id>.<d|n><e|->.names` in the symbol cache's directory: [`MAGIC`]
-//! (8 bytes), then [`Answer`]s, each followed by its name padded to 8 bytes. It only grows:
-//! a process appends the answers its tables gave in one `write` (`O_APPEND`, so that
-//! processes writing at once do not mix their bytes); one that finds no file makes it
-//! whole under another name and links it into place (a reader sees the magic or no
-//! file). Replacing the file at every new answer instead deleted an inode each time, and
-//! ext4 skips recently deleted inodes one by one when it allocates the next (a profile's
-//! file among them). A reader takes the answers up to the first that does not fit (a
-//! write cut short); the build-id is read from the image in memory (`PT_NOTE`), and an
-//! answer is only kept when the file the tables were read from has the same one: an object
-//! replaced on disk while the process ran (an upgrade) names nothing into the loaded
-//! image's answers. A file stops growing at [`MAX_FILE`] bytes.
+//! A file is `<build-id>.<d|n><e|->.names` in the symbol cache's directory: a
+//! [`HEADER`]-byte header ([`MAGIC`], the number of sorted answers, the byte where the
+//! appended ones begin), the sorted answers' places (4 bytes each), the sorted
+//! [`Answer`]s, then answers appended since, unsorted; each answer is followed by its name
+//! padded to 8 bytes. A reader finds an address among the sorted answers by binary search
+//! in place, and reads only the appended ones into an index.
+//!
+//! A process appends the answers its tables gave in one `write` (`O_APPEND`, so that
+//! processes writing at once do not mix their bytes). When the appended answers would
+//! outnumber [`APPENDED_MAX`] or half the sorted ones, it writes the whole file sorted
+//! instead, under a name of its own renamed into place; one that finds no file makes it so
+//! too (linked into place: a reader sees a whole file or none). Rewriting the file at
+//! every new answer deleted an inode each time, and ext4 skips recently deleted inodes
+//! one by one when it allocates the next (a profile's file among them); sorted this way,
+//! a file is rewritten a few times in its life. Answers appended by a process while
+//! another renamed the file are lost (the next run adds them again). A reader takes the
+//! appended answers up to the first that does not fit (a write cut short); the build-id
+//! is read from the image in memory (`PT_NOTE`), and an answer is only kept when the file
+//! the tables were read from has the same one: an object replaced on disk while the
+//! process ran (an upgrade) names nothing into the loaded image's answers. A file stops
+//! growing at [`MAX_FILE`] bytes.
 
 use super::Symbol;
 use std::io::Write;
@@ -32,7 +41,15 @@ use std::path::{Path, PathBuf};
 /// The first bytes of a file; the last digit is the format's version, which changes with
 /// the rules that name functions too (`SymbolTable`'s), so that answers given under
 /// other rules are not read.
-const MAGIC: &[u8; 8] = b"PYIGNAM1";
+const MAGIC: &[u8; 8] = b"PYIGNAM2";
+
+/// Bytes before the sorted answers' places: magic (8), number of sorted answers (8),
+/// byte where the appended answers begin (8), zeros.
+const HEADER: usize = 64;
+
+/// The most answers appended after the sorted ones before the file is written sorted
+/// again (or half the sorted ones, if more).
+const APPENDED_MAX: usize = 64;
 
 /// The size of a file beyond which no answer is appended (libpython's 11,000 functions
 /// with their names are about 0.7 MB).
@@ -104,15 +121,20 @@ pub(super) struct Names {
     /// Where the answers are kept; `None` for an object that cannot have them (no
     /// build-id).
     path: Option<PathBuf>,
-    /// The file read, when it was there.
+    /// The file read, when it was there and its header holds.
     file: Option<memmap2::Mmap>,
-    /// The answers of `file`: `[lo, hi)` and the byte where the answer starts, sorted by
-    /// `lo`, overlapping ones left out.
-    index: Vec<(u64, u64, usize)>,
+    /// Number of sorted answers in `file`.
+    sorted: usize,
+    /// The appended answers of `file`: `[lo, hi)` and the byte where the answer starts,
+    /// sorted by `lo`, overlapping ones left out.
+    appended: Vec<(u64, u64, usize)>,
     /// Answers the tables gave in this process: `[lo, hi)` and the function.
     added: Vec<(u64, u64, Option<Symbol>)>,
     /// How many of `added` are in the file.
     saved: usize,
+    /// The file as this process last knew it: its sorted and appended answers (`None`:
+    /// no file).
+    on_disk: Option<(usize, usize)>,
 }
 
 impl Names {
@@ -120,26 +142,28 @@ impl Names {
     /// there.
     pub(super) fn open(path: Option<PathBuf>) -> Names {
         let file = path.as_deref().and_then(read);
-        let mut index = Vec::new();
+        let (mut sorted, mut appended) = (0, Vec::new());
         if let Some(file) = file.as_deref() {
-            // About one answer per 64 bytes.
-            index.reserve(file.len() / 64);
-            let mut at = MAGIC.len();
+            sorted = word(file, 8) as usize;
+            let mut at = word(file, 16) as usize;
             while let Some((answer, next)) = Answer::read(file, at) {
-                index.push((answer.lo, answer.hi, at));
+                appended.push((answer.lo, answer.hi, at));
                 at = next;
             }
             // Of answers for the same range (two processes that added it at once), the
             // first in the file.
-            index.sort_unstable_by_key(|a| (a.0, a.2));
-            index.dedup_by(|later, kept| later.0 < kept.1);
+            appended.sort_unstable_by_key(|a| (a.0, a.2));
+            appended.dedup_by(|later, kept| later.0 < kept.1);
         }
+        let on_disk = file.as_ref().map(|_| (sorted, appended.len()));
         Names {
             path,
             file,
-            index,
+            sorted,
+            appended,
             added: Vec::new(),
             saved: 0,
+            on_disk,
         }
     }
 
@@ -151,8 +175,19 @@ impl Names {
     /// The function at ELF virtual address `svma` as answered before (`Some(None)`: no
     /// function there), or `None` when no range answered holds it.
     pub(super) fn find(&self, svma: u64) -> Option<Option<Symbol>> {
-        if let Some(found) = self.find_in_file(svma) {
-            return Some(found);
+        if let Some(file) = self.file.as_deref() {
+            let sorted = sorted_at(file, self.sorted, svma);
+            let appended = || {
+                let at = self
+                    .appended
+                    .partition_point(|a| a.0 <= svma)
+                    .checked_sub(1)?;
+                let (_, hi, offset) = self.appended[at];
+                (svma < hi).then_some(offset)
+            };
+            if let Some(answer) = sorted.or_else(appended).and_then(|at| symbol_at(file, at)) {
+                return Some(answer);
+            }
         }
         self.added
             .iter()
@@ -160,80 +195,168 @@ impl Names {
             .map(|(_, _, answer)| answer.clone())
     }
 
-    fn find_in_file(&self, svma: u64) -> Option<Option<Symbol>> {
-        let file = self.file.as_deref()?;
-        let at = self.index.partition_point(|a| a.0 <= svma).checked_sub(1)?;
-        let (_, hi, offset) = self.index[at];
-        if svma >= hi {
-            return None;
-        }
-        let (answer, _) = Answer::read(file, offset)?;
-        if answer.len == NO_FUNCTION {
-            return Some(None);
-        }
-        let name = file.get(offset + ANSWER..offset + ANSWER + answer.len as usize)?;
-        Some(Some(Symbol {
-            start: answer.start,
-            end: answer.end,
-            name: std::str::from_utf8(name).ok()?.to_string(),
-        }))
-    }
-
     /// Adds what the tables answered for `[lo, hi)`.
     pub(super) fn add(&mut self, range: (u64, u64), answer: Option<Symbol>) {
         self.added.push((range.0, range.1, answer));
     }
 
-    /// Appends the answers added since the last time to the file (making it if there is
-    /// none). Failures (a read-only home, a full file) leave the file as it was.
+    /// Writes the answers added since the last time into the file: appended, or the
+    /// whole file sorted when it has none yet or would have too many appended ones.
+    /// Failures (a read-only home, a full file) leave the file as it was.
     pub(super) fn save(&mut self) {
         let Some(path) = self.path.as_deref() else {
             return;
         };
-        if self.saved == self.added.len() {
+        let new = &self.added[self.saved..];
+        if new.is_empty() {
             return;
         }
-        let mut bytes = Vec::new();
-        for (lo, hi, answer) in &self.added[self.saved..] {
-            Answer::write(&mut bytes, (*lo, *hi), answer.as_ref());
-        }
-        if append(path, &bytes) {
+        let resort = match self.on_disk {
+            None => true,
+            Some((sorted, appended)) => appended + new.len() > APPENDED_MAX.max(sorted / 2),
+        };
+        let append_new = || {
+            let mut bytes = Vec::new();
+            for (lo, hi, answer) in new {
+                Answer::write(&mut bytes, (*lo, *hi), answer.as_ref());
+            }
+            append(path, &bytes)
+        };
+        let written = if resort {
+            let mut all: Vec<(u64, u64, Option<Symbol>)> = Vec::new();
+            if let Some(file) = self.file.as_deref() {
+                let places = (0..self.sorted).filter_map(|i| place(file, i));
+                for at in places.chain(self.appended.iter().map(|a| a.2)) {
+                    if let (Some((answer, _)), Some(symbol)) =
+                        (Answer::read(file, at), symbol_at(file, at))
+                    {
+                        all.push((answer.lo, answer.hi, symbol));
+                    }
+                }
+            }
+            all.extend(self.added.iter().cloned());
+            all.sort_by_key(|a| a.0);
+            all.dedup_by(|later, kept| later.0 < kept.1);
+            let mut answers = Vec::new();
+            let mut places = Vec::new();
+            let start = HEADER + (4 * all.len()).next_multiple_of(8);
+            for (lo, hi, answer) in &all {
+                places.extend_from_slice(&((start + answers.len()) as u32).to_ne_bytes());
+                Answer::write(&mut answers, (*lo, *hi), answer.as_ref());
+            }
+            places.resize(start - HEADER, 0);
+            let mut header = [0u8; HEADER];
+            header[..8].copy_from_slice(MAGIC);
+            header[8..16].copy_from_slice(&(all.len() as u64).to_ne_bytes());
+            header[16..24].copy_from_slice(&((start + answers.len()) as u64).to_ne_bytes());
+            let whole = [&header[..], &places, &answers].concat();
+            let existing = self.on_disk.is_some();
+            if whole.len() as u64 <= MAX_FILE && replace(path, &whole, existing) {
+                self.on_disk = Some((all.len(), 0));
+                true
+            } else if !existing && append_new() {
+                // Made by another process meanwhile.
+                self.on_disk = Some((0, APPENDED_MAX));
+                true
+            } else {
+                false
+            }
+        } else if append_new() {
+            if let Some((_, appended)) = self.on_disk.as_mut() {
+                *appended += new.len();
+            }
+            true
+        } else {
+            false
+        };
+        if written {
             self.saved = self.added.len();
         }
     }
 }
 
-/// The file at `path` mapped, if it begins with [`MAGIC`].
-fn read(path: &Path) -> Option<memmap2::Mmap> {
-    let file = std::fs::File::open(path).ok()?;
-    // SAFETY: a read-only mapping of a file that only grows; the answers read are those
-    // whole when it was mapped (bounds-checked).
-    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    map.starts_with(MAGIC).then_some(map)
+/// The header's word at byte `at` of a file [`read`] accepted.
+fn word(file: &[u8], at: usize) -> u64 {
+    u64::from_ne_bytes(file[at..at + 8].try_into().unwrap_or_default())
 }
 
-/// Appends `bytes` to the file at `path` in one `write`; a file not there yet is made with
-/// them, whole, under a name of its own and linked into place (if another process linked
-/// its own meanwhile, appended to that one). Returns whether the bytes are in the file.
+/// The byte where sorted answer `i` starts (bounds-checked).
+fn place(file: &[u8], i: usize) -> Option<usize> {
+    let at = HEADER.checked_add(i.checked_mul(4)?)?;
+    Some(u32::from_ne_bytes(file.get(at..at + 4)?.try_into().ok()?) as usize)
+}
+
+/// The byte where the sorted answer that holds `svma` starts, found by binary search
+/// among the `sorted` answers of `file`; `None` when none does. A file damaged after it
+/// was written can misname here, not stop the process (every read is bounds-checked).
+fn sorted_at(file: &[u8], sorted: usize, svma: u64) -> Option<usize> {
+    let lo_of = |i: usize| Some(Answer::read(file, place(file, i)?)?.0.lo);
+    let (mut lo, mut hi) = (0, sorted);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if lo_of(mid)? <= svma {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    let at = place(file, lo.checked_sub(1)?)?;
+    let (answer, _) = Answer::read(file, at)?;
+    (svma < answer.hi).then_some(at)
+}
+
+/// The function of the answer at byte `at` (`None` inside: no function there).
+fn symbol_at(file: &[u8], at: usize) -> Option<Option<Symbol>> {
+    let (answer, _) = Answer::read(file, at)?;
+    if answer.len == NO_FUNCTION {
+        return Some(None);
+    }
+    let name = file.get(at + ANSWER..at + ANSWER + answer.len as usize)?;
+    Some(Some(Symbol {
+        start: answer.start,
+        end: answer.end,
+        name: std::str::from_utf8(name).ok()?.to_string(),
+    }))
+}
+
+/// The file at `path` mapped, if it begins with [`MAGIC`] and its header holds: the
+/// sorted answers' places and the appended answers' start inside the file, in that order.
+fn read(path: &Path) -> Option<memmap2::Mmap> {
+    let file = std::fs::File::open(path).ok()?;
+    // SAFETY: a read-only mapping of a file that only grows, or is replaced by rename;
+    // every read of it is bounds-checked.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    if map.len() < HEADER || !map.starts_with(MAGIC) {
+        return None;
+    }
+    let (sorted, appended) = (word(&map, 8), word(&map, 16));
+    let places_end = (HEADER as u64).checked_add(sorted.checked_mul(4)?)?;
+    (places_end <= appended && appended <= map.len() as u64).then_some(map)
+}
+
+/// Appends `bytes` to the file at `path` in one `write`, unless it has grown to
+/// [`MAX_FILE`]. Returns whether the bytes are in the file.
 fn append(path: &Path, bytes: &[u8]) -> bool {
-    let appended = |file: std::fs::File| {
-        let size = file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
-        size < MAX_FILE && (&file).write_all(bytes).is_ok()
-    };
-    let existing = std::fs::OpenOptions::new()
+    let Ok(file) = std::fs::OpenOptions::new()
         .append(true)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(path);
-    match existing {
-        Ok(file) => return appended(file),
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return false,
-        Err(_) => {}
-    }
+        .open(path)
+    else {
+        return false;
+    };
+    let size = file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+    size < MAX_FILE && (&file).write_all(bytes).is_ok()
+}
+
+/// Writes `bytes` as the file at `path`, whole: under a name of its own, then renamed
+/// over the file (`existing`), or linked into place when there was none (a file another
+/// process made meanwhile is kept). Returns whether the bytes are the file.
+fn replace(path: &Path, bytes: &[u8], existing: bool) -> bool {
     let Some(dir) = path.parent() else {
         return false;
     };
     let _ = std::fs::create_dir_all(dir);
-    // Unique to this write: two threads of one process may make the same file.
+    // Unique to this write: two threads of one process may write the same file.
     static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let own = dir.join(format!(
         ".{}.{}.{}.tmp",
@@ -241,22 +364,17 @@ fn append(path: &Path, bytes: &[u8]) -> bool {
         std::process::id(),
         MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
-    let made = std::fs::File::create(&own).and_then(|mut file| {
-        let mut whole = MAGIC.to_vec();
-        whole.extend_from_slice(bytes);
-        file.write_all(&whole)
-    });
-    let linked = made.is_ok() && std::fs::hard_link(&own, path).is_ok();
-    let _ = std::fs::remove_file(&own);
-    if linked {
-        return true;
+    let made = std::fs::File::create(&own).and_then(|mut file| file.write_all(bytes));
+    let placed = made.is_ok()
+        && if existing {
+            std::fs::rename(&own, path).is_ok()
+        } else {
+            std::fs::hard_link(&own, path).is_ok()
+        };
+    if !placed || !existing {
+        let _ = std::fs::remove_file(&own);
     }
-    // Made by another process meanwhile.
-    std::fs::OpenOptions::new()
-        .append(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .is_ok_and(appended)
+    placed
 }
 
 #[cfg(test)]
@@ -292,13 +410,16 @@ mod tests {
         names.add((0x1040, 0x1100), symbol(0x1040, 0x1200, "helper_7"));
         names.save();
         names.save();
-        // Another process added the same range meanwhile.
-        let mut other = Names::open(None);
-        other.path = Some(path.clone());
-        other.add((0x1000, 0x1040), symbol(0x1000, 0x1040, "main"));
+        // Another process added one of the same ranges meanwhile.
+        let mut other = Names::open(Some(path.clone()));
+        other.add((0x1040, 0x1100), symbol(0x1040, 0x1200, "helper_7"));
         other.save();
         let again = Names::open(Some(path.clone()));
-        assert_eq!(again.index.len(), 3, "{:?}", again.index);
+        assert_eq!(
+            (again.sorted, again.appended.len()),
+            (2, 1),
+            "made sorted, then appended to"
+        );
         assert_eq!(again.find(0x1000), Some(symbol(0x1000, 0x1040, "main")));
         assert_eq!(again.find(0x103f), Some(symbol(0x1000, 0x1040, "main")));
         assert_eq!(again.find(0x1040), Some(symbol(0x1040, 0x1200, "helper_7")));
@@ -306,7 +427,46 @@ mod tests {
         assert_eq!(again.find(0x1100), None, "past every range: not answered");
         assert_eq!(again.find(0x2000), Some(None), "answered: no function");
         assert_eq!(again.find(0xfff), None);
-        // Made once, then appended to: no file of its own left behind.
+        // No file of its own left behind.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_file_with_many_appended_answers_is_written_sorted_again() {
+        let dir = dir("resorted");
+        let path = dir.join("ab.n-.names");
+        let mut inodes = Vec::new();
+        // From the top down, one answer a process.
+        for i in (0..200u64).rev() {
+            let mut names = Names::open(Some(path.clone()));
+            let lo = 0x10_0000 + 0x100 * i;
+            names.add((lo, lo + 0x80), symbol(lo, lo + 0x80, &format!("f{i}")));
+            names.save();
+            use std::os::unix::fs::MetadataExt;
+            inodes.push(std::fs::metadata(&path).unwrap().ino());
+        }
+        inodes.dedup();
+        let names = Names::open(Some(path.clone()));
+        assert!(
+            names.appended.len() <= APPENDED_MAX && names.sorted >= 200 - APPENDED_MAX,
+            "{} sorted, {} appended",
+            names.sorted,
+            names.appended.len()
+        );
+        assert!(
+            inodes.len() <= 4,
+            "the file was written whole {} times",
+            inodes.len()
+        );
+        for i in 0..200u64 {
+            let lo = 0x10_0000 + 0x100 * i;
+            assert_eq!(
+                names.find(lo + 0x7f),
+                Some(symbol(lo, lo + 0x80, &format!("f{i}")))
+            );
+            assert_eq!(names.find(lo + 0x80), None);
+        }
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -317,16 +477,19 @@ mod tests {
         let path = dir.join("ab.n-.names");
         let mut names = Names::open(Some(path.clone()));
         names.add((0x1000, 0x1040), symbol(0x1000, 0x1040, "main"));
+        names.save();
         names.add((0x2000, 0x2040), symbol(0x2000, 0x2040, "other"));
+        names.add((0x3000, 0x3040), symbol(0x3000, 0x3040, "third"));
         names.save();
         let good = std::fs::read(&path).unwrap();
         std::fs::write(&path, &good[..good.len() - 1]).unwrap();
         let cut = Names::open(Some(path.clone()));
         assert_eq!(cut.find(0x1000), Some(symbol(0x1000, 0x1040, "main")));
-        assert_eq!(cut.find(0x2000), None, "the answer cut short");
+        assert_eq!(cut.find(0x2000), Some(symbol(0x2000, 0x2040, "other")));
+        assert_eq!(cut.find(0x3000), None, "the answer cut short");
         let mut other = good.clone();
         other[7] = b'9';
-        for bytes in [other, Vec::new()] {
+        for bytes in [other, good[..40].to_vec(), Vec::new()] {
             std::fs::write(&path, &bytes).unwrap();
             assert_eq!(Names::open(Some(path.clone())).find(0x1000), None);
         }
