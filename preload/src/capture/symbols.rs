@@ -201,10 +201,10 @@ impl CacheKey {
     /// 9,600 records with its debug file, 230 KB; libpython's 7,300) for the few dozen
     /// that a short process's lookups touch — 0.1 ms of the 1.1 ms a `python -c pass` paid
     /// for being profiled. The files are written whole and renamed into place
-    /// ([`CacheKey::write`]) and their header is checked. Of the records, [`SPOT_CHECKS`]
-    /// + 1 evenly spaced ones (the first that any binary search reads) must be well formed
-    /// (string tables among the `strings` read, ranks known, ends not past 2^64) and in
-    /// order: a file of garbage or of another layout fails that. Every use of a record is
+    /// ([`CacheKey::write`]) and their header is checked. Of the records, one more than
+    /// [`SPOT_CHECKS`], evenly spaced (the first that any binary search reads), must be
+    /// well formed (string tables among the `strings` read, ranks known, ends not past
+    /// 2^64) and in order: a file of garbage or of another layout fails that. Every use of a record is
     /// bounds-checked besides, so a record damaged after the file was written can misname
     /// the functions around it, not stop the process.
     fn read(&self, shape: u64, strings: usize) -> Option<Records> {
@@ -245,10 +245,6 @@ impl CacheKey {
     /// Writes `records` for `shape`: to a file of its own first, renamed into place, so
     /// that a reader sees a whole file or none. Failures (a read-only home) are ignored.
     fn write(&self, shape: u64, records: &[Record]) {
-        let Some(dir) = self.path.parent() else {
-            return;
-        };
-        let _ = std::fs::create_dir_all(dir);
         let mut header = [0u8; CACHE_HEADER];
         header[..8].copy_from_slice(CACHE_MAGIC);
         header[8..16].copy_from_slice(&shape.to_ne_bytes());
@@ -260,23 +256,48 @@ impl CacheKey {
                 std::mem::size_of_val(records),
             )
         };
-        // Unique to this write: two threads of one process may build the same table.
-        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let own = dir.join(format!(
-            ".{}.{}.{}.tmp",
-            self.path.file_name().unwrap_or_default().to_string_lossy(),
-            std::process::id(),
-            WRITES.fetch_add(1, Ordering::Relaxed)
-        ));
-        let written = std::fs::File::create(&own).and_then(|mut file| {
-            use std::io::Write;
-            file.write_all(&header)?;
-            file.write_all(body)
-        });
-        if written.is_err() || std::fs::rename(&own, &self.path).is_err() {
-            let _ = std::fs::remove_file(&own);
-        }
+        write_whole(&self.path, &[&header, body], Place::Replace);
     }
+}
+
+/// How [`write_whole`] puts a file in place.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// Renamed over the file there, if any.
+    Replace,
+    /// Linked: a file there already is kept.
+    IfNone,
+}
+
+/// Writes `parts` as the file at `path`, whole: into a file of its own beside it, then
+/// put in place as `place` says, so that a reader sees a whole file or the one before.
+/// Returns whether `parts` are the file now (failures, such as a read-only home, leave
+/// what was there).
+fn write_whole(path: &Path, parts: &[&[u8]], place: Place) -> bool {
+    use std::io::Write;
+    let Some(dir) = path.parent() else {
+        return false;
+    };
+    let _ = std::fs::create_dir_all(dir);
+    // Unique to this write: two threads of one process may write the same file.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let own = dir.join(format!(
+        ".{}.{}.{}.tmp",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id(),
+        WRITES.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = std::fs::File::create(&own)
+        .and_then(|mut file| parts.iter().try_for_each(|part| file.write_all(part)));
+    let placed = written.is_ok()
+        && match place {
+            Place::Replace => std::fs::rename(&own, path).is_ok(),
+            Place::IfNone => std::fs::hard_link(&own, path).is_ok(),
+        };
+    if !placed || place == Place::IfNone {
+        let _ = std::fs::remove_file(&own);
+    }
+    placed
 }
 
 /// A hash of what an object's records are built from besides its build-id: the numbers of

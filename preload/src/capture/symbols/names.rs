@@ -33,7 +33,7 @@
 //! process ran (an upgrade) names nothing into the loaded image's answers. A file stops
 //! growing at [`MAX_FILE`] bytes.
 
-use super::Symbol;
+use super::{write_whole, Place, Symbol};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -249,9 +249,14 @@ impl Names {
             header[..8].copy_from_slice(MAGIC);
             header[8..16].copy_from_slice(&(all.len() as u64).to_ne_bytes());
             header[16..24].copy_from_slice(&((start + answers.len()) as u64).to_ne_bytes());
-            let whole = [&header[..], &places, &answers].concat();
+            let size = header.len() + places.len() + answers.len();
             let existing = self.on_disk.is_some();
-            if whole.len() as u64 <= MAX_FILE && replace(path, &whole, existing) {
+            let place = if existing {
+                Place::Replace
+            } else {
+                Place::IfNone
+            };
+            if size as u64 <= MAX_FILE && write_whole(path, &[&header, &places, &answers], place) {
                 self.on_disk = Some((all.len(), 0));
                 true
             } else if !existing && append_new() {
@@ -346,35 +351,6 @@ fn append(path: &Path, bytes: &[u8]) -> bool {
     };
     let size = file.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
     size < MAX_FILE && (&file).write_all(bytes).is_ok()
-}
-
-/// Writes `bytes` as the file at `path`, whole: under a name of its own, then renamed
-/// over the file (`existing`), or linked into place when there was none (a file another
-/// process made meanwhile is kept). Returns whether the bytes are the file.
-fn replace(path: &Path, bytes: &[u8], existing: bool) -> bool {
-    let Some(dir) = path.parent() else {
-        return false;
-    };
-    let _ = std::fs::create_dir_all(dir);
-    // Unique to this write: two threads of one process may write the same file.
-    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let own = dir.join(format!(
-        ".{}.{}.{}.tmp",
-        path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id(),
-        MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let made = std::fs::File::create(&own).and_then(|mut file| file.write_all(bytes));
-    let placed = made.is_ok()
-        && if existing {
-            std::fs::rename(&own, path).is_ok()
-        } else {
-            std::fs::hard_link(&own, path).is_ok()
-        };
-    if !placed || !existing {
-        let _ = std::fs::remove_file(&own);
-    }
-    placed
 }
 
 #[cfg(test)]
