@@ -34,6 +34,7 @@
 //! growing at [`MAX_FILE`] bytes.
 
 use super::{write_whole, Place, Symbol};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -128,8 +129,12 @@ pub(super) struct Names {
     /// The appended answers of `file`: `[lo, hi)` and the byte where the answer starts,
     /// sorted by `lo`, overlapping ones left out.
     appended: Vec<(u64, u64, usize)>,
-    /// Answers the tables gave in this process: `[lo, hi)` and the function.
+    /// Answers the tables gave in this process: `[lo, hi)` and the function, in the
+    /// order given.
     added: Vec<(u64, u64, Option<Symbol>)>,
+    /// `added` by `lo`: a profile of thousands of functions named from the tables looks
+    /// each up among those before it.
+    added_by_lo: BTreeMap<u64, usize>,
     /// How many of `added` are in the file.
     saved: usize,
     /// The file as this process last knew it: its sorted and appended answers (`None`:
@@ -162,6 +167,7 @@ impl Names {
             sorted,
             appended,
             added: Vec::new(),
+            added_by_lo: BTreeMap::new(),
             saved: 0,
             on_disk,
         }
@@ -189,14 +195,14 @@ impl Names {
                 return Some(answer);
             }
         }
-        self.added
-            .iter()
-            .find(|(lo, hi, _)| *lo <= svma && svma < *hi)
-            .map(|(_, _, answer)| answer.clone())
+        let (_, &at) = self.added_by_lo.range(..=svma).next_back()?;
+        let (_, hi, answer) = &self.added[at];
+        (svma < *hi).then(|| answer.clone())
     }
 
     /// Adds what the tables answered for `[lo, hi)`.
     pub(super) fn add(&mut self, range: (u64, u64), answer: Option<Symbol>) {
+        self.added_by_lo.insert(range.0, self.added.len());
         self.added.push((range.0, range.1, answer));
     }
 
@@ -406,6 +412,24 @@ mod tests {
         // No file of its own left behind.
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn answers_added_in_any_order_are_found_before_they_are_saved() {
+        let mut names = Names::open(None);
+        for i in (0..1000u64).rev() {
+            let lo = 0x10_0000 + 0x100 * i;
+            names.add((lo, lo + 0x80), symbol(lo, lo + 0x80, &format!("f{i}")));
+        }
+        for i in 0..1000u64 {
+            let lo = 0x10_0000 + 0x100 * i;
+            assert_eq!(
+                names.find(lo),
+                Some(symbol(lo, lo + 0x80, &format!("f{i}")))
+            );
+            assert_eq!(names.find(lo + 0x80), None, "between two ranges");
+        }
+        assert_eq!(names.find(0xf_ffff), None);
     }
 
     #[test]
