@@ -191,8 +191,10 @@ impl Names {
                 let (_, hi, offset) = self.appended[at];
                 (svma < hi).then_some(offset)
             };
-            if let Some(answer) = sorted.or_else(appended).and_then(|at| symbol_at(file, at)) {
-                return Some(answer);
+            if let Some((_, _, function)) =
+                sorted.or_else(appended).and_then(|at| entry_at(file, at))
+            {
+                return Some(function);
             }
         }
         let (_, &at) = self.added_by_lo.range(..=svma).next_back()?;
@@ -229,40 +231,17 @@ impl Names {
             append(path, &bytes)
         };
         let written = if resort {
-            let mut all: Vec<(u64, u64, Option<Symbol>)> = Vec::new();
-            if let Some(file) = self.file.as_deref() {
-                let places = (0..self.sorted).filter_map(|i| place(file, i));
-                for at in places.chain(self.appended.iter().map(|a| a.2)) {
-                    if let (Some((answer, _)), Some(symbol)) =
-                        (Answer::read(file, at), symbol_at(file, at))
-                    {
-                        all.push((answer.lo, answer.hi, symbol));
-                    }
-                }
-            }
-            all.extend(self.added.iter().cloned());
-            all.sort_by_key(|a| a.0);
-            all.dedup_by(|later, kept| later.0 < kept.1);
-            let mut answers = Vec::new();
-            let mut places = Vec::new();
-            let start = HEADER + (4 * all.len()).next_multiple_of(8);
-            for (lo, hi, answer) in &all {
-                places.extend_from_slice(&((start + answers.len()) as u32).to_ne_bytes());
-                Answer::write(&mut answers, (*lo, *hi), answer.as_ref());
-            }
-            places.resize(start - HEADER, 0);
-            let mut header = [0u8; HEADER];
-            header[..8].copy_from_slice(MAGIC);
-            header[8..16].copy_from_slice(&(all.len() as u64).to_ne_bytes());
-            header[16..24].copy_from_slice(&((start + answers.len()) as u64).to_ne_bytes());
-            let size = header.len() + places.len() + answers.len();
+            let all = self.all_answers();
+            let whole = sorted_file(&all);
+            let size: usize = whole.iter().map(Vec::len).sum();
             let existing = self.on_disk.is_some();
             let place = if existing {
                 Place::Replace
             } else {
                 Place::IfNone
             };
-            if size as u64 <= MAX_FILE && write_whole(path, &[&header, &places, &answers], place) {
+            let parts: Vec<&[u8]> = whole.iter().map(Vec::as_slice).collect();
+            if size as u64 <= MAX_FILE && write_whole(path, &parts, place) {
                 self.on_disk = Some((all.len(), 0));
                 true
             } else if !existing && append_new() {
@@ -284,6 +263,40 @@ impl Names {
             self.saved = self.added.len();
         }
     }
+
+    /// Every answer known, the file's read when it was opened and all added in this
+    /// process (those appended since are not in that reading), sorted by address, the
+    /// first of overlapping ones kept.
+    fn all_answers(&self) -> Vec<(u64, u64, Option<Symbol>)> {
+        let mut all = Vec::new();
+        if let Some(file) = self.file.as_deref() {
+            let places = (0..self.sorted).filter_map(|i| place(file, i));
+            let read = places.chain(self.appended.iter().map(|a| a.2));
+            all.extend(read.filter_map(|at| entry_at(file, at)));
+        }
+        all.extend(self.added.iter().cloned());
+        all.sort_by_key(|a| a.0);
+        all.dedup_by(|later, kept| later.0 < kept.1);
+        all
+    }
+}
+
+/// A whole file of the sorted answers `all` (sorted by address, not overlapping), in
+/// parts: the header, the answers' places, the answers.
+fn sorted_file(all: &[(u64, u64, Option<Symbol>)]) -> [Vec<u8>; 3] {
+    let mut answers = Vec::new();
+    let mut places = Vec::new();
+    let start = HEADER + (4 * all.len()).next_multiple_of(8);
+    for (lo, hi, answer) in all {
+        places.extend_from_slice(&((start + answers.len()) as u32).to_ne_bytes());
+        Answer::write(&mut answers, (*lo, *hi), answer.as_ref());
+    }
+    places.resize(start - HEADER, 0);
+    let mut header = vec![0u8; HEADER];
+    header[..8].copy_from_slice(MAGIC);
+    header[8..16].copy_from_slice(&(all.len() as u64).to_ne_bytes());
+    header[16..24].copy_from_slice(&((start + answers.len()) as u64).to_ne_bytes());
+    [header, places, answers]
 }
 
 /// The header's word at byte `at` of a file [`read`] accepted.
@@ -316,18 +329,20 @@ fn sorted_at(file: &[u8], sorted: usize, svma: u64) -> Option<usize> {
     (svma < answer.hi).then_some(at)
 }
 
-/// The function of the answer at byte `at` (`None` inside: no function there).
-fn symbol_at(file: &[u8], at: usize) -> Option<Option<Symbol>> {
+/// The answer at byte `at`: its range `[lo, hi)` and its function (`None`: no function
+/// there); `None` when it is not whole.
+fn entry_at(file: &[u8], at: usize) -> Option<(u64, u64, Option<Symbol>)> {
     let (answer, _) = Answer::read(file, at)?;
     if answer.len == NO_FUNCTION {
-        return Some(None);
+        return Some((answer.lo, answer.hi, None));
     }
     let name = file.get(at + ANSWER..at + ANSWER + answer.len as usize)?;
-    Some(Some(Symbol {
+    let function = Symbol {
         start: answer.start,
         end: answer.end,
         name: std::str::from_utf8(name).ok()?.to_string(),
-    }))
+    };
+    Some((answer.lo, answer.hi, Some(function)))
 }
 
 /// The file at `path` mapped, if it begins with [`MAGIC`] and its header holds: the
