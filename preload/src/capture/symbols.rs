@@ -183,13 +183,8 @@ struct CacheKey {
 
 impl CacheKey {
     fn new(dir: &Path, build_id: &[u8], debug: bool, name_entry: bool) -> CacheKey {
-        let mut name = hex(build_id);
-        name.push('.');
-        name.push(if debug { 'd' } else { 'n' });
-        name.push(if name_entry { 'e' } else { '-' });
-        name.push_str(".symbols");
         CacheKey {
-            path: dir.join(name),
+            path: cache_file(dir, build_id, debug, name_entry, "symbols"),
         }
     }
 
@@ -204,9 +199,9 @@ impl CacheKey {
     /// ([`CacheKey::write`]) and their header is checked. Of the records, one more than
     /// [`SPOT_CHECKS`], evenly spaced (the first that any binary search reads), must be
     /// well formed (string tables among the `strings` read, ranks known, ends not past
-    /// 2^64) and in order: a file of garbage or of another layout fails that. Every use of a record is
-    /// bounds-checked besides, so a record damaged after the file was written can misname
-    /// the functions around it, not stop the process.
+    /// 2^64) and in order: a file of garbage or of another layout fails that. Every use of
+    /// a record is bounds-checked besides, so a record damaged after the file was written
+    /// can misname the functions around it, not stop the process.
     fn read(&self, shape: u64, strings: usize) -> Option<Records> {
         let file = std::fs::File::open(&self.path).ok()?;
         // SAFETY: a read-only private mapping; the cache's files are replaced by rename,
@@ -1077,12 +1072,20 @@ fn names_path(object: &ObjectInfo, is_main: bool) -> Option<PathBuf> {
     let dir = CACHE_DIR.get()?.as_deref()?;
     let id = object.build_id.filter(|_| !object.in_memory)?;
     let debug = Path::new(&debug_path(id.as_bytes())?).exists();
-    let mut name = hex(id.as_bytes());
+    Some(cache_file(dir, id.as_bytes(), debug, is_main, "names"))
+}
+
+/// A file of the symbol cache's directory `dir` about the object with build-id `id`:
+/// `<build-id>.<d|n><e|->.<kind>`, `d` when it has a separate debug file, `e` when its
+/// entry point is named.
+fn cache_file(dir: &Path, id: &[u8], debug: bool, entry: bool, kind: &str) -> PathBuf {
+    let mut name = hex(id);
     name.push('.');
     name.push(if debug { 'd' } else { 'n' });
-    name.push(if is_main { 'e' } else { '-' });
-    name.push_str(".names");
-    Some(dir.join(name))
+    name.push(if entry { 'e' } else { '-' });
+    name.push('.');
+    name.push_str(kind);
+    dir.join(name)
 }
 
 fn load(object: &ObjectInfo, is_main: bool) -> Option<SymbolTable> {
