@@ -370,20 +370,6 @@ fn describe(info: &libc::dl_phdr_info) -> Option<Found> {
             _ => {}
         }
     }
-    // Notes inside a loaded segment (mapped, readable) only.
-    let build_id = notes
-        .iter()
-        .filter(|n| {
-            segments
-                .iter()
-                .any(|s| s.0 <= n.0 && n.0 <= n.1 && n.1 <= s.1)
-        })
-        .find_map(|&(lo, hi)| {
-            // SAFETY: inside a PT_LOAD segment of an object the loader has mapped.
-            let bytes =
-                unsafe { std::slice::from_raw_parts((bias + lo) as *const u8, (hi - lo) as usize) };
-            BuildId::in_notes(bytes)
-        });
     let start = segments.iter().map(|s| s.0).min()? + bias;
     let end = segments.iter().map(|s| s.1).max()? + bias;
     let name = if info.dlpi_name.is_null() {
@@ -399,18 +385,29 @@ fn describe(info: &libc::dl_phdr_info) -> Option<Found> {
         let in_memory = !path.is_absolute() && !path.exists();
         (path, in_memory)
     };
-    Some(Found {
+    let mut found = Found {
         info: ObjectInfo {
             path,
             bias,
             range: (start, end),
             in_memory,
-            build_id,
+            build_id: None,
         },
         code,
         eh_frame_hdr,
         segments,
-    })
+    };
+    // From notes inside a loaded segment (mapped, readable) only.
+    found.info.build_id = notes
+        .iter()
+        .filter(|n| {
+            found
+                .segments
+                .iter()
+                .any(|s| s.0 <= n.0 && n.0 <= n.1 && n.1 <= s.1)
+        })
+        .find_map(|&(lo, hi)| BuildId::in_notes(image(&found, lo, hi)));
+    Some(found)
 }
 
 /// Memory of the mapped image at ELF virtual addresses `[lo, hi)` of object `f`.
