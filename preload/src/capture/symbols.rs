@@ -1286,7 +1286,7 @@ mod tests {
     }
 
     /// The one cache file in `dir`.
-    fn cache_file(dir: &Path) -> PathBuf {
+    fn only_file(dir: &Path) -> PathBuf {
         let files: Vec<PathBuf> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -1363,17 +1363,24 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    #[test]
-    fn a_damaged_or_foreign_cache_file_is_not_used() {
+    /// libpython's bytes (this test binary's without it), its table built in full, and a
+    /// fresh cache directory for `test` with the one file its records were written to.
+    fn written_cache(test: &str) -> (Vec<u8>, SymbolTable, PathBuf, PathBuf) {
         let path = "/root/.pyenv/versions/3.12.1/lib/libpython3.12.so.1.0";
         let data = std::fs::read(path)
             .or_else(|_| std::fs::read(std::env::current_exe().unwrap()))
             .unwrap();
         let built = SymbolTable::from_elf(Image::Owned(data.clone()), false).unwrap();
-        let eval = built.ranges_of("_PyEval_EvalFrameDefault");
-        let dir = cache_dir("damaged");
+        let dir = cache_dir(test);
         SymbolTable::cached(Image::Owned(data.clone()), None, false, Some(&dir)).unwrap();
-        let file = cache_file(&dir);
+        let file = only_file(&dir);
+        (data, built, dir, file)
+    }
+
+    #[test]
+    fn a_damaged_or_foreign_cache_file_is_not_used() {
+        let (data, built, dir, file) = written_cache("damaged");
+        let eval = built.ranges_of("_PyEval_EvalFrameDefault");
         let good = std::fs::read(&file).unwrap();
         let mut unsorted = good.clone();
         // The first and last records swapped: out of order.
@@ -1415,14 +1422,7 @@ mod tests {
     /// the functions away from the damaged records keep their names.
     #[test]
     fn a_cache_file_damaged_in_the_middle_names_the_rest_as_before() {
-        let path = "/root/.pyenv/versions/3.12.1/lib/libpython3.12.so.1.0";
-        let data = std::fs::read(path)
-            .or_else(|_| std::fs::read(std::env::current_exe().unwrap()))
-            .unwrap();
-        let built = SymbolTable::from_elf(Image::Owned(data.clone()), false).unwrap();
-        let dir = cache_dir("damaged-middle");
-        SymbolTable::cached(Image::Owned(data.clone()), None, false, Some(&dir)).unwrap();
-        let file = cache_file(&dir);
+        let (data, built, dir, file) = written_cache("damaged-middle");
         let mut bytes = std::fs::read(&file).unwrap();
         // Between two of the records the spot check reads.
         let middle = built.len() / 2 + 3;
