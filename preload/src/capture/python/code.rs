@@ -28,6 +28,20 @@ struct CacheEntry {
     record: AtomicU32,
 }
 
+/// Asks the CPU to bring the cache line holding `addr` into its caches (`PREFETCHT0`, a
+/// hint: it neither faults nor changes anything the program can see, whatever the
+/// address).
+#[inline(always)]
+fn prefetch(addr: u64) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch hint neither reads architecturally nor faults.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
+}
+
 /// The cache entry where the search for the code object at `code` starts. Nearby
 /// addresses get nearby entries: a module's code objects are allocated together as it is
 /// imported, so the entries of the few objects a short run samples share pages instead of
@@ -148,6 +162,28 @@ impl Codes {
         }
         // Crowded neighbourhood: capture without caching.
         self.capture(layout, types, identity, first_line, scratch)
+    }
+
+    /// Starts fetching into the CPU's cache the entry of the code-address cache where
+    /// [`Codes::record_for`]'s search for the code object at `code` starts. Reads nothing
+    /// and cannot fault. Async-signal-safe.
+    #[inline]
+    pub fn prefetch(&self, code: u64) {
+        prefetch(&self.cache[home(code)] as *const CacheEntry as u64);
+    }
+
+    /// Starts fetching the record of the code object at `code` when the cache entry where
+    /// its search starts (fetched by [`Codes::prefetch`] before) names one: reads that
+    /// entry, nothing of the program's. Async-signal-safe.
+    #[inline]
+    pub fn prefetch_record(&self, code: u64) {
+        let entry = &self.cache[home(code)];
+        if entry.code.load(Ordering::Relaxed) == code {
+            let index = entry.record.load(Ordering::Relaxed);
+            if index != 0 {
+                prefetch(self.records.at(index) as u64);
+            }
+        }
     }
 
     fn matches(&self, index: u32, identity: &[u64; 3], first_line: i32) -> bool {
