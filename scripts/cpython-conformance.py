@@ -45,6 +45,24 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # How many times the files of tests whose outcome differs run again (plain and profiled).
 RERUNS = 3
 
+# Differences a mode makes by design: (test id, outcome without, outcome with the profiler,
+# why). The memory profiler wraps CPython's allocator domains (README, "The memory
+# profiler"), and CPython's introspection of its object allocator then sees pyigprof's
+# functions in front of pymalloc. Only an exact match (the same test, the same two
+# outcomes) is expected; any other outcome of these tests still counts.
+EXPECTED = {
+    "mem": [
+        ("test.test_sys.SysModuleTest.test_debugmallocstats", "passed", "failure",
+         "sys._debugmallocstats() prints pymalloc's arenas only when pymalloc is the object "
+         "allocator itself"),
+        ("test.test_cmd_line.CmdLineTest.test_pythonmalloc", "passed", "absent",
+         "_testinternalcapi.pymem_getallocatorsname() names only CPython's own allocators; "
+         "its failing subtests are recorded by regrtest as one nameless test case instead"),
+        (".", "absent", "passed", "that nameless test case (test_pythonmalloc's subtests)"),
+    ],
+}
+
+
 # The test files of the issue that asked for this suite, in CI: signals, threads, fork,
 # I/O, subprocesses, the allocator and the interpreter's shutdown.
 CI_TESTS = [
@@ -286,6 +304,15 @@ def main():
                 differ = sorted(t for t in set(plain) | set(profiled)
                                 if plain.get(t, "absent") != profiled.get(t, "absent")
                                 and t not in preload_skips)
+                expected = 0
+                for known, without, with_, why in EXPECTED.get(mode, []):
+                    # regrtest leaves the class name empty on some versions: ".test.test_sys…".
+                    t = next((t for t in differ if t in (known, "." + known)), None)
+                    if t and (plain.get(t, "absent"), profiled.get(t, "absent")) == (without, with_):
+                        log("  expected in %s mode: %s: %s without, %s with the profiler (%s)"
+                            % (mode, t, without, with_, why))
+                        differ.remove(t)
+                        expected += 1
                 for t in differ:
                     log("  differs at first: %s: %s without, %s with the profiler"
                         % (t, plain.get(t, "absent"), profiled.get(t, "absent")))
@@ -333,10 +360,11 @@ def main():
                 profiles = glob.glob(os.path.join(mode_dir, "**", "profile.*.gz"), recursive=True)
                 unreadable = read_back(args.analyse, profiles)
                 wrong_list = unlisted(ours, profiles, mode_dir) if mode == "record" else None
-                line = ("%s %s: %d tests, %d outcomes differ (%d at first, %d flaky), %d fail the "
-                        "same way in both, %d skipped by the test under LD_PRELOAD; %d profiles, "
-                        "%d unreadable; %.0f s plain, %.0f s profiled"
-                        % (name, mode, len(plain), len(differ), first, len(flaky), len(machine),
+                line = ("%s %s: %d tests, %d outcomes differ (%d at first, %d flaky, %d more "
+                        "expected), %d fail the same way in both, %d skipped by the test under "
+                        "LD_PRELOAD; %d profiles, %d unreadable; %.0f s plain, %.0f s profiled"
+                        % (name, mode, len(plain), len(differ), first, len(flaky), expected,
+                           len(machine),
                            len(preload_skips), len(profiles), len(unreadable), plain_s, profiled_s))
                 summary.append(line)
                 log("conformance: " + line)
