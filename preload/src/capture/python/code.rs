@@ -165,25 +165,11 @@ impl Codes {
     }
 
     /// Starts fetching into the CPU's cache the entry of the code-address cache where
-    /// [`Codes::record_for`]'s search for the code object at `code` starts. Reads nothing
-    /// and cannot fault. Async-signal-safe.
+    /// [`Codes::record_for`]'s search for the code object at `code` starts (see
+    /// `stack::read_ahead`). Reads nothing and cannot fault. Async-signal-safe.
     #[inline]
     pub fn prefetch(&self, code: u64) {
         prefetch(&self.cache[home(code)] as *const CacheEntry as u64);
-    }
-
-    /// Starts fetching the record of the code object at `code` when the cache entry where
-    /// its search starts (fetched by [`Codes::prefetch`] before) names one: reads that
-    /// entry, nothing of the program's. Async-signal-safe.
-    #[inline]
-    pub fn prefetch_record(&self, code: u64) {
-        let entry = &self.cache[home(code)];
-        if entry.code.load(Ordering::Relaxed) == code {
-            let index = entry.record.load(Ordering::Relaxed);
-            if index != 0 {
-                prefetch(self.records.at(index) as u64);
-            }
-        }
     }
 
     fn matches(&self, index: u32, identity: &[u64; 3], first_line: i32) -> bool {

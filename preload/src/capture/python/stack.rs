@@ -58,7 +58,9 @@ pub fn walk(
     scratch: &mut [u8],
 ) -> Result<Walked, WalkError> {
     let mut frame = current_frame(tstate, layout).ok_or(WalkError::BadRead)?;
-    read_ahead(frame, layout, codes, out.keys.len());
+    let mut ahead = [(0u64, 0u64); READ_AHEAD];
+    let ahead = read_ahead(frame, layout, codes, out.keys.len(), &mut ahead);
+    let mut step = 0;
     let mut frames = 0usize;
     let mut groups = 0usize;
     let mut truncated = false;
@@ -84,12 +86,22 @@ pub fn walk(
     let mut last_end = 0;
     let mut anchor_at = None;
     while frame != 0 {
-        if !read::plausible(frame, 80, 8) {
-            return Err(WalkError::BadRead);
-        }
-        let code = read::word(frame + u64::from(layout.frame_code)).ok_or(WalkError::BadRead)?
-            & layout.frame_code_mask;
-        let back = read::word(frame + u64::from(layout.frame_back)).ok_or(WalkError::BadRead)?;
+        // The frame's code and caller, as the read-ahead read them (the same chain, frame
+        // by frame), or read now past it.
+        let (code, back) = match ahead.get(step) {
+            Some(&pair) => pair,
+            None => {
+                if !read::plausible(frame, 80, 8) {
+                    return Err(WalkError::BadRead);
+                }
+                let code =
+                    read::word(frame + u64::from(layout.frame_code)).ok_or(WalkError::BadRead)?;
+                let back =
+                    read::word(frame + u64::from(layout.frame_back)).ok_or(WalkError::BadRead)?;
+                (code & layout.frame_code_mask, back)
+            }
+        };
+        step += 1;
         match layout.frame {
             FrameModel::CStackOwner { offset, value } => {
                 if read::byte(frame + u64::from(offset)).is_some_and(|owner| owner >= value) {
@@ -166,18 +178,23 @@ pub fn walk(
 /// Frames [`read_ahead`] looks at, at most.
 const READ_AHEAD: usize = 48;
 
-/// Starts fetching, for the innermost frames of the chain from `frame` (at most `limit`
-/// and [`READ_AHEAD`]), the code cache's entries and records that [`walk`] will read for
-/// their code objects, so that those cache misses overlap instead of following one
-/// another (in `record_for` each read depends on the one before: cache entry, then
-/// record). Between two samples the program's own work evicts them: on bench/overhead's
-/// `many_stacks.py` (3,000 functions) they were 90 % of `record_for`'s time (`perf
-/// annotate`), and reading them ahead took the handler's median from 5.4–5.9 to 4.4–4.9
-/// µs at 4 kHz (3.12); fetching the code objects ahead too made no difference (the
-/// program has just run them). Makes only checked reads of the frames, which [`walk`] makes again; a
-/// frame that fails a check ends the read-ahead, and [`walk`] then fails on it.
-fn read_ahead(mut frame: u64, layout: &Layout, codes: &Codes, limit: usize) {
-    let mut seen = [0u64; READ_AHEAD];
+/// Reads the code and caller of the innermost frames of the chain from `frame` (at most
+/// `limit` and [`READ_AHEAD`]) into `out`, for [`walk`] to use, and starts fetching the
+/// code cache's entry of each code object, so that those cache misses overlap instead of
+/// each stalling `record_for` in turn. Between two samples the program's own work evicts
+/// the entries: on bench/overhead's `many_stacks.py` (3,000 functions) that miss and the
+/// record's after it were 90 % of `record_for`'s time (`perf annotate`), and reading ahead
+/// took the handler's median from 4.9–5.4 to 4.4–4.9 µs at 4 kHz (3.12). Fetching the
+/// records too (a second pass reading each entry) or the code objects (the program has
+/// just run them) gained nothing more and cost a hot cache more. Returns the frames read;
+/// a frame that fails a check ends them, and [`walk`] then reads it and fails as before.
+fn read_ahead<'a>(
+    mut frame: u64,
+    layout: &Layout,
+    codes: &Codes,
+    limit: usize,
+    out: &'a mut [(u64, u64); READ_AHEAD],
+) -> &'a [(u64, u64)] {
     let mut n = 0;
     while frame != 0 && n < limit.min(READ_AHEAD) && read::plausible(frame, 80, 8) {
         let (Some(code), Some(back)) = (
@@ -188,13 +205,11 @@ fn read_ahead(mut frame: u64, layout: &Layout, codes: &Codes, limit: usize) {
         };
         let code = code & layout.frame_code_mask;
         codes.prefetch(code);
-        seen[n] = code;
+        out[n] = (code, back);
         n += 1;
         frame = back;
     }
-    for &code in &seen[..n] {
-        codes.prefetch_record(code);
-    }
+    &out[..n]
 }
 
 /// The thread's innermost frame (0 when it runs no Python code).
