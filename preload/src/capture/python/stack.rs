@@ -184,7 +184,8 @@ const READ_AHEAD: usize = 48;
 /// each stalling `record_for` in turn. Between two samples the program's own work evicts
 /// the entries: on bench/overhead's `many_stacks.py` (3,000 functions) that miss and the
 /// record's after it were 90 % of `record_for`'s time (`perf annotate`), and reading ahead
-/// took the handler's median from 4.9–5.4 to 4.4–4.9 µs at 4 kHz (3.12). Fetching the
+/// took the handler's median from 5.9 to 5.4 µs at 4 kHz and 8.7 to 7.9 at 1 kHz (3.12,
+/// bench/overhead/results-2026-12-07-readahead.md). Fetching the
 /// records too (a second pass reading each entry) or the code objects (the program has
 /// just run them) gained nothing more and cost a hot cache more. Returns the frames read;
 /// a frame that fails a check ends them, and [`walk`] then reads it and fails as before.
