@@ -69,6 +69,13 @@ CONFIGS = [
      "env": {"PYIGPROF_PERF_EVENTS": "1"}},
     {"name": "pyigprof 1 kHz (timers)", "id": "pyigprof-1k-timers", "kind": "pyigprof", "hz": 1000,
      "env": {"PYIGPROF_PERF_EVENTS": "0"}},
+    # The floor under pyigprof's scheme in the same program (bench/floor/shim.c): every
+    # thread's own task-clock perf event at the rate, SIGPROF to an empty handler, nothing
+    # else (no capture, no helper process). What any in-process sampler of this kind pays
+    # here before doing any work; pyigprof's ratio less this one is what pyigprof adds.
+    {"name": "floor 1 kHz", "id": "floor-1k", "kind": "floor", "hz": 1000},
+    {"name": "floor 4 kHz", "id": "floor-4k", "kind": "floor", "hz": 4000},
+    {"name": "floor 10 kHz", "id": "floor-10k", "kind": "floor", "hz": 10000},
     {"name": "py-spy 1 kHz", "id": "py-spy-1k", "kind": "py-spy", "rate": 1000, "native": False},
     {"name": "py-spy 1 kHz --native", "id": "py-spy-1k-native", "kind": "py-spy", "rate": 1000, "native": True},
     {"name": "py-spy 4 kHz", "id": "py-spy-4k", "kind": "py-spy", "rate": 4000, "native": False},
@@ -256,6 +263,10 @@ def config_command(cfg, py, prog_argv, venv_env, preload, rundir):
         if cfg["hz"]:
             env["PYIGPROF_HZ"] = str(cfg["hz"])
         env.update(cfg.get("env", {}))
+        return [py] + prog_argv, env
+    if cfg["kind"] == "floor":
+        env.update(LD_PRELOAD=cfg["preload"], FLOOR_TRIGGER="event",
+                   FLOOR_PERIOD_NS=str(10**9 // cfg["hz"]))
         return [py] + prog_argv, env
     if cfg["kind"] == "py-spy":
         if not venv_env["py_spy"]:
@@ -663,6 +674,22 @@ def targets(rows):
                             "PASS" if worst["paired_ratio"] <= target else "MISS",
                             worst["paired_ratio"], where(worst),
                             statistics.median(r["paired_ratio"] for r in have)))
+    # What pyigprof adds to the floor of its scheme in the same program (the floor
+    # configurations): its paired ratio over the floor's, per program and rate.
+    for rate in ("1 kHz", "4 kHz", "10 kHz"):
+        pairs = []
+        for r in rows:
+            if r["config"] != "pyigprof " + rate or r.get("paired_ratio") is None:
+                continue
+            floor = next((f for f in rows if f["config"] == "floor " + rate
+                          and (f["program"], f["python"]) == (r["program"], r["python"])
+                          and f.get("paired_ratio") is not None), None)
+            if floor:
+                pairs.append("%s %.3f (%.3f against the floor's %.3f)" % (
+                    where(r), r["paired_ratio"] / floor["paired_ratio"], r["paired_ratio"],
+                    floor["paired_ratio"]))
+        if pairs:
+            lines.append("pyigprof over the floor of its scheme at %s, paired: %s" % (rate, "; ".join(pairs)))
     # The targets are for the library measured; an A/B's older build is only compared.
     pig = [r for r in rows if r["config"].startswith("pyigprof") and not r["config"].endswith("(before)")]
     hm = [r for r in pig if r.get("handler_median_ns") is not None]
@@ -718,8 +745,8 @@ def main():
                                       "comma-separated (default %s)" % DEFAULT_PYTHONS)
     ap.add_argument("--programs", help="comma-separated subset of: " + ",".join(OWN_PROGRAMS + PYPERFORMANCE_BENCHMARKS))
     ap.add_argument("--configs", help="comma-separated configurations to run besides the baseline (always "
-                                      "run): ids (%s), kinds (pyigprof, py-spy, cprofile: all of that "
-                                      "kind) or full names (default: all)"
+                                      "run): ids (%s), kinds (pyigprof, floor, py-spy, cprofile: all of "
+                                      "that kind) or full names (default: all)"
                     % ", ".join(c["id"] for c in CONFIGS if c["kind"] != "plain"))
     ap.add_argument("--runs", type=int, help="runs per configuration (default 5; smoke 2)")
     ap.add_argument("--target-seconds", type=float,
@@ -757,7 +784,7 @@ def main():
         wanted = {k.strip() for k in args.configs.split(",") if k.strip()}
         unknown = wanted - {c[f] for c in CONFIGS for f in ("kind", "id", "name")}
         if unknown:
-            sys.exit("bench: unknown configuration(s): %s (ids: %s; kinds: pyigprof, py-spy, cprofile)" % (
+            sys.exit("bench: unknown configuration(s): %s (ids: %s; kinds: pyigprof, floor, py-spy, cprofile)" % (
                 ", ".join(sorted(unknown)), ", ".join(c["id"] for c in CONFIGS)))
         CONFIGS = [c for c in CONFIGS if c["kind"] == "plain" or wanted & {c["kind"], c["id"], c["name"]}]
 
@@ -789,6 +816,12 @@ def main():
 
     venvs = [setup_venv(v, p, args) for v, p in interps]
     tmp = tempfile.mkdtemp(prefix="pyigprof-bench-")
+    if any(c["kind"] == "floor" for c in CONFIGS):
+        shim = os.path.join(tmp, "shim.so")
+        floor_dir = os.path.join(os.path.dirname(HERE), "floor")
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-I", floor_dir, "-o", shim,
+                        os.path.join(floor_dir, "shim.c"), "-ldl", "-lpthread"], check=True)
+        CONFIGS = [dict(c, preload=shim) if c["kind"] == "floor" else c for c in CONFIGS]
     started = time.monotonic()
     try:
         for venv_env in venvs:
