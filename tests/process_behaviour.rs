@@ -1079,3 +1079,102 @@ print(repr(seen))
         }
     }
 }
+
+/// A C function that takes its thread's stack down to `leave` bytes above the stack's end
+/// (as a deep recursion does) and spins there for `ms` ms of the thread's CPU time.
+const DEEP_SPIN: &str = r#"
+#define _GNU_SOURCE
+#include <alloca.h>
+#include <pthread.h>
+#include <time.h>
+
+static double cpu_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+__attribute__((noinline)) static double spin(double ms) {
+    double x = 0, end = cpu_ms() + ms;
+    while (cpu_ms() < end)
+        for (int i = 0; i < 1000; i++) x += i * 0.5;
+    return x;
+}
+
+double deep_spin(long leave, double ms) {
+    pthread_attr_t attr;
+    void *low;
+    size_t size;
+    if (pthread_getattr_np(pthread_self(), &attr) != 0) return -1;
+    pthread_attr_getstack(&attr, &low, &size);
+    pthread_attr_destroy(&attr);
+    char here;
+    long use = (long)(&here - (char *)low) - leave;
+    if (use < 0) return -1;
+    volatile char *deep = alloca(use);
+    deep[0] = 1;
+    return spin(ms);
+}
+"#;
+
+/// A thread that spins with 6 KiB of its stack left (DEEP_SPIN), then the main thread's own
+/// work.
+const NEAR_THE_STACKS_END: &str = r#"
+import ctypes, sys, threading
+lib = ctypes.CDLL(sys.argv[1])
+lib.deep_spin.restype = ctypes.c_double
+lib.deep_spin.argtypes = [ctypes.c_long, ctypes.c_double]
+threading.stack_size(1 << 20)
+out = []
+t = threading.Thread(target=lambda: out.append(lib.deep_spin(6144, 400.0)))
+t.start()
+t.join()
+print("spun: %s, main: %d" % (out[0] >= 0, sum(i * i for i in range(300000))))
+"#;
+
+#[test]
+fn a_thread_with_no_stack_room_left_is_not_sampled_and_not_crashed() {
+    // The kernel puts the signal's frame (3.5 KB with AVX-512's state) below the spinning
+    // code, and a capture needs up to 6.5 KB more: it would run off the stack's end into
+    // its guard page, a SIGSEGV that ends the program (3.10's recursion in a 32 KiB
+    // `threading.stack_size` thread did, at 250 Hz too). Such samples are dropped, counted.
+    for python in interpreters_with_python_frames("no stack room") {
+        let dir = scratch_dir("deep-spin");
+        let lib = c_library(&dir, "deepspin", DEEP_SPIN, &["-O2"]);
+        let lib = lib.to_str().unwrap();
+        let plain = plain_ok(&python, &["-c", NEAR_THE_STACKS_END, lib]);
+        let plain = String::from_utf8_lossy(&plain.stdout).into_owned();
+        assert!(plain.starts_with("spun: True"), "{}: {plain}", python.name);
+        let run = run_profiled(
+            &python.path,
+            &["-c", NEAR_THE_STACKS_END, lib],
+            &[("PYIGPROF_HZ", "4000")],
+        );
+        assert!(
+            run.output.status.success(),
+            "{}: exit {:?}\n{}",
+            python.name,
+            run.output.status,
+            run.stderr()
+        );
+        assert_eq!(run.stdout(), plain, "{}", python.name);
+        let stats = run.statistics();
+        let no_room = statistic(&stats, "stats.dropped_no_stack_room");
+        let dropped_ticks = statistic(&stats, "stats.dropped_ticks");
+        eprintln!(
+            "{}: {no_room} samples without stack room, {dropped_ticks} ticks dropped, {} samples",
+            python.name,
+            statistic(&stats, "stats.samples")
+        );
+        // 400 ms at 4 kHz: about 1,600 samples of the spinning thread.
+        assert!(no_room >= 400.0, "{}: {no_room}", python.name);
+        assert!(dropped_ticks >= no_room, "{}: {dropped_ticks}", python.name);
+        assert!(
+            run.stderr()
+                .contains("where the thread's stack had no room left for the profiler"),
+            "{}: {}",
+            python.name,
+            run.stderr()
+        );
+    }
+}

@@ -388,12 +388,18 @@ fn summary_lines(
         }
         Clock::Wall => "wall time summed over threads",
     };
+    let no_room = stats.dropped_no_stack_room.load(Ordering::Relaxed);
     let dropped = stats.dropped_no_slot.load(Ordering::Relaxed)
-        + stats.dropped_tree_full.load(Ordering::Relaxed);
-    let dropped = if dropped > 0 {
-        format!(", {dropped} {} dropped", plural(dropped, "sample"))
-    } else {
-        String::new()
+        + stats.dropped_tree_full.load(Ordering::Relaxed)
+        + no_room;
+    let dropped = match (dropped, no_room) {
+        (0, _) => String::new(),
+        (_, 0) => format!(", {dropped} {} dropped", plural(dropped, "sample")),
+        _ => format!(
+            ", {dropped} {} dropped ({no_room} where the thread's stack had no room left for \
+             the profiler)",
+            plural(dropped, "sample")
+        ),
     };
     if !sampler.cpu {
         let parts: Vec<String> = [

@@ -26,6 +26,10 @@ pub struct Stats {
     pub dropped_no_slot: AtomicU64,
     /// Samples dropped because the trace-tree node pool was full.
     pub dropped_tree_full: AtomicU64,
+    /// Samples (and memory or lock profiler events) not captured because the sampled
+    /// thread's stack had less room left below the handler than a capture may use
+    /// ([`crate::sampler::CAPTURE_STACK`]): a thread of a small stack deep in it.
+    pub dropped_no_stack_room: AtomicU64,
     /// Ticks of the dropped samples.
     pub dropped_ticks: AtomicU64,
     /// Samples whose Python part was abandoned after a read that failed validation (the
@@ -80,7 +84,7 @@ pub struct Stats {
 
 impl Stats {
     /// The counters by their names in the profile, in the order written.
-    fn counters(&self) -> [(&'static str, &AtomicU64); 25] {
+    fn counters(&self) -> [(&'static str, &AtomicU64); 26] {
         [
             ("samples", &self.samples),
             ("ticks", &self.ticks),
@@ -89,6 +93,7 @@ impl Stats {
             ("approximate_native", &self.approximate),
             ("dropped_no_slot", &self.dropped_no_slot),
             ("dropped_tree_full", &self.dropped_tree_full),
+            ("dropped_no_stack_room", &self.dropped_no_stack_room),
             ("dropped_ticks", &self.dropped_ticks),
             ("python_abandoned", &self.python_abandoned),
             ("python_mismatches", &self.python_mismatches),
