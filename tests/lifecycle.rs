@@ -264,7 +264,12 @@ fn the_profile_carries_the_profilers_statistics() {
         with_python as f64 > 0.5 * samples as f64,
         "{with_python} of {samples}"
     );
-    for why in ["dropped_no_slot", "dropped_tree_full", "dropped_ticks"] {
+    for why in [
+        "dropped_no_slot",
+        "dropped_tree_full",
+        "dropped_no_stack_room",
+        "dropped_ticks",
+    ] {
         assert_eq!(number(&format!("stats.{why}")), 0.0, "{why}");
     }
     // Expirations whose signal the kernel had not delivered when sampling stopped (those
