@@ -599,15 +599,20 @@ impl Sampler {
 
     /// Whether the calling thread, `slot`'s owner, has room on its stack below the
     /// caller's frame for a capture ([`CAPTURE_STACK`]); counts it in
-    /// `dropped_no_stack_room` when it has not. True when its stack's bounds are unknown.
+    /// `dropped_no_stack_room` when it has not. True when its stack's bounds are unknown,
+    /// or when it runs on another stack than the one they give (a coroutine library's own
+    /// stacks: what room those have is not known, and the capture proceeds as before).
     /// Async-signal-safe.
     #[inline(never)]
     fn stack_room(&self, slot: &Slot) -> bool {
-        let low = slot.stack.0.load(Ordering::Relaxed);
+        let (low, high) = (
+            slot.stack.0.load(Ordering::Relaxed),
+            slot.stack.1.load(Ordering::Relaxed),
+        );
         let here = std::hint::black_box(&low) as *const u64 as u64;
         if !slot.ready.load(Ordering::Acquire)
-            || low == 0
-            || here.saturating_sub(low) >= CAPTURE_STACK
+            || !(low..high).contains(&here)
+            || here - low >= CAPTURE_STACK
         {
             return true;
         }
