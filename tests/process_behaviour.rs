@@ -1120,7 +1120,7 @@ double deep_spin(long leave, double ms) {
 /// A thread that spins with 6 KiB of its stack left (DEEP_SPIN), then the main thread's own
 /// work.
 const NEAR_THE_STACKS_END: &str = r#"
-import ctypes, sys, threading
+import ctypes, os, sys, threading
 lib = ctypes.CDLL(sys.argv[1])
 lib.deep_spin.restype = ctypes.c_double
 lib.deep_spin.argtypes = [ctypes.c_long, ctypes.c_double]
@@ -1130,6 +1130,8 @@ t = threading.Thread(target=lambda: out.append(lib.deep_spin(6144, 400.0)))
 t.start()
 t.join()
 print("spun: %s, main: %d" % (out[0] >= 0, sum(i * i for i in range(300000))))
+times = os.times()
+sys.stderr.write("cpu_s=%.4f\n" % (times[0] + times[1]))
 "#;
 
 #[test]
@@ -1145,36 +1147,52 @@ fn a_thread_with_no_stack_room_left_is_not_sampled_and_not_crashed() {
         let plain = plain_ok(&python, &["-c", NEAR_THE_STACKS_END, lib]);
         let plain = String::from_utf8_lossy(&plain.stdout).into_owned();
         assert!(plain.starts_with("spun: True"), "{}: {plain}", python.name);
-        let run = run_profiled(
-            &python.path,
-            &["-c", NEAR_THE_STACKS_END, lib],
-            &[("PYIGPROF_HZ", "4000")],
-        );
-        assert!(
-            run.output.status.success(),
-            "{}: exit {:?}\n{}",
-            python.name,
-            run.output.status,
-            run.stderr()
-        );
-        assert_eq!(run.stdout(), plain, "{}", python.name);
-        let stats = run.statistics();
-        let no_room = statistic(&stats, "stats.dropped_no_stack_room");
-        let dropped_ticks = statistic(&stats, "stats.dropped_ticks");
-        eprintln!(
-            "{}: {no_room} samples without stack room, {dropped_ticks} ticks dropped, {} samples",
-            python.name,
-            statistic(&stats, "stats.samples")
-        );
-        // 400 ms at 4 kHz: about 1,600 samples of the spinning thread.
-        assert!(no_room >= 400.0, "{}: {no_room}", python.name);
-        assert!(dropped_ticks >= no_room, "{}: {dropped_ticks}", python.name);
-        assert!(
-            run.stderr()
-                .contains("where the thread's stack had no room left for the profiler"),
-            "{}: {}",
-            python.name,
-            run.stderr()
-        );
+        // On perf events and on POSIX timers, whose expirations are reconciled with the
+        // thread's ticks at its end (a dropped sample's ticks are not unsampled time).
+        for events in ["1", "0"] {
+            let run = run_profiled(
+                &python.path,
+                &["-c", NEAR_THE_STACKS_END, lib],
+                &[("PYIGPROF_HZ", "4000"), ("PYIGPROF_PERF_EVENTS", events)],
+            );
+            let label = format!("{} (PYIGPROF_PERF_EVENTS={events})", python.name);
+            assert!(
+                run.output.status.success(),
+                "{label}: exit {:?}\n{}",
+                run.output.status,
+                run.stderr()
+            );
+            assert_eq!(run.stdout(), plain, "{label}");
+            let stats = run.statistics();
+            let no_room = statistic(&stats, "stats.dropped_no_stack_room");
+            let dropped_ticks = statistic(&stats, "stats.dropped_ticks");
+            let seconds = statistic(&stats, "stats.ticks") * run.profile().sources[0].tick_period;
+            let cpu: f64 = run
+                .stderr()
+                .lines()
+                .find_map(|l| l.strip_prefix("cpu_s="))
+                .and_then(|v| v.parse().ok())
+                .expect("the program's CPU time");
+            eprintln!(
+                "{label}: {no_room} samples without stack room, {dropped_ticks} ticks dropped; \
+                 {seconds:.3} s in the profile, {cpu:.3} s of CPU time"
+            );
+            // 400 ms spinning: about 1,600 ticks of 0.25 ms, in ~1,600 samples on perf
+            // events, 40–90 on timers (the kernel's 250 Hz tick; the expirations a thread's
+            // last tick did not deliver are placed at its end, 945 ticks dropped at least).
+            assert!(no_room >= 30.0, "{label}: {no_room}");
+            assert!(dropped_ticks >= 500.0, "{label}: {dropped_ticks}");
+            // The dropped time is in the profile's total once, not twice.
+            assert!(
+                (seconds - cpu).abs() <= 0.1 * cpu,
+                "{label}: {seconds:.3} s in the profile, {cpu:.3} s of CPU time"
+            );
+            assert!(
+                run.stderr()
+                    .contains("where the thread's stack had no room left for the profiler"),
+                "{label}: {}",
+                run.stderr()
+            );
+        }
     }
 }

@@ -229,20 +229,15 @@ impl Sampler {
         let thread = unsafe { libc::pthread_self() } as usize;
         // SAFETY: this is the owner thread and SIGPROF is blocked while the handler runs.
         let Some(slot) = (unsafe { self.slots.find_or_claim(thread) }) else {
-            self.stats.samples.fetch_add(1, Ordering::Relaxed);
-            self.stats.ticks.fetch_add(weight, Ordering::Relaxed);
             self.stats.dropped_no_slot.fetch_add(1, Ordering::Relaxed);
-            self.stats
-                .dropped_ticks
-                .fetch_add(weight, Ordering::Relaxed);
+            self.drop_sample(weight);
             return (0, 0);
         };
         if !self.stack_room(slot) {
-            self.stats.samples.fetch_add(1, Ordering::Relaxed);
-            self.stats.ticks.fetch_add(weight, Ordering::Relaxed);
-            self.stats
-                .dropped_ticks
-                .fetch_add(weight, Ordering::Relaxed);
+            // The thread's ticks all the same: its timer's expirations are reconciled with
+            // them at its end, and the dropped ones are not unsampled time.
+            slot.ticks.fetch_add(weight, Ordering::Relaxed);
+            self.drop_sample(weight);
             return (0, 0);
         }
         if slot
@@ -595,6 +590,17 @@ impl Sampler {
         let thread = slot.owner.load(Ordering::Relaxed) as u64;
         let captured = self.capture(slot, regs, Thread::Other(thread));
         still_blocked().then(|| slot.out[..captured.len].to_vec())
+    }
+
+    /// Counts a sample of `weight` ticks that is not recorded (the caller counts why): in
+    /// `samples`, `ticks` and `dropped_ticks`, so that the profile's totals still hold its
+    /// time.
+    fn drop_sample(&self, weight: u64) {
+        self.stats.samples.fetch_add(1, Ordering::Relaxed);
+        self.stats.ticks.fetch_add(weight, Ordering::Relaxed);
+        self.stats
+            .dropped_ticks
+            .fetch_add(weight, Ordering::Relaxed);
     }
 
     /// Whether the calling thread, `slot`'s owner, has room on its stack below the
