@@ -90,16 +90,7 @@ pub fn walk(
         // by frame), or read now past it.
         let (code, back) = match ahead.get(step) {
             Some(&pair) => pair,
-            None => {
-                if !read::plausible(frame, 80, 8) {
-                    return Err(WalkError::BadRead);
-                }
-                let code =
-                    read::word(frame + u64::from(layout.frame_code)).ok_or(WalkError::BadRead)?;
-                let back =
-                    read::word(frame + u64::from(layout.frame_back)).ok_or(WalkError::BadRead)?;
-                (code & layout.frame_code_mask, back)
-            }
+            None => code_and_back(frame, layout).ok_or(WalkError::BadRead)?,
         };
         step += 1;
         match layout.frame {
@@ -197,20 +188,27 @@ fn read_ahead<'a>(
     out: &'a mut [(u64, u64); READ_AHEAD],
 ) -> &'a [(u64, u64)] {
     let mut n = 0;
-    while frame != 0 && n < limit.min(READ_AHEAD) && read::plausible(frame, 80, 8) {
-        let (Some(code), Some(back)) = (
-            read::word(frame + u64::from(layout.frame_code)),
-            read::word(frame + u64::from(layout.frame_back)),
-        ) else {
+    while frame != 0 && n < limit.min(READ_AHEAD) {
+        let Some((code, back)) = code_and_back(frame, layout) else {
             break;
         };
-        let code = code & layout.frame_code_mask;
         codes.prefetch(code);
         out[n] = (code, back);
         n += 1;
         frame = back;
     }
     &out[..n]
+}
+
+/// The code object and the caller of the frame at `frame`, read checked; `None` when the
+/// frame's address is implausible or a read fails.
+fn code_and_back(frame: u64, layout: &Layout) -> Option<(u64, u64)> {
+    if !read::plausible(frame, 80, 8) {
+        return None;
+    }
+    let code = read::word(frame + u64::from(layout.frame_code))?;
+    let back = read::word(frame + u64::from(layout.frame_back))?;
+    Some((code & layout.frame_code_mask, back))
 }
 
 /// The thread's innermost frame (0 when it runs no Python code).
