@@ -108,6 +108,17 @@ def run_once(argv, env, rundir, timeout_s):
     return res
 
 
+def build_floor_shim(directory):
+    """Builds bench/floor/shim.c (every thread's own sampling trigger and an empty handler,
+    nothing else: the floor under pyigprof's scheme) into `directory`; returns its path.
+    Needs `cc`; raises CalledProcessError when the build fails."""
+    shim = os.path.join(directory, "shim.so")
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor", "shim.c")
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", shim, source, "-ldl", "-lpthread"],
+                   check=True)
+    return shim
+
+
 def median_interval(values):
     """Median of `values` and a 95 % interval for it from order statistics (the
     binomial(n, 1/2) quantiles), distribution-free."""

@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from measure import run_once  # noqa: E402  (bench/measure.py)
+from measure import build_floor_shim, run_once  # noqa: E402  (bench/measure.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -817,10 +817,7 @@ def main():
     venvs = [setup_venv(v, p, args) for v, p in interps]
     tmp = tempfile.mkdtemp(prefix="pyigprof-bench-")
     if any(c["kind"] == "floor" for c in CONFIGS):
-        shim = os.path.join(tmp, "shim.so")
-        floor_dir = os.path.join(os.path.dirname(HERE), "floor")
-        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-I", floor_dir, "-o", shim,
-                        os.path.join(floor_dir, "shim.c"), "-ldl", "-lpthread"], check=True)
+        shim = build_floor_shim(tmp)
         CONFIGS = [dict(c, preload=shim) if c["kind"] == "floor" else c for c in CONFIGS]
     started = time.monotonic()
     try:

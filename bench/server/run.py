@@ -27,7 +27,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from measure import become_subreaper, machine_line, median_interval, one_library, reap_orphans  # noqa: E402
+from measure import (become_subreaper, build_floor_shim, machine_line, median_interval,  # noqa: E402
+                     one_library, reap_orphans)
 
 SERVER = r'''
 import json, sys, threading
@@ -145,10 +146,7 @@ def main():
     cpu = {name: [] for name, _, _ in runs}
     machine = machine_line()
     with tempfile.TemporaryDirectory(prefix="pyigprof-bench-server-") as tmp:
-        shim = os.path.join(tmp, "shim.so")
-        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", shim,
-                        os.path.join(os.path.dirname(HERE), "floor", "shim.c"), "-ldl", "-lpthread"],
-                       check=True)
+        shim = build_floor_shim(tmp)
         for r in range(args.rounds):
             order = runs[r % len(runs):] + runs[:r % len(runs)]
             for name, kind, extra in order:
